@@ -1,0 +1,365 @@
+"""Typed broker settings whose names are Pulsar's broker.conf property names.
+
+Operators coming from Pulsar can reuse their ``broker.conf`` lines and the docker image's
+``PULSAR_PREFIX_<property>`` environment variables, so the field names are Pulsar's (camelCase on
+purpose). Unlike Pulsar, an unknown property is an error with a "did you mean" hint: a silently
+ignored typo is worse than a refused start.
+
+Sources, later ones winning: defaults, the file, ``PULSAR_PREFIX_*`` variables, ``--set`` flags.
+Every problem found is reported at once, each naming the property, the value and its source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+ENV_PREFIX = "PULSAR_PREFIX_"
+
+
+@dataclass
+class ServiceConfiguration:
+    """Broker settings; defaults suit ``standalone`` on one machine."""
+
+    # --- identity and network ---
+    clusterName: str = "standalone"
+    # Pulsar binds 0.0.0.0; standalone here stays on loopback unless told otherwise.
+    bindAddress: str = "127.0.0.1"
+    # Host name advertised to clients; None means the machine's host name.
+    advertisedAddress: str | None = None
+    # None disables the plain-text gRPC listener (PIP-59 handler port).
+    grpcServicePort: int | None = 50051
+    grpcServicePortTls: int | None = None
+    webServicePort: int | None = 8080
+    webServicePortTls: int | None = None
+    messagingProtocols: list[str] = field(default_factory=lambda: ["grpc"])
+    # PIP-95 listeners: "<name>:<scheme>://<host>:<port>,..." (validated by its own rule).
+    advertisedListeners: str = ""
+    internalListenerName: str | None = None
+    # "<listener>:<scheme>://<host>:<port>,...": extra bind addresses, each tied to a listener.
+    bindAddresses: str = ""
+    lookupListenerName: str | None = None
+
+    # --- storage ---
+    # Embedded metadata and ledger data for standalone (Pulsar standalone uses data/).
+    dataDirectory: str = "./data"
+    managedLedgerMaxEntriesPerLedger: int = 50000
+    managedLedgerMaxSizePerLedgerMbytes: int = 2048
+    managedLedgerCacheSizeMB: int = 64
+    # BookKeeper's name: True fsyncs an entry before the produce is acknowledged.
+    journalSyncData: bool = False
+    # Pulsar's convention: 0 keeps nothing once acknowledged, -1 keeps forever.
+    defaultRetentionTimeInMinutes: int = 0
+    defaultRetentionSizeInMB: int = 0
+
+    # --- topics and namespaces ---
+    allowAutoTopicCreation: bool = True
+    allowAutoTopicCreationType: Literal["non-partitioned", "partitioned"] = "non-partitioned"
+    defaultNumPartitions: int = 1
+    defaultNumberOfNamespaceBundles: int = 4
+    maxMessageSize: int = 5 * 1024 * 1024
+    brokerDeduplicationEnabled: bool = False
+
+    # --- dispatch ---
+    dispatcherMaxReadBatchSize: int = 100
+    # 0 means no limit, as in Pulsar.
+    maxUnackedMessagesPerConsumer: int = 50000
+    maxUnackedMessagesPerSubscription: int = 4 * 50000
+    subscriptionKeySharedUseConsistentHashing: bool = True
+
+    # --- lifecycle ---
+    brokerShutdownTimeoutMs: int = 60000
+
+    # --- security ---
+    authenticationEnabled: bool = False
+    authorizationEnabled: bool = False
+    superUserRoles: list[str] = field(default_factory=list)
+    tlsCertificateFilePath: str | None = None
+    tlsKeyFilePath: str | None = None
+    tlsTrustCertsFilePath: str | None = None
+    tlsRequireTrustedClientCertOnConnect: bool = False
+
+
+class ConfigError(ValueError):
+    """Every problem found in one load, one line each, so an operator fixes them in one go."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+PROPERTY_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ServiceConfiguration))
+_TYPES: dict[str, Any] = get_type_hints(ServiceConfiguration)
+_INT = re.compile(r"[+-]?[0-9]+")
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+
+class _BadValue(Exception):
+    """A value that does not parse as its property's type; the text completes ``'<v>' ...``."""
+
+
+def _optional_inner(tp: Any) -> Any | None:
+    """``X`` for ``X | None``, else None."""
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(get_args(tp)) == 2:
+            return args[0]
+    return None
+
+
+def _parse_scalar(tp: Any, raw: str) -> Any:
+    if tp is str:
+        return raw
+    if tp is bool:
+        if raw.lower() not in ("true", "false"):
+            raise _BadValue("is not a boolean (true or false)")
+        return raw.lower() == "true"
+    if tp is int:
+        if not _INT.fullmatch(raw):
+            raise _BadValue("is not an integer")
+        return int(raw)
+    if get_origin(tp) is Literal:
+        allowed = get_args(tp)
+        if raw not in allowed:
+            raise _BadValue(f"is not one of {', '.join(allowed)}")
+        return raw
+    if get_origin(tp) is list:
+        (item_type,) = get_args(tp)
+        return [_parse_scalar(item_type, item.strip()) for item in raw.split(",") if item.strip()]
+    raise TypeError(f"unsupported property type {tp!r}")
+
+
+def parse_value(name: str, raw: str) -> Any:
+    """The typed value of property ``name`` from its text, as broker.conf would give it.
+
+    Empty text means None for optional properties (that is how ``grpcServicePort=`` turns a
+    listener off, as in Pulsar) and the default for the others.
+    """
+    tp = _TYPES[name]
+    raw = raw.strip()
+    inner = _optional_inner(tp)
+    if raw == "":
+        return None if inner is not None else getattr(ServiceConfiguration(), name)
+    return _parse_scalar(inner if inner is not None else tp, raw)
+
+
+def _suggest(name: str) -> str:
+    by_lower = {p.lower(): p for p in PROPERTY_NAMES}
+    if name.lower() in by_lower:
+        return f" (did you mean {by_lower[name.lower()]}?)"
+    close = difflib.get_close_matches(name.lower(), by_lower, n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]}?)" if close else ""
+
+
+# --- sources -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Setting:
+    name: str
+    raw: str
+    source: str  # "broker.conf:12", "env PULSAR_PREFIX_x", "--set x"
+
+
+def _file_settings(path: Path) -> tuple[list[_Setting], list[str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return [], [f"{path}: cannot read the configuration file: {e}"]
+    settings: list[_Setting] = []
+    errors: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            errors.append(f"{path}:{number}: expected <property>=<value>, got {line!r}")
+            continue
+        settings.append(_Setting(key.strip(), value, f"{path}:{number}"))
+    return settings, errors
+
+
+def _env_settings(env: Mapping[str, str]) -> list[_Setting]:
+    return [
+        _Setting(key.removeprefix(ENV_PREFIX), value, f"env {key}")
+        for key, value in sorted(env.items())
+        if key.startswith(ENV_PREFIX)
+    ]
+
+
+def _override_settings(overrides: Mapping[str, str]) -> list[_Setting]:
+    return [_Setting(name, value, f"--set {name}") for name, value in overrides.items()]
+
+
+def parse_set_flags(flags: Iterable[str]) -> dict[str, str]:
+    """``--set name=value`` flags to the ``overrides`` mapping :func:`load_config` takes."""
+    overrides: dict[str, str] = {}
+    errors: list[str] = []
+    for flag in flags:
+        name, sep, value = flag.partition("=")
+        if not sep or not name.strip():
+            errors.append(f"--set {flag!r}: expected <property>=<value>")
+        else:
+            overrides[name.strip()] = value
+    if errors:
+        raise ConfigError(errors)
+    return overrides
+
+
+# --- validation ----------------------------------------------------------------------------
+
+# A rule yields (property, problem) pairs; the problem text follows "<property>: ".
+Rule = Callable[[ServiceConfiguration], Iterator[tuple[str, str]]]
+
+_PORTS = ("grpcServicePort", "grpcServicePortTls", "webServicePort", "webServicePortTls")
+
+
+def _check_ports_in_range(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    for name in _PORTS:
+        port = getattr(config, name)
+        if port is not None and not 0 <= port <= 65535:
+            yield name, f"{port} is not a port number (0..65535)"
+
+
+def _check_ports_distinct(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    """Two listeners on one fixed port fail at bind time with a less helpful message."""
+    seen: dict[int, str] = {}
+    for name in _PORTS:
+        port = getattr(config, name)
+        if port:  # 0 asks for an ephemeral port: never a clash
+            if port in seen:
+                yield name, f"{port} is already used by {seen[port]}"
+            seen.setdefault(port, name)
+
+
+def _check_grpc_listener(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    if "grpc" in config.messagingProtocols and (
+        config.grpcServicePort is None and config.grpcServicePortTls is None
+    ):
+        yield "grpcServicePort", "None disables gRPC, but messagingProtocols includes grpc"
+
+
+_AT_LEAST: dict[str, int] = {
+    "maxMessageSize": 1,
+    "defaultNumPartitions": 1,
+    "defaultNumberOfNamespaceBundles": 1,
+    "managedLedgerMaxEntriesPerLedger": 1,
+    "managedLedgerMaxSizePerLedgerMbytes": 1,
+    "managedLedgerCacheSizeMB": 0,
+    "dispatcherMaxReadBatchSize": 1,
+    "maxUnackedMessagesPerConsumer": 0,
+    "maxUnackedMessagesPerSubscription": 0,
+    "brokerShutdownTimeoutMs": 0,
+    "defaultRetentionTimeInMinutes": -1,
+    "defaultRetentionSizeInMB": -1,
+}
+
+
+def _check_minimums(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    for name, minimum in _AT_LEAST.items():
+        value = getattr(config, name)
+        if value < minimum:
+            yield name, f"{value} is less than the minimum {minimum}"
+
+
+def _check_not_empty(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    for name in ("clusterName", "bindAddress", "dataDirectory", "messagingProtocols"):
+        if not getattr(config, name):
+            yield name, "must not be empty"
+
+
+def _check_tls_files(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    tls_ports = [
+        p for p in ("grpcServicePortTls", "webServicePortTls") if getattr(config, p) is not None
+    ]
+    if tls_ports:
+        for name in ("tlsCertificateFilePath", "tlsKeyFilePath"):
+            if not getattr(config, name):
+                yield name, f"required when {' and '.join(tls_ports)} is set"
+    if config.tlsRequireTrustedClientCertOnConnect and not config.tlsTrustCertsFilePath:
+        yield "tlsTrustCertsFilePath", "required when tlsRequireTrustedClientCertOnConnect=true"
+
+
+# Small rules, one concern each; a new one is appended here.
+RULES: list[Rule] = [
+    _check_ports_in_range,
+    _check_ports_distinct,
+    _check_grpc_listener,
+    _check_minimums,
+    _check_not_empty,
+    _check_tls_files,
+]
+
+
+def validate(
+    config: ServiceConfiguration,
+    sources: Mapping[str, str] | None = None,
+    skip: Iterable[str] = (),
+) -> list[str]:
+    """All problems of ``config``; each line names where the property was set, if known.
+
+    ``skip`` names properties already reported as unparsable, whose default stands in for the
+    value and would only yield confusing follow-up problems.
+    """
+    sources = sources or {}
+    skipped = set(skip)
+    problems = []
+    for rule in RULES:
+        for name, problem in rule(config):
+            if name in skipped:
+                continue
+            where = sources.get(name)
+            problems.append(f"{where}: {name}: {problem}" if where else f"{name}: {problem}")
+    return problems
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def load_config(
+    path: Path | None, env: Mapping[str, str], overrides: Mapping[str, str]
+) -> ServiceConfiguration:
+    """Defaults, then ``path``, then ``PULSAR_PREFIX_*`` in ``env``, then ``overrides``.
+
+    Raises :class:`ConfigError` listing every problem: unreadable or malformed lines, unknown
+    properties, values of the wrong type, and failed validation rules.
+    """
+    settings: list[_Setting] = []
+    errors: list[str] = []
+    if path is not None:
+        settings, errors = _file_settings(path)
+    settings += _env_settings(env) + _override_settings(overrides)
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    unparsable: set[str] = set()
+    for setting in settings:
+        if setting.name not in _TYPES:
+            errors.append(
+                f"{setting.source}: unknown property {setting.name!r}{_suggest(setting.name)}"
+            )
+            continue
+        try:
+            values[setting.name] = parse_value(setting.name, setting.raw)
+        except _BadValue as e:
+            errors.append(f"{setting.source}: {setting.name}: {setting.raw.strip()!r} {e}")
+            unparsable.add(setting.name)
+            values.pop(setting.name, None)
+            continue
+        unparsable.discard(setting.name)
+        sources[setting.name] = setting.source
+
+    config = ServiceConfiguration(**values)
+    errors += validate(config, sources, skip=unparsable)
+    if errors:
+        raise ConfigError(errors)
+    return config

@@ -1,0 +1,124 @@
+"""Broker exceptions, each carrying Pulsar's ServerError code.
+
+The tree::
+
+    BrokerError                       (UnknownError)
+    ├── InvalidArgumentError          bad parameters                 -> INVALID_ARGUMENT
+    │   └── InvalidTopicNameError     (InvalidTopicName)             -> INVALID_ARGUMENT
+    ├── NotFoundError                                                -> NOT_FOUND
+    │   ├── TopicNotFoundError        (TopicNotFound)
+    │   └── SubscriptionNotFoundError (SubscriptionNotFound)
+    ├── PreconditionError                                            -> FAILED_PRECONDITION
+    │   ├── ProducerBusyError         (ProducerBusy)
+    │   ├── ConsumerBusyError         (ConsumerBusy)
+    │   └── NotAllowedError           (NotAllowedError)
+    ├── TooLargeError                 (NotAllowedError)              -> RESOURCE_EXHAUSTED
+    ├── AuthenticationError           (AuthenticationError)          -> UNAUTHENTICATED
+    ├── AuthorizationError            (AuthorizationError)           -> PERMISSION_DENIED
+    ├── ServiceNotReadyError          (ServiceNotReady)              -> UNAVAILABLE
+    ├── PersistenceError              (PersistenceError)             -> INTERNAL
+    └── MetadataError                 (MetadataError)                -> INTERNAL
+
+The broker knows nothing about gRPC: a protocol handler maps these classes to its own status
+codes in one table (for gRPC: handler/errors.py).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ServerError(IntEnum):
+    """Pulsar's ServerError codes (PulsarApi.proto); the numbers are part of the wire contract."""
+
+    UnknownError = 0
+    MetadataError = 1
+    PersistenceError = 2
+    AuthenticationError = 3
+    AuthorizationError = 4
+    ConsumerBusy = 5
+    ServiceNotReady = 6
+    ProducerBlockedQuotaExceededError = 7
+    ProducerBlockedQuotaExceededException = 8
+    ChecksumError = 9
+    UnsupportedVersionError = 10
+    TopicNotFound = 11
+    SubscriptionNotFound = 12
+    ConsumerNotFound = 13
+    TooManyRequests = 14
+    TopicTerminatedError = 15
+    ProducerBusy = 16
+    InvalidTopicName = 17
+    IncompatibleSchema = 18
+    ConsumerAssignError = 19
+    NotAllowedError = 22
+
+
+class BrokerError(Exception):
+    """Base of every error the broker reports to a client."""
+
+    code: ServerError = ServerError.UnknownError
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgumentError(BrokerError):
+    code = ServerError.UnknownError
+
+
+class InvalidTopicNameError(InvalidArgumentError):
+    code = ServerError.InvalidTopicName
+
+
+class NotFoundError(BrokerError):
+    code = ServerError.UnknownError
+
+
+class TopicNotFoundError(NotFoundError):
+    code = ServerError.TopicNotFound
+
+
+class SubscriptionNotFoundError(NotFoundError):
+    code = ServerError.SubscriptionNotFound
+
+
+class PreconditionError(BrokerError):
+    code = ServerError.NotAllowedError
+
+
+class ProducerBusyError(PreconditionError):
+    code = ServerError.ProducerBusy
+
+
+class ConsumerBusyError(PreconditionError):
+    code = ServerError.ConsumerBusy
+
+
+class NotAllowedError(PreconditionError):
+    code = ServerError.NotAllowedError
+
+
+class TooLargeError(BrokerError):
+    code = ServerError.NotAllowedError
+
+
+class AuthenticationError(BrokerError):
+    code = ServerError.AuthenticationError
+
+
+class AuthorizationError(BrokerError):
+    code = ServerError.AuthorizationError
+
+
+class ServiceNotReadyError(BrokerError):
+    code = ServerError.ServiceNotReady
+
+
+class PersistenceError(BrokerError):
+    code = ServerError.PersistenceError
+
+
+class MetadataError(BrokerError):
+    code = ServerError.MetadataError

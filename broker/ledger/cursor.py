@@ -1,0 +1,291 @@
+"""ManagedCursor: a subscription's position in a managed ledger (Pulsar's ManagedCursor).
+
+State: the mark-delete position (everything <= it is acked), the individually deleted
+positions above it, batch indexes acked inside not-fully-acked entries, and properties. The
+read position is not persisted: after a restart reading resumes after mark-delete, so unacked
+entries are redelivered (at-least-once, as in Pulsar).
+
+Persistence is coalesced: every ack of one loop iteration marks the cursor dirty and they all
+share one state write, which rides in the store's group commit next to entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from broker.errors import InvalidArgumentError, PersistenceError
+from broker.ledger.position import Entry, Position
+from broker.ledger.range_set import PositionRangeSet
+from broker.ledger.store import EntrySpan
+
+if TYPE_CHECKING:
+    from broker.ledger.managed_ledger import ManagedLedger
+
+__all__ = ["ManagedCursor"]
+
+
+class ManagedCursor:
+    """Created by ManagedLedger.open_cursor / new_non_durable_cursor, never directly."""
+
+    def __init__(
+        self, ledger: ManagedLedger, name: str, durable: bool, mark_delete: Position
+    ) -> None:
+        self.name = name
+        self.durable = durable
+        self.mark_delete_position = mark_delete
+        self.individually_deleted = PositionRangeSet()
+        self.batch_deleted: dict[Position, set[int]] = {}
+        self.properties: dict[str, int] = {}
+        self._ledger = ledger
+        self.read_position = ledger.next_position(mark_delete)
+        self._epoch = 0  # bumped by seeks, so an in-flight read does not undo them
+        self._waiters: list[asyncio.Future[None]] = []  # acks waiting for the next state write
+        self._unresolved: set[asyncio.Future[None]] = set()  # acks not yet durable
+        self._flush_scheduled = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"ManagedCursor({self._ledger.name!r}, {self.name!r}, "
+            f"mark_delete={self.mark_delete_position}, read={self.read_position})"
+        )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def has_more_entries(self) -> bool:
+        lac = self._ledger.last_confirmed_entry
+        return lac is not None and self._ledger.normalize(self.read_position) <= lac
+
+    async def read_entries(self, max_entries: int, max_bytes: int | None = None) -> list[Entry]:
+        """Up to max_entries from the read position on, skipping acked ones; [] when caught up.
+
+        Never waits for new entries (use the ledger's entries listener). At least one entry is
+        returned even if it alone exceeds max_bytes. One cursor must not run two reads at once.
+        """
+        ml = self._ledger
+        lac = ml.last_confirmed_entry
+        pos = ml.normalize(self.read_position)
+        if lac is None or pos > lac or max_entries <= 0:
+            return []
+        spans: list[EntrySpan] = []
+        wanted = 0
+        while wanted < max_entries and pos <= lac:
+            last = (
+                lac.entry_id if pos.ledger_id == lac.ledger_id else ml.entries_in(pos.ledger_id) - 1
+            )
+            next_pos = ml.next_position(Position(pos.ledger_id, last))
+            for first, end in self.individually_deleted.gaps(pos.ledger_id, pos.entry_id, last):
+                take = min(end - first + 1, max_entries - wanted)
+                spans.append(EntrySpan(pos.ledger_id, first, first + take - 1))
+                wanted += take
+                if wanted == max_entries:
+                    next_pos = ml.next_position(Position(pos.ledger_id, first + take - 1))
+                    break
+            if next_pos <= pos:
+                break
+            pos = next_pos
+        epoch = self._epoch
+        entries = await ml.read_spans(spans)
+        if max_bytes is not None:
+            total = 0
+            for i, entry in enumerate(entries):
+                total += len(entry.data)
+                if total > max_bytes and i > 0:
+                    pos = entries[i].position
+                    del entries[i:]
+                    break
+        if epoch == self._epoch:
+            self.read_position = pos
+        return [e for e in entries if not self.is_deleted(e.position)]
+
+    async def replay_entries(self, positions: Iterable[Position]) -> list[Entry]:
+        """The given entries (for redelivery) in position order, minus those acked meanwhile."""
+        lac = self._ledger.last_confirmed_entry
+        if lac is None:
+            return []
+        wanted = sorted({p for p in positions if p <= lac and not self.is_deleted(p)})
+        spans: list[EntrySpan] = []
+        for p in wanted:
+            last = spans[-1] if spans else None
+            if last and last.ledger_id == p.ledger_id and last.last_entry + 1 == p.entry_id:
+                spans[-1] = EntrySpan(p.ledger_id, last.first_entry, p.entry_id)
+            else:
+                spans.append(EntrySpan(p.ledger_id, p.entry_id, p.entry_id))
+        entries = await self._ledger.read_spans(spans)
+        return [e for e in entries if not self.is_deleted(e.position)]
+
+    def seek(self, read_position: Position) -> None:
+        """Move only the read position (never at or below mark-delete)."""
+        if read_position <= self.mark_delete_position:
+            read_position = self._ledger.next_position(self.mark_delete_position)
+        self.read_position = read_position
+        self._epoch += 1
+
+    def rewind(self) -> None:
+        """Read again from the first entry after mark-delete (redeliver everything unacked)."""
+        self.seek(self._ledger.next_position(self.mark_delete_position))
+
+    # -- acknowledging -----------------------------------------------------------------------
+
+    def is_deleted(self, position: Position) -> bool:
+        return position <= self.mark_delete_position or position in self.individually_deleted
+
+    def acked_batch_indexes(self, position: Position) -> set[int]:
+        return set(self.batch_deleted.get(position, ()))
+
+    def mark_delete(
+        self, position: Position, properties: dict[str, int] | None = None
+    ) -> asyncio.Future[None]:
+        """Cumulative ack of everything <= position; resolves once the new state is durable."""
+        lac = self._ledger.last_confirmed_entry
+        if lac is None or position > lac:
+            return self._failed(InvalidArgumentError(f"mark-delete {position} beyond {lac}"))
+        if properties is not None:
+            self.properties = dict(properties)
+        if position > self.mark_delete_position:
+            self._move_mark_delete(position)
+        elif properties is None:
+            return self._done()
+        return self._persist()
+
+    def delete(self, positions: Iterable[Position]) -> asyncio.Future[None]:
+        """Individual acks; resolves once the new state is durable."""
+        changed = False
+        for p in positions:
+            if self.is_deleted(p):
+                continue
+            self.individually_deleted.add(p)
+            self.batch_deleted.pop(p, None)
+            changed = True
+        if not changed:
+            return self._done()
+        self._move_mark_delete(self.mark_delete_position)
+        return self._persist()
+
+    def ack_batch_indexes(
+        self, position: Position, indexes: Iterable[int], batch_size: int
+    ) -> asyncio.Future[None]:
+        """Ack messages inside an entry; once all batch_size are acked the entry is deleted."""
+        if self.is_deleted(position):
+            return self._done()
+        acked = self.batch_deleted.setdefault(position, set())
+        acked.update(i for i in indexes if 0 <= i < batch_size)
+        if len(acked) >= batch_size:
+            return self.delete([position])
+        return self._persist()
+
+    def get_number_of_entries_in_backlog(self) -> int:
+        """Unacked entries up to the last confirmed one, O(ledgers + ranges)."""
+        lac = self._ledger.last_confirmed_entry
+        if lac is None or self.mark_delete_position >= lac:
+            return 0
+        total = self._ledger.count_entries(self.mark_delete_position, lac)
+        return total - self.individually_deleted.count_up_to(lac)
+
+    async def reset_cursor(self, position: Position) -> None:
+        """Pulsar's resetCursor (Seek): everything before `position` acked, nothing after."""
+        self.mark_delete_position = Position(position.ledger_id, position.entry_id - 1)
+        self.individually_deleted.clear()
+        self.batch_deleted.clear()
+        self.read_position = self._ledger.normalize(position)
+        self._epoch += 1
+        await self._persist()
+
+    def _move_mark_delete(self, position: Position) -> None:
+        old_ledger = self.mark_delete_position.ledger_id
+        self.individually_deleted.remove_up_to(position)
+        position = self.individually_deleted.advance(position, self._ledger.next_position)
+        self.mark_delete_position = position
+        if self.batch_deleted:
+            for p in [p for p in self.batch_deleted if p <= position]:
+                del self.batch_deleted[p]
+        if self.read_position <= position:
+            self.read_position = self._ledger.next_position(position)
+        if self.durable and position.ledger_id != old_ledger:
+            self._ledger.schedule_trim()
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def encode_state(self) -> bytes:
+        return json.dumps(
+            {
+                "markDelete": str(self.mark_delete_position),
+                "individuallyDeleted": [
+                    [lo.ledger_id, lo.entry_id, hi.entry_id]
+                    for lo, hi in self.individually_deleted.ranges()
+                ],
+                "batchDeleted": {str(p): sorted(i) for p, i in self.batch_deleted.items()},
+                "properties": self.properties,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    def restore_state(self, state: bytes) -> None:
+        doc = json.loads(state)
+        self.mark_delete_position = Position.parse(doc["markDelete"])
+        for ledger_id, first, last in doc["individuallyDeleted"]:
+            self.individually_deleted.add_range(ledger_id, first, last)
+        self.batch_deleted = {Position.parse(p): set(i) for p, i in doc["batchDeleted"].items()}
+        self.properties = {k: int(v) for k, v in doc["properties"].items()}
+        self.read_position = self._ledger.next_position(self.mark_delete_position)
+
+    def close(self) -> None:
+        """Stop persisting (the cursor was deleted or its ledger closed)."""
+        self._closed = True
+
+    async def flush(self) -> None:
+        """Wait until the current state is durable."""
+        if self._unresolved:
+            await asyncio.wait(list(self._unresolved))
+
+    def _persist(self) -> asyncio.Future[None]:
+        if not self.durable:
+            return self._done()
+        if self._closed:
+            return self._failed(PersistenceError(f"cursor {self.name} is closed"))
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        self._unresolved.add(fut)
+        fut.add_done_callback(self._unresolved.discard)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        waiters, self._waiters = self._waiters, []
+        if self._closed:
+            for w in waiters:
+                if not w.done():
+                    w.set_exception(PersistenceError(f"cursor {self.name} is closed"))
+            return
+        key = (self._ledger.name, self.name)
+        committed = self._ledger.store.append((), {key: self.encode_state()})
+
+        def resolve(f: asyncio.Future[None]) -> None:
+            error = f.exception() if not f.cancelled() else PersistenceError("commit cancelled")
+            for w in waiters:
+                if w.done():
+                    continue
+                if error is None:
+                    w.set_result(None)
+                else:
+                    w.set_exception(error)
+
+        committed.add_done_callback(resolve)
+
+    @staticmethod
+    def _done() -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    @staticmethod
+    def _failed(error: Exception) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_exception(error)
+        return fut

@@ -1,0 +1,81 @@
+"""Managed-ledger configuration and the metadata it keeps in the MetadataStore.
+
+Paths are Pulsar's: `/managed-ledgers/<name>` holds the ledger list (JSON here, protobuf in
+Pulsar), `/managed-ledgers/<name>/<cursor>` one node per durable cursor (cursor names are
+URL-encoded, as Pulsar's Codec.encode does, so any subscription name is a single path segment).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+__all__ = [
+    "LedgerInfo",
+    "ManagedLedgerConfig",
+    "cursor_name_from_node",
+    "cursor_path",
+    "decode_ledgers",
+    "encode_ledgers",
+    "ledger_path",
+]
+
+ROOT = "/managed-ledgers"
+
+
+@dataclass(slots=True)
+class ManagedLedgerConfig:
+    """Per managed ledger settings, named after Pulsar's broker.conf properties."""
+
+    max_entries_per_ledger: int = 50000  # managedLedgerMaxEntriesPerLedger
+    max_size_per_ledger_bytes: int = 2048 * 1024 * 1024  # managedLedgerMaxSizePerLedgerMbytes
+    retention_time_minutes: int = 0  # defaultRetentionTimeInMinutes, -1 = infinite
+    retention_size_mb: int = 0  # defaultRetentionSizeInMB, -1 = infinite
+
+
+@dataclass(slots=True)
+class LedgerInfo:
+    """One ledger of a managed ledger: durable entry count, bytes, close time (ms, 0 = open)."""
+
+    ledger_id: int
+    entries: int = 0
+    size: int = 0
+    timestamp: int = 0
+
+
+def ledger_path(name: str) -> str:
+    return f"{ROOT}/{name}"
+
+
+def cursor_path(name: str, cursor: str) -> str:
+    return f"{ROOT}/{name}/{quote(cursor, safe='')}"
+
+
+def cursor_name_from_node(node: str) -> str:
+    return unquote(node)
+
+
+def encode_ledgers(ledgers: list[LedgerInfo]) -> bytes:
+    return json.dumps(
+        {
+            "ledgers": [
+                {
+                    "ledgerId": i.ledger_id,
+                    "entries": i.entries,
+                    "size": i.size,
+                    "timestamp": i.timestamp,
+                }
+                for i in ledgers
+            ]
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_ledgers(value: bytes) -> list[LedgerInfo]:
+    doc = json.loads(value)
+    return [
+        LedgerInfo(int(i["ledgerId"]), int(i["entries"]), int(i["size"]), int(i["timestamp"]))
+        for i in doc["ledgers"]
+    ]

@@ -1,0 +1,668 @@
+"""ManagedLedger and its factory: Pulsar's ManagedLedger over a LedgerStore.
+
+A managed ledger is a sequence of ledgers; the current one takes appends until it reaches
+max_entries_per_ledger or max_size_per_ledger_bytes, then it is closed and a new one starts.
+The ledger list lives in the MetadataStore (`/managed-ledgers/<name>`) and is written only at
+open, rollover and trim — never per entry.
+
+Appends: add_entry assigns the position synchronously (call order = position order), the
+appends of one loop iteration go to the store as one write, and the store group-commits
+writes across topics. An entry becomes readable, its future resolves and the entries
+listeners run only once it is committed AND its ledger is registered in the metadata, so a
+crash can never leave a confirmed entry in a ledger the metadata does not know about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, Literal
+
+from broker.errors import NotFoundError, PersistenceError
+from broker.ledger.cache import EntryCache
+from broker.ledger.cursor import ManagedCursor
+from broker.ledger.id_pool import LedgerIdPool
+from broker.ledger.info import (
+    LedgerInfo,
+    ManagedLedgerConfig,
+    cursor_name_from_node,
+    cursor_path,
+    decode_ledgers,
+    encode_ledgers,
+    ledger_path,
+)
+from broker.ledger.position import Entry, Position
+from broker.ledger.store import EntrySpan, EntryWrite, LedgerStore
+from broker.metadata.store import (
+    MetadataNotFoundError,
+    MetadataStore,
+    MetadataStoreError,
+    validate_path,
+)
+
+__all__ = ["ManagedLedger", "ManagedLedgerConfig", "ManagedLedgerFactory"]
+
+log = logging.getLogger(__name__)
+
+InitialPosition = Literal["earliest", "latest"]
+
+_MB = 1024 * 1024
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class _PendingAdd:
+    position: Position
+    data: bytes
+    future: asyncio.Future[Position]
+    committed: bool = False
+
+
+@dataclass(slots=True)
+class _Shared:
+    """What every managed ledger of one factory uses."""
+
+    store: LedgerStore
+    metadata: MetadataStore
+    cache: EntryCache
+    ids: LedgerIdPool
+    on_close: Callable[[ManagedLedger], None]
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+
+class ManagedLedger:
+    """An append-only log of entries with cursors; obtain one from ManagedLedgerFactory.open."""
+
+    def __init__(
+        self,
+        shared: _Shared,
+        name: str,
+        config: ManagedLedgerConfig,
+        ledgers: list[LedgerInfo],
+        metadata_version: int,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.cursors: dict[str, ManagedCursor] = {}
+        self._shared = shared
+        self.store = shared.store
+        self._ledgers = ledgers  # sorted by id; the last one is the current ledger
+        self._by_id = {info.ledger_id: info for info in ledgers}
+        self._metadata_version = metadata_version
+        self._metadata_lock = asyncio.Lock()
+        self._cursor_lock = asyncio.Lock()
+        self._cur_entries = self._ledgers[-1].entries  # assigned (not only durable) in current
+        self._cur_bytes = self._ledgers[-1].size
+        self._pending: deque[_PendingAdd] = deque()
+        self._batch: list[_PendingAdd] = []
+        self._unregistered: set[int] = set()
+        self._needs_rollover = False
+        self._listeners: list[Callable[[], None]] = []
+        self._trim_task: asyncio.Task[None] | None = None
+        self._trim_again = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        self.last_confirmed_entry: Position | None = None
+        for info in ledgers:
+            if info.entries:
+                self.last_confirmed_entry = Position(info.ledger_id, info.entries - 1)
+        self.number_of_entries = sum(i.entries for i in ledgers)
+        self.total_size = sum(i.size for i in ledgers)
+        self.entries_added_counter = 0
+
+    def __repr__(self) -> str:
+        return f"ManagedLedger({self.name!r}, last_confirmed={self.last_confirmed_entry})"
+
+    @property
+    def ledgers(self) -> list[LedgerInfo]:
+        """A copy of the ledger list, oldest first (the last one is being written)."""
+        return [replace(i) for i in self._ledgers]
+
+    @property
+    def current_ledger_id(self) -> int:
+        return self._ledgers[-1].ledger_id
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def add_entry(self, data: bytes) -> asyncio.Future[Position]:
+        """Assign the next position now; the future resolves when the entry is durable."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Position] = loop.create_future()
+        if self._closed:
+            fut.set_exception(PersistenceError(f"managed ledger {self.name} is closed"))
+            return fut
+        if self._needs_rollover:
+            self._rollover()
+        pending = _PendingAdd(Position(self.current_ledger_id, self._cur_entries), data, fut)
+        self._cur_entries += 1
+        self._cur_bytes += len(data)
+        self._pending.append(pending)
+        if not self._batch:
+            loop.call_soon(self._submit_batch)
+        self._batch.append(pending)
+        if (
+            self._cur_entries >= self.config.max_entries_per_ledger
+            or self._cur_bytes >= self.config.max_size_per_ledger_bytes
+        ):
+            self._rollover()
+        return fut
+
+    def add_entries_listener(self, callback: Callable[[], None]) -> None:
+        """callback() runs on the loop after each commit that made entries readable."""
+        self._listeners.append(callback)
+
+    def remove_entries_listener(self, callback: Callable[[], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    def _submit_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
+        writes = [EntryWrite(p.position.ledger_id, p.position.entry_id, p.data) for p in batch]
+        self.store.append(writes).add_done_callback(partial(self._on_committed, batch))
+
+    def _on_committed(self, batch: list[_PendingAdd], f: asyncio.Future[None]) -> None:
+        error = f.exception() if not f.cancelled() else PersistenceError("commit cancelled")
+        if error is not None:
+            self._fail_pending(error)
+            return
+        for p in batch:
+            p.committed = True
+        self._drain()
+
+    def _drain(self) -> None:
+        """Confirm the committed, registered entries at the head of the pending queue."""
+        pending = self._pending
+        cache = self._shared.cache
+        added = False
+        while pending and pending[0].committed:
+            p = pending[0]
+            if p.position.ledger_id in self._unregistered:
+                break
+            pending.popleft()
+            info = self._by_id[p.position.ledger_id]
+            info.entries += 1
+            info.size += len(p.data)
+            self.number_of_entries += 1
+            self.total_size += len(p.data)
+            self.entries_added_counter += 1
+            self.last_confirmed_entry = p.position
+            cache.put(p.position, p.data)
+            if not p.future.done():
+                p.future.set_result(p.position)
+            added = True
+        if added:
+            for callback in list(self._listeners):
+                try:
+                    callback()
+                except Exception:
+                    log.exception("entries listener of %s failed", self.name)
+
+    def _fail_pending(self, error: BaseException) -> None:
+        """Fail every unconfirmed add and move to a new ledger, so no ledger has a gap."""
+        exc = error if isinstance(error, PersistenceError) else PersistenceError(str(error))
+        for p in self._pending:
+            if not p.future.done():
+                p.future.set_exception(exc)
+        self._pending.clear()
+        self._batch.clear()
+        self._needs_rollover = True
+
+    def _rollover(self) -> None:
+        try:
+            new_id = self._shared.ids.take()
+        except PersistenceError:
+            log.warning("%s: no ledger id for rollover yet, retrying on next add", self.name)
+            self._needs_rollover = True
+            return
+        self._needs_rollover = False
+        old = self._ledgers[-1]
+        last_add = self._pending[-1].future if self._pending else None
+        info = LedgerInfo(new_id)
+        self._ledgers.append(info)
+        self._by_id[new_id] = info
+        self._unregistered.add(new_id)
+        self._cur_entries = 0
+        self._cur_bytes = 0
+        self._spawn(self._register_rollover(old, last_add))
+
+    async def _register_rollover(
+        self, old: LedgerInfo, last_add: asyncio.Future[Position] | None
+    ) -> None:
+        # The old ledger's entry count goes into the metadata only once it is final.
+        if last_add is not None:
+            await asyncio.wait([last_add])
+        old.timestamp = _now_ms()
+        try:
+            await self._write_info()
+        except Exception as e:
+            log.exception("%s: cannot register ledger after rollover", self.name)
+            self._fail_pending(e)
+            return
+        self._drain()
+        self.schedule_trim()
+
+    async def _write_info(self) -> None:
+        async with self._metadata_lock:
+            await self._put_info(self._ledgers)
+
+    async def _put_info(self, ledgers: list[LedgerInfo]) -> None:
+        """Write the ledger list (caller holds the metadata lock); CAS on the known version."""
+        registered = {i.ledger_id for i in ledgers}
+        self._metadata_version = await self._shared.metadata.put(
+            ledger_path(self.name), encode_ledgers(ledgers), self._metadata_version
+        )
+        self._unregistered -= registered
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def read_entry(self, position: Position) -> Entry | None:
+        """The durable entry at position, or None."""
+        lac = self.last_confirmed_entry
+        if lac is None or position > lac or position.entry_id < 0:
+            return None
+        entries = await self.read_spans(
+            [EntrySpan(position.ledger_id, position.entry_id, position.entry_id)]
+        )
+        return entries[0] if entries else None
+
+    async def read_spans(self, spans: list[EntrySpan]) -> list[Entry]:
+        """Entries of the spans in order: from the cache, the rest in one store round trip."""
+        cache = self._shared.cache
+        found: dict[Position, bytes] = {}
+        missing: list[EntrySpan] = []
+        for span in spans:
+            run_start: int | None = None
+            for entry_id in range(span.first_entry, span.last_entry + 1):
+                pos = Position(span.ledger_id, entry_id)
+                data = cache.get(pos)
+                if data is not None:
+                    found[pos] = data
+                    if run_start is not None:
+                        missing.append(EntrySpan(span.ledger_id, run_start, entry_id - 1))
+                        run_start = None
+                elif run_start is None:
+                    run_start = entry_id
+            if run_start is not None:
+                missing.append(EntrySpan(span.ledger_id, run_start, span.last_entry))
+        if missing:
+            for ledger_id, entry_id, data in await self.store.read_entries(missing):
+                found[Position(ledger_id, entry_id)] = data
+        out: list[Entry] = []
+        for span in spans:
+            for entry_id in range(span.first_entry, span.last_entry + 1):
+                pos = Position(span.ledger_id, entry_id)
+                data = found.get(pos)
+                if data is not None:
+                    out.append(Entry(pos, data))
+        return out
+
+    async def find_newest_matching(self, predicate: Callable[[bytes], bool]) -> Position | None:
+        """The last entry for which predicate holds, by binary search (O(log n) reads).
+
+        predicate must be monotonic: True for a prefix of the log (e.g. publish_time <= t).
+        Entries trimmed during the search count as matching (they are older).
+        """
+        lac = self.last_confirmed_entry
+        if lac is None:
+            return None
+        segments = [
+            (
+                i.ledger_id,
+                min(i.entries, lac.entry_id + 1) if i.ledger_id == lac.ledger_id else i.entries,
+            )
+            for i in self._ledgers
+            if i.entries and i.ledger_id <= lac.ledger_id
+        ]
+
+        def at(index: int) -> Position:
+            for ledger_id, count in segments:
+                if index < count:
+                    return Position(ledger_id, index)
+                index -= count
+            raise IndexError(index)
+
+        lo, hi = 0, sum(count for _, count in segments) - 1
+        result: Position | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            pos = at(mid)
+            entry = await self.read_entry(pos)
+            if entry is None or predicate(entry.data):
+                result, lo = pos, mid + 1
+            else:
+                hi = mid - 1
+        return result
+
+    # -- position arithmetic (used by cursors) --------------------------------------------
+
+    def entries_in(self, ledger_id: int) -> int:
+        """Durable entries of a ledger (0 if unknown)."""
+        info = self._by_id.get(ledger_id)
+        return info.entries if info is not None else 0
+
+    def _is_open_ended(self, info: LedgerInfo) -> bool:
+        """Whether more entries may still become durable in this ledger."""
+        return info is self._ledgers[-1] or bool(
+            self._pending and self._pending[0].position.ledger_id <= info.ledger_id
+        )
+
+    def normalize(self, position: Position) -> Position:
+        """The position itself if an entry is or will be there, else the next ledger's start."""
+        info = self._by_id.get(position.ledger_id)
+        if info is not None and (position.entry_id < info.entries or self._is_open_ended(info)):
+            return position
+        for info in self._ledgers:
+            if info.ledger_id > position.ledger_id and (info.entries or self._is_open_ended(info)):
+                return Position(info.ledger_id, 0)
+        return position
+
+    def next_position(self, position: Position) -> Position:
+        """The position of the entry after `position`, across ledger boundaries."""
+        return self.normalize(Position(position.ledger_id, position.entry_id + 1))
+
+    def first_position(self) -> Position:
+        return self.normalize(Position(self._ledgers[0].ledger_id, 0))
+
+    def count_entries(self, after: Position, upto: Position) -> int:
+        """Durable entries p with after < p <= upto, O(ledgers)."""
+        total = 0
+        for info in self._ledgers:
+            if info.ledger_id < after.ledger_id or info.ledger_id > upto.ledger_id:
+                continue
+            lo = after.entry_id + 1 if info.ledger_id == after.ledger_id else 0
+            hi = upto.entry_id if info.ledger_id == upto.ledger_id else info.entries - 1
+            hi = min(hi, info.entries - 1)
+            if hi >= lo:
+                total += hi - lo + 1
+        return total
+
+    # -- cursors -----------------------------------------------------------------------------
+
+    async def open_cursor(
+        self, name: str, initial_position: InitialPosition = "latest"
+    ) -> ManagedCursor:
+        """The durable cursor `name`, created at initial_position if it does not exist."""
+        async with self._cursor_lock:
+            cursor = self.cursors.get(name)
+            if cursor is not None:
+                return cursor
+            if initial_position == "earliest":
+                first = self.first_position()
+                mark_delete = Position(first.ledger_id, first.entry_id - 1)
+            else:
+                mark_delete = self.last_confirmed_entry or Position(self.current_ledger_id, -1)
+            cursor = ManagedCursor(self, name, True, mark_delete)
+            node = {"name": name, "markDelete": str(mark_delete), "createdAt": _now_ms()}
+            await self._shared.metadata.put(
+                cursor_path(self.name, name), _json(node), expected_version=None
+            )
+            self.cursors[name] = cursor
+            await cursor._persist()
+            return cursor
+
+    def new_non_durable_cursor(
+        self, start: Position | InitialPosition = "latest", inclusive: bool = True, name: str = ""
+    ) -> ManagedCursor:
+        """A cursor that is never persisted and does not hold back trimming (readers)."""
+        if start == "earliest":
+            first = self.first_position()
+            mark_delete = Position(first.ledger_id, first.entry_id - 1)
+        elif start == "latest":
+            mark_delete = self.last_confirmed_entry or Position(self.current_ledger_id, -1)
+        elif inclusive:
+            mark_delete = Position(start.ledger_id, start.entry_id - 1)
+        else:
+            mark_delete = start
+        return ManagedCursor(self, name or f"reader-{id(self):x}", False, mark_delete)
+
+    async def delete_cursor(self, name: str) -> None:
+        async with self._cursor_lock:
+            cursor = self.cursors.pop(name, None)
+            if cursor is None:
+                raise NotFoundError(f"cursor {name} not found on {self.name}")
+            cursor.close()
+            await self.store.append((), {(self.name, name): None})
+            try:
+                await self._shared.metadata.delete(cursor_path(self.name, name))
+            except MetadataNotFoundError:
+                pass
+        self.schedule_trim()
+
+    async def _recover_cursors(self) -> None:
+        metadata = self._shared.metadata
+        nodes = await metadata.get_children(ledger_path(self.name))
+        states = await self.store.get_cursor_states(self.name)
+        for node in nodes:
+            name = cursor_name_from_node(node)
+            state = states.get(name)
+            cursor = ManagedCursor(self, name, True, self.first_position())
+            if state is not None:
+                cursor.restore_state(state)
+            else:
+                # Created but its first state write did not commit: use the metadata's.
+                got = await metadata.get(cursor_path(self.name, name))
+                if got is None or not got.value:
+                    continue
+                cursor.mark_delete_position = Position.parse(json.loads(got.value)["markDelete"])
+                cursor.read_position = self.next_position(cursor.mark_delete_position)
+            self.cursors[name] = cursor
+
+    # -- trimming ----------------------------------------------------------------------------
+
+    def schedule_trim(self) -> None:
+        """Run trim() in the background, coalescing requests made while one runs."""
+        if self._closed:
+            return
+        if self._trim_task is None or self._trim_task.done():
+            self._trim_task = self._spawn(self._trim_loop())
+        else:
+            self._trim_again = True
+
+    async def _trim_loop(self) -> None:
+        self._trim_again = True
+        while self._trim_again and not self._closed:
+            self._trim_again = False
+            try:
+                await self.trim()
+            except Exception:
+                log.exception("%s: trim failed", self.name)
+
+    async def trim(self) -> None:
+        """Delete the ledgers every durable cursor has consumed, beyond retention."""
+        async with self._metadata_lock:
+            doomed = self._trimmable()
+            if not doomed:
+                return
+            await self._put_info([i for i in self._ledgers if i.ledger_id not in doomed])
+            for ledger_id in doomed:
+                info = self._by_id.pop(ledger_id)
+                self._ledgers.remove(info)
+                self.number_of_entries -= info.entries
+                self.total_size -= info.size
+        for ledger_id in sorted(doomed):
+            await self.store.delete_ledger(ledger_id)
+        self._shared.cache.invalidate(doomed)
+
+    def _trimmable(self) -> set[int]:
+        """Pulsar's internalTrimLedgers: consumed ledgers, oldest first, while retention allows."""
+        slowest = min((c.mark_delete_position for c in self.cursors.values()), default=None)
+        retention_bytes = self.config.retention_size_mb * _MB
+        retention_ms = self.config.retention_time_minutes * 60_000
+        now = _now_ms()
+        doomed: set[int] = set()
+        size_to_delete = 0
+        for info in self._ledgers[:-1]:
+            if info.ledger_id in self._unregistered or self._is_open_ended(info):
+                break
+            consumed = slowest is None or slowest >= Position(info.ledger_id, info.entries - 1)
+            if not consumed:
+                break
+            size_to_delete += info.size
+            over_size = (
+                self.config.retention_size_mb >= 0
+                and self.total_size - size_to_delete >= retention_bytes
+            )
+            expired = (
+                self.config.retention_time_minutes >= 0 and now - info.timestamp > retention_ms
+            )
+            if not (over_size or expired):
+                break
+            doomed.add(info.ledger_id)
+        return doomed
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self) -> None:
+        """Wait for appends and acks in flight, then detach from the factory."""
+        if self._closed:
+            return
+        self._closed = True
+        self._submit_batch()
+        if self._pending:
+            await asyncio.wait([p.future for p in self._pending])
+        for cursor in self.cursors.values():
+            await cursor.flush()
+            cursor.close()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks))
+        self._shared.on_close(self)
+
+
+def _json(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+class ManagedLedgerFactory:
+    """Opens managed ledgers (one instance per name) over a store and a metadata store.
+
+    The factory does not own the store or the metadata store: whoever created them closes them
+    after the factory. `cache_size_bytes` is the broker-wide entry cache budget
+    (managedLedgerCacheSizeMB).
+    """
+
+    def __init__(
+        self,
+        store: LedgerStore,
+        metadata: MetadataStore,
+        config: ManagedLedgerConfig | None = None,
+        cache_size_bytes: int = 64 * _MB,
+    ) -> None:
+        self.config = config or ManagedLedgerConfig()
+        self._shared = _Shared(
+            store, metadata, EntryCache(cache_size_bytes), LedgerIdPool(store), self._forget
+        )
+        self._ledgers: dict[str, ManagedLedger] = {}
+        self._opening: dict[str, asyncio.Task[ManagedLedger]] = {}
+
+    @property
+    def cache(self) -> EntryCache:
+        return self._shared.cache
+
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
+        """The managed ledger `name` ("tenant/ns/persistent/topic"), created if absent."""
+        ml = self._ledgers.get(name)
+        if ml is not None:
+            return ml
+        task = self._opening.get(name)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(
+                self._open(name, config or replace(self.config))
+            )
+            self._opening[name] = task
+            task.add_done_callback(lambda _: self._opening.pop(name, None))
+        return await asyncio.shield(task)
+
+    async def _open(self, name: str, config: ManagedLedgerConfig) -> ManagedLedger:
+        path = ledger_path(name)
+        validate_path(path)
+        metadata, store = self._shared.metadata, self._shared.store
+        got = await metadata.get(path)
+        ledgers = decode_ledgers(got.value) if got is not None and got.value else []
+        version = got.version if got is not None else -1
+        if ledgers:
+            # The last ledger was open when the ledger stopped: its true size is in the store.
+            last = ledgers[-1]
+            stats = await store.ledger_stats(last.ledger_id)
+            last.entries, last.size, last.timestamp = stats.entries, stats.size, _now_ms()
+            if last.entries == 0:
+                ledgers.pop()
+        await self._shared.ids.ensure()
+        ledgers.append(LedgerInfo(self._shared.ids.take()))
+        try:
+            version = await metadata.put(path, encode_ledgers(ledgers), version)
+        except MetadataStoreError as e:
+            raise PersistenceError(f"cannot open managed ledger {name}: {e}") from e
+        ml = ManagedLedger(self._shared, name, config, ledgers, version)
+        await ml._recover_cursors()
+        self._ledgers[name] = ml
+        return ml
+
+    async def exists(self, name: str) -> bool:
+        got = await self._shared.metadata.get(ledger_path(name))
+        return got is not None and bool(got.value)
+
+    async def delete(self, name: str) -> None:
+        """Delete the managed ledger, its cursors and its metadata (absent is fine)."""
+        ml = self._ledgers.get(name)
+        if ml is not None:
+            await ml.close()
+        metadata, store = self._shared.metadata, self._shared.store
+        path = ledger_path(name)
+        got = await metadata.get(path)
+        if got is None:
+            return
+        ledgers = decode_ledgers(got.value) if got.value else []
+        nodes = await metadata.get_children(path)
+        cursor_names = {cursor_name_from_node(n) for n in nodes}
+        cursor_names |= set(await store.get_cursor_states(name))
+        if cursor_names:
+            await store.append((), {(name, c): None for c in cursor_names})
+        for node in nodes:
+            await metadata.delete_recursive(f"{path}/{node}")
+        await metadata.delete(path)
+        for info in ledgers:
+            await store.delete_ledger(info.ledger_id)
+        self._shared.cache.invalidate({i.ledger_id for i in ledgers})
+
+    async def list_names(self, prefix: str = "") -> list[str]:
+        """Names of the managed ledgers at or under the path prefix ("public/default")."""
+        metadata = self._shared.metadata
+        root = ledger_path(prefix.strip("/")) if prefix.strip("/") else "/managed-ledgers"
+        names: list[str] = []
+        todo = [root]
+        while todo:
+            path = todo.pop()
+            got = await metadata.get(path)
+            if got is None:
+                continue
+            if got.value:
+                names.append(path[len("/managed-ledgers/") :])
+                continue
+            todo.extend(f"{path}/{child}" for child in await metadata.get_children(path))
+        return sorted(names)
+
+    def _forget(self, ml: ManagedLedger) -> None:
+        if self._ledgers.get(ml.name) is ml:
+            del self._ledgers[ml.name]
+
+    async def close(self) -> None:
+        """Close every open managed ledger (not the stores)."""
+        for ml in list(self._ledgers.values()):
+            await ml.close()

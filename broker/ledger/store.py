@@ -1,0 +1,87 @@
+"""LedgerStore: the durable bytes under managed ledgers.
+
+Kept deliberately small so that a PostgreSQL implementation (shared by the brokers of a
+cluster) can sit behind it. Everything above it — ledger lists, rollover, cursors, caching —
+lives in the managed-ledger layer; the store only knows entries by (ledger id, entry id),
+cursor state blobs by (managed-ledger name, cursor name), and a ledger-id counter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["CursorKey", "EntrySpan", "EntryWrite", "LedgerStats", "LedgerStore"]
+
+CursorKey = tuple[str, str]
+"""(managed-ledger name, cursor name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EntryWrite:
+    ledger_id: int
+    entry_id: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EntrySpan:
+    """Entries first_entry..last_entry (inclusive) of one ledger."""
+
+    ledger_id: int
+    first_entry: int
+    last_entry: int
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStats:
+    """What the store holds for a ledger: entries = last entry id + 1, size in bytes."""
+
+    entries: int
+    size: int
+
+
+class LedgerStore(ABC):
+    """Durable storage of entries and cursor states."""
+
+    @abstractmethod
+    def append(
+        self,
+        entries: Sequence[EntryWrite],
+        cursor_states: Mapping[CursorKey, bytes | None] | None = None,
+    ) -> asyncio.Future[None]:
+        """Queue entries and cursor states (None deletes a state) for ONE atomic commit.
+
+        A synchronous call, so callers control ordering: writes are committed in call order,
+        and calls that arrive while a commit is in flight are grouped into the next one (group
+        commit). The future resolves once durable, or fails with PersistenceError.
+        """
+
+    @abstractmethod
+    async def read_entries(self, spans: Sequence[EntrySpan]) -> list[tuple[int, int, bytes]]:
+        """(ledger id, entry id, data) of the stored entries in the spans, in span order.
+
+        Several spans cost one round trip, so a reader skipping acked entries stays cheap.
+        """
+
+    @abstractmethod
+    async def ledger_stats(self, ledger_id: int) -> LedgerStats:
+        """Recovery of a ledger that was open when the broker stopped."""
+
+    @abstractmethod
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Delete all entries of a ledger (idempotent)."""
+
+    @abstractmethod
+    async def allocate_ledger_ids(self, count: int) -> int:
+        """Durably reserve `count` consecutive, never reused ledger ids; returns the first."""
+
+    @abstractmethod
+    async def get_cursor_states(self, ledger_name: str) -> dict[str, bytes]:
+        """Cursor name -> last committed state, for one managed ledger."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Commit what is queued, then release resources."""

@@ -1,0 +1,187 @@
+"""EmbeddedMetadataStore: the `standalone` metadata store, persisted in SQLite.
+
+Every put is its own committed transaction in WAL mode with synchronous=FULL: metadata writes
+are rare (ledger rollover, cursor creation, policies) so paying a full sync for each is cheap
+and makes them survive power loss as well as kill -9. All SQLite calls run in one dedicated
+worker thread holding the only connection, so the event loop never blocks on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from broker.metadata.store import (
+    BadVersionError,
+    GetResult,
+    MetadataNotFoundError,
+    MetadataStore,
+    MetadataStoreError,
+    parent_of,
+    validate_path,
+)
+
+__all__ = ["EmbeddedMetadataStore"]
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS nodes (
+    path    TEXT PRIMARY KEY,
+    parent  TEXT NOT NULL,
+    value   BLOB NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS nodes_parent ON nodes(parent);
+"""
+
+
+class EmbeddedMetadataStore(MetadataStore):
+    """MetadataStore in `<data_dir>/metadata.db` (the directory is created if missing)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self._path = Path(data_dir) / "metadata.db"
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metadata-sqlite")
+        # The open is the worker's first job, so every later job finds the connection ready;
+        # an open failure surfaces on the first operation.
+        self._conn = self._executor.submit(self._open)
+        self._closed = False
+
+    def _open(self) -> sqlite3.Connection:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.executescript(_SCHEMA)
+        return conn
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise MetadataStoreError("metadata store is closed")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, lambda: fn(self._conn.result())
+            )
+        except MetadataStoreError:
+            raise
+        except (sqlite3.Error, OSError) as e:
+            raise MetadataStoreError(f"metadata store failure: {e}") from e
+
+    async def get(self, path: str) -> GetResult | None:
+        validate_path(path)
+
+        def op(conn: sqlite3.Connection) -> GetResult | None:
+            row = conn.execute("SELECT value, version FROM nodes WHERE path=?", (path,)).fetchone()
+            return None if row is None else GetResult(bytes(row[0]), row[1])
+
+        return await self._run(op)
+
+    async def put(self, path: str, value: bytes, expected_version: int | None = None) -> int:
+        validate_path(path)
+        if path == "/":
+            raise MetadataStoreError("cannot write the root node")
+        data = bytes(value)
+
+        def op(conn: sqlite3.Connection) -> int:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = _put_locked(conn, path, data, expected_version)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return version
+
+        return await self._run(op)
+
+    async def delete(self, path: str, expected_version: int | None = None) -> None:
+        validate_path(path)
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                _delete_locked(conn, path, expected_version)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        await self._run(op)
+
+    async def get_children(self, path: str) -> list[str]:
+        validate_path(path)
+        prefix = "/" if path == "/" else path + "/"
+
+        def op(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute("SELECT path FROM nodes WHERE parent=?", (path,)).fetchall()
+            return sorted(row[0][len(prefix) :] for row in rows)
+
+        return await self._run(op)
+
+    async def exists(self, path: str) -> bool:
+        validate_path(path)
+        if path == "/":
+            return True
+
+        def op(conn: sqlite3.Connection) -> bool:
+            return conn.execute("SELECT 1 FROM nodes WHERE path=?", (path,)).fetchone() is not None
+
+        return await self._run(op)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            await self._run(lambda conn: conn.close())
+        finally:
+            self._closed = True
+            self._executor.shutdown(wait=False)
+
+
+def _put_locked(
+    conn: sqlite3.Connection, path: str, value: bytes, expected_version: int | None
+) -> int:
+    row = conn.execute("SELECT version FROM nodes WHERE path=?", (path,)).fetchone()
+    if row is None:
+        if expected_version is not None and expected_version != -1:
+            raise BadVersionError(f"{path} does not exist (expected version {expected_version})")
+        _create_parents(conn, parent_of(path))
+        conn.execute(
+            "INSERT INTO nodes(path, parent, value, version) VALUES (?, ?, ?, 0)",
+            (path, parent_of(path), value),
+        )
+        return 0
+    current: int = row[0]
+    if expected_version is not None and expected_version != current:
+        raise BadVersionError(f"{path} is at version {current}, expected {expected_version}")
+    conn.execute("UPDATE nodes SET value=?, version=? WHERE path=?", (value, current + 1, path))
+    return current + 1
+
+
+def _create_parents(conn: sqlite3.Connection, path: str) -> None:
+    missing: list[str] = []
+    while path != "/":
+        if conn.execute("SELECT 1 FROM nodes WHERE path=?", (path,)).fetchone() is not None:
+            break
+        missing.append(path)
+        path = parent_of(path)
+    for p in reversed(missing):
+        conn.execute(
+            "INSERT INTO nodes(path, parent, value, version) VALUES (?, ?, x'', 0)",
+            (p, parent_of(p)),
+        )
+
+
+def _delete_locked(conn: sqlite3.Connection, path: str, expected_version: int | None) -> None:
+    row = conn.execute("SELECT version FROM nodes WHERE path=?", (path,)).fetchone()
+    if row is None:
+        raise MetadataNotFoundError(f"{path} does not exist")
+    if expected_version is not None and expected_version != row[0]:
+        raise BadVersionError(f"{path} is at version {row[0]}, expected {expected_version}")
+    if conn.execute("SELECT 1 FROM nodes WHERE parent=? LIMIT 1", (path,)).fetchone():
+        raise MetadataStoreError(f"{path} has children")
+    conn.execute("DELETE FROM nodes WHERE path=?", (path,))

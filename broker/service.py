@@ -1,0 +1,263 @@
+"""The broker service: lifecycle, the topic registry, namespaces and partitioned metadata.
+
+Start-up order: metadata store, ledger storage, built-in namespace, web service, protocol
+handlers (last, so nothing reaches a half-built broker). Shutdown runs the other way round:
+handlers stop accepting and end their streams, then topics close, then storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+from broker.config import ServiceConfiguration
+from broker.errors import (
+    InvalidArgumentError,
+    NotAllowedError,
+    NotFoundError,
+    TopicNotFoundError,
+)
+from broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from broker.ledger.sqlite_store import SqliteLedgerStore
+from broker.metadata import EmbeddedMetadataStore, MetadataStore
+from broker.naming import NamespaceName, TopicName
+from broker.protocol import ProtocolHandler, load_protocol_handlers
+from broker.topics import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+POLICIES_ROOT = "/admin/policies"
+PARTITIONED_ROOT = "/admin/partitioned-topics"
+
+
+class BrokerService:
+    """One broker. ``async with BrokerService(config) as broker:`` starts and stops it."""
+
+    def __init__(self, config: ServiceConfiguration) -> None:
+        self.config = config
+        self.handlers: list[ProtocolHandler] = load_protocol_handlers(config)
+        self.metadata: MetadataStore | None = None
+        self._store: SqliteLedgerStore | None = None
+        self._ledgers: ManagedLedgerFactory | None = None
+        self.topics: dict[str, asyncio.Future[PersistentTopic]] = {}
+        self.web: object | None = None
+        self._closing = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        data_dir = Path(self.config.dataDirectory)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.metadata = EmbeddedMetadataStore(data_dir)
+        self._store = SqliteLedgerStore(data_dir, sync=self.config.journalSyncData)
+        self._ledgers = ManagedLedgerFactory(
+            self._store,
+            self.metadata,
+            ManagedLedgerConfig(
+                max_entries_per_ledger=self.config.managedLedgerMaxEntriesPerLedger,
+                max_size_per_ledger_bytes=self.config.managedLedgerMaxSizePerLedgerMbytes
+                * 1024
+                * 1024,
+                retention_time_minutes=self.config.defaultRetentionTimeInMinutes,
+                retention_size_mb=self.config.defaultRetentionSizeInMB,
+            ),
+            cache_size_bytes=self.config.managedLedgerCacheSizeMB * 1024 * 1024,
+        )
+        await self._ensure_namespace(NamespaceName.get("public/default"))
+        if self.config.webServicePort is not None:
+            from broker.web import WebService
+
+            web = WebService(self)
+            await web.start()
+            self.web = web
+        for handler in self.handlers:
+            await handler.start(self)
+        log.info("broker started: %s", ", ".join(h.protocol_data_to_advertise() for h in self.handlers))
+
+    async def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        for handler in self.handlers:
+            await handler.close()
+        if self.web is not None:
+            await self.web.close()  # type: ignore[attr-defined]
+        for future in list(self.topics.values()):
+            if future.done() and not future.exception():
+                await future.result().close()
+        self.topics.clear()
+        if self._ledgers is not None:
+            await self._ledgers.close()
+        if self._store is not None:
+            await self._store.close()
+        if self.metadata is not None:
+            await self.metadata.close()
+
+    async def __aenter__(self) -> BrokerService:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def ledgers(self) -> ManagedLedgerFactory:
+        assert self._ledgers is not None, "broker not started"
+        return self._ledgers
+
+    @property
+    def store(self) -> MetadataStore:
+        assert self.metadata is not None, "broker not started"
+        return self.metadata
+
+    # ------------------------------------------------------------ tenants and namespaces
+
+    async def _ensure_namespace(self, ns: NamespaceName) -> None:
+        tenant_path = f"{POLICIES_ROOT}/{ns.tenant}"
+        if not await self.store.exists(tenant_path):
+            await self.store.put(tenant_path, json.dumps({"allowedClusters": []}).encode())
+        await self.create_namespace(ns, exist_ok=True)
+
+    async def create_tenant(self, tenant: str) -> None:
+        NamespaceName.get(f"{tenant}/x")  # validates the tenant part
+        await self.store.put(f"{POLICIES_ROOT}/{tenant}", json.dumps({}).encode(), -1)
+
+    async def create_namespace(self, ns: NamespaceName, exist_ok: bool = False) -> None:
+        if not await self.store.exists(f"{POLICIES_ROOT}/{ns.tenant}"):
+            raise NotFoundError(f"tenant {ns.tenant} does not exist")
+        path = f"{POLICIES_ROOT}/{ns}"
+        if await self.store.exists(path):
+            if exist_ok:
+                return
+            raise NotAllowedError(f"namespace {ns} already exists")
+        policies = {"bundles": {"numBundles": self.config.defaultNumberOfNamespaceBundles}}
+        await self.store.put(path, json.dumps(policies).encode())
+
+    async def list_namespaces(self, tenant: str) -> list[str]:
+        return [f"{tenant}/{n}" for n in await self.store.get_children(f"{POLICIES_ROOT}/{tenant}")]
+
+    async def _check_namespace(self, ns: NamespaceName) -> None:
+        if not await self.store.exists(f"{POLICIES_ROOT}/{ns}"):
+            raise TopicNotFoundError(f"namespace {ns} does not exist")
+
+    # ------------------------------------------------------------ partitioned topics
+
+    def _partitioned_path(self, topic: TopicName) -> str:
+        return f"{PARTITIONED_ROOT}/{topic.persistence_naming_encoding}"
+
+    async def get_partitioned_metadata(self, name: str, auto_create: bool = True) -> int:
+        """Partitions of a topic (0 = not partitioned); like Pulsar, this may auto-create a
+        partitioned topic when allowAutoTopicCreationType is ``partitioned``."""
+        topic = TopicName.get(name)
+        if topic.is_partitioned:
+            return 0
+        found = await self.store.get(self._partitioned_path(topic))
+        if found is not None:
+            return int(json.loads(found.value)["partitions"])
+        if (
+            auto_create
+            and self.config.allowAutoTopicCreation
+            and self.config.allowAutoTopicCreationType == "partitioned"
+            and not await self.ledgers.exists(topic.persistence_naming_encoding)
+        ):
+            await self.create_partitioned_topic(name, self.config.defaultNumPartitions)
+            return self.config.defaultNumPartitions
+        return 0
+
+    async def create_partitioned_topic(self, name: str, partitions: int) -> None:
+        topic = TopicName.get(name)
+        if partitions < 1:
+            raise InvalidArgumentError(f"number of partitions must be at least 1, got {partitions}")
+        if topic.is_partitioned:
+            raise InvalidArgumentError(
+                f"{topic} is a partition name; a partitioned topic's name has no -partition- suffix"
+            )
+        await self._check_namespace(topic.namespace)
+        if await self.ledgers.exists(topic.persistence_naming_encoding):
+            raise NotAllowedError(f"a non-partitioned topic {topic} already exists")
+        path = self._partitioned_path(topic)
+        if await self.store.exists(path):
+            raise NotAllowedError(f"partitioned topic {topic} already exists")
+        await self.store.put(path, json.dumps({"partitions": partitions}).encode())
+
+    # ------------------------------------------------------------ topics
+
+    async def get_topic(self, name: str | TopicName, create: bool = True) -> PersistentTopic:
+        """The loaded topic, loading (and, when allowed, creating) it first."""
+        if self._closing:
+            raise NotAllowedError("broker is shutting down")
+        topic_name = name if isinstance(name, TopicName) else TopicName.get(name)
+        key = topic_name.full_name
+        future = self.topics.get(key)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self.topics[key] = future
+            try:
+                future.set_result(await self._load_topic(topic_name, create))
+            except BaseException as exc:
+                del self.topics[key]
+                future.set_exception(exc)
+                future.exception()  # retrieved: the caller below re-raises it
+                raise
+        return await asyncio.shield(future)
+
+    async def _load_topic(self, topic: TopicName, create: bool) -> PersistentTopic:
+        if topic.domain.value != "persistent":
+            raise NotAllowedError(f"{topic}: only persistent topics are supported")
+        await self._check_namespace(topic.namespace)
+        ledger_name = topic.persistence_naming_encoding
+        if topic.is_partitioned:
+            base = TopicName.get(topic.partitioned_topic_name)
+            partitions = await self.get_partitioned_metadata(str(base), auto_create=False)
+            if partitions and topic.partition_index >= partitions:
+                raise TopicNotFoundError(
+                    f"{topic}: partitioned topic {base} has only {partitions} partitions"
+                )
+            known = partitions > 0
+        else:
+            partitions = await self.get_partitioned_metadata(str(topic), auto_create=False)
+            if partitions:
+                raise NotAllowedError(
+                    f"{topic} is a partitioned topic with {partitions} partitions: "
+                    f"use {topic}-partition-<0..{partitions - 1}>"
+                )
+            known = False
+        if not known and not await self.ledgers.exists(ledger_name):
+            if not (create and self.config.allowAutoTopicCreation):
+                raise TopicNotFoundError(f"topic {topic} does not exist")
+        ledger = await self.ledgers.open(ledger_name)
+        return await PersistentTopic.load(self, topic, ledger)
+
+    async def list_topics(self, namespace: str) -> list[str]:
+        ns = NamespaceName.get(namespace)
+        await self._check_namespace(ns)
+        prefix = f"{ns}/persistent/"
+        names = [
+            TopicName.get(f"persistent://{ns}/{_url_decode(n[len(prefix):])}").full_name
+            for n in await self.ledgers.list_names(prefix)
+        ]
+        partitioned = await self.store.get_children(f"{PARTITIONED_ROOT}/{ns}/persistent")
+        names += [f"persistent://{ns}/{_url_decode(n)}" for n in partitioned]
+        return sorted(set(names))
+
+    async def delete_topic(self, name: str) -> None:
+        topic = TopicName.get(name)
+        future = self.topics.pop(topic.full_name, None)
+        if future is not None and future.done() and not future.exception():
+            await future.result().close()
+        if not await self.ledgers.exists(topic.persistence_naming_encoding):
+            raise TopicNotFoundError(f"topic {topic} does not exist")
+        await self.ledgers.delete(topic.persistence_naming_encoding)
+
+    def loaded_topics(self) -> list[PersistentTopic]:
+        return [
+            f.result() for f in self.topics.values() if f.done() and f.exception() is None
+        ]
+
+
+def _url_decode(value: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(value)

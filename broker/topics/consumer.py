@@ -1,0 +1,76 @@
+"""A consumer attached to a subscription: permits, pending acks, timers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from broker.ledger import Position
+from broker.topics.transport import ConsumerTransport
+
+if TYPE_CHECKING:
+    from broker.topics.subscription import Subscription
+
+
+@dataclass(slots=True)
+class PendingEntry:
+    """An entry delivered to a consumer and not fully acked yet."""
+
+    num_messages: int
+    delivered_at: float
+    sticky_hash: int | None = None
+
+
+@dataclass(slots=True)
+class ConsumerOptions:
+    """What a client chose for this consumer (call parameters in the gRPC handler)."""
+
+    name: str
+    priority_level: int = 0
+    ack_timeout_ms: int = 0
+    negative_ack_delay_ms: int = 60_000
+    max_redeliver_count: int = 0
+    dead_letter_topic: str | None = None
+
+
+@dataclass(eq=False)
+class Consumer:
+    """Broker-side state of one consumer stream.
+
+    ``permits`` may dip below zero: like Pulsar, an entry (a batch) is delivered whole, so the
+    last entry that fits in the permits can overshoot them by less than one batch.
+    """
+
+    subscription: Subscription
+    options: ConsumerOptions
+    transport: ConsumerTransport
+    client_address: str = ""
+    consumer_id: int = 0
+    permits: int = 0
+    unacked_messages: int = 0
+    pending: dict[Position, PendingEntry] = field(default_factory=dict)
+    msg_out_counter: int = 0
+    bytes_out_counter: int = 0
+    connected_since: float = field(default_factory=time.time)
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    def track_delivery(self, position: Position, num_messages: int, sticky_hash: int | None) -> None:
+        self.pending[position] = PendingEntry(num_messages, time.monotonic(), sticky_hash)
+        self.unacked_messages += num_messages
+        self.permits -= num_messages
+
+    def release(self, position: Position) -> PendingEntry | None:
+        """Forget a pending entry (acked or handed back for redelivery)."""
+        entry = self.pending.pop(position, None)
+        if entry is not None:
+            self.unacked_messages -= entry.num_messages
+        return entry
+
+    def expired(self, now: float) -> list[Position]:
+        """Positions pending for longer than the ack timeout."""
+        timeout = self.options.ack_timeout_ms / 1000
+        return [pos for pos, p in self.pending.items() if now - p.delivered_at >= timeout]

@@ -1,0 +1,246 @@
+"""Dispatchers move entries from a subscription's cursor to its consumers (Pulsar's
+``Dispatcher``), one class per subscription type.
+
+The read loop is shared: it reads entries for redelivery first (the replay set, ordered by
+position), then new entries, never more than the ready consumers' permits ask for, and stops
+when no consumer can take more or the cursor is caught up; a flow, an ack that unblocks a
+consumer, new entries or a redelivery start it again. Only one read is in flight at a time.
+Reads in flight when the consumers change (seek, failover) are discarded through ``_epoch``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+from broker import entry_format
+from broker.ledger import Entry, ManagedCursor, Position
+from broker.topics.consumer import Consumer
+from broker.topics.transport import Delivery
+
+if TYPE_CHECKING:
+    from broker.topics.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher(ABC):
+    def __init__(
+        self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
+    ) -> None:
+        self.subscription = subscription
+        self.cursor = cursor
+        self.consumers: list[Consumer] = []
+        self.max_read_batch = max_read_batch
+        self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer
+        # position -> sticky hash (None when the dispatcher does not route by key)
+        self.replay: dict[Position, int | None] = {}
+        self._reading = False
+        self._epoch = 0
+        self._avg_messages_per_entry = 1.0
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------- consumers
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Hand the departed consumer's unacked entries to the others."""
+        self.consumers.remove(consumer)
+        for position in list(consumer.pending):
+            entry = consumer.release(position)
+            if entry is not None:
+                self.replay[position] = entry.sticky_hash
+        self.trigger()
+
+    def consumer_flow(self, consumer: Consumer, permits: int) -> None:
+        consumer.permits += permits
+        self.trigger()
+
+    def redeliver(self, positions: list[tuple[Position, int | None]]) -> None:
+        for position, sticky_hash in positions:
+            self.replay[position] = sticky_hash
+        self.trigger()
+
+    def reset(self) -> None:
+        """Forget everything in flight (seek): later reads start from the cursor anew."""
+        self._epoch += 1
+        self.replay.clear()
+        for consumer in self.consumers:
+            for position in list(consumer.pending):
+                consumer.release(position)
+
+    def ready(self, consumer: Consumer) -> bool:
+        return consumer.permits > 0 and consumer.unacked_messages < self.max_unacked_per_consumer
+
+    # ------------------------------------------------------------- read loop
+
+    def trigger(self) -> None:
+        if not self._reading and self.consumers:
+            self._reading = True
+            self._task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    async def close(self) -> None:
+        self._epoch += 1
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                permits = self._permits_for_read()
+                if permits <= 0:
+                    return
+                n = max(1, min(self.max_read_batch, int(permits / self._avg_messages_per_entry)))
+                epoch = self._epoch
+                replay = self._replay_positions(n)
+                if replay:
+                    entries = await self.cursor.replay_entries(replay)
+                    for position in replay:
+                        self.replay.pop(position, None)
+                elif self._may_read_new() and self.cursor.has_more_entries():
+                    entries = await self.cursor.read_entries(n)
+                else:
+                    return
+                if epoch != self._epoch:
+                    continue
+                if entries:
+                    self._dispatch(entries)
+        except Exception:
+            log.exception("dispatcher of %s failed", self.subscription)
+        finally:
+            self._reading = False
+
+    def _permits_for_read(self) -> int:
+        return sum(c.permits for c in self.consumers if self.ready(c))
+
+    def _replay_positions(self, n: int) -> list[Position]:
+        return sorted(self.replay)[:n] if self.replay else []
+
+    def _may_read_new(self) -> bool:
+        return True
+
+    def _deliveries(self, entries: list[Entry]) -> list[tuple[Delivery, entry_format.EntryInfo]]:
+        out = []
+        total = 0
+        for entry in entries:
+            info = entry_format.info(entry.data)
+            acked = frozenset(self.cursor.acked_batch_indexes(entry.position))
+            num = info.num_messages - len(acked)
+            total += info.num_messages
+            delivery = Delivery(
+                position=entry.position,
+                data=entry.data,
+                redelivery_count=self.subscription.redelivery_count(entry.position),
+                acked_batch_indexes=acked,
+                num_messages=num,
+            )
+            out.append((delivery, info))
+        if entries:
+            self._avg_messages_per_entry = 0.8 * self._avg_messages_per_entry + 0.2 * (
+                total / len(entries)
+            )
+        return out
+
+    def _send(self, consumer: Consumer, batch: list[Delivery], hashes: list[int | None]) -> None:
+        for delivery, sticky_hash in zip(batch, hashes, strict=True):
+            consumer.track_delivery(delivery.position, delivery.num_messages, sticky_hash)
+            consumer.msg_out_counter += delivery.num_messages
+            consumer.bytes_out_counter += len(delivery.data)
+        self.subscription.on_dispatched(batch)
+        consumer.transport.send_messages(batch)
+
+    @abstractmethod
+    def _dispatch(self, entries: list[Entry]) -> None:
+        """Hand entries to consumers; what cannot be placed goes back to ``replay``."""
+
+
+class SingleActiveConsumerDispatcher(Dispatcher):
+    """Exclusive and Failover: every entry goes to the one active consumer.
+
+    The active consumer is the first by priority level, then by name (Pulsar's rule for a
+    non-partitioned topic). When it changes, everything unacked is redelivered to the new one.
+    """
+
+    def __init__(
+        self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
+    ) -> None:
+        super().__init__(subscription, cursor, max_read_batch)
+        self.active: Consumer | None = None
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        super().add_consumer(consumer)
+        self._elect()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        super().remove_consumer(consumer)
+        self._elect()
+
+    def _elect(self) -> None:
+        ordered = sorted(self.consumers, key=lambda c: (c.options.priority_level, c.name))
+        new_active = ordered[0] if ordered else None
+        if new_active is self.active:
+            return
+        previous, self.active = self.active, new_active
+        if previous is not None and previous in self.consumers:
+            previous.transport.send_active_change(False)
+            for position in list(previous.pending):
+                entry = previous.release(position)
+                if entry is not None:
+                    self.replay[position] = None
+        if new_active is not None:
+            new_active.transport.send_active_change(True)
+        for consumer in self.consumers:
+            if consumer is not new_active and consumer is not previous:
+                consumer.transport.send_active_change(False)
+        self._epoch += 1
+        self.cursor.rewind()
+        self.replay.clear()
+        self.trigger()
+
+    def _permits_for_read(self) -> int:
+        active = self.active
+        return active.permits if active is not None and self.ready(active) else 0
+
+    def _dispatch(self, entries: list[Entry]) -> None:
+        active = self.active
+        deliveries = [d for d, _ in self._deliveries(entries)]
+        if active is None:
+            self.redeliver([(d.position, None) for d in deliveries])
+            return
+        self._send(active, deliveries, [None] * len(deliveries))
+
+
+class SharedDispatcher(Dispatcher):
+    """Shared: entries go round robin to consumers that have permits."""
+
+    def __init__(
+        self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
+    ) -> None:
+        super().__init__(subscription, cursor, max_read_batch)
+        self._next = 0
+
+    def _dispatch(self, entries: list[Entry]) -> None:
+        batches: dict[int, list[Delivery]] = {}
+        owners: dict[int, Consumer] = {}
+        count = len(self.consumers)
+        for delivery, _ in self._deliveries(entries):
+            for step in range(count):
+                consumer = self.consumers[(self._next + step) % count]
+                planned = sum(d.num_messages for d in batches.get(id(consumer), ()))
+                if consumer.permits - planned > 0 and self.ready(consumer):
+                    batches.setdefault(id(consumer), []).append(delivery)
+                    owners[id(consumer)] = consumer
+                    self._next = (self._next + step + 1) % count
+                    break
+            else:
+                self.replay[delivery.position] = None
+        for key, batch in batches.items():
+            self._send(owners[key], batch, [None] * len(batch))

@@ -1,0 +1,58 @@
+"""A producer attached to a topic."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from broker import entry_format
+from broker.ledger import Position
+
+if TYPE_CHECKING:
+    from broker.topics.topic import PersistentTopic
+
+
+@dataclass(slots=True, frozen=True)
+class PublishReceipt:
+    sequence_id: int
+    highest_sequence_id: int
+    position: Position | None  # None: dropped as a duplicate
+    num_messages: int
+
+    @property
+    def duplicate(self) -> bool:
+        return self.position is None
+
+
+@dataclass(eq=False)
+class Producer:
+    topic: PersistentTopic
+    name: str
+    client_address: str = ""
+    producer_id: int = 0
+    connected_since: float = field(default_factory=time.time)
+    msg_in_counter: int = 0
+    bytes_in_counter: int = 0
+    _name_field: bytes = b""
+
+    def __post_init__(self) -> None:
+        self._name_field = entry_format.producer_name_field(self.name)
+
+    def publish(
+        self, batch: bytes, sequence_id: int, num_messages: int
+    ) -> asyncio.Future[PublishReceipt]:
+        """Store one batch (the message fields of the entry format) as one entry.
+
+        Synchronous: call order is storage order, so receipts come back in order. The future
+        resolves once the entry is durable.
+        """
+        now_ms = time.time_ns() // 1_000_000
+        data = entry_format.seal(batch, now_ms, self._name_field)
+        self.msg_in_counter += num_messages
+        self.bytes_in_counter += len(data)
+        return self.topic.publish(self, data, sequence_id, num_messages)
+
+    async def close(self) -> None:
+        self.topic.remove_producer(self)

@@ -1,0 +1,344 @@
+"""A subscription: a cursor on the topic's ledger plus the consumers attached to it."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from broker import entry_format
+from broker.config import ServiceConfiguration
+from broker.errors import ConsumerBusyError, NotAllowedError
+from broker.ledger import ManagedCursor, Position
+from broker.topics.consumer import Consumer
+from broker.topics.dispatcher import Dispatcher, SharedDispatcher, SingleActiveConsumerDispatcher
+from broker.topics.transport import Delivery
+
+if TYPE_CHECKING:
+    from broker.topics.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+
+class SubType(enum.Enum):
+    Exclusive = "Exclusive"
+    Failover = "Failover"
+    Shared = "Shared"
+    Key_Shared = "Key_Shared"
+
+
+# A message id as acked by a client: the entry's position and a batch index (-1 = whole entry).
+AckId = tuple[Position, int]
+
+
+class Subscription:
+    def __init__(
+        self,
+        topic: PersistentTopic,
+        name: str,
+        cursor: ManagedCursor,
+        config: ServiceConfiguration,
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.config = config
+        self.type: SubType | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.consumers: list[Consumer] = []
+        # Pulsar's InMemoryRedeliveryTracker: how often each entry was redelivered.
+        self._redeliveries: dict[Position, int] = {}
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._ack_timeout_task: asyncio.Task[None] | None = None
+        self.msg_out_counter = 0
+        self.bytes_out_counter = 0
+        self.msg_redeliver_counter = 0
+
+    def __repr__(self) -> str:
+        return f"{self.topic.name}/{self.name}"
+
+    @property
+    def durable(self) -> bool:
+        return self.cursor.durable
+
+    # ------------------------------------------------------------ consumers
+
+    def add_consumer(self, consumer: Consumer, sub_type: SubType) -> None:
+        if self.type is not None and self.consumers and sub_type is not self.type:
+            raise ConsumerBusyError(
+                f"subscription {self.name} is of type {self.type.value}, "
+                f"not {sub_type.value}"
+            )
+        if sub_type is SubType.Exclusive and self.consumers:
+            raise ConsumerBusyError(f"Exclusive consumer is already connected to {self.name}")
+        if self.dispatcher is None or sub_type is not self.type:
+            self.dispatcher = self._new_dispatcher(sub_type)
+            self.type = sub_type
+        self.consumers.append(consumer)
+        self.dispatcher.add_consumer(consumer)
+        if consumer.options.ack_timeout_ms > 0 and self._ack_timeout_task is None:
+            self._ack_timeout_task = asyncio.get_running_loop().create_task(
+                self._ack_timeout_loop()
+            )
+
+    def _new_dispatcher(self, sub_type: SubType) -> Dispatcher:
+        batch = self.config.dispatcherMaxReadBatchSize
+        if sub_type in (SubType.Exclusive, SubType.Failover):
+            return SingleActiveConsumerDispatcher(self, self.cursor, batch)
+        if sub_type is SubType.Shared:
+            return SharedDispatcher(self, self.cursor, batch)
+        from broker.topics.key_shared import KeySharedDispatcher
+
+        return KeySharedDispatcher(self, self.cursor, batch)
+
+    async def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer not in self.consumers:
+            return
+        self.consumers.remove(consumer)
+        assert self.dispatcher is not None
+        self.dispatcher.remove_consumer(consumer)
+        if not self.consumers:
+            await self._stop_timers()
+            if not self.durable:
+                await self.topic.remove_subscription(self)
+
+    def flow(self, consumer: Consumer, permits: int) -> None:
+        if permits <= 0:
+            return
+        assert self.dispatcher is not None
+        self.dispatcher.consumer_flow(consumer, permits)
+
+    # ------------------------------------------------------------ acks
+
+    def acknowledge(
+        self, consumer: Consumer, ids: Iterable[AckId], cumulative: bool
+    ) -> asyncio.Future[None]:
+        """Apply acks now; the future resolves once they are durable."""
+        if cumulative:
+            if self.type in (SubType.Shared, SubType.Key_Shared):
+                raise NotAllowedError(
+                    f"cumulative ack is not allowed on a {self.type.value} subscription"
+                )
+            return self._ack_cumulative(consumer, max(ids))
+        futures: list[asyncio.Future[None]] = []
+        by_entry: dict[Position, set[int]] = {}
+        whole: list[Position] = []
+        for position, batch_index in ids:
+            if batch_index < 0:
+                whole.append(position)
+            else:
+                by_entry.setdefault(position, set()).add(batch_index)
+        for position, indexes in by_entry.items():
+            size = self._batch_size(consumer, position)
+            if size is None or len(indexes | self.cursor.acked_batch_indexes(position)) >= size:
+                whole.append(position)
+            else:
+                futures.append(self.cursor.ack_batch_indexes(position, indexes, size))
+        if whole:
+            futures.append(self.cursor.delete(whole))
+            self._forget(whole)
+        return _gather(futures)
+
+    def _ack_cumulative(self, consumer: Consumer, ack: AckId) -> asyncio.Future[None]:
+        position, batch_index = ack
+        size = self._batch_size(consumer, position)
+        futures: list[asyncio.Future[None]] = []
+        if batch_index >= 0 and size is not None and batch_index < size - 1:
+            # Part of a batch: ack the indexes up to it and everything before the entry.
+            earlier = [p for p in consumer.pending if p < position]
+            futures.append(self.cursor.ack_batch_indexes(position, range(batch_index + 1), size))
+            if earlier:
+                futures.append(self.cursor.delete(earlier))
+                self._forget(earlier)
+        else:
+            futures.append(self.cursor.mark_delete(position))
+            self._forget([p for p in consumer.pending if p <= position])
+        return _gather(futures)
+
+    def _batch_size(self, consumer: Consumer, position: Position) -> int | None:
+        for c in (consumer, *self.consumers):
+            pending = c.pending.get(position)
+            if pending is not None:
+                return pending.num_messages + len(self.cursor.acked_batch_indexes(position))
+        return None
+
+    def _forget(self, positions: Iterable[Position]) -> None:
+        unblocked = False
+        for position in positions:
+            self._redeliveries.pop(position, None)
+            for consumer in self.consumers:
+                if consumer.release(position) is not None:
+                    unblocked = True
+                    break
+        if unblocked and self.dispatcher is not None:
+            self.dispatcher.trigger()
+
+    # ------------------------------------------------------------ redelivery
+
+    def redelivery_count(self, position: Position) -> int:
+        return self._redeliveries.get(position, 0)
+
+    def on_dispatched(self, deliveries: list[Delivery]) -> None:
+        for d in deliveries:
+            self.msg_out_counter += d.num_messages
+            self.bytes_out_counter += len(d.data)
+
+    def negative_acknowledge(self, consumer: Consumer, positions: Iterable[Position]) -> None:
+        """Redeliver after the consumer's negative-ack delay (broker-side, unlike Pulsar's
+        client-side tracker, so a client in any language gets it for free)."""
+        wanted = list(dict.fromkeys(positions))
+        delay = consumer.options.negative_ack_delay_ms / 1000
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            self.redeliver(consumer, wanted)
+
+        handle = loop.call_later(delay, fire)
+        self._timers.add(handle)
+
+    def redeliver(self, consumer: Consumer, positions: Iterable[Position] | None = None) -> None:
+        """Take entries back from a consumer and deliver them again, counting redeliveries;
+        entries over the dead-letter policy's limit go to the dead-letter topic instead."""
+        chosen = list(consumer.pending) if positions is None else list(positions)
+        back: list[tuple[Position, int | None]] = []
+        dead: list[tuple[Position, int]] = []
+        policy = consumer.options
+        for position in chosen:
+            pending = consumer.release(position)
+            if pending is None:
+                continue
+            count = self._redeliveries.get(position, 0)
+            if policy.max_redeliver_count > 0 and count >= policy.max_redeliver_count:
+                dead.append((position, pending.num_messages))
+                continue
+            self._redeliveries[position] = count + 1
+            self.msg_redeliver_counter += pending.num_messages
+            back.append((position, pending.sticky_hash))
+        if back and self.dispatcher is not None:
+            self.dispatcher.redeliver(back)
+        if dead:
+            task = asyncio.get_running_loop().create_task(self._dead_letter(consumer, dead))
+            task.add_done_callback(_log_failure)
+
+    async def _dead_letter(self, consumer: Consumer, dead: list[tuple[Position, int]]) -> None:
+        topic_name = consumer.options.dead_letter_topic or (
+            f"{self.topic.name}-{self.name}-DLQ"
+        )
+        dlq = await self.topic.service.get_topic(topic_name, create=True)
+        for position, _ in dead:
+            entries = await self.cursor.replay_entries([position])
+            if not entries:
+                continue
+            data = entry_format.dead_letter(
+                entries[0].data,
+                acked=self.cursor.acked_batch_indexes(position),
+                real_topic=self.topic.name,
+                origin_position=position,
+                partition=self.topic.partition,
+            )
+            await dlq.publish_system(data)
+            await self.cursor.delete([position])
+            self._redeliveries.pop(position, None)
+
+    async def _ack_timeout_loop(self) -> None:
+        tick = 1.0
+        for c in self.consumers:
+            if c.options.ack_timeout_ms > 0:
+                tick = min(tick, c.options.ack_timeout_ms / 4000)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for consumer in list(self.consumers):
+                if consumer.options.ack_timeout_ms > 0:
+                    expired = consumer.expired(now)
+                    if expired:
+                        self.redeliver(consumer, expired)
+
+    async def _stop_timers(self) -> None:
+        for handle in self._timers:
+            handle.cancel()
+        self._timers.clear()
+        if self._ack_timeout_task is not None:
+            self._ack_timeout_task.cancel()
+            try:
+                await self._ack_timeout_task
+            except asyncio.CancelledError:
+                pass
+            self._ack_timeout_task = None
+
+    # ------------------------------------------------------------ seek / unsubscribe
+
+    async def seek(self, position: Position | None = None, publish_time: int | None = None) -> None:
+        """Reset the cursor (Pulsar's resetCursor): by message id, or to the first entry
+        published at or after ``publish_time``."""
+        if publish_time is not None:
+            before = await self.topic.ledger.find_newest_matching(
+                lambda data: entry_format.info(data).publish_time < publish_time
+            )
+            target = (
+                self.topic.ledger.next_position(before)
+                if before is not None
+                else self.topic.ledger.first_position()
+            )
+        else:
+            assert position is not None
+            target = position
+        if self.dispatcher is not None:
+            self.dispatcher.reset()
+        self._redeliveries.clear()
+        await self.cursor.reset_cursor(target)
+        for consumer in self.consumers:
+            consumer.permits = 0
+        if self.dispatcher is not None:
+            self.dispatcher.trigger()
+
+    async def unsubscribe(self, consumer: Consumer) -> None:
+        if any(c is not consumer for c in self.consumers):
+            raise NotAllowedError(
+                f"cannot unsubscribe {self.name}: other consumers are connected"
+            )
+        await self.close()
+        await self.topic.delete_subscription(self)
+
+    async def close(self) -> None:
+        await self._stop_timers()
+        if self.dispatcher is not None:
+            await self.dispatcher.close()
+
+    # ------------------------------------------------------------ stats
+
+    def backlog(self) -> int:
+        return self.cursor.get_number_of_entries_in_backlog()
+
+
+def _gather(futures: list[asyncio.Future[None]]) -> asyncio.Future[None]:
+    loop = asyncio.get_running_loop()
+    if not futures:
+        done: asyncio.Future[None] = loop.create_future()
+        done.set_result(None)
+        return done
+    if len(futures) == 1:
+        return futures[0]
+    joined = asyncio.gather(*futures)
+    result: asyncio.Future[None] = loop.create_future()
+
+    def finish(f: asyncio.Future[list[None]]) -> None:
+        if f.cancelled():
+            result.cancel()
+        elif f.exception() is not None:
+            result.set_exception(f.exception())  # type: ignore[arg-type]
+        else:
+            result.set_result(None)
+
+    joined.add_done_callback(finish)
+    return result
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("dead-letter publish failed", exc_info=task.exception())

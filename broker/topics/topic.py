@@ -1,0 +1,246 @@
+"""A persistent topic: its managed ledger, producers and subscriptions."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from typing import TYPE_CHECKING, Literal
+
+from broker import entry_format
+from broker.config import ServiceConfiguration
+from broker.errors import (
+    NotAllowedError,
+    ProducerBusyError,
+    SubscriptionNotFoundError,
+    TooLargeError,
+)
+from broker.ledger import ManagedLedger, Position
+from broker.naming import TopicName
+from broker.topics.consumer import Consumer, ConsumerOptions
+from broker.topics.dedup import Deduplication
+from broker.topics.producer import Producer, PublishReceipt
+from broker.topics.subscription import SubType, Subscription
+from broker.topics.transport import ConsumerTransport
+
+if TYPE_CHECKING:
+    from broker.service import BrokerService
+
+_ids = itertools.count(1)
+
+
+class PersistentTopic:
+    def __init__(
+        self,
+        service: BrokerService,
+        topic_name: TopicName,
+        ledger: ManagedLedger,
+        dedup: Deduplication | None,
+    ) -> None:
+        self.service = service
+        self.topic_name = topic_name
+        self.name = topic_name.full_name
+        self.partition = topic_name.partition_index
+        self.ledger = ledger
+        self.config: ServiceConfiguration = service.config
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self._dedup = dedup
+        self._system_producer = Producer(self, "pulsar.system")
+        self._closed = False
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
+
+    @classmethod
+    async def load(
+        cls, service: BrokerService, topic_name: TopicName, ledger: ManagedLedger
+    ) -> PersistentTopic:
+        dedup = None
+        if service.config.brokerDeduplicationEnabled:
+            dedup = await Deduplication.recover(ledger)
+        topic = cls(service, topic_name, ledger, dedup)
+        for name, cursor in ledger.cursors.items():
+            if name != "pulsar.dedup":
+                topic.subscriptions[name] = Subscription(topic, name, cursor, service.config)
+        return topic
+
+    # ------------------------------------------------------------ producers
+
+    def add_producer(self, name: str | None, client_address: str = "") -> Producer:
+        if self._closed:
+            raise NotAllowedError(f"topic {self.name} is being closed")
+        if name is None:
+            name = f"{self.config.clusterName}-{next(_ids)}-{int(time.time() * 1000) % 100000}"
+        if name in self.producers:
+            raise ProducerBusyError(
+                f"producer with name '{name}' is already connected to topic {self.name}"
+            )
+        producer = Producer(self, name, client_address, producer_id=next(_ids))
+        self.producers[name] = producer
+        return producer
+
+    def remove_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+
+    def last_sequence_id(self, producer_name: str) -> int:
+        return self._dedup.last_sequence_id(producer_name) if self._dedup else -1
+
+    def publish(
+        self, producer: Producer, data: bytes, sequence_id: int, num_messages: int
+    ) -> asyncio.Future[PublishReceipt]:
+        loop = asyncio.get_running_loop()
+        highest = sequence_id + max(num_messages, 1) - 1
+        if len(data) > self.config.maxMessageSize:
+            raise TooLargeError(
+                f"batch of {len(data)} bytes exceeds maxMessageSize {self.config.maxMessageSize}"
+            )
+        dedup = self._dedup
+        if dedup is not None and dedup.is_duplicate(producer.name, sequence_id):
+            duplicate: asyncio.Future[PublishReceipt] = loop.create_future()
+            duplicate.set_result(PublishReceipt(sequence_id, highest, None, num_messages))
+            return duplicate
+        if dedup is not None:
+            dedup.accept(producer.name, highest)
+        self.msg_in_counter += num_messages
+        self.bytes_in_counter += len(data)
+        stored = self.ledger.add_entry(data)
+        receipt: asyncio.Future[PublishReceipt] = loop.create_future()
+
+        def done(f: asyncio.Future[Position]) -> None:
+            if receipt.done():
+                return
+            if f.cancelled():
+                receipt.cancel()
+            elif (exc := f.exception()) is not None:
+                receipt.set_exception(exc)
+            else:
+                position = f.result()
+                if dedup is not None:
+                    dedup.persisted_entry(producer.name, highest, position)
+                receipt.set_result(PublishReceipt(sequence_id, highest, position, num_messages))
+
+        stored.add_done_callback(done)
+        return receipt
+
+    async def publish_system(self, batch: bytes) -> Position:
+        """Publish a broker-made batch (dead-letter messages)."""
+        receipt = await self._system_producer.publish(batch, 0, entry_format.info(batch).num_messages)
+        assert receipt.position is not None
+        return receipt.position
+
+    # ------------------------------------------------------------ subscriptions
+
+    async def subscribe(
+        self,
+        subscription_name: str,
+        sub_type: SubType,
+        options: ConsumerOptions,
+        transport: ConsumerTransport,
+        initial_position: Literal["earliest", "latest"] = "latest",
+        durable: bool = True,
+        start: Position | Literal["earliest", "latest"] | None = None,
+        start_inclusive: bool = False,
+        client_address: str = "",
+    ) -> Consumer:
+        if self._closed:
+            raise NotAllowedError(f"topic {self.name} is being closed")
+        subscription = self.subscriptions.get(subscription_name)
+        if subscription is None:
+            if durable:
+                cursor = await self.ledger.open_cursor(subscription_name, initial_position)
+            else:
+                cursor = self.ledger.new_non_durable_cursor(
+                    start if start is not None else initial_position, start_inclusive
+                )
+            subscription = self.subscriptions.get(subscription_name) or Subscription(
+                self, subscription_name, cursor, self.config
+            )
+            self.subscriptions[subscription_name] = subscription
+        consumer = Consumer(
+            subscription, options, transport, client_address, consumer_id=next(_ids)
+        )
+        subscription.add_consumer(consumer, sub_type)
+        return consumer
+
+    def get_subscription(self, name: str) -> Subscription:
+        try:
+            return self.subscriptions[name]
+        except KeyError:
+            raise SubscriptionNotFoundError(
+                f"subscription {name} does not exist on {self.name}"
+            ) from None
+
+    async def remove_subscription(self, subscription: Subscription) -> None:
+        """Drop a non-durable subscription once its last consumer is gone."""
+        if self.subscriptions.get(subscription.name) is subscription:
+            del self.subscriptions[subscription.name]
+            await subscription.close()
+
+    async def delete_subscription(self, subscription: Subscription) -> None:
+        if self.subscriptions.get(subscription.name) is subscription:
+            del self.subscriptions[subscription.name]
+        if subscription.durable:
+            await self.ledger.delete_cursor(subscription.name)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def close(self) -> None:
+        self._closed = True
+        for subscription in list(self.subscriptions.values()):
+            for consumer in list(subscription.consumers):
+                consumer.transport.close(None)
+            await subscription.close()
+        await self.ledger.close()
+
+    # ------------------------------------------------------------ stats
+
+    def stats(self) -> dict[str, object]:
+        """Pulsar's TopicStats fields where they apply (rates come from the metrics layer)."""
+        return {
+            "msgInCounter": self.msg_in_counter,
+            "bytesInCounter": self.bytes_in_counter,
+            "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
+            "bytesOutCounter": sum(s.bytes_out_counter for s in self.subscriptions.values()),
+            "storageSize": self.ledger.total_size,
+            "backlogSize": sum(s.backlog() for s in self.subscriptions.values()),
+            "publishers": [
+                {
+                    "producerName": p.name,
+                    "producerId": p.producer_id,
+                    "address": p.client_address,
+                    "connectedSince": _iso(p.connected_since),
+                    "msgInCounter": p.msg_in_counter,
+                    "bytesInCounter": p.bytes_in_counter,
+                }
+                for p in self.producers.values()
+            ],
+            "subscriptions": {
+                name: {
+                    "type": s.type.value if s.type else None,
+                    "msgBacklog": s.backlog(),
+                    "msgOutCounter": s.msg_out_counter,
+                    "bytesOutCounter": s.bytes_out_counter,
+                    "msgRedeliverCounter": s.msg_redeliver_counter,
+                    "isDurable": s.durable,
+                    "unackedMessages": sum(c.unacked_messages for c in s.consumers),
+                    "consumers": [
+                        {
+                            "consumerName": c.name,
+                            "address": c.client_address,
+                            "connectedSince": _iso(c.connected_since),
+                            "availablePermits": c.permits,
+                            "unackedMessages": c.unacked_messages,
+                            "msgOutCounter": c.msg_out_counter,
+                            "bytesOutCounter": c.bytes_out_counter,
+                        }
+                        for c in s.consumers
+                    ],
+                }
+                for name, s in self.subscriptions.items()
+            },
+        }
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

@@ -1,0 +1,36 @@
+"""The seam between the broker and a protocol handler's consumer stream (Pulsar's TransportCnx).
+
+A handler implements :class:`ConsumerTransport` for each consumer it opens; the broker calls it
+to push messages and state changes. Calls are synchronous and never block: permits bound what
+the broker sends, so the handler's outbound queue is bounded too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from broker.errors import BrokerError
+from broker.ledger import Position
+
+
+@dataclass(slots=True, frozen=True)
+class Delivery:
+    """One entry sent to one consumer."""
+
+    position: Position
+    data: bytes
+    redelivery_count: int
+    acked_batch_indexes: frozenset[int]
+    num_messages: int
+
+
+class ConsumerTransport(Protocol):
+    def send_messages(self, deliveries: list[Delivery]) -> None:
+        """Send entries; the broker has already charged the consumer's permits."""
+
+    def send_active_change(self, is_active: bool) -> None:
+        """Failover: tell the consumer it became (or stopped being) the active one."""
+
+    def close(self, error: BrokerError | None = None) -> None:
+        """The broker ends the consumer (topic unloaded, unsubscribed, fenced)."""

@@ -1,0 +1,162 @@
+"""The web service: /metrics plus the subset of Pulsar's admin API v2 that this broker serves.
+
+Errors answer Pulsar's way: a JSON body ``{"reason": ...}`` with 400 (bad input), 404 (absent),
+409 (already exists), 412 (not allowed now) or 500.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from broker import errors as e
+from broker.naming import NamespaceName, TopicName
+from broker.web.metrics import BrokerCollector
+
+if TYPE_CHECKING:
+    from broker.service import BrokerService
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_HTTP_STATUS: list[tuple[type[e.BrokerError], int]] = [
+    (e.InvalidArgumentError, 400),
+    (e.NotFoundError, 404),
+    (e.PreconditionError, 409),
+    (e.TooLargeError, 413),
+    (e.AuthenticationError, 401),
+    (e.AuthorizationError, 403),
+    (e.ServiceNotReadyError, 503),
+]
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except e.BrokerError as exc:
+        status = next((s for cls, s in _HTTP_STATUS if isinstance(exc, cls)), 500)
+        return web.json_response({"reason": exc.message}, status=status)
+
+
+class WebService:
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(BrokerCollector(service))
+        self.port: int | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def http_url(self) -> str:
+        config = self.service.config
+        return f"http://{config.advertisedAddress or config.bindAddress}:{self.port}"
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_errors])
+        base = "/admin/v2/persistent/{tenant}/{namespace}"
+        app.add_routes(
+            [
+                web.get("/metrics", self.metrics),
+                web.get("/admin/v2/clusters", self.clusters),
+                web.put("/admin/v2/tenants/{tenant}", self.create_tenant),
+                web.get("/admin/v2/namespaces/{tenant}", self.list_namespaces),
+                web.put("/admin/v2/namespaces/{tenant}/{namespace}", self.create_namespace),
+                web.get(base, self.list_topics),
+                web.put(base + "/{topic}", self.create_topic),
+                web.delete(base + "/{topic}", self.delete_topic),
+                web.put(base + "/{topic}/partitions", self.create_partitioned),
+                web.get(base + "/{topic}/partitions", self.partitions),
+                web.get(base + "/{topic}/stats", self.stats),
+            ]
+        )
+        return app
+
+    async def start(self) -> None:
+        config = self.service.config
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, config.bindAddress, config.webServicePort)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ------------------------------------------------------------ handlers
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def clusters(self, request: web.Request) -> web.Response:
+        return web.json_response([self.service.config.clusterName])
+
+    async def create_tenant(self, request: web.Request) -> web.Response:
+        try:
+            await self.service.create_tenant(request.match_info["tenant"])
+        except e.MetadataError:
+            raise e.NotAllowedError(f"tenant {request.match_info['tenant']} already exists") from None
+        return web.Response(status=204)
+
+    async def list_namespaces(self, request: web.Request) -> web.Response:
+        return web.json_response(await self.service.list_namespaces(request.match_info["tenant"]))
+
+    async def create_namespace(self, request: web.Request) -> web.Response:
+        ns = NamespaceName.get(f"{request.match_info['tenant']}/{request.match_info['namespace']}")
+        await self.service.create_namespace(ns)
+        return web.Response(status=204)
+
+    async def list_topics(self, request: web.Request) -> web.Response:
+        ns = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
+        return web.json_response(await self.service.list_topics(ns))
+
+    def _topic(self, request: web.Request) -> str:
+        m = request.match_info
+        return TopicName.get(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}").full_name
+
+    async def create_topic(self, request: web.Request) -> web.Response:
+        name = self._topic(request)
+        if await self.service.get_partitioned_metadata(name, auto_create=False):
+            raise e.NotAllowedError(f"partitioned topic {name} already exists")
+        await self.service.get_topic(name, create=True)
+        return web.Response(status=204)
+
+    async def delete_topic(self, request: web.Request) -> web.Response:
+        await self.service.delete_topic(self._topic(request))
+        return web.Response(status=204)
+
+    async def create_partitioned(self, request: web.Request) -> web.Response:
+        body = (await request.text()).strip()
+        try:
+            partitions = int(json.loads(body))
+        except (ValueError, TypeError):
+            raise e.InvalidArgumentError(
+                f"body must be the number of partitions, got {body!r}"
+            ) from None
+        await self.service.create_partitioned_topic(self._topic(request), partitions)
+        return web.Response(status=204)
+
+    async def partitions(self, request: web.Request) -> web.Response:
+        partitions = await self.service.get_partitioned_metadata(self._topic(request))
+        return web.json_response({"partitions": partitions})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        name = self._topic(request)
+        partitions = await self.service.get_partitioned_metadata(name, auto_create=False)
+        if partitions:
+            parts = {
+                f"{name}-partition-{i}": (await self.service.get_topic(f"{name}-partition-{i}", create=False)).stats()
+                for i in range(partitions)
+            }
+            return web.json_response({"metadata": {"partitions": partitions}, "partitions": parts})
+        topic = await self.service.get_topic(name, create=False)
+        return web.json_response(topic.stats())

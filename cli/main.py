@@ -1,0 +1,33 @@
+"""The `pulsar-grpc` command. Bad usage or configuration: a message naming it and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cli import standalone
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pulsar-grpc",
+        description="A Pulsar-model message broker whose client protocol is gRPC.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    standalone.add_parser(sub)
+    for module_name in ("cli.clients", "cli.topics", "cli.perf"):
+        try:
+            module = __import__(module_name, fromlist=["add_parser"])
+        except ImportError:
+            continue
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

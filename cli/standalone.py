@@ -1,0 +1,77 @@
+"""`pulsar-grpc standalone`: one broker with everything embedded, until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+from broker.config import ConfigError, load_config, parse_set_flags
+
+log = logging.getLogger("pulsar_grpc.standalone")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "standalone",
+        help="run a broker with embedded metadata and storage",
+        description="Run one broker: metadata and ledgers in --data (default ./data), gRPC on "
+        "127.0.0.1:50051, HTTP on 127.0.0.1:8080 unless configured otherwise.",
+    )
+    p.add_argument("--config", "-c", type=Path, help="broker.conf-style file (Pulsar property names)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PROPERTY=VALUE",
+        help="override one property, e.g. --set grpcServicePort=6650 (repeatable)",
+    )
+    p.add_argument("--data", help="shortcut for --set dataDirectory=DIR")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from broker.service import BrokerService
+
+    try:
+        overrides = parse_set_flags(args.overrides)
+        if args.data:
+            overrides["dataDirectory"] = args.data
+        if args.config is not None and not args.config.is_file():
+            raise ConfigError([f"--config: {args.config}: no such file"])
+        config = load_config(args.config, os.environ, overrides)
+        broker = BrokerService(config)
+    except ConfigError as exc:
+        print(f"pulsar-grpc standalone: invalid configuration:\n{exc}", flush=True)
+        return 2
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await broker.start()
+        endpoints = [h.protocol_data_to_advertise() for h in broker.handlers]
+        web = getattr(broker.web, "http_url", None)
+        # One parseable line: tests and scripts wait for it to know the broker is up.
+        print(f"pulsar-grpc standalone ready grpc={','.join(endpoints)} http={web}", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            log.info("shutting down")
+            await broker.close()
+
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except OSError as exc:
+        print(f"pulsar-grpc standalone: cannot start: {exc}", flush=True)
+        return 1
+    return 0

@@ -1,0 +1,454 @@
+"""The client: one gRPC channel per broker address, producers, consumers, readers."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+from pulsargrpc.v1 import pulsar_pb2 as pb
+from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
+
+from ._consumer import Consumer, ConsumerConfig, MessageQueue, PartitionConsumer
+from ._errors import AlreadyClosed, error_from_rpc
+from ._message import MessageId
+from ._producer import PartitionProducer, Producer, ProducerConfig
+from ._reader import Reader
+from ._routing import Router, RoutingMode
+from ._stream import Metadata, call_metadata
+
+_SCHEMES = {"grpc": False, "grpc+ssl": True}
+
+
+class ConsumerType(StrEnum):
+    """Subscription types, spelled as ``x-pulsar-subscription-type`` expects."""
+
+    Exclusive = "Exclusive"
+    Shared = "Shared"
+    Failover = "Failover"
+    KeyShared = "Key_Shared"
+
+
+class InitialPosition(StrEnum):
+    """Where a new subscription starts."""
+
+    Latest = "Latest"
+    Earliest = "Earliest"
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPolicy:
+    """After ``max_redeliver_count`` redeliveries a message goes to the dead-letter topic
+    (default ``<topic>-<subscription>-DLQ``)."""
+
+    max_redeliver_count: int
+    dead_letter_topic: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    """Where a topic is served (the answer of the Lookup RPC)."""
+
+    grpc_url: str
+    grpc_url_tls: str
+    http_url: str
+    http_url_tls: str
+    authoritative: bool
+    redirect: bool
+    listener_name: str
+
+
+def parse_service_url(service_url: str) -> tuple[str, bool]:
+    """``grpc://host:port`` or ``grpc+ssl://host:port`` -> (``host:port``, tls).
+
+    >>> parse_service_url("grpc+ssl://broker:6651")
+    ('broker:6651', True)
+    """
+    scheme, sep, rest = service_url.partition("://")
+    target = rest.rstrip("/")
+    if not sep or scheme not in _SCHEMES or not target or "/" in target:
+        raise ValueError(
+            f"invalid service URL {service_url!r}: expected grpc://host:port or grpc+ssl://host:port"
+        )
+    return target, _SCHEMES[scheme]
+
+
+def full_topic_name(topic: str) -> str:
+    """Pulsar's short forms: ``t`` and ``tenant/ns/t`` are persistent topics.
+
+    >>> full_topic_name("my-topic")
+    'persistent://public/default/my-topic'
+    """
+    if "://" in topic:
+        return topic
+    if "/" in topic:
+        return f"persistent://{topic}"
+    return f"persistent://public/default/{topic}"
+
+
+class _Startable(Protocol):
+    async def start(self, open_stream: Any, metadata: Metadata) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class _ChannelPool:
+    """One channel per broker address, created on first use inside the event loop.
+
+    Today every topic is served through the service URL; when the client follows lookups
+    (a topic's owner broker), it asks this pool for the owner's address.
+    """
+
+    def __init__(
+        self,
+        credentials: grpc.ChannelCredentials | None,
+        options: Sequence[tuple[str, Any]],
+    ) -> None:
+        self._credentials = credentials
+        self._options = list(options)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, pb_grpc.PulsarServiceStub] = {}
+
+    def stub(self, target: str) -> pb_grpc.PulsarServiceStub:
+        """The stub for ``host:port``, opening its channel if needed."""
+        stub = self._stubs.get(target)
+        if stub is None:
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(target, options=self._options)
+            else:
+                channel = grpc.aio.secure_channel(target, self._credentials, options=self._options)
+            self._channels[target] = channel
+            stub = self._stubs[target] = pb_grpc.PulsarServiceStub(channel)
+        return stub
+
+    async def close(self) -> None:
+        """Close every channel."""
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._stubs.clear()
+        await asyncio.gather(*(c.close() for c in channels))
+
+
+class Client:
+    """Entry point: connects to a broker and creates producers, consumers and readers.
+
+    >>> async with Client("grpc://127.0.0.1:50051") as client:
+    ...     producer = await client.create_producer("my-topic")
+    ...     await producer.send(b"hello")
+    ...     consumer = await client.subscribe("my-topic", "sub", initial_position="earliest")
+    ...     msg = await consumer.receive()
+
+    TLS: ``Client("grpc+ssl://host:6651", tls_trust_certs_file_path="ca.pem")``, plus
+    ``tls_cert_file_path`` / ``tls_key_file_path`` for mutual TLS. ``auth_token`` is sent as
+    ``authorization: Bearer <token>`` on every call.
+    """
+
+    def __init__(
+        self,
+        service_url: str,
+        listener_name: str | None = None,
+        *,
+        tls_trust_certs_file_path: str | None = None,
+        tls_cert_file_path: str | None = None,
+        tls_key_file_path: str | None = None,
+        tls_server_name: str | None = None,
+        auth_token: str | None = None,
+        operation_timeout_ms: int = 30000,
+    ) -> None:
+        self._target, tls = parse_service_url(service_url)
+        self._listener_name = listener_name
+        self._auth_token = auth_token
+        self._operation_timeout_s = operation_timeout_ms / 1000
+        # Consume responses carry many entries: the broker bounds them, not the 4 MiB default.
+        options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", -1)]
+        credentials = None
+        if tls:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(tls_trust_certs_file_path),
+                private_key=_read(tls_key_file_path),
+                certificate_chain=_read(tls_cert_file_path),
+            )
+            if tls_server_name:
+                options.append(("grpc.ssl_target_name_override", tls_server_name))
+        self._pool = _ChannelPool(credentials, options)
+        self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
+        self._closed = False
+
+    async def create_producer(
+        self,
+        topic: str,
+        producer_name: str | None = None,
+        *,
+        batching_max_messages: int = 100,
+        batching_max_bytes: int = 128 * 1024,
+        batching_max_publish_delay_ms: float = 10,
+        send_timeout_ms: int = 30000,
+        max_pending_messages: int = 1000,
+        routing_mode: RoutingMode | str = RoutingMode.ROUND_ROBIN,
+        initial_sequence_id: int | None = None,
+    ) -> Producer:
+        """Create a producer; on a partitioned topic, one stream per partition.
+
+        Messages with a key go to the partition of the key's hash; the others follow
+        ``routing_mode`` ("round_robin" or "single"). With ``initial_sequence_id`` the first
+        message gets that sequence id; otherwise the one after the broker's last stored id.
+
+        >>> producer = await client.create_producer("my-topic", batching_max_publish_delay_ms=5)
+        """
+        config = ProducerConfig(
+            batching_max_messages=batching_max_messages,
+            batching_max_bytes=batching_max_bytes,
+            batching_max_publish_delay_ms=batching_max_publish_delay_ms,
+            send_timeout_ms=send_timeout_ms,
+            max_pending_messages=max_pending_messages,
+            initial_sequence_id=initial_sequence_id,
+            operation_timeout_s=self._operation_timeout_s,
+        )
+        mode = RoutingMode(routing_mode)
+        partitions = await self._partition_count(topic)
+        stub = self._stub()
+        params: dict[str, str | int | bool | None] = {
+            "x-pulsar-producer-name": producer_name,
+            "x-pulsar-initial-sequence-id": initial_sequence_id,
+        }
+        producers = [PartitionProducer(config, index) for index in _partition_indexes(partitions)]
+        await self._start_all(
+            producers,
+            _partition_topics(topic, partitions),
+            lambda md: stub.Produce(metadata=md),
+            params,
+        )
+        router = Router(partitions, mode, batching_max_publish_delay_ms) if partitions else None
+        producer = Producer(topic, producers, router, max_pending_messages)
+        self._handles.add(producer)
+        return producer
+
+    async def subscribe(
+        self,
+        topic: str,
+        subscription_name: str,
+        subscription_type: ConsumerType | str = ConsumerType.Exclusive,
+        consumer_name: str | None = None,
+        *,
+        receiver_queue_size: int = 1000,
+        initial_position: InitialPosition | str = InitialPosition.Latest,
+        negative_ack_redelivery_delay_ms: int = 60000,
+        ack_timeout_ms: int = 0,
+        dead_letter_policy: DeadLetterPolicy | None = None,
+        priority_level: int = 0,
+        ack_group_time_ms: float = 1.0,
+    ) -> Consumer:
+        """Subscribe; on a partitioned topic, to every partition, merged into one queue.
+
+        ``receiver_queue_size`` is per partition. Nack delay, ack timeout and the dead-letter
+        policy are applied by the broker.
+
+        >>> consumer = await client.subscribe(
+        ...     "my-topic", "sub", "Shared", initial_position="earliest",
+        ...     dead_letter_policy=DeadLetterPolicy(max_redeliver_count=3))
+        """
+        params: dict[str, str | int | bool | None] = {
+            "x-pulsar-subscription": subscription_name,
+            "x-pulsar-subscription-type": _consumer_type(subscription_type).value,
+            "x-pulsar-consumer-name": consumer_name,
+            "x-pulsar-initial-position": _initial_position(initial_position).value,
+            "x-pulsar-priority-level": priority_level,
+            "x-pulsar-negative-ack-delay-ms": negative_ack_redelivery_delay_ms,
+            "x-pulsar-ack-timeout-ms": ack_timeout_ms,
+        }
+        if dead_letter_policy is not None:
+            params["x-pulsar-max-redeliver-count"] = dead_letter_policy.max_redeliver_count
+            params["x-pulsar-dead-letter-topic"] = dead_letter_policy.dead_letter_topic
+        config = ConsumerConfig(
+            receiver_queue_size=receiver_queue_size,
+            ack_group_time_ms=ack_group_time_ms,
+            operation_timeout_s=self._operation_timeout_s,
+        )
+        consumer = await self._consumer(topic, subscription_name, config, params)
+        self._handles.add(consumer)
+        return consumer
+
+    async def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId | str,
+        start_message_id_inclusive: bool = False,
+        *,
+        receiver_queue_size: int = 1000,
+    ) -> Reader:
+        """Read from ``start_message_id`` ("earliest", "latest" or a MessageId) without a
+        durable subscription. A partitioned topic can only be read from earliest or latest.
+
+        >>> reader = await client.create_reader("my-topic", "earliest")
+        """
+        start = (
+            MessageId.parse(start_message_id)
+            if isinstance(start_message_id, str)
+            else start_message_id
+        )
+        partitions = await self._partition_count(topic)
+        if partitions and start not in (MessageId.earliest, MessageId.latest):
+            raise ValueError("a reader of a partitioned topic starts at earliest or latest")
+        subscription = f"reader-{uuid.uuid4().hex[:10]}"
+        params: dict[str, str | int | bool | None] = {
+            "x-pulsar-subscription": subscription,
+            "x-pulsar-subscription-type": ConsumerType.Exclusive.value,
+            "x-pulsar-durable": False,
+            "x-pulsar-start-message-id": str(start),
+            "x-pulsar-start-message-id-inclusive": start_message_id_inclusive,
+        }
+        config = ConsumerConfig(
+            receiver_queue_size=receiver_queue_size,
+            operation_timeout_s=self._operation_timeout_s,
+        )
+        consumer = await self._consumer(topic, subscription, config, params, partitions)
+        reader = Reader(consumer)
+        self._handles.add(reader)
+        return reader
+
+    async def get_partitions_for_topic(self, topic: str) -> list[str]:
+        """The partitions' full names, or the topic's own for a non-partitioned topic.
+
+        >>> await client.get_partitions_for_topic("orders")
+        ['persistent://public/default/orders-partition-0', ...]
+        """
+        return _partition_topics(full_topic_name(topic), await self._partition_count(topic))
+
+    async def lookup(self, topic: str) -> LookupResult:
+        """Ask the broker which broker serves ``topic`` and at which addresses.
+
+        >>> (await client.lookup("my-topic")).grpc_url
+        'grpc://127.0.0.1:50051'
+        """
+        request = pb.LookupRequest(topic=topic, listener_name=self._listener_name or "")
+        response = await self._unary(self._stub().Lookup, request, topic)
+        return LookupResult(
+            grpc_url=response.grpc_url,
+            grpc_url_tls=response.grpc_url_tls,
+            http_url=response.http_url,
+            http_url_tls=response.http_url_tls,
+            authoritative=response.authoritative,
+            redirect=response.response == pb.LookupResponse.Redirect,
+            listener_name=response.listener_name,
+        )
+
+    async def close(self) -> None:
+        """Close every producer, consumer and reader, then the channels. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        handles = list(self._handles)
+        await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
+        await self._pool.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _stub(self) -> pb_grpc.PulsarServiceStub:
+        if self._closed:
+            raise AlreadyClosed("the client is closed")
+        return self._pool.stub(self._target)
+
+    def _metadata(self, topic: str, params: dict[str, str | int | bool | None]) -> Metadata:
+        base: dict[str, str | int | bool | None] = {
+            "x-pulsar-topic": topic,
+            "x-pulsar-listenername": self._listener_name,
+            "authorization": f"Bearer {self._auth_token}" if self._auth_token else None,
+        }
+        return call_metadata({**base, **params})
+
+    async def _unary(self, method: Callable[..., Awaitable[Any]], request: Any, topic: str) -> Any:
+        try:
+            return await method(
+                request, metadata=self._metadata(topic, {}), timeout=self._operation_timeout_s
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+
+    async def _partition_count(self, topic: str) -> int:
+        request = pb.PartitionedTopicMetadataRequest(topic=topic)
+        response = await self._unary(self._stub().GetPartitionedTopicMetadata, request, topic)
+        return int(response.partitions)
+
+    async def _consumer(
+        self,
+        topic: str,
+        subscription: str,
+        config: ConsumerConfig,
+        params: dict[str, str | int | bool | None],
+        partitions: int | None = None,
+    ) -> Consumer:
+        if partitions is None:
+            partitions = await self._partition_count(topic)
+        stub = self._stub()
+        queue = MessageQueue()
+        consumers = [PartitionConsumer(config, queue, i) for i in _partition_indexes(partitions)]
+        await self._start_all(
+            consumers,
+            _partition_topics(topic, partitions),
+            lambda md: stub.Consume(metadata=md),
+            params,
+        )
+        return Consumer(topic, subscription, consumers, queue)
+
+    async def _start_all(
+        self,
+        streams: Sequence[_Startable],
+        topics: list[str],
+        open_stream: Callable[[Metadata], Any],
+        params: dict[str, str | int | bool | None],
+    ) -> None:
+        """Start one stream per topic; if any fails, close the others and raise its error."""
+        results = await asyncio.gather(
+            *(
+                s.start(open_stream, self._metadata(t, params))
+                for s, t in zip(streams, topics, strict=True)
+            ),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await asyncio.gather(
+                *(s.close() for s, r in zip(streams, results, strict=True) if r is None),
+                return_exceptions=True,
+            )
+            raise errors[0]
+
+
+def _partition_indexes(partitions: int) -> list[int]:
+    return list(range(partitions)) if partitions else [-1]
+
+
+def _partition_topics(topic: str, partitions: int) -> list[str]:
+    if not partitions:
+        return [topic]
+    return [f"{topic}-partition-{i}" for i in range(partitions)]
+
+
+def _consumer_type(value: ConsumerType | str) -> ConsumerType:
+    for member in ConsumerType:
+        if value.lower().replace("_", "") == member.value.lower().replace("_", ""):
+            return member
+    raise ValueError(f"unknown subscription type {value!r}: expected one of {list(ConsumerType)}")
+
+
+def _initial_position(value: InitialPosition | str) -> InitialPosition:
+    for member in InitialPosition:
+        if value.lower() == member.value.lower():
+            return member
+    raise ValueError(f"unknown initial position {value!r}: expected latest or earliest")
+
+
+def _read(path: str | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None

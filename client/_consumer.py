@@ -1,0 +1,474 @@
+"""Consumers: subscribing, flow control, a merged receive queue, grouped acks, seek."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+from pulsargrpc.v1 import pulsar_pb2 as pb
+
+from ._acks import AckGroup
+from ._errors import AlreadyClosed, ConnectError, PulsarError, Timeout, error_from_rpc
+from ._flow import PermitTracker
+from ._message import Message, MessageId, messages_of_entry
+from ._stream import Metadata, OpenStream, StreamCall, StreamWriter, as_pulsar_error
+
+_CLOSE_GRACE_S = 2.0
+_MAX_LONG = 2**63 - 1
+
+
+class MessageQueue:
+    """Messages received from the broker and not yet handed to the application.
+
+    Shared by the streams of all partitions; bounded by the permits they granted. Once failed,
+    it still hands out what it holds, then raises the error to every receiver.
+    """
+
+    def __init__(self) -> None:
+        self._items: deque[Message] = deque()
+        self._nonempty = asyncio.Event()
+        self._error: PulsarError | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put_many(self, messages: list[Message]) -> None:
+        """Append messages and wake a receiver."""
+        if messages:
+            self._items.extend(messages)
+            self._nonempty.set()
+
+    def fail(self, error: PulsarError) -> None:
+        """Make receivers raise ``error`` once the queue is empty (first error wins)."""
+        if self._error is None:
+            self._error = error
+        self._nonempty.set()
+
+    def remove_if(self, predicate: Callable[[Message], bool]) -> int:
+        """Drop the messages matching ``predicate``; return how many."""
+        kept = deque(m for m in self._items if not predicate(m))
+        removed = len(self._items) - len(kept)
+        self._items = kept
+        return removed
+
+    async def get(self, timeout_s: float | None) -> Message:
+        """The next message; raises Timeout after ``timeout_s`` (None: wait forever)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not self._items:
+                    if self._error is not None:
+                        raise self._error
+                    self._nonempty.clear()
+                    await self._nonempty.wait()
+        except TimeoutError:
+            raise Timeout(f"no message within {timeout_s} s") from None
+        return self._items.popleft()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """Consumer settings the client keeps (the rest travel as call metadata)."""
+
+    receiver_queue_size: int = 1000
+    ack_group_time_ms: float = 1.0
+    max_pending_acks: int = 1000
+    operation_timeout_s: float = 30.0
+
+
+class PartitionConsumer:
+    """One Consume stream: a consumer of one topic or of one partition of a topic."""
+
+    def __init__(self, config: ConsumerConfig, queue: MessageQueue, partition: int = -1) -> None:
+        self.config = config
+        self.partition = partition
+        self.topic = ""
+        self.consumer_name = ""
+        self.subscription = ""
+        self.is_active: bool | None = None
+        self.reached_end_of_topic = False
+        self._queue = queue
+        self._loop = asyncio.get_running_loop()
+        self._permits = PermitTracker(config.receiver_queue_size)
+        self._acks = AckGroup(config.max_pending_acks)
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._request_ids = itertools.count(1)
+        self._requests: dict[int, asyncio.Future[None]] = {}
+        self._seeking = 0
+        self._call: StreamCall | None = None
+        self._writer: StreamWriter | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._error: PulsarError | None = None
+        self._closing = False
+
+    async def start(self, open_stream: OpenStream, metadata: Metadata) -> None:
+        """Open the stream, wait for ConsumerSubscribed, grant the first permits."""
+        self._call = call = open_stream(metadata)
+        try:
+            response = await asyncio.wait_for(call.read(), self.config.operation_timeout_s)
+        except TimeoutError:
+            call.cancel()
+            raise Timeout("timed out waiting for the subscription") from None
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        if response is grpc.aio.EOF or response.WhichOneof("response") != "subscribed":
+            call.cancel()
+            raise ConnectError("the broker did not answer ConsumerSubscribed")
+        subscribed = response.subscribed
+        self.consumer_name = subscribed.consumer_name
+        self.topic = subscribed.topic
+        self.subscription = subscribed.subscription
+        self._writer = StreamWriter(call, self._fail)
+        self._send(pb.ConsumeRequest(flow=pb.Flow(permits=self._permits.initial_permits())))
+        self._reader = self._loop.create_task(self._read_loop(call))
+
+    def consumed(self, count: int = 1) -> None:
+        """The application took (or the client dropped) ``count`` messages of this stream."""
+        permits = self._permits.consumed(count)
+        if permits:
+            self._send(pb.ConsumeRequest(flow=pb.Flow(permits=permits)))
+
+    def acknowledge(self, message_id: MessageId, cumulative: bool = False) -> None:
+        """Group an ack; it goes out within ``ack_group_time_ms``."""
+        self._check_open()
+        if cumulative:
+            self._acks.cumulative(message_id)
+        else:
+            self._acks.individual(message_id)
+        self._schedule_acks()
+
+    def negative_acknowledge(self, message_id: MessageId) -> None:
+        """Group a nack; the broker redelivers after the negative-ack delay."""
+        self._check_open()
+        self._acks.negative(message_id)
+        self._schedule_acks()
+
+    async def acknowledge_and_wait(self, message_ids: list[MessageId], cumulative: bool) -> None:
+        """Ack now and wait for the broker's AckReceipt (the ack is durable)."""
+        self.flush_acks()
+        request_id = next(self._request_ids)
+        ack = pb.Ack(
+            type=pb.Cumulative if cumulative else pb.Individual,
+            ids=[m.to_proto() for m in message_ids],
+            request_id=request_id,
+        )
+        await self._request(request_id, pb.ConsumeRequest(ack=ack))
+
+    def flush_acks(self) -> None:
+        """Send grouped acks and nacks now."""
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        for request in self._acks.take():
+            self._send(request)
+
+    def redeliver_unacknowledged(self) -> None:
+        """Ask for every unacked message again; drop this stream's queued messages."""
+        self._check_open()
+        self.flush_acks()
+        self._send(pb.ConsumeRequest(redeliver=pb.RedeliverUnacknowledged()))
+        self._drop_queued()
+
+    async def seek(self, target: MessageId | int) -> None:
+        """Move the cursor to a message id or a publish time (ms), and wait for SeekDone."""
+        self.flush_acks()
+        request_id = next(self._request_ids)
+        seek = seek_request(target, request_id)
+        # Messages that arrive until SeekDone were read before the seek: they are dropped.
+        self._seeking += 1
+        try:
+            await self._request(request_id, pb.ConsumeRequest(seek=seek))
+        finally:
+            self._seeking -= 1
+        self._drop_queued()
+
+    async def unsubscribe(self) -> None:
+        """Delete the subscription and wait for Unsubscribed."""
+        request_id = next(self._request_ids)
+        request = pb.ConsumeRequest(unsubscribe=pb.Unsubscribe(request_id=request_id))
+        await self._request(request_id, request)
+
+    async def close(self) -> None:
+        """Send grouped acks, half-close the stream and let the broker end it."""
+        if self._closing:
+            return
+        if self._error is None:
+            self.flush_acks()
+        self._closing = True
+        if self._writer is not None:
+            await self._writer.close()
+        if self._reader is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._reader), _CLOSE_GRACE_S)
+        self._fail(AlreadyClosed("the consumer is closed"))
+
+    def on_response(self, response: pb.ConsumeResponse) -> None:
+        """Handle one response after ConsumerSubscribed."""
+        kind = response.WhichOneof("response")
+        if kind == "messages":
+            messages: list[Message] = []
+            for entry in response.messages.entries:
+                messages.extend(messages_of_entry(entry, self.partition, self.topic))
+            if self._seeking:
+                self.consumed(len(messages))  # the broker charged them: give the permits back
+            else:
+                self._queue.put_many(messages)
+        elif kind in ("ack_receipt", "seek_done", "unsubscribed"):
+            request_id = getattr(response, kind).request_id
+            future = self._requests.pop(request_id, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+        elif kind == "active_consumer_change":
+            self.is_active = response.active_consumer_change.is_active
+        elif kind == "reached_end_of_topic":
+            self.reached_end_of_topic = True
+
+    def _drop_queued(self) -> None:
+        dropped = self._queue.remove_if(lambda m: m.message_id().partition == self.partition)
+        if dropped:
+            self.consumed(dropped)
+
+    def _check_open(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closing:
+            raise AlreadyClosed("the consumer is closed")
+
+    def _send(self, request: pb.ConsumeRequest) -> None:
+        if self._writer is not None and self._error is None:
+            self._writer.send(request)
+
+    def _schedule_acks(self) -> None:
+        if self._acks.is_full():
+            self.flush_acks()
+        elif self._ack_timer is None:
+            delay_s = self.config.ack_group_time_ms / 1000
+            self._ack_timer = self._loop.call_later(delay_s, self.flush_acks)
+
+    async def _request(self, request_id: int, request: pb.ConsumeRequest) -> None:
+        self._check_open()
+        future: asyncio.Future[None] = self._loop.create_future()
+        self._requests[request_id] = future
+        self._send(request)
+        try:
+            await asyncio.wait_for(future, self.config.operation_timeout_s)
+        except TimeoutError:
+            raise Timeout("the broker did not answer in time") from None
+        finally:
+            self._requests.pop(request_id, None)
+
+    def _fail(self, error: PulsarError) -> None:
+        if self._error is None:
+            self._error = error
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+        for future in self._requests.values():
+            if not future.done():
+                future.set_exception(self._error)
+        self._requests.clear()
+        self._queue.fail(self._error)
+        if self._reader is not None and self._reader is not asyncio.current_task():
+            self._reader.cancel()
+        if self._writer is not None:
+            self._writer.cancel()
+        if self._call is not None:
+            self._call.cancel()
+
+    async def _read_loop(self, call: StreamCall) -> None:
+        try:
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    if not self._closing:
+                        self._fail(ConnectError("the broker ended the consume stream"))
+                    return
+                self.on_response(response)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail(as_pulsar_error(exc))
+
+
+def seek_request(target: MessageId | int, request_id: int) -> pb.Seek:
+    """The Seek request for a message id or a publish time in ms.
+
+    The sentinels travel as publish times, since the wire's ledger ids are unsigned:
+    earliest is "published at or after 0", latest "at or after the end of time".
+
+    >>> seek_request(MessageId.earliest, 1).publish_time
+    0
+    """
+    if isinstance(target, int):
+        return pb.Seek(publish_time=target, request_id=request_id)
+    if target == MessageId.earliest:
+        return pb.Seek(publish_time=0, request_id=request_id)
+    if target == MessageId.latest:
+        return pb.Seek(publish_time=_MAX_LONG, request_id=request_id)
+    return pb.Seek(message_id=target.to_proto(), request_id=request_id)
+
+
+MessageTarget = Message | MessageId
+
+
+def _id_of(target: MessageTarget) -> MessageId:
+    return target.message_id() if isinstance(target, Message) else target
+
+
+class Consumer:
+    """Receives from a subscription; for a partitioned topic, from all partitions merged.
+
+    >>> consumer = await client.subscribe("my-topic", "my-sub", subscription_type="Shared")
+    >>> async for msg in consumer:
+    ...     print(msg.data())
+    ...     await consumer.acknowledge(msg)
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        subscription_name: str,
+        partitions: list[PartitionConsumer],
+        queue: MessageQueue,
+    ) -> None:
+        self._topic = topic
+        self._subscription = subscription_name
+        self._partitions = {p.partition: p for p in partitions}
+        self._queue = queue
+        self._closed = False
+
+    @property
+    def topic(self) -> str:
+        """The topic as given to ``subscribe``."""
+        return self._topic
+
+    @property
+    def subscription_name(self) -> str:
+        """The subscription's name."""
+        return self._subscription
+
+    @property
+    def consumer_name(self) -> str:
+        """The consumer's name (given or generated by the broker)."""
+        return next(iter(self._partitions.values())).consumer_name
+
+    @property
+    def is_active(self) -> bool | None:
+        """Failover: whether this consumer is the active one (None until the broker says)."""
+        return next(iter(self._partitions.values())).is_active
+
+    def has_reached_end_of_topic(self) -> bool:
+        """Whether the topic (every partition) was terminated and fully consumed."""
+        return all(p.reached_end_of_topic for p in self._partitions.values())
+
+    async def receive(self, timeout_ms: int | None = None) -> Message:
+        """The next message; raises :class:`Timeout` after ``timeout_ms`` (None: wait).
+
+        >>> msg = await consumer.receive(timeout_ms=1000)
+        """
+        if self._closed:
+            raise AlreadyClosed("the consumer is closed")
+        timeout_s = None if timeout_ms is None else timeout_ms / 1000
+        message = await self._queue.get(timeout_s)
+        self._partition_of(message.message_id()).consumed(1)
+        return message
+
+    async def acknowledge(self, message: MessageTarget, *, wait: bool = False) -> None:
+        """Acknowledge one message.
+
+        Acks are grouped and sent within ``ack_group_time_ms``; with ``wait=True`` the ack is
+        sent at once and this returns when the broker reports it durable.
+
+        >>> await consumer.acknowledge(msg)
+        >>> await consumer.acknowledge(msg.message_id(), wait=True)
+        """
+        await self._ack(_id_of(message), cumulative=False, wait=wait)
+
+    async def acknowledge_cumulative(self, message: MessageTarget, *, wait: bool = False) -> None:
+        """Acknowledge this message and every earlier one of its partition (not for Shared).
+
+        >>> await consumer.acknowledge_cumulative(last_msg)
+        """
+        await self._ack(_id_of(message), cumulative=True, wait=wait)
+
+    async def negative_acknowledge(self, message: MessageTarget) -> None:
+        """Ask for the redelivery of a message after the negative-ack delay.
+
+        >>> await consumer.negative_acknowledge(msg)
+        """
+        message_id = _id_of(message)
+        self._partition_of(message_id).negative_acknowledge(message_id)
+
+    async def redeliver_unacknowledged_messages(self) -> None:
+        """Have the broker redeliver every unacked message; drops the local queue.
+
+        >>> await consumer.redeliver_unacknowledged_messages()
+        """
+        for partition in self._partitions.values():
+            partition.redeliver_unacknowledged()
+
+    async def seek(self, target: MessageId | int) -> None:
+        """Reset the subscription to a message id or a publish time (ms since the epoch).
+
+        A message id of a partitioned topic moves its own partition; ``MessageId.earliest``,
+        ``MessageId.latest`` and publish times move every partition.
+
+        >>> await consumer.seek(MessageId.earliest)
+        >>> await consumer.seek(int(time.time() * 1000) - 60_000)
+        """
+        if isinstance(target, MessageId) and target not in (MessageId.earliest, MessageId.latest):
+            await self._partition_of(target).seek(target)
+            return
+        await asyncio.gather(*(p.seek(target) for p in self._partitions.values()))
+
+    async def unsubscribe(self) -> None:
+        """Delete the subscription, then close.
+
+        >>> await consumer.unsubscribe()
+        """
+        await asyncio.gather(*(p.unsubscribe() for p in self._partitions.values()))
+        await self.close()
+
+    async def close(self) -> None:
+        """Send grouped acks and close the streams. Idempotent.
+
+        >>> await consumer.close()
+        """
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.gather(*(p.close() for p in self._partitions.values()))
+        self._queue.fail(AlreadyClosed("the consumer is closed"))
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self.receive()
+        except AlreadyClosed:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _ack(self, message_id: MessageId, cumulative: bool, wait: bool) -> None:
+        partition = self._partition_of(message_id)
+        if wait:
+            await partition.acknowledge_and_wait([message_id], cumulative)
+        else:
+            partition.acknowledge(message_id, cumulative)
+
+    def _partition_of(self, message_id: MessageId) -> PartitionConsumer:
+        try:
+            return self._partitions[message_id.partition]
+        except KeyError:
+            raise ValueError(
+                f"message id {message_id} is not from a partition of {self._topic}"
+            ) from None

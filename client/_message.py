@@ -1,0 +1,231 @@
+"""MessageId and Message: what producers get back and consumers receive."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pulsargrpc.v1 import pulsar_pb2 as pb
+
+_PACKED = struct.Struct(">qqii")
+_MAX_LONG = 2**63 - 1
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class MessageId:
+    """Pulsar's message id: (ledger, entry, index in the batch, partition).
+
+    Ordered by ledger, entry, then batch index, so ids of one partition sort in publish
+    order. ``str()`` gives ``"ledger:entry:batch:partition"``, the format of
+    ``x-pulsar-start-message-id``. A send that deduplication dropped resolves to an id whose
+    ``ledger_id`` and ``entry_id`` are -1 (as in Pulsar).
+
+    >>> MessageId.parse("7:3")
+    MessageId(ledger_id=7, entry_id=3, batch_index=-1, partition=-1)
+    >>> str(MessageId(7, 3, 0, 2))
+    '7:3:0:2'
+    >>> MessageId.deserialize(MessageId(7, 3).serialize()) == MessageId(7, 3)
+    True
+    """
+
+    ledger_id: int
+    entry_id: int
+    batch_index: int = -1
+    partition: int = -1
+
+    earliest: ClassVar[MessageId]
+    latest: ClassVar[MessageId]
+
+    def __str__(self) -> str:
+        if self == MessageId.earliest:
+            return "earliest"
+        if self == MessageId.latest:
+            return "latest"
+        return f"{self.ledger_id}:{self.entry_id}:{self.batch_index}:{self.partition}"
+
+    @classmethod
+    def parse(cls, text: str) -> MessageId:
+        """Parse ``"ledger:entry[:batch[:partition]]"``, ``"earliest"`` or ``"latest"``."""
+        lowered = text.strip().lower()
+        if lowered == "earliest":
+            return cls.earliest
+        if lowered == "latest":
+            return cls.latest
+        parts = lowered.split(":")
+        if not 2 <= len(parts) <= 4:
+            raise ValueError(
+                f"invalid message id {text!r}: expected ledger:entry[:batch[:partition]]"
+            )
+        try:
+            return cls(*(int(p) for p in parts))
+        except ValueError:
+            raise ValueError(f"invalid message id {text!r}: parts must be integers") from None
+
+    def serialize(self) -> bytes:
+        """24 bytes, big endian; stable across versions."""
+        return _PACKED.pack(self.ledger_id, self.entry_id, self.batch_index, self.partition)
+
+    @classmethod
+    def deserialize(cls, data: bytes) -> MessageId:
+        """Inverse of :meth:`serialize`."""
+        if len(data) != _PACKED.size:
+            raise ValueError(f"a serialized MessageId has {_PACKED.size} bytes, got {len(data)}")
+        return cls(*_PACKED.unpack(data))
+
+    def to_proto(self) -> pb.MessageId:
+        """The wire form; ledger and entry ids must not be negative."""
+        if self.ledger_id < 0 or self.entry_id < 0:
+            raise ValueError(f"message id {self} cannot be sent to the broker")
+        return pb.MessageId(
+            ledger_id=self.ledger_id,
+            entry_id=self.entry_id,
+            batch_index=self.batch_index,
+            partition=self.partition,
+        )
+
+
+# Pulsar's sentinels: earliest is (-1, -1), latest is (Long.MAX_VALUE, Long.MAX_VALUE).
+MessageId.earliest = MessageId(-1, -1, -1, -1)
+MessageId.latest = MessageId(_MAX_LONG, _MAX_LONG, -1, -1)
+
+
+class Message:
+    """One received message; the accessors follow the Apache Pulsar Python client.
+
+    >>> msg = await consumer.receive()
+    >>> msg.data(), msg.message_id(), msg.properties()
+    """
+
+    __slots__ = (
+        "_data",
+        "_event_timestamp",
+        "_message_id",
+        "_ordering_key",
+        "_partition_key",
+        "_producer_name",
+        "_properties",
+        "_publish_timestamp",
+        "_redelivery_count",
+        "_sequence_id",
+        "_topic_name",
+    )
+
+    def __init__(
+        self,
+        data: bytes,
+        message_id: MessageId,
+        *,
+        topic_name: str,
+        partition_key: str = "",
+        ordering_key: bytes = b"",
+        properties: dict[str, str] | None = None,
+        event_timestamp: int = 0,
+        publish_timestamp: int = 0,
+        producer_name: str = "",
+        sequence_id: int = 0,
+        redelivery_count: int = 0,
+    ) -> None:
+        self._data = data
+        self._message_id = message_id
+        self._topic_name = topic_name
+        self._partition_key = partition_key
+        self._ordering_key = ordering_key
+        self._properties = properties if properties is not None else {}
+        self._event_timestamp = event_timestamp
+        self._publish_timestamp = publish_timestamp
+        self._producer_name = producer_name
+        self._sequence_id = sequence_id
+        self._redelivery_count = redelivery_count
+
+    @property
+    def value(self) -> bytes:
+        """The payload (same as :meth:`data`)."""
+        return self._data
+
+    def data(self) -> bytes:
+        """The payload."""
+        return self._data
+
+    def message_id(self) -> MessageId:
+        """The id to acknowledge or seek to."""
+        return self._message_id
+
+    def topic_name(self) -> str:
+        """Full name of the topic (of the partition, for a partitioned topic)."""
+        return self._topic_name
+
+    def partition_key(self) -> str:
+        """The key the producer set; empty when none."""
+        return self._partition_key
+
+    def ordering_key(self) -> bytes:
+        """The ordering key the producer set; empty when none."""
+        return self._ordering_key
+
+    def properties(self) -> dict[str, str]:
+        """Application properties."""
+        return self._properties
+
+    def event_timestamp(self) -> int:
+        """Event time in ms since the epoch set by the producer; 0 when unset."""
+        return self._event_timestamp
+
+    def publish_timestamp(self) -> int:
+        """Time in ms since the epoch the broker stored the message."""
+        return self._publish_timestamp
+
+    def producer_name(self) -> str:
+        """Name of the producer that published the message."""
+        return self._producer_name
+
+    def sequence_id(self) -> int:
+        """The producer's sequence id of this message."""
+        return self._sequence_id
+
+    def redelivery_count(self) -> int:
+        """How many times the message was delivered before."""
+        return self._redelivery_count
+
+    def __repr__(self) -> str:
+        return f"Message(id={self._message_id}, topic={self._topic_name!r}, len={len(self._data)})"
+
+
+def messages_of_entry(entry: pb.DeliveredEntry, partition: int, topic_name: str) -> list[Message]:
+    """The messages of one delivered entry, minus the batch indexes acked before.
+
+    Message i gets id (ledger, entry, i, partition) and sequence id ``entry.sequence_id + i``;
+    ``partition`` is the consumer's own partition index, which decides where its acks go.
+    """
+    skipped = set(entry.acked_batch_indexes)
+    out: list[Message] = []
+    for i, data in enumerate(entry.messages):
+        if i in skipped:
+            continue
+        out.append(
+            Message(
+                data.payload,
+                MessageId(entry.ledger_id, entry.entry_id, i, partition),
+                topic_name=topic_name,
+                partition_key=data.key,
+                ordering_key=data.ordering_key,
+                properties=dict(data.properties),
+                event_timestamp=data.event_time,
+                publish_timestamp=entry.publish_time,
+                producer_name=entry.producer_name,
+                sequence_id=entry.sequence_id + i,
+                redelivery_count=entry.redelivery_count,
+            )
+        )
+    return out
+
+
+def ids_of_receipt(receipt: pb.SendReceipt, count: int, partition: int) -> list[MessageId]:
+    """The ids of the ``count`` messages of a batch the receipt covers.
+
+    A duplicate batch was dropped by deduplication and got no ids: each message resolves to
+    ``MessageId(-1, -1, -1, partition)`` as in Pulsar.
+    """
+    if receipt.duplicate:
+        return [MessageId(-1, -1, -1, partition)] * count
+    return [MessageId(receipt.ledger_id, receipt.entry_id, i, partition) for i in range(count)]

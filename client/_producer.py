@@ -1,0 +1,336 @@
+"""Producers: batching, sequence ids, receipts, backpressure and send timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import grpc
+from pulsargrpc.v1 import pulsar_pb2 as pb
+
+from ._batching import BatchContainer
+from ._errors import AlreadyClosed, ConnectError, PulsarError, Timeout, error_from_rpc
+from ._message import MessageId, ids_of_receipt
+from ._routing import Router
+from ._stream import Metadata, OpenStream, StreamCall, StreamWriter, as_pulsar_error
+
+# How long close() gives the broker to end the stream after the last receipt.
+_CLOSE_GRACE_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """Producer settings, as passed to ``Client.create_producer``."""
+
+    batching_max_messages: int = 100
+    batching_max_bytes: int = 128 * 1024
+    batching_max_publish_delay_ms: float = 10
+    send_timeout_ms: int = 30000
+    max_pending_messages: int = 1000
+    initial_sequence_id: int | None = None
+    operation_timeout_s: float = 30.0
+
+
+@dataclass(slots=True)
+class _InFlight:
+    sequence_id: int
+    futures: list[asyncio.Future[MessageId]]
+    deadline: float
+
+
+class PartitionProducer:
+    """One Produce stream: a producer on one topic or on one partition of a topic."""
+
+    def __init__(self, config: ProducerConfig, partition: int = -1) -> None:
+        self.config = config
+        self.partition = partition
+        self.producer_name = ""
+        self.topic = ""
+        self.last_sequence_id = -1
+        self._next_sequence_id = 0
+        self._loop = asyncio.get_running_loop()
+        self._container = BatchContainer[asyncio.Future[MessageId]](
+            config.batching_max_messages, config.batching_max_bytes
+        )
+        self._inflight: deque[_InFlight] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timeout_task: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._call: StreamCall | None = None
+        self._writer: StreamWriter | None = None
+        self._error: PulsarError | None = None
+        self._closing = False
+
+    async def start(self, open_stream: OpenStream, metadata: Metadata) -> None:
+        """Open the stream and wait for ProducerReady."""
+        self._call = call = open_stream(metadata)
+        try:
+            response = await asyncio.wait_for(call.read(), self.config.operation_timeout_s)
+        except TimeoutError:
+            call.cancel()
+            raise Timeout("timed out waiting for the producer to be ready") from None
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        if response is grpc.aio.EOF or response.WhichOneof("response") != "ready":
+            call.cancel()
+            raise ConnectError("the broker did not answer ProducerReady")
+        self.on_ready(response.ready)
+        self._writer = StreamWriter(call, self._fail)
+        self._reader = self._loop.create_task(self._read_loop(call))
+
+    def on_ready(self, ready: pb.ProducerReady) -> None:
+        """Take name, topic and the first sequence id from ProducerReady."""
+        self.producer_name = ready.producer_name
+        self.topic = ready.topic
+        initial = self.config.initial_sequence_id
+        if initial is None:
+            self.last_sequence_id = ready.last_sequence_id
+            self._next_sequence_id = ready.last_sequence_id + 1
+        else:
+            # x-pulsar-initial-sequence-id: ids below it are duplicates, so it is the first id.
+            self.last_sequence_id = initial - 1
+            self._next_sequence_id = initial
+
+    @property
+    def pending(self) -> int:
+        """Messages batched or sent and not yet receipted."""
+        return len(self._container) + sum(len(b.futures) for b in self._inflight)
+
+    def add(self, message: pb.MessageData) -> asyncio.Future[MessageId]:
+        """Batch a message; the future resolves with its id once the broker stored it."""
+        if self._error is not None:
+            raise self._error
+        if self._closing:
+            raise AlreadyClosed("the producer is closed")
+        future: asyncio.Future[MessageId] = self._loop.create_future()
+        if not self._container.fits(message):
+            self.send_batch()
+        self._container.add(message, future)
+        if self._container.is_full():
+            self.send_batch()
+        elif len(self._container) == 1:
+            delay_s = self.config.batching_max_publish_delay_ms / 1000
+            self._timer = self._loop.call_later(delay_s, self.send_batch)
+        return future
+
+    def send_batch(self) -> None:
+        """Send the current batch as one ProduceRequest, if there is one."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not len(self._container) or self._writer is None:
+            return
+        request, futures = self._container.drain(self._next_sequence_id)
+        self._next_sequence_id += len(futures)
+        deadline = self._loop.time() + self.config.send_timeout_ms / 1000
+        self._inflight.append(_InFlight(request.sequence_id, futures, deadline))
+        self._writer.send(request)
+        if self.config.send_timeout_ms > 0 and (
+            self._timeout_task is None or self._timeout_task.done()
+        ):
+            self._timeout_task = self._loop.create_task(self._expire())
+
+    def on_receipt(self, receipt: pb.SendReceipt) -> None:
+        """Resolve the futures of the oldest batch, which the receipt must be for."""
+        if not self._inflight or receipt.sequence_id < self._inflight[0].sequence_id:
+            return  # its batch already failed with a send timeout
+        batch = self._inflight[0]
+        if receipt.sequence_id != batch.sequence_id:
+            self._fail(
+                PulsarError(
+                    f"receipt for sequence id {receipt.sequence_id} while "
+                    f"{batch.sequence_id} was expected"
+                )
+            )
+            return
+        self._inflight.popleft()
+        ids = ids_of_receipt(receipt, len(batch.futures), self.partition)
+        for future, message_id in zip(batch.futures, ids, strict=True):
+            if not future.done():
+                future.set_result(message_id)
+        self.last_sequence_id = max(
+            self.last_sequence_id, batch.sequence_id + len(batch.futures) - 1
+        )
+
+    async def flush(self) -> None:
+        """Send the current batch and wait for the receipt of the last batch sent."""
+        self.send_batch()
+        if self._inflight:
+            await asyncio.gather(*self._inflight[-1].futures)
+
+    async def close(self) -> None:
+        """Send what is batched, wait for its receipts, then end the stream."""
+        if self._closing:
+            return
+        self.send_batch()
+        self._closing = True
+        pending = [f for b in self._inflight for f in b.futures]
+        if pending and self._error is None:
+            timeout = self.config.send_timeout_ms / 1000 or None
+            await asyncio.wait(pending, timeout=timeout)
+        if self._writer is not None:
+            await self._writer.close()
+        if self._reader is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._reader), _CLOSE_GRACE_S)
+        self._fail(AlreadyClosed("the producer is closed"))
+
+    def _fail(self, error: PulsarError) -> None:
+        """Fail every pending send with ``error`` and stop the stream (first error wins)."""
+        if self._error is None:
+            self._error = error
+        if self._timer is not None:
+            self._timer.cancel()
+        _, futures = self._container.drain(self._next_sequence_id)
+        for batch in self._inflight:
+            futures.extend(batch.futures)
+        self._inflight.clear()
+        for future in futures:
+            if not future.done():
+                future.set_exception(self._error)
+        for task in (self._reader, self._timeout_task):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        if self._writer is not None:
+            self._writer.cancel()
+        if self._call is not None:
+            self._call.cancel()
+
+    async def _read_loop(self, call: StreamCall) -> None:
+        try:
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    if self._inflight or not self._closing:
+                        self._fail(ConnectError("the broker ended the produce stream"))
+                    return
+                if response.WhichOneof("response") == "receipt":
+                    self.on_receipt(response.receipt)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail(as_pulsar_error(exc))
+
+    async def _expire(self) -> None:
+        """Fail every pending send once the oldest batch is older than the send timeout."""
+        while self._inflight:
+            delay = self._inflight[0].deadline - self._loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            error = Timeout(f"no receipt within send_timeout_ms={self.config.send_timeout_ms}")
+            futures = [f for b in self._inflight for f in b.futures]
+            self._inflight.clear()
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
+
+
+class Producer:
+    """Publishes to a topic; for a partitioned topic, to all its partitions.
+
+    >>> async with await client.create_producer("my-topic") as producer:
+    ...     msg_id = await producer.send(b"hello", properties={"a": "1"})
+    ...     futures = [await producer.send_async(b"x%d" % i) for i in range(1000)]
+    ...     ids = await asyncio.gather(*futures)
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partitions: list[PartitionProducer],
+        router: Router | None,
+        max_pending_messages: int,
+    ) -> None:
+        self._topic = topic
+        self._partitions = partitions
+        self._router = router
+        # One budget for all partitions, so memory stays bounded however many there are.
+        self._room = asyncio.Semaphore(max_pending_messages)
+        self._closed = False
+
+    @property
+    def topic(self) -> str:
+        """The topic as given to ``create_producer``."""
+        return self._topic
+
+    @property
+    def producer_name(self) -> str:
+        """The producer's name (given or generated by the broker; of partition 0 if partitioned)."""
+        return self._partitions[0].producer_name
+
+    @property
+    def last_sequence_id(self) -> int:
+        """Highest sequence id the broker has stored for this producer (-1 or less: none)."""
+        return max(p.last_sequence_id for p in self._partitions)
+
+    async def send(
+        self,
+        payload: bytes,
+        key: str | None = None,
+        ordering_key: bytes | None = None,
+        properties: Mapping[str, str] | None = None,
+        event_time: int | None = None,
+    ) -> MessageId:
+        """Publish one message and wait until it is stored.
+
+        >>> await producer.send(b"data", key="user-1", event_time=1700000000000)
+        MessageId(ledger_id=3, entry_id=0, batch_index=0, partition=-1)
+        """
+        future = await self.send_async(payload, key, ordering_key, properties, event_time)
+        return await future
+
+    async def send_async(
+        self,
+        payload: bytes,
+        key: str | None = None,
+        ordering_key: bytes | None = None,
+        properties: Mapping[str, str] | None = None,
+        event_time: int | None = None,
+    ) -> asyncio.Future[MessageId]:
+        """Queue one message; returns a future of its id.
+
+        Waits only while ``max_pending_messages`` messages are pending (block-if-queue-full).
+        A message that deduplication dropped resolves to an id with ``ledger_id == -1``.
+
+        >>> future = await producer.send_async(b"data")
+        >>> msg_id = await future
+        """
+        if self._closed:
+            raise AlreadyClosed("the producer is closed")
+        message = pb.MessageData(
+            payload=payload,
+            key=key or "",
+            ordering_key=ordering_key or b"",
+            properties=properties,
+            event_time=event_time or 0,
+        )
+        await self._room.acquire()
+        try:
+            index = self._router.choose(key) if self._router is not None else 0
+            future = self._partitions[index].add(message)
+        except BaseException:
+            self._room.release()
+            raise
+        future.add_done_callback(lambda _: self._room.release())
+        return future
+
+    async def flush(self) -> None:
+        """Send every batched message now and wait until the broker stored them."""
+        await asyncio.gather(*(p.flush() for p in self._partitions))
+
+    async def close(self) -> None:
+        """Flush, then close the streams. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.gather(*(p.close() for p in self._partitions))
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

@@ -1,0 +1,108 @@
+"""Choosing the partition of a message, as Pulsar's Java client does.
+
+A message with a key goes to ``murmur3_32(key) & 0x7fffffff % partitions`` (Pulsar's
+``Murmur3_32Hash`` with seed 0 and ``signSafeMod``), so a Java, C++ or this client put a key on
+the same partition. The hash is implemented here in pure Python: keys are short and the client
+depends on grpcio and the generated protos only.
+
+Messages without a key follow the routing mode:
+
+- ``round_robin`` (Pulsar's RoundRobinPartition with batching): every partition in turn, one
+  batching window (``batching_max_publish_delay_ms``) each, so that a batch fills up on one
+  partition instead of being scattered over all of them;
+- ``single``: one partition picked at random when the producer is created.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from enum import StrEnum
+
+_C1 = 0xCC9E2D51
+_C2 = 0x1B873593
+_MASK = 0xFFFFFFFF
+
+
+class RoutingMode(StrEnum):
+    """Where messages without a key go."""
+
+    ROUND_ROBIN = "round_robin"
+    SINGLE = "single"
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _MASK
+
+
+def murmur3_32(data: bytes, seed: int = 0) -> int:
+    """MurmurHash3 x86 32-bit, unsigned.
+
+    >>> hex(murmur3_32(b"The quick brown fox jumps over the lazy dog"))
+    '0x2e4ff723'
+    """
+    h = seed & _MASK
+    n = len(data)
+    tail = n - n % 4
+    for i in range(0, tail, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = _rotl((k * _C1) & _MASK, 15) * _C2 & _MASK
+        h = (_rotl(h ^ k, 13) * 5 + 0xE6546B64) & _MASK
+    rest = data[tail:]
+    if rest:
+        k = int.from_bytes(rest, "little")
+        k = _rotl((k * _C1) & _MASK, 15) * _C2 & _MASK
+        h ^= k
+    h ^= n
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _MASK
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _MASK
+    h ^= h >> 16
+    return h
+
+
+def partition_for_key(key: str, partitions: int) -> int:
+    """The partition Pulsar chooses for ``key``.
+
+    >>> partition_for_key("user-42", 4) == partition_for_key("user-42", 4)
+    True
+    """
+    return (murmur3_32(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+class Router:
+    """Chooses the partition of each message of a partitioned producer.
+
+    ``clock`` returns milliseconds; it is a parameter so tests can drive the windows.
+
+    >>> router = Router(4, RoutingMode.SINGLE, batching_delay_ms=10)
+    >>> router.choose("k") == partition_for_key("k", 4)
+    True
+    """
+
+    def __init__(
+        self,
+        partitions: int,
+        mode: RoutingMode | str = RoutingMode.ROUND_ROBIN,
+        batching_delay_ms: float = 10,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if partitions < 1:
+            raise ValueError("a router needs at least one partition")
+        self.partitions = partitions
+        self.mode = RoutingMode(mode)
+        self._switch_ms = max(1.0, batching_delay_ms)
+        self._clock = clock or (lambda: time.monotonic() * 1000)
+        # A random start spreads producers that start together over different partitions.
+        self._offset = random.randrange(partitions)
+
+    def choose(self, key: str | None) -> int:
+        """The partition index for a message with this key (None or "" = no key)."""
+        if key:
+            return partition_for_key(key, self.partitions)
+        if self.mode is RoutingMode.SINGLE:
+            return self._offset
+        window = int(self._clock() // self._switch_ms)
+        return (self._offset + window) % self.partitions

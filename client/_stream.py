@@ -1,0 +1,97 @@
+"""What producers and consumers need of a bidirectional gRPC stream, and its single writer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import grpc
+
+from ._errors import ConnectError, PulsarError, error_from_rpc
+
+Metadata = tuple[tuple[str, str], ...]
+
+
+class StreamCall(Protocol):
+    """The part of ``grpc.aio.StreamStreamCall`` the client uses (tests pass fakes)."""
+
+    async def write(self, request: Any) -> None: ...
+
+    async def done_writing(self) -> None: ...
+
+    async def read(self) -> Any: ...
+
+    def cancel(self) -> bool: ...
+
+
+OpenStream = Callable[[Metadata], StreamCall]
+
+
+def call_metadata(params: dict[str, str | int | bool | None]) -> Metadata:
+    """Call metadata from parameters: None values are left out, the rest become strings.
+
+    >>> call_metadata({"x-pulsar-topic": "t", "x-pulsar-durable": False, "x-pulsar-x": None})
+    (('x-pulsar-topic', 't'), ('x-pulsar-durable', 'false'))
+    """
+    out = []
+    for key, value in params.items():
+        if value is None:
+            continue
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        out.append((key, text))
+    return tuple(out)
+
+
+def as_pulsar_error(exc: BaseException) -> PulsarError:
+    """The client error for anything a stream raised."""
+    if isinstance(exc, PulsarError):
+        return exc
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return error_from_rpc(exc)
+    return ConnectError(f"stream failed: {exc!r}")
+
+
+class StreamWriter:
+    """Writes requests in order from one task: grpc.aio forbids concurrent writes.
+
+    ``send`` never blocks, so callers on the hot path (acks, permits, batches) only append to
+    a queue; what bounds the queue is the owner's own limit (pending messages, permits).
+    """
+
+    _DONE = object()
+
+    def __init__(self, call: StreamCall, on_error: Callable[[PulsarError], None]) -> None:
+        self._call = call
+        self._on_error = on_error
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def send(self, request: Any) -> None:
+        """Queue a request for writing."""
+        self._queue.put_nowait(request)
+
+    async def close(self) -> None:
+        """Write what is queued, then half-close the stream."""
+        self._queue.put_nowait(self._DONE)
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    def cancel(self) -> None:
+        """Stop writing at once."""
+        if self._task is not asyncio.current_task():
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                request = await self._queue.get()
+                if request is self._DONE:
+                    await self._call.done_writing()
+                    return
+                await self._call.write(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the stream is broken: the owner fails what is pending
+            self._on_error(as_pulsar_error(exc))

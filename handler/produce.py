@@ -1,0 +1,96 @@
+"""The Produce RPC: one producer per call, one entry and one receipt per request."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from grpc import aio
+
+from broker.service import BrokerService
+from broker.topics import Producer, PublishReceipt
+from handler import codec
+from handler.errors import abort
+from interceptors import current
+from pulsargrpc.v1 import pulsar_pb2 as pb
+
+# Batches accepted but not yet durable, per producer. When full, the handler stops reading the
+# stream and gRPC's flow control pushes back on the client: memory stays bounded.
+MAX_PENDING_BATCHES = 1000
+
+_END = object()
+
+
+async def produce(
+    service: BrokerService, requests: AsyncIterator[bytes], context: aio.ServicerContext
+) -> None:
+    ctx = current()
+    assert ctx.topic is not None and ctx.producer is not None
+    try:
+        topic = await service.get_topic(ctx.topic)
+        producer = topic.add_producer(ctx.producer.producer_name, ctx.peer)
+    except Exception as exc:
+        await abort(context, exc)
+    try:
+        last = topic.last_sequence_id(producer.name)
+        ready = pb.ProducerReady(producer_name=producer.name, last_sequence_id=last, topic=topic.name)
+        await context.write(pb.ProduceResponse(ready=ready))
+        await _serve(producer, requests, context)
+    finally:
+        await producer.close()
+
+
+async def _serve(
+    producer: Producer, requests: AsyncIterator[bytes], context: aio.ServicerContext
+) -> None:
+    pending: asyncio.Queue[asyncio.Future[PublishReceipt] | object] = asyncio.Queue(
+        MAX_PENDING_BATCHES
+    )
+    partition = producer.topic.partition
+    failure: list[BaseException] = []
+
+    async def read() -> None:
+        try:
+            async for raw in requests:
+                request = codec.parse_produce_request(raw)
+                future = producer.publish(raw, request.sequence_id, len(request.messages))
+                await pending.put(future)
+        except Exception as exc:
+            failure.append(exc)
+        finally:
+            await pending.put(_END)
+
+    reader = asyncio.get_running_loop().create_task(read())
+    try:
+        while True:
+            item = await pending.get()
+            if item is _END:
+                break
+            assert isinstance(item, asyncio.Future)
+            try:
+                receipt = await item
+            except Exception as exc:
+                failure.append(exc)
+                break
+            position = receipt.position
+            await context.write(
+                pb.ProduceResponse(
+                    receipt=pb.SendReceipt(
+                        sequence_id=receipt.sequence_id,
+                        highest_sequence_id=receipt.highest_sequence_id,
+                        ledger_id=position.ledger_id if position else 0,
+                        entry_id=position.entry_id if position else 0,
+                        partition=partition,
+                        batch_size=receipt.num_messages,
+                        duplicate=position is None,
+                    )
+                )
+            )
+    finally:
+        reader.cancel()
+        try:
+            await reader
+        except asyncio.CancelledError:
+            pass
+    if failure:
+        await abort(context, failure[0])

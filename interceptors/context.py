@@ -1,0 +1,60 @@
+"""The call context: what interceptors learned about a call, for the servicers to read.
+
+Servicers never read raw headers; they call :func:`current` and get typed parameters that were
+validated before any broker work started (PIP-59's "ServerInterceptor populates the Context").
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Literal
+
+from broker.ledger import Position
+from broker.naming import TopicName
+from broker.topics import SubType
+
+
+@dataclass(slots=True, frozen=True)
+class ProducerParams:
+    producer_name: str | None
+    initial_sequence_id: int | None
+
+
+@dataclass(slots=True, frozen=True)
+class ConsumerParams:
+    subscription: str
+    sub_type: SubType
+    consumer_name: str | None
+    initial_position: Literal["earliest", "latest"]
+    priority_level: int
+    durable: bool
+    start_message_id: Position | Literal["earliest", "latest"] | None
+    start_batch_index: int
+    start_inclusive: bool
+    ack_timeout_ms: int
+    negative_ack_delay_ms: int
+    max_redeliver_count: int
+    dead_letter_topic: str | None
+
+
+@dataclass(slots=True)
+class CallContext:
+    peer: str
+    topic: TopicName | None = None
+    listener_name: str | None = None
+    producer: ProducerParams | None = None
+    consumer: ConsumerParams | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+_current: ContextVar[CallContext] = ContextVar("pulsar_grpc_call_context")
+
+
+def current() -> CallContext:
+    """The context of the call being served (set by the parameters interceptor)."""
+    return _current.get()
+
+
+def bind(ctx: CallContext) -> None:
+    _current.set(ctx)

@@ -1,0 +1,215 @@
+"""Turns call metadata into a validated :class:`CallContext` (PIP-59's parameter interceptor).
+
+Missing or malformed parameters end the call with INVALID_ARGUMENT (and Pulsar's error code)
+before the servicer runs, so the broker never sees a half-specified producer or consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Literal
+
+import grpc
+from grpc import aio
+
+from broker.errors import BrokerError, InvalidArgumentError, InvalidTopicNameError
+from broker.ledger import Position
+from broker.naming import TopicName
+from broker.topics import SubType
+from interceptors.context import CallContext, ConsumerParams, ProducerParams, bind
+
+SERVICE = "/pulsargrpc.v1.PulsarService/"
+H_TOPIC = "x-pulsar-topic"
+H_LISTENER = "x-pulsar-listenername"
+
+# How a broker error becomes a gRPC status; shared with the servicers (handler/errors.py).
+StatusFor = Callable[[BrokerError], grpc.StatusCode]
+
+
+class ParametersInterceptor(aio.ServerInterceptor):
+    """Parses the parameters of Produce and Consume calls and binds the call context."""
+
+    def __init__(self, status_for: StatusFor) -> None:
+        self._status_for = status_for
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        method: str = details.method  # type: ignore[attr-defined]
+        if handler is None or not method.startswith(SERVICE):
+            return handler
+        headers = {k: v for k, v in details.invocation_metadata or () if isinstance(v, str)}  # type: ignore[attr-defined]
+        name = method[len(SERVICE) :]
+        try:
+            build = _parse_call(name, headers)
+            error: BrokerError | None = None
+        except BrokerError as exc:
+            error = exc
+        return _wrap(handler, lambda peer: build(peer), error, self._status_for)
+
+
+def _parse_call(method: str, headers: Mapping[str, str]) -> Callable[[str], CallContext]:
+    listener = headers.get(H_LISTENER) or None
+    if method in ("Produce", "Consume"):
+        topic = _topic(headers)
+        producer = _producer(headers) if method == "Produce" else None
+        consumer = _consumer(headers) if method == "Consume" else None
+        return lambda peer: CallContext(peer, topic, listener, producer, consumer)
+    return lambda peer: CallContext(peer, None, listener)
+
+
+def _topic(headers: Mapping[str, str]) -> TopicName:
+    raw = headers.get(H_TOPIC)
+    if not raw:
+        raise InvalidTopicNameError(f"missing call parameter {H_TOPIC}")
+    return TopicName.get(raw)
+
+
+def _int(headers: Mapping[str, str], key: str, default: int, minimum: int = 0) -> int:
+    raw = headers.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"{key}: '{raw}' is not an integer") from None
+    if value < minimum:
+        raise InvalidArgumentError(f"{key}: {value} is below the minimum {minimum}")
+    return value
+
+
+def _bool(headers: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = headers.get(key)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    raise InvalidArgumentError(f"{key}: '{raw}' is not true or false")
+
+
+def _choice(headers: Mapping[str, str], key: str, choices: dict[str, Any], default: str) -> Any:
+    raw = headers.get(key) or default
+    for name, value in choices.items():
+        if raw.lower() == name.lower():
+            return value
+    raise InvalidArgumentError(f"{key}: '{raw}' is not one of {', '.join(choices)}")
+
+
+def _producer(headers: Mapping[str, str]) -> ProducerParams:
+    name = headers.get("x-pulsar-producer-name") or None
+    initial = headers.get("x-pulsar-initial-sequence-id")
+    return ProducerParams(
+        producer_name=name,
+        initial_sequence_id=None if not initial else _int(headers, "x-pulsar-initial-sequence-id", 0, -1),
+    )
+
+
+def parse_message_id(raw: str) -> tuple[Position | Literal["earliest", "latest"], int]:
+    """``ledger:entry[:batch[:partition]]``, ``earliest`` or ``latest``."""
+    if raw.lower() in ("earliest", "latest"):
+        return raw.lower(), -1  # type: ignore[return-value]
+    parts = raw.split(":")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        numbers = []
+    if not 2 <= len(numbers) <= 4 or numbers[0] < 0 or numbers[1] < 0:
+        raise InvalidArgumentError(
+            f"x-pulsar-start-message-id: '{raw}' is not ledger:entry[:batch[:partition]], "
+            "earliest or latest"
+        )
+    batch = numbers[2] if len(numbers) > 2 else -1
+    return Position(numbers[0], numbers[1]), batch
+
+
+def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
+    durable = _bool(headers, "x-pulsar-durable", True)
+    subscription = headers.get("x-pulsar-subscription") or ""
+    if not subscription:
+        if durable:
+            raise InvalidArgumentError("missing call parameter x-pulsar-subscription")
+        subscription = ""
+    start_raw = headers.get("x-pulsar-start-message-id")
+    start: Position | Literal["earliest", "latest"] | None = None
+    batch = -1
+    if start_raw:
+        if durable:
+            raise InvalidArgumentError(
+                "x-pulsar-start-message-id is for readers: set x-pulsar-durable=false"
+            )
+        start, batch = parse_message_id(start_raw)
+    max_redeliver = _int(headers, "x-pulsar-max-redeliver-count", 0)
+    return ConsumerParams(
+        subscription=subscription,
+        sub_type=_choice(
+            headers, "x-pulsar-subscription-type", {t.value: t for t in SubType}, "Exclusive"
+        ),
+        consumer_name=headers.get("x-pulsar-consumer-name") or None,
+        initial_position=_choice(
+            headers,
+            "x-pulsar-initial-position",
+            {"Latest": "latest", "Earliest": "earliest"},
+            "Latest",
+        ),
+        priority_level=_int(headers, "x-pulsar-priority-level", 0),
+        durable=durable,
+        start_message_id=start,
+        start_batch_index=batch,
+        start_inclusive=_bool(headers, "x-pulsar-start-message-id-inclusive", False),
+        ack_timeout_ms=_int(headers, "x-pulsar-ack-timeout-ms", 0),
+        negative_ack_delay_ms=_int(headers, "x-pulsar-negative-ack-delay-ms", 60_000),
+        max_redeliver_count=max_redeliver,
+        dead_letter_topic=str(TopicName.get(headers["x-pulsar-dead-letter-topic"]))
+        if headers.get("x-pulsar-dead-letter-topic")
+        else None,
+    )
+
+
+def _wrap(
+    handler: grpc.RpcMethodHandler,
+    build: Callable[[str], CallContext],
+    error: BrokerError | None,
+    status_for: StatusFor,
+) -> grpc.RpcMethodHandler:
+    """Same handler, but the call context is bound (or the call refused) before it runs."""
+
+    async def refuse(context: aio.ServicerContext) -> None:
+        assert error is not None
+        await context.abort(
+            status_for(error),
+            error.message,
+            trailing_metadata=(("pulsar-error-code", str(int(error.code))),),
+        )
+
+    if handler.stream_stream is not None:
+        inner_ss = handler.stream_stream
+
+        async def stream_stream(requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
+            if error is not None:
+                await refuse(context)
+            bind(build(context.peer()))
+            return await inner_ss(requests, context)
+
+        return grpc.stream_stream_rpc_method_handler(
+            stream_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_unary is not None:
+        inner_uu = handler.unary_unary
+
+        async def unary_unary(request: Any, context: aio.ServicerContext) -> Any:
+            if error is not None:
+                await refuse(context)
+            bind(build(context.peer()))
+            return await inner_uu(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary_unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return handler

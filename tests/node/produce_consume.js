@@ -1,0 +1,364 @@
+#!/usr/bin/env node
+// End-to-end check of the pulsar-grpc broker from Node.js, straight from the .proto files
+// with @grpc/grpc-js and @grpc/proto-loader (no SDK).
+//
+//   node produce_consume.js <host:port> <topic>
+//
+// 1. subscribes a Shared consumer (initial position Earliest) and grants permits with Flow;
+// 2. produces 1000 messages ("msg-0" .. "msg-999") as 10 batches of 100 and checks the 10
+//    receipts;
+// 3. consumes the 1000 messages (each exactly once, ids matching the receipts), acks them in
+//    batches, the last ack with request_id=1, and waits for its AckReceipt (acks durable);
+// 4. closes the consumer, subscribes again and checks that nothing is redelivered within 1.5 s.
+//
+// Prints one JSON line on stdout, {"produced":1000,"consumed":1000,"redelivered":0}, and
+// exits 0; on any failure prints the error (stderr, and a JSON line with "error" on stdout)
+// and exits 1. Every call has a deadline and the whole run is capped at 60 s.
+'use strict';
+
+const path = require('node:path');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+
+const BATCHES = 10;
+const BATCH_SIZE = 100;
+const TOTAL = BATCHES * BATCH_SIZE;
+const PERMITS = 500; // granted at a time, refilled when half are used
+const ACK_CHUNK = 100; // ids per Ack request
+const ACK_REQUEST_ID = '1';
+const QUIET_MS = 1500; // "nothing comes back": the one deliberately timed wait
+const GLOBAL_TIMEOUT_MS = 60_000;
+const CALL_DEADLINE_MS = 45_000; // deadline of every gRPC call
+const STEP_TIMEOUT_MS = 15_000; // longest wait for any one expected response
+const CLOSE_TIMEOUT_MS = 5_000; // wait for the broker to end a half-closed call
+
+const PROTOS_DIR = path.resolve(__dirname, '..', '..', 'protos');
+const PROTO_FILE = 'pulsargrpc/v1/pulsar.proto';
+
+const summary = { produced: 0, consumed: 0, redelivered: 0 };
+let finished = false;
+
+function finish(code, error) {
+  if (finished) return;
+  finished = true;
+  let line;
+  if (error) {
+    process.stderr.write(`produce_consume: FAILED: ${describe(error)}\n`);
+    if (error && error.stack && !(error instanceof CheckError)) {
+      process.stderr.write(`${error.stack}\n`);
+    }
+    line = JSON.stringify({ ...summary, error: describe(error) });
+  } else {
+    line = JSON.stringify(summary);
+  }
+  process.stdout.write(`${line}\n`, () => process.exit(code));
+  // In case the write callback never runs.
+  setTimeout(() => process.exit(code), 1000).unref();
+}
+
+class CheckError extends Error {}
+
+function check(condition, message) {
+  if (!condition) throw new CheckError(message);
+}
+
+function describe(error) {
+  if (!(error instanceof Error)) return String(error);
+  if (typeof error.code === 'number' && error.metadata instanceof grpc.Metadata) {
+    const codeName = grpc.status[error.code] ?? error.code;
+    const pulsarCode = error.metadata.get('pulsar-error-code');
+    const pulsar = pulsarCode.length ? ` pulsar-error-code=${pulsarCode[0]}` : '';
+    return `gRPC ${codeName}: ${error.details || error.message}${pulsar}`;
+  }
+  return error.message;
+}
+
+function deadline(ms = CALL_DEADLINE_MS) {
+  return new Date(Date.now() + ms);
+}
+
+function metadata(pairs) {
+  const md = new grpc.Metadata();
+  for (const [key, value] of Object.entries(pairs)) md.set(key, value);
+  return md;
+}
+
+// A bidirectional call whose responses are read one at a time with a timeout.
+class Stream {
+  constructor(call, name) {
+    this.call = call;
+    this.name = name;
+    this.buffer = [];
+    this.waiter = null;
+    this.closedWith = null; // Error once the call is over
+    this.status = new Promise((resolve) => call.on('status', resolve));
+    call.on('data', (msg) => {
+      if (this.waiter) this.waiter.resolve(msg);
+      else this.buffer.push(msg);
+    });
+    call.on('error', (err) => this.close(err));
+    call.on('end', () => this.close(new Error(`${name}: the broker ended the call`)));
+  }
+
+  close(err) {
+    if (this.closedWith) return;
+    this.closedWith = err;
+    if (this.waiter) this.waiter.reject(err);
+  }
+
+  // The next response; rejects when the call ends or after timeoutMs (when quiet, resolves
+  // null instead of rejecting on timeout).
+  next(timeoutMs, what, { quiet = false } = {}) {
+    if (this.buffer.length) return Promise.resolve(this.buffer.shift());
+    if (this.closedWith) return Promise.reject(this.closedWith);
+    check(!this.waiter, `${this.name}: concurrent reads`);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiter = null;
+        if (quiet) resolve(null);
+        else reject(new CheckError(`${this.name}: no ${what} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.waiter = {
+        resolve: (msg) => {
+          clearTimeout(timer);
+          this.waiter = null;
+          resolve(msg);
+        },
+        reject: (err) => {
+          clearTimeout(timer);
+          this.waiter = null;
+          reject(err);
+        },
+      };
+    });
+  }
+
+  write(request) {
+    check(!this.closedWith, `${this.name}: write after the call ended (${describe(this.closedWith)})`);
+    this.call.write(request);
+  }
+
+  // Half-closes and waits for the broker to finish the call; cancels it if it does not.
+  async end() {
+    if (!this.closedWith) this.call.end();
+    let timer;
+    const timeout = new Promise((resolve) => {
+      timer = setTimeout(() => resolve(null), CLOSE_TIMEOUT_MS);
+    });
+    const status = await Promise.race([this.status, timeout]);
+    clearTimeout(timer);
+    if (status === null) {
+      process.stderr.write(`${this.name}: not ended by the broker after half-close; cancelling\n`);
+      this.call.cancel();
+    } else {
+      check(
+        status.code === grpc.status.OK || status.code === grpc.status.CANCELLED,
+        `${this.name}: ended with ${grpc.status[status.code]}: ${status.details}`,
+      );
+    }
+  }
+}
+
+function loadService() {
+  const definition = protoLoader.loadSync(PROTO_FILE, {
+    includeDirs: [PROTOS_DIR],
+    keepCase: true,
+    longs: String,
+    enums: String,
+    defaults: true,
+    oneofs: true, // virtual field naming the member of each oneof that is set
+  });
+  const pkg = grpc.loadPackageDefinition(definition);
+  return pkg.pulsargrpc.v1.PulsarService;
+}
+
+function waitForReady(client) {
+  return new Promise((resolve, reject) => {
+    client.waitForReady(deadline(STEP_TIMEOUT_MS), (err) =>
+      err ? reject(new CheckError(`cannot connect: ${err.message}`)) : resolve(),
+    );
+  });
+}
+
+async function subscribe(client, topic, subscription, name) {
+  const md = metadata({
+    'x-pulsar-topic': topic,
+    'x-pulsar-subscription': subscription,
+    'x-pulsar-subscription-type': 'Shared',
+    'x-pulsar-initial-position': 'Earliest',
+  });
+  const stream = new Stream(client.Consume(md, { deadline: deadline() }), name);
+  const first = await stream.next(STEP_TIMEOUT_MS, 'ConsumerSubscribed');
+  check(first.response === 'subscribed', `${name}: first response is ${first.response}, not subscribed`);
+  check(
+    first.subscribed.subscription === subscription,
+    `${name}: subscribed to ${JSON.stringify(first.subscribed.subscription)}, not ${subscription}`,
+  );
+  return stream;
+}
+
+// Messages of a MessageBatch not acked already, as {id, payload}.
+function* deliveredMessages(batch) {
+  for (const entry of batch.entries) {
+    const acked = new Set(entry.acked_batch_indexes.map(Number));
+    for (let index = 0; index < entry.messages.length; index++) {
+      if (acked.has(index)) continue;
+      yield {
+        id: {
+          ledger_id: entry.ledger_id,
+          entry_id: entry.entry_id,
+          batch_index: index,
+          partition: entry.partition,
+        },
+        payload: Buffer.from(entry.messages[index].payload).toString('utf8'),
+      };
+    }
+  }
+}
+
+async function produce(client, topic) {
+  const md = metadata({ 'x-pulsar-topic': topic });
+  const stream = new Stream(client.Produce(md, { deadline: deadline() }), 'producer');
+  const first = await stream.next(STEP_TIMEOUT_MS, 'ProducerReady');
+  check(first.response === 'ready', `producer: first response is ${first.response}, not ready`);
+  check(
+    first.ready.topic === topic,
+    `producer: ready for topic ${JSON.stringify(first.ready.topic)}, not ${topic}`,
+  );
+  // Sequence ids continue after the producer's last stored one (0 or the uint64 -1 sentinel
+  // for a new producer): message n gets base + n.
+  const last = BigInt(first.ready.last_sequence_id);
+  const base = last >= 1n << 63n ? 0n : last + 1n;
+
+  const expected = [];
+  for (let b = 0; b < BATCHES; b++) {
+    const messages = [];
+    for (let i = 0; i < BATCH_SIZE; i++) {
+      messages.push({ payload: Buffer.from(`msg-${b * BATCH_SIZE + i}`) });
+    }
+    const sequenceId = base + BigInt(b * BATCH_SIZE);
+    expected.push(sequenceId.toString());
+    stream.write({ sequence_id: sequenceId.toString(), messages });
+  }
+
+  const receipts = new Map(); // "ledger:entry" -> first message number of the batch
+  for (let b = 0; b < BATCHES; b++) {
+    const msg = await stream.next(STEP_TIMEOUT_MS, `receipt ${b + 1}/${BATCHES}`);
+    check(msg.response === 'receipt', `producer: got ${msg.response}, not a receipt`);
+    const r = msg.receipt;
+    check(r.sequence_id === expected[b], `producer: receipt ${b} for sequence id ${r.sequence_id}, expected ${expected[b]}`);
+    check(!r.duplicate, `producer: batch ${b} (sequence id ${r.sequence_id}) dropped as a duplicate`);
+    check(r.batch_size === BATCH_SIZE, `producer: receipt ${b} has batch_size ${r.batch_size}`);
+    const key = `${r.ledger_id}:${r.entry_id}`;
+    check(!receipts.has(key), `producer: two receipts for entry ${key}`);
+    receipts.set(key, b * BATCH_SIZE);
+    summary.produced += r.batch_size;
+  }
+  await stream.end();
+  return receipts;
+}
+
+async function consumeAll(stream, seen) {
+  let outstanding = PERMITS; // permits granted and not used yet
+  stream.write({ flow: { permits: PERMITS } });
+  let pending = [];
+  const flush = (requestId) => {
+    while (pending.length) {
+      const ids = pending.splice(0, ACK_CHUNK);
+      const ack = { type: 'Individual', ids };
+      if (requestId && pending.length === 0) ack.request_id = requestId;
+      stream.write({ ack });
+    }
+  };
+
+  while (seen.size < TOTAL) {
+    const msg = await stream.next(STEP_TIMEOUT_MS, `messages (have ${seen.size}/${TOTAL})`);
+    if (msg.response !== 'messages') continue; // e.g. active_consumer_change
+    for (const { id, payload } of deliveredMessages(msg.messages)) {
+      const match = /^msg-(\d+)$/.exec(payload);
+      check(match && Number(match[1]) < TOTAL, `consumer: unexpected payload ${JSON.stringify(payload)}`);
+      const n = Number(match[1]);
+      check(!seen.has(n), `consumer: ${payload} delivered twice`);
+      seen.set(n, id);
+      summary.consumed += 1;
+      outstanding -= 1;
+      pending.push(id);
+    }
+    if (seen.size < TOTAL) {
+      if (pending.length >= ACK_CHUNK) flush(null);
+      if (outstanding <= PERMITS / 2) {
+        stream.write({ flow: { permits: PERMITS - outstanding } });
+        outstanding = PERMITS;
+      }
+    }
+  }
+  // The last ack asks for a receipt: once it arrives every ack on this stream is durable.
+  flush(ACK_REQUEST_ID);
+  for (;;) {
+    const msg = await stream.next(STEP_TIMEOUT_MS, 'AckReceipt');
+    if (msg.response === 'ack_receipt') {
+      check(msg.ack_receipt.request_id === ACK_REQUEST_ID, `consumer: AckReceipt for request ${msg.ack_receipt.request_id}`);
+      break;
+    }
+    if (msg.response === 'messages') {
+      const extra = [...deliveredMessages(msg.messages)].map((m) => m.payload);
+      check(extra.length === 0, `consumer: delivered again before the ack receipt: ${extra.slice(0, 5).join(', ')}`);
+    }
+  }
+}
+
+async function main() {
+  const [address, topic] = process.argv.slice(2);
+  if (!address || !topic) {
+    throw new CheckError('usage: node produce_consume.js <host:port> <topic>');
+  }
+  const PulsarService = loadService();
+  const client = new PulsarService(address, grpc.credentials.createInsecure());
+  await waitForReady(client);
+  const subscription = `node-sub-${process.pid}-${Date.now()}`;
+
+  const consumer = await subscribe(client, topic, subscription, 'consumer');
+  const seen = new Map(); // message number -> MessageId it was delivered with
+  const [receipts] = await Promise.all([produce(client, topic), consumeAll(consumer, seen)]);
+
+  // Every message came with the id of the entry its receipt names, at its batch index.
+  for (const [n, id] of seen) {
+    const key = `${id.ledger_id}:${id.entry_id}`;
+    check(receipts.has(key), `consumer: msg-${n} delivered from entry ${key}, which no receipt names`);
+    check(
+      receipts.get(key) + id.batch_index === n,
+      `consumer: msg-${n} delivered as ${key} index ${id.batch_index}`,
+    );
+  }
+  await consumer.end();
+
+  // A new consumer on the subscription must get nothing: everything was acked.
+  const again = await subscribe(client, topic, subscription, 'second consumer');
+  again.write({ flow: { permits: TOTAL } });
+  const quietUntil = Date.now() + QUIET_MS;
+  const redelivered = [];
+  for (;;) {
+    const left = quietUntil - Date.now();
+    if (left <= 0) break;
+    const msg = await again.next(left, 'message', { quiet: true });
+    if (msg === null) break;
+    if (msg.response !== 'messages') continue;
+    for (const { payload } of deliveredMessages(msg.messages)) redelivered.push(payload);
+  }
+  summary.redelivered = redelivered.length;
+  check(
+    redelivered.length === 0,
+    `second consumer: ${redelivered.length} acked messages came back (${redelivered.slice(0, 5).join(', ')})`,
+  );
+  await again.end();
+  client.close();
+}
+
+setTimeout(
+  () => finish(1, new CheckError(`timed out after ${GLOBAL_TIMEOUT_MS / 1000} s`)),
+  GLOBAL_TIMEOUT_MS,
+);
+main().then(
+  () => finish(0, null),
+  (err) => finish(1, err),
+);

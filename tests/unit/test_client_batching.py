@@ -1,0 +1,315 @@
+"""Batch container triggers and the producer's batching, sequence ids, receipts and limits.
+
+The producer runs against a fake stream call, so these tests see exactly what goes on the wire.
+"""
+
+import asyncio
+
+import grpc
+import pytest
+from pulsargrpc.v1 import pulsar_pb2 as pb
+
+import client
+from client import MessageId
+from client._batching import BatchContainer
+from client._producer import PartitionProducer, Producer, ProducerConfig
+from client._routing import Router
+
+
+def msg(payload: bytes) -> pb.MessageData:
+    return pb.MessageData(payload=payload)
+
+
+# ---------------------------------------------------------------- container
+
+
+def test_container_full_by_count():
+    c = BatchContainer[int](max_messages=3, max_bytes=10**6)
+    for i in range(2):
+        c.add(msg(b"x"), i)
+        assert not c.is_full()
+    c.add(msg(b"x"), 2)
+    assert c.is_full() and len(c) == 3
+    assert not c.fits(msg(b"x"))
+
+
+def test_container_full_by_bytes():
+    size = msg(b"a" * 40).ByteSize()
+    c = BatchContainer[int](max_messages=100, max_bytes=2 * size)
+    c.add(msg(b"a" * 40), 0)
+    assert not c.is_full() and c.num_bytes == size
+    assert c.fits(msg(b"a" * 40))
+    assert not c.fits(msg(b"a" * 41))  # would exceed: send the batch first
+    c.add(msg(b"a" * 40), 1)
+    assert c.is_full()
+
+
+def test_oversized_message_travels_alone():
+    c = BatchContainer[int](max_messages=100, max_bytes=10)
+    assert c.fits(msg(b"z" * 100))  # an empty batch takes anything
+    c.add(msg(b"z" * 100), 0)
+    assert c.is_full()
+
+
+def test_drain_builds_one_request_and_empties():
+    c = BatchContainer[str](max_messages=10, max_bytes=1000)
+    c.add(msg(b"a"), "fa")
+    c.add(msg(b"b"), "fb")
+    request, tokens = c.drain(sequence_id=41)
+    assert request.sequence_id == 41
+    assert [m.payload for m in request.messages] == [b"a", b"b"]
+    assert tokens == ["fa", "fb"]
+    assert len(c) == 0 and c.num_bytes == 0
+
+
+def test_container_validates_limits():
+    with pytest.raises(ValueError):
+        BatchContainer[int](0, 10)
+
+
+# ---------------------------------------------------------------- producer on a fake stream
+
+
+class FakeCall:
+    """A grpc.aio stream-stream call: records writes, replays queued responses."""
+
+    def __init__(self) -> None:
+        self.written: list = []
+        self.responses: asyncio.Queue = asyncio.Queue()
+        self.half_closed = False
+        self.cancelled = False
+        self.metadata = None
+
+    async def write(self, request) -> None:
+        self.written.append(request)
+
+    async def done_writing(self) -> None:
+        self.half_closed = True
+        self.responses.put_nowait(grpc.aio.EOF)
+
+    async def read(self):
+        item = await self.responses.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+    def push(self, response) -> None:
+        self.responses.put_nowait(response)
+
+    def open(self, metadata):
+        self.metadata = metadata
+        return self
+
+
+def ready(last_sequence_id=0, name="p-1"):
+    return pb.ProduceResponse(
+        ready=pb.ProducerReady(producer_name=name, last_sequence_id=last_sequence_id, topic="t")
+    )
+
+
+def receipt(request, ledger=5, entry=0, duplicate=False, partition=-1):
+    return pb.ProduceResponse(
+        receipt=pb.SendReceipt(
+            sequence_id=request.sequence_id,
+            highest_sequence_id=request.sequence_id + len(request.messages) - 1,
+            ledger_id=ledger,
+            entry_id=entry,
+            partition=partition,
+            batch_size=len(request.messages),
+            duplicate=duplicate,
+        )
+    )
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def start_producer(call: FakeCall, last_sequence_id=0, **conf) -> Producer:
+    config = ProducerConfig(**conf)
+    part = PartitionProducer(config)
+    call.push(ready(last_sequence_id))
+    await part.start(call.open, (("x-pulsar-topic", "t"),))
+    return Producer("t", [part], None, config.max_pending_messages)
+
+
+async def test_batch_sent_when_count_reached_with_consecutive_sequence_ids():
+    call = FakeCall()
+    producer = await start_producer(
+        call, last_sequence_id=99, batching_max_messages=3, batching_max_publish_delay_ms=10_000
+    )
+    assert producer.producer_name == "p-1" and producer.last_sequence_id == 99
+    futures = [await producer.send_async(b"m%d" % i) for i in range(7)]
+    await settle()
+    assert [(r.sequence_id, len(r.messages)) for r in call.written] == [(100, 3), (103, 3)]
+    assert [m.payload for m in call.written[0].messages] == [b"m0", b"m1", b"m2"]
+    call.push(receipt(call.written[0], ledger=7, entry=1))
+    await settle()
+    assert [f.result() for f in futures[:3]] == [MessageId(7, 1, i, -1) for i in range(3)]
+    assert not any(f.done() for f in futures[3:])
+    assert producer.last_sequence_id == 102
+
+
+async def test_batch_sent_by_delay():
+    call = FakeCall()
+    producer = await start_producer(call, batching_max_messages=100, batching_max_publish_delay_ms=20)
+    await producer.send_async(b"a")
+    await producer.send_async(b"b")
+    await settle()
+    assert call.written == []
+    await asyncio.sleep(0.05)
+    assert len(call.written) == 1 and len(call.written[0].messages) == 2
+
+
+async def test_batch_sent_by_bytes():
+    call = FakeCall()
+    size = msg(b"x" * 100).ByteSize()
+    producer = await start_producer(
+        call, batching_max_bytes=2 * size + 10, batching_max_publish_delay_ms=10_000
+    )
+    for _ in range(3):
+        await producer.send_async(b"x" * 100)
+    await settle()
+    # the third message did not fit: the first two went out together
+    assert [len(r.messages) for r in call.written] == [2]
+
+
+async def test_send_awaits_receipt_and_fields_reach_the_wire():
+    call = FakeCall()
+    producer = await start_producer(call, batching_max_publish_delay_ms=1)
+    task = asyncio.ensure_future(
+        producer.send(b"p", key="k", ordering_key=b"o", properties={"a": "b"}, event_time=77)
+    )
+    await asyncio.sleep(0.02)
+    (request,) = call.written
+    data = request.messages[0]
+    assert (data.payload, data.key, data.ordering_key, dict(data.properties), data.event_time) == (
+        b"p",
+        "k",
+        b"o",
+        {"a": "b"},
+        77,
+    )
+    assert not task.done()
+    call.push(receipt(request, ledger=3, entry=9))
+    assert await task == MessageId(3, 9, 0, -1)
+
+
+async def test_initial_sequence_id_is_the_first_id():
+    call = FakeCall()
+    producer = await start_producer(call, last_sequence_id=500, initial_sequence_id=10)
+    await producer.send_async(b"a")
+    producer._partitions[0].send_batch()
+    await settle()
+    assert call.written[0].sequence_id == 10
+    assert producer.last_sequence_id == 9
+
+
+async def test_duplicate_receipt_resolves_to_sentinel_ids():
+    call = FakeCall()
+    producer = await start_producer(call, batching_max_messages=2)
+    futures = [await producer.send_async(b"a"), await producer.send_async(b"b")]
+    await settle()
+    call.push(receipt(call.written[0], duplicate=True))
+    ids = await asyncio.gather(*futures)
+    assert ids == [MessageId(-1, -1, -1, -1)] * 2
+
+
+async def test_backpressure_bounds_pending_messages():
+    call = FakeCall()
+    producer = await start_producer(
+        call, max_pending_messages=4, batching_max_messages=2, batching_max_publish_delay_ms=10_000
+    )
+    for i in range(4):
+        await producer.send_async(b"%d" % i)
+    blocked = asyncio.ensure_future(producer.send_async(b"4"))
+    await settle()
+    assert not blocked.done()
+    call.push(receipt(call.written[0]))
+    await settle()
+    assert blocked.done()  # room for the receipted batch's two messages
+
+
+async def test_send_timeout_fails_pending_and_ignores_late_receipt():
+    call = FakeCall()
+    producer = await start_producer(call, send_timeout_ms=30, batching_max_messages=1)
+    first = await producer.send_async(b"a")
+    with pytest.raises(client.Timeout):
+        await asyncio.wait_for(first, 1)
+    late = call.written[0]
+    second = await producer.send_async(b"b")
+    await settle()
+    call.push(receipt(late))  # stale: its batch already failed
+    call.push(receipt(call.written[1], ledger=8, entry=2))
+    assert await asyncio.wait_for(second, 1) == MessageId(8, 2, 0, -1)
+
+
+async def test_stream_error_fails_every_pending_send_and_later_sends():
+    call = FakeCall()
+    producer = await start_producer(call, batching_max_messages=2, batching_max_publish_delay_ms=10_000)
+    futures = [await producer.send_async(b"%d" % i) for i in range(3)]  # 2 sent, 1 batched
+    trailers = grpc.aio.Metadata(("pulsar-error-code", "22"))
+    call.push(grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, None, trailers, "no"))
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert all(isinstance(r, client.NotAllowed) for r in results)
+    with pytest.raises(client.NotAllowed):
+        await producer.send_async(b"x")
+    assert call.cancelled
+
+
+async def test_out_of_order_receipt_fails_the_producer():
+    call = FakeCall()
+    producer = await start_producer(call, batching_max_messages=1)
+    first = await producer.send_async(b"a")
+    await settle()
+    ahead = call.written[0].sequence_id + 5
+    call.push(pb.ProduceResponse(receipt=pb.SendReceipt(sequence_id=ahead)))
+    with pytest.raises(client.PulsarError, match="expected"):
+        await asyncio.wait_for(first, 1)
+
+
+async def test_flush_and_close_wait_for_receipts():
+    call = FakeCall()
+    producer = await start_producer(call, batching_max_publish_delay_ms=10_000)
+    future = await producer.send_async(b"a")
+    flushing = asyncio.ensure_future(producer.flush())
+    await settle()
+    assert len(call.written) == 1 and not flushing.done()
+    call.push(receipt(call.written[0]))
+    await flushing
+    assert future.done()
+    await producer.close()
+    assert call.half_closed
+    with pytest.raises(client.AlreadyClosed):
+        await producer.send_async(b"b")
+
+
+async def test_ready_error_maps_to_specific_error():
+    call = FakeCall()
+    trailers = grpc.aio.Metadata(("pulsar-error-code", "16"))
+    call.push(grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, None, trailers, "busy"))
+    with pytest.raises(client.ProducerBusy):
+        await PartitionProducer(ProducerConfig()).start(call.open, ())
+
+
+async def test_partitioned_producer_routes_keys_by_hash_and_ids_carry_partition():
+    calls = [FakeCall() for _ in range(3)]
+    config = ProducerConfig(batching_max_messages=1)
+    parts = []
+    for i, call in enumerate(calls):
+        part = PartitionProducer(config, partition=i)
+        call.push(ready())
+        await part.start(call.open, ())
+        parts.append(part)
+    producer = Producer("t", parts, Router(3, "round_robin"), 100)
+    future = await producer.send_async(b"v", key="user-42")
+    await settle()
+    target = Router(3).choose("user-42")
+    assert [len(c.written) for c in calls] == [int(i == target) for i in range(3)]
+    calls[target].push(receipt(calls[target].written[0], ledger=1, entry=2))
+    assert await future == MessageId(1, 2, 0, target)

@@ -1,0 +1,78 @@
+"""Mapping of failed calls (status + pulsar-error-code trailer) to client errors."""
+
+import grpc
+import pytest
+
+import client
+from client import error_from_rpc
+
+
+class FakeRpcError:
+    def __init__(self, status, details="boom", trailers=()):
+        self._status, self._details, self._trailers = status, details, trailers
+
+    def code(self):
+        return self._status
+
+    def details(self):
+        return self._details
+
+    def trailing_metadata(self):
+        return self._trailers
+
+
+S = grpc.StatusCode
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "expected"),
+    [
+        (S.FAILED_PRECONDITION, "16", client.ProducerBusy),
+        (S.FAILED_PRECONDITION, "5", client.ConsumerBusy),
+        (S.FAILED_PRECONDITION, "22", client.NotAllowed),
+        (S.NOT_FOUND, "11", client.TopicNotFound),
+        (S.INVALID_ARGUMENT, "17", client.InvalidTopicName),
+        (S.RESOURCE_EXHAUSTED, "22", client.MessageTooBig),
+        (S.UNAUTHENTICATED, "3", client.AuthenticationError),
+        (S.PERMISSION_DENIED, "4", client.AuthorizationError),
+        (S.UNAVAILABLE, "6", client.ConnectError),
+        (S.UNAVAILABLE, None, client.ConnectError),
+        (S.DEADLINE_EXCEEDED, None, client.Timeout),
+        (S.UNAUTHENTICATED, None, client.AuthenticationError),
+        # The broker's generic InvalidArgument / NotFound carry UnknownError: stay generic.
+        (S.INVALID_ARGUMENT, "0", client.PulsarError),
+        (S.NOT_FOUND, "12", client.PulsarError),
+        (S.INTERNAL, "2", client.PulsarError),
+    ],
+)
+def test_most_specific_error(status, code, expected):
+    trailers = (("pulsar-error-code", code),) if code is not None else ()
+    err = error_from_rpc(FakeRpcError(status, "why", trailers))
+    assert type(err) is expected
+    assert err.status == status
+    assert err.code == (int(code) if code is not None else 0)
+    assert str(err) == "why"
+
+
+def test_bytes_trailer_values_and_other_keys():
+    trailers = (("other", "x"), ("Pulsar-Error-Code", b"16"))
+    err = error_from_rpc(FakeRpcError(S.FAILED_PRECONDITION, trailers=trailers))
+    assert isinstance(err, client.ProducerBusy) and err.code == 16
+
+
+def test_garbage_code_is_ignored_and_details_default_to_status_name():
+    err = error_from_rpc(FakeRpcError(S.INTERNAL, None, (("pulsar-error-code", "x"),)))
+    assert type(err) is client.PulsarError and err.code == 0 and str(err) == "INTERNAL"
+
+
+def test_real_aio_rpc_error():
+    metadata = grpc.aio.Metadata(("pulsar-error-code", "11"))
+    err = error_from_rpc(grpc.aio.AioRpcError(S.NOT_FOUND, grpc.aio.Metadata(), metadata, "gone"))
+    assert isinstance(err, client.TopicNotFound) and err.code == 11
+
+
+def test_every_error_is_a_pulsar_error():
+    for name in client.__all__:
+        obj = getattr(client, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, client.PulsarError)

@@ -1,0 +1,75 @@
+"""Partition choice: Pulsar-compatible key hash, round robin per batching window, single."""
+
+import pytest
+
+from client._routing import Router, RoutingMode, murmur3_32, partition_for_key
+
+
+@pytest.mark.parametrize(
+    ("data", "seed", "expected"),
+    [
+        # Reference values of MurmurHash3_x86_32 (SMHasher / mmh3 / Guava).
+        (b"", 0, 0),
+        (b"", 1, 0x514E28B7),
+        (b"hello", 0, 0x248BFA47),
+        (b"foo", 0, 4138058784),
+        (b"The quick brown fox jumps over the lazy dog", 0, 0x2E4FF723),
+    ],
+)
+def test_murmur3_reference_values(data, seed, expected):
+    assert murmur3_32(data, seed) == expected
+
+
+def test_key_partition_is_pulsars_formula_and_stable():
+    # Pulsar: signSafeMod(murmur3_32(key) & Integer.MAX_VALUE, n)
+    assert partition_for_key("foo", 7) == (4138058784 & 0x7FFFFFFF) % 7
+    assert partition_for_key("foo", 7) == partition_for_key("foo", 7)
+
+
+def test_keys_spread_over_partitions():
+    hits = {partition_for_key(f"key-{i}", 4) for i in range(200)}
+    assert hits == {0, 1, 2, 3}
+
+
+def test_keyed_messages_ignore_the_mode():
+    for mode in RoutingMode:
+        router = Router(5, mode, clock=lambda: 0.0)
+        assert router.choose("user-42") == partition_for_key("user-42", 5)
+
+
+def test_round_robin_moves_one_partition_per_batching_window():
+    now = [0.0]
+    router = Router(3, "round_robin", batching_delay_ms=10, clock=lambda: now[0])
+    seen = []
+    for t in range(0, 60, 5):  # two sends per 10 ms window
+        now[0] = float(t)
+        seen.append(router.choose(None))
+    assert seen[0::2] == seen[1::2]  # a window's messages share a partition (one batch)
+    windows = seen[0::2]
+    assert [(b - a) % 3 for a, b in zip(windows, windows[1:], strict=False)] == [1] * 5
+
+
+def test_round_robin_window_is_at_least_one_ms():
+    now = [0.0]
+    router = Router(2, "round_robin", batching_delay_ms=0, clock=lambda: now[0])
+    first = router.choose("")
+    now[0] = 0.5
+    assert router.choose("") == first
+    now[0] = 1.0
+    assert router.choose("") != first
+
+
+def test_single_mode_sticks_to_one_partition():
+    now = [0.0]
+    router = Router(8, RoutingMode.SINGLE, clock=lambda: now[0])
+    first = router.choose(None)
+    for t in range(100):
+        now[0] = t * 7.0
+        assert router.choose(None) == first
+
+
+def test_router_validates():
+    with pytest.raises(ValueError):
+        Router(0)
+    with pytest.raises(ValueError):
+        Router(2, "key_hash_everything")
