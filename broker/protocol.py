@@ -56,12 +56,14 @@ def load_protocol_handlers(config: ServiceConfiguration) -> list[ProtocolHandler
         ep = available.get(protocol)
         if ep is None:
             raise ConfigError(
-                f"messagingProtocols: no protocol handler named '{protocol}' is installed "
-                f"(installed: {', '.join(sorted(available)) or 'none'})"
+                [
+                    f"messagingProtocols: no protocol handler named '{protocol}' is installed "
+                    f"(installed: {', '.join(sorted(available)) or 'none'})"
+                ]
             )
         handler: ProtocolHandler = ep.load()()
         if not handler.accept(protocol):
-            raise ConfigError(f"messagingProtocols: handler {ep.value} refuses '{protocol}'")
+            raise ConfigError([f"messagingProtocols: handler {ep.value} refuses '{protocol}'"])
         handler.initialize(config)
         handlers.append(handler)
     return handlers

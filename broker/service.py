@@ -49,7 +49,7 @@ class BrokerService:
 
     async def start(self) -> None:
         data_dir = Path(self.config.dataDirectory)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         self.metadata = EmbeddedMetadataStore(data_dir)
         self._store = SqliteLedgerStore(data_dir, sync=self.config.journalSyncData)
         self._ledgers = ManagedLedgerFactory(
@@ -74,7 +74,9 @@ class BrokerService:
             self.web = web
         for handler in self.handlers:
             await handler.start(self)
-        log.info("broker started: %s", ", ".join(h.protocol_data_to_advertise() for h in self.handlers))
+        log.info(
+            "broker started: %s", ", ".join(h.protocol_data_to_advertise() for h in self.handlers)
+        )
 
     async def close(self) -> None:
         if self._closing:
@@ -235,7 +237,7 @@ class BrokerService:
         await self._check_namespace(ns)
         prefix = f"{ns}/persistent/"
         names = [
-            TopicName.get(f"persistent://{ns}/{_url_decode(n[len(prefix):])}").full_name
+            TopicName.get(f"persistent://{ns}/{_url_decode(n[len(prefix) :])}").full_name
             for n in await self.ledgers.list_names(prefix)
         ]
         partitioned = await self.store.get_children(f"{PARTITIONED_ROOT}/{ns}/persistent")
@@ -252,9 +254,7 @@ class BrokerService:
         await self.ledgers.delete(topic.persistence_naming_encoding)
 
     def loaded_topics(self) -> list[PersistentTopic]:
-        return [
-            f.result() for f in self.topics.values() if f.done() and f.exception() is None
-        ]
+        return [f.result() for f in self.topics.values() if f.done() and f.exception() is None]
 
 
 def _url_decode(value: str) -> str:

@@ -21,7 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         description="Run one broker: metadata and ledgers in --data (default ./data), gRPC on "
         "127.0.0.1:50051, HTTP on 127.0.0.1:8080 unless configured otherwise.",
     )
-    p.add_argument("--config", "-c", type=Path, help="broker.conf-style file (Pulsar property names)")
+    p.add_argument(
+        "--config", "-c", type=Path, help="broker.conf-style file (Pulsar property names)"
+    )
     p.add_argument(
         "--set",
         dest="overrides",
@@ -49,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"pulsar-grpc standalone: invalid configuration:\n{exc}", flush=True)
         return 2
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
     async def main() -> None:
         stop = asyncio.Event()

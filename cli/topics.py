@@ -42,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.verb == "list":
             ns = NamespaceName.get(args.namespace)
-            for name in _request("GET", f"{base}/admin/v2/persistent/{ns}") or []:  # type: ignore[union-attr]
+            names = _request("GET", f"{base}/admin/v2/persistent/{ns}")
+            assert isinstance(names, list)
+            for name in names:
                 print(name)
             return 0
         topic = TopicName.get(args.topic)

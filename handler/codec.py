@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from google.protobuf import unknown_fields
+from pulsargrpc.v1 import pulsar_pb2
 
 from broker.entry_format import encode_varint
 from broker.errors import InvalidArgumentError
 from broker.topics import Delivery
-from pulsargrpc.v1 import pulsar_pb2
 
 # Split consume responses so each stays well below gRPC's default 4 MB message limit.
 MAX_RESPONSE_BYTES = 1 << 20
@@ -77,7 +77,9 @@ def parse_produce_request(raw: bytes) -> pulsar_pb2.ProduceRequest:
     return request
 
 
-def serialize_response(response: bytes | pulsar_pb2.ProduceResponse | pulsar_pb2.ConsumeResponse) -> bytes:
+def serialize_response(
+    response: bytes | pulsar_pb2.ProduceResponse | pulsar_pb2.ConsumeResponse,
+) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 

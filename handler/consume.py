@@ -7,6 +7,7 @@ import itertools
 from collections.abc import AsyncIterator, Callable
 
 from grpc import aio
+from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from broker.errors import BrokerError, InvalidArgumentError
 from broker.ledger import Position
@@ -15,7 +16,6 @@ from broker.topics import AckId, Consumer, ConsumerOptions, Delivery
 from handler import codec
 from handler.errors import abort
 from interceptors import ConsumerParams, current
-from pulsargrpc.v1 import pulsar_pb2 as pb
 
 _names = itertools.count(1)
 
@@ -116,21 +116,27 @@ async def _read(
         transport.close(BrokerError(f"internal error: {exc}"))
 
 
-def _ack_reply(transport: GrpcConsumerTransport, request_id: int) -> Callable[[asyncio.Future[None]], None]:
+def _ack_reply(
+    transport: GrpcConsumerTransport, request_id: int
+) -> Callable[[asyncio.Future[None]], None]:
     """Once an ack is durable, answer its receipt (when asked for); a failed ack ends the call."""
 
     def reply(done: asyncio.Future[None]) -> None:
         if done.cancelled():
             return
         if (exc := done.exception()) is not None:
-            transport.close(exc if isinstance(exc, BrokerError) else BrokerError(f"ack failed: {exc}"))
+            transport.close(
+                exc if isinstance(exc, BrokerError) else BrokerError(f"ack failed: {exc}")
+            )
         elif request_id:
             transport.reply(pb.ConsumeResponse(ack_receipt=pb.AckReceipt(request_id=request_id)))
 
     return reply
 
 
-async def _apply(consumer: Consumer, transport: GrpcConsumerTransport, request: pb.ConsumeRequest) -> None:
+async def _apply(
+    consumer: Consumer, transport: GrpcConsumerTransport, request: pb.ConsumeRequest
+) -> None:
     subscription = consumer.subscription
     kind = request.WhichOneof("request")
     if kind == "flow":

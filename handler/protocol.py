@@ -9,6 +9,7 @@ import grpc
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from broker.config import ServiceConfiguration
 from broker.naming import TopicName
@@ -19,7 +20,6 @@ from handler.consume import consume
 from handler.errors import abort, status_for
 from handler.produce import produce
 from interceptors import ParametersInterceptor, current
-from pulsargrpc.v1 import pulsar_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,9 @@ class GrpcProtocolHandler(ProtocolHandler):
         assert self.service is not None
         await consume(self.service, requests, context)
 
-    async def _lookup(self, request: pb.LookupRequest, context: aio.ServicerContext) -> pb.LookupResponse:
+    async def _lookup(
+        self, request: pb.LookupRequest, context: aio.ServicerContext
+    ) -> pb.LookupResponse:
         """Standalone owns every topic, so it answers with its own addresses."""
         try:
             TopicName.get(request.topic)

@@ -103,7 +103,9 @@ def _producer(headers: Mapping[str, str]) -> ProducerParams:
     initial = headers.get("x-pulsar-initial-sequence-id")
     return ProducerParams(
         producer_name=name,
-        initial_sequence_id=None if not initial else _int(headers, "x-pulsar-initial-sequence-id", 0, -1),
+        initial_sequence_id=None
+        if not initial
+        else _int(headers, "x-pulsar-initial-sequence-id", 0, -1),
     )
 
 

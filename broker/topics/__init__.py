@@ -2,7 +2,7 @@
 
 from broker.topics.consumer import Consumer, ConsumerOptions
 from broker.topics.producer import Producer, PublishReceipt
-from broker.topics.subscription import AckId, SubType, Subscription
+from broker.topics.subscription import AckId, Subscription, SubType
 from broker.topics.topic import PersistentTopic
 from broker.topics.transport import ConsumerTransport, Delivery
 

@@ -58,7 +58,9 @@ class Consumer:
     def name(self) -> str:
         return self.options.name
 
-    def track_delivery(self, position: Position, num_messages: int, sticky_hash: int | None) -> None:
+    def track_delivery(
+        self, position: Position, num_messages: int, sticky_hash: int | None
+    ) -> None:
         self.pending[position] = PendingEntry(num_messages, time.monotonic(), sticky_hash)
         self.unacked_messages += num_messages
         self.permits -= num_messages

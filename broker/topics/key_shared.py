@@ -93,9 +93,7 @@ class KeySharedDispatcher(Dispatcher):
 
     def _replay_positions(self, n: int) -> list[Position]:
         ready = [
-            pos
-            for pos, h in sorted(self.replay.items())
-            if h is None or self._ready_for_hash(h)
+            pos for pos, h in sorted(self.replay.items()) if h is None or self._ready_for_hash(h)
         ]
         return ready[:n]
 

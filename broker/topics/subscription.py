@@ -69,8 +69,7 @@ class Subscription:
     def add_consumer(self, consumer: Consumer, sub_type: SubType) -> None:
         if self.type is not None and self.consumers and sub_type is not self.type:
             raise ConsumerBusyError(
-                f"subscription {self.name} is of type {self.type.value}, "
-                f"not {sub_type.value}"
+                f"subscription {self.name} is of type {self.type.value}, not {sub_type.value}"
             )
         if sub_type is SubType.Exclusive and self.consumers:
             raise ConsumerBusyError(f"Exclusive consumer is already connected to {self.name}")
@@ -226,9 +225,7 @@ class Subscription:
             task.add_done_callback(_log_failure)
 
     async def _dead_letter(self, consumer: Consumer, dead: list[tuple[Position, int]]) -> None:
-        topic_name = consumer.options.dead_letter_topic or (
-            f"{self.topic.name}-{self.name}-DLQ"
-        )
+        topic_name = consumer.options.dead_letter_topic or (f"{self.topic.name}-{self.name}-DLQ")
         dlq = await self.topic.service.get_topic(topic_name, create=True)
         for position, _ in dead:
             entries = await self.cursor.replay_entries([position])
@@ -299,9 +296,7 @@ class Subscription:
 
     async def unsubscribe(self, consumer: Consumer) -> None:
         if any(c is not consumer for c in self.consumers):
-            raise NotAllowedError(
-                f"cannot unsubscribe {self.name}: other consumers are connected"
-            )
+            raise NotAllowedError(f"cannot unsubscribe {self.name}: other consumers are connected")
         await self.close()
         await self.topic.delete_subscription(self)
 

@@ -20,7 +20,7 @@ from broker.naming import TopicName
 from broker.topics.consumer import Consumer, ConsumerOptions
 from broker.topics.dedup import Deduplication
 from broker.topics.producer import Producer, PublishReceipt
-from broker.topics.subscription import SubType, Subscription
+from broker.topics.subscription import Subscription, SubType
 from broker.topics.transport import ConsumerTransport
 
 if TYPE_CHECKING:
@@ -125,7 +125,9 @@ class PersistentTopic:
 
     async def publish_system(self, batch: bytes) -> Position:
         """Publish a broker-made batch (dead-letter messages)."""
-        receipt = await self._system_producer.publish(batch, 0, entry_format.info(batch).num_messages)
+        receipt = await self._system_producer.publish(
+            batch, 0, entry_format.info(batch).num_messages
+        )
         assert receipt.position is not None
         return receipt.position
 

@@ -84,7 +84,7 @@ class WebService:
         await site.start()
         server = site._server
         assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
 
     async def close(self) -> None:
         if self._runner is not None:
@@ -104,7 +104,9 @@ class WebService:
         try:
             await self.service.create_tenant(request.match_info["tenant"])
         except e.MetadataError:
-            raise e.NotAllowedError(f"tenant {request.match_info['tenant']} already exists") from None
+            raise e.NotAllowedError(
+                f"tenant {request.match_info['tenant']} already exists"
+            ) from None
         return web.Response(status=204)
 
     async def list_namespaces(self, request: web.Request) -> web.Response:
@@ -154,7 +156,9 @@ class WebService:
         partitions = await self.service.get_partitioned_metadata(name, auto_create=False)
         if partitions:
             parts = {
-                f"{name}-partition-{i}": (await self.service.get_topic(f"{name}-partition-{i}", create=False)).stats()
+                f"{name}-partition-{i}": (
+                    await self.service.get_topic(f"{name}-partition-{i}", create=False)
+                ).stats()
                 for i in range(partitions)
             }
             return web.json_response({"metadata": {"partitions": partitions}, "partitions": parts})

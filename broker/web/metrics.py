@@ -33,7 +33,9 @@ class RateTracker:
         then, old, last_rates = previous
         if now - then < 1.0:
             return last_rates
-        rates = tuple((new - before) / (now - then) for new, before in zip(counters, old, strict=True))
+        rates = tuple(
+            (new - before) / (now - then) for new, before in zip(counters, old, strict=True)
+        )
         self._last[key] = (now, counters, rates)
         return rates
 
@@ -64,7 +66,9 @@ class BrokerCollector(Collector):
             "pulsar_subscription_msg_rate_out", "Messages/s dispatched", labels=sub_labels
         )
         sub_unacked = GaugeMetricFamily(
-            "pulsar_subscription_unacked_messages", "Messages delivered, not acked", labels=sub_labels
+            "pulsar_subscription_unacked_messages",
+            "Messages delivered, not acked",
+            labels=sub_labels,
         )
         sub_consumers = GaugeMetricFamily(
             "pulsar_subscription_consumers_count", "Consumers", labels=sub_labels
@@ -95,6 +99,18 @@ class BrokerCollector(Collector):
                 sub_unacked.add_metric(sub_values, sum(c.unacked_messages for c in sub.consumers))
                 sub_consumers.add_metric(sub_values, len(sub.consumers))
         yield from (
-            rate_in, rate_out, tp_in, tp_out, msgs_in, msgs_out, storage, backlog, producers,
-            subs, sub_backlog, sub_rate, sub_unacked, sub_consumers,
+            rate_in,
+            rate_out,
+            tp_in,
+            tp_out,
+            msgs_in,
+            msgs_out,
+            storage,
+            backlog,
+            producers,
+            subs,
+            sub_backlog,
+            sub_rate,
+            sub_unacked,
+            sub_consumers,
         )

@@ -1,0 +1,294 @@
+"""Permit accounting, ack grouping, and the consumer's stream logic on a fake call."""
+
+import asyncio
+
+import grpc
+import pytest
+from pulsargrpc.v1 import pulsar_pb2 as pb
+
+import client
+from client import MessageId
+from client._acks import AckGroup
+from client._consumer import (
+    Consumer,
+    ConsumerConfig,
+    MessageQueue,
+    PartitionConsumer,
+    seek_request,
+)
+from client._flow import PermitTracker
+
+# ---------------------------------------------------------------- permits
+
+
+def test_refill_once_half_the_queue_was_consumed():
+    t = PermitTracker(receiver_queue_size=10)
+    assert t.initial_permits() == 10
+    assert [t.consumed() for _ in range(4)] == [0, 0, 0, 0]
+    assert t.consumed() == 5
+    assert [t.consumed() for _ in range(5)] == [0, 0, 0, 0, 5]
+
+
+def test_bulk_consumption_is_returned_in_one_flow():
+    t = PermitTracker(receiver_queue_size=10)
+    assert t.consumed(3) == 0
+    assert t.consumed(7) == 10
+
+
+def test_queue_of_one_refills_every_message():
+    t = PermitTracker(receiver_queue_size=1)
+    assert [t.consumed() for _ in range(3)] == [1, 1, 1]
+
+
+# ---------------------------------------------------------------- ack grouping
+
+
+def test_individual_acks_collapse_into_one_request():
+    g = AckGroup()
+    for i in range(3):
+        g.individual(MessageId(1, i, 0))
+    g.individual(MessageId(1, 0, 0))  # duplicate
+    (request,) = g.take()
+    assert request.ack.type == pb.Individual
+    assert [(i.entry_id, i.batch_index) for i in request.ack.ids] == [(0, 0), (1, 0), (2, 0)]
+    assert g.take() == [] and len(g) == 0
+
+
+def test_cumulative_keeps_the_highest():
+    g = AckGroup()
+    g.cumulative(MessageId(1, 5, 0))
+    g.cumulative(MessageId(1, 3, 0))
+    g.cumulative(MessageId(1, 5, 2))
+    (request,) = g.take()
+    assert request.ack.type == pb.Cumulative
+    assert [(i.entry_id, i.batch_index) for i in request.ack.ids] == [(5, 2)]
+
+
+def test_nacks_are_their_own_request():
+    g = AckGroup()
+    g.individual(MessageId(1, 1))
+    g.negative(MessageId(1, 2))
+    g.negative(MessageId(1, 3))
+    kinds = [r.WhichOneof("request") for r in g.take()]
+    assert kinds == ["ack", "negative_ack"]
+
+
+def test_group_full_at_max_pending():
+    g = AckGroup(max_pending=3)
+    g.individual(MessageId(1, 1))
+    g.negative(MessageId(1, 2))
+    assert not g.is_full()
+    g.cumulative(MessageId(1, 3))
+    assert g.is_full()
+
+
+def test_seek_request_targets():
+    assert seek_request(MessageId(3, 4, 1, 0), 7).message_id.entry_id == 4
+    assert seek_request(1700, 7).publish_time == 1700
+    assert seek_request(MessageId.earliest, 7).publish_time == 0
+    assert seek_request(MessageId.latest, 7).publish_time == 2**63 - 1
+    assert seek_request(5, 9).request_id == 9
+
+
+# ---------------------------------------------------------------- consumer on a fake stream
+
+
+class FakeCall:
+    def __init__(self) -> None:
+        self.written: list = []
+        self.responses: asyncio.Queue = asyncio.Queue()
+        self.cancelled = False
+
+    async def write(self, request) -> None:
+        self.written.append(request)
+
+    async def done_writing(self) -> None:
+        self.responses.put_nowait(grpc.aio.EOF)
+
+    async def read(self):
+        item = await self.responses.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+    def push(self, response) -> None:
+        self.responses.put_nowait(response)
+
+    def of(self, kind):
+        return [getattr(r, kind) for r in self.written if r.WhichOneof("request") == kind]
+
+
+def subscribed(topic="persistent://public/default/t"):
+    return pb.ConsumeResponse(
+        subscribed=pb.ConsumerSubscribed(consumer_name="c-1", topic=topic, subscription="s")
+    )
+
+
+def batch(entry_id, count, acked=(), ledger=1):
+    entry = pb.DeliveredEntry(
+        ledger_id=ledger,
+        entry_id=entry_id,
+        sequence_id=entry_id * 100,
+        publish_time=5,
+        acked_batch_indexes=list(acked),
+        messages=[pb.MessageData(payload=b"%d-%d" % (entry_id, i)) for i in range(count)],
+    )
+    return pb.ConsumeResponse(messages=pb.MessageBatch(entries=[entry]))
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def start_consumer(call: FakeCall, **conf) -> Consumer:
+    queue = MessageQueue()
+    part = PartitionConsumer(ConsumerConfig(**conf), queue)
+    call.push(subscribed())
+    await part.start(lambda md: call, ())
+    return Consumer("t", "s", [part], queue)
+
+
+async def test_initial_flow_then_refill_at_half_in_one_flow():
+    call = FakeCall()
+    consumer = await start_consumer(call, receiver_queue_size=6)
+    assert consumer.consumer_name == "c-1"
+    await settle()
+    assert [f.permits for f in call.of("flow")] == [6]
+    call.push(batch(0, 4))
+    call.push(batch(1, 2))
+    got = [await consumer.receive(timeout_ms=1000) for _ in range(5)]
+    await settle()
+    assert [m.data() for m in got] == [b"0-0", b"0-1", b"0-2", b"0-3", b"1-0"]
+    assert [f.permits for f in call.of("flow")] == [6, 3]  # one Flow for 3 messages
+
+
+async def test_already_acked_batch_indexes_are_skipped_and_not_charged():
+    call = FakeCall()
+    consumer = await start_consumer(call, receiver_queue_size=4)
+    call.push(batch(0, 4, acked=[0, 1, 3]))
+    msg = await consumer.receive(timeout_ms=1000)
+    assert msg.message_id() == MessageId(1, 0, 2, -1) and msg.sequence_id() == 2
+    with pytest.raises(client.Timeout):
+        await consumer.receive(timeout_ms=20)
+    assert [f.permits for f in call.of("flow")] == [4]  # 1 of 4 consumed: no refill yet
+
+
+async def test_acks_are_grouped_into_one_request():
+    call = FakeCall()
+    consumer = await start_consumer(call, ack_group_time_ms=5)
+    call.push(batch(0, 3))
+    msgs = [await consumer.receive(timeout_ms=1000) for _ in range(3)]
+    for m in msgs:
+        await consumer.acknowledge(m)
+    await consumer.negative_acknowledge(MessageId(1, 9, 0, -1))
+    await settle()
+    assert call.of("ack") == []
+    await asyncio.sleep(0.03)
+    (ack,) = call.of("ack")
+    assert [i.batch_index for i in ack.ids] == [0, 1, 2] and ack.request_id == 0
+    (nack,) = call.of("negative_ack")
+    assert [i.entry_id for i in nack.ids] == [9]
+
+
+async def test_acknowledge_wait_returns_on_ack_receipt():
+    call = FakeCall()
+    consumer = await start_consumer(call)
+    waiting = asyncio.ensure_future(
+        consumer.acknowledge_cumulative(MessageId(1, 2, 0, -1), wait=True)
+    )
+    await settle()
+    (ack,) = call.of("ack")
+    assert ack.type == pb.Cumulative and ack.request_id > 0
+    assert not waiting.done()
+    call.push(pb.ConsumeResponse(ack_receipt=pb.AckReceipt(request_id=ack.request_id)))
+    await asyncio.wait_for(waiting, 1)
+
+
+async def test_seek_drops_queued_and_in_between_messages_and_returns_their_permits():
+    call = FakeCall()
+    consumer = await start_consumer(call, receiver_queue_size=4)
+    call.push(batch(0, 1))
+    await settle()
+    seeking = asyncio.ensure_future(consumer.seek(MessageId(1, 0, 0, -1)))
+    await settle()
+    (seek,) = call.of("seek")
+    call.push(batch(1, 1))  # read before the seek took effect
+    call.push(pb.ConsumeResponse(seek_done=pb.SeekDone(request_id=seek.request_id)))
+    await asyncio.wait_for(seeking, 1)
+    call.push(batch(0, 1, ledger=2))
+    msg = await consumer.receive(timeout_ms=1000)
+    assert msg.message_id().ledger_id == 2
+    assert sum(f.permits for f in call.of("flow")) == 4 + 2  # the 2 dropped were re-granted
+
+
+async def test_redeliver_clears_the_local_queue():
+    call = FakeCall()
+    consumer = await start_consumer(call, receiver_queue_size=10)
+    call.push(batch(0, 3))
+    await settle()
+    await consumer.redeliver_unacknowledged_messages()
+    await settle()
+    assert len(call.of("redeliver")) == 1
+    with pytest.raises(client.Timeout):
+        await consumer.receive(timeout_ms=10)
+
+
+async def test_stream_error_wakes_receivers_and_fails_requests():
+    call = FakeCall()
+    consumer = await start_consumer(call)
+    receiving = asyncio.ensure_future(consumer.receive())
+    unsubscribing = asyncio.ensure_future(consumer.unsubscribe())
+    await settle()
+    call.push(grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, None, None, "gone"))
+    with pytest.raises(client.ConnectError):
+        await asyncio.wait_for(receiving, 1)
+    with pytest.raises(client.ConnectError):
+        await asyncio.wait_for(unsubscribing, 1)
+
+
+async def test_close_flushes_acks_and_ends_iteration():
+    call = FakeCall()
+    consumer = await start_consumer(call, ack_group_time_ms=10_000)
+    await consumer.acknowledge(MessageId(1, 1, 0, -1))
+    iterating = asyncio.ensure_future(anext(aiter(consumer), None))
+    await consumer.close()
+    assert len(call.of("ack")) == 1
+    assert await asyncio.wait_for(iterating, 1) is None
+    with pytest.raises(client.AlreadyClosed):
+        await consumer.receive()
+
+
+async def test_subscribe_error_maps_to_specific_error():
+    call = FakeCall()
+    trailers = grpc.aio.Metadata(("pulsar-error-code", "5"))
+    call.push(grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, None, trailers, "busy"))
+    part = PartitionConsumer(ConsumerConfig(), MessageQueue())
+    with pytest.raises(client.ConsumerBusy):
+        await part.start(lambda md: call, ())
+
+
+async def test_partitioned_consumer_merges_and_credits_the_right_partition():
+    queue = MessageQueue()
+    calls, parts = [FakeCall(), FakeCall()], []
+    for i, call in enumerate(calls):
+        part = PartitionConsumer(ConsumerConfig(receiver_queue_size=2), queue, partition=i)
+        call.push(subscribed(f"t-partition-{i}"))
+        await part.start(lambda md, c=call: c, ())
+        parts.append(part)
+    consumer = Consumer("t", "s", parts, queue)
+    calls[1].push(batch(0, 1))
+    msg = await consumer.receive(timeout_ms=1000)
+    await settle()
+    assert msg.message_id().partition == 1 and msg.topic_name() == "t-partition-1"
+    assert [f.permits for f in calls[1].of("flow")] == [2, 1]
+    assert [f.permits for f in calls[0].of("flow")] == [2]
+    await consumer.acknowledge(msg, wait=False)
+    await asyncio.sleep(0.01)
+    assert len(calls[1].of("ack")) == 1 and calls[0].of("ack") == []
+    with pytest.raises(ValueError):
+        await consumer.acknowledge(MessageId(1, 1, 0, 7))

@@ -1,0 +1,423 @@
+"""ManagedLedger and ManagedCursor over the real SQLite stores in a tmp dir."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from broker.errors import NotFoundError, PersistenceError
+from broker.ledger import (
+    ManagedLedgerConfig,
+    ManagedLedgerFactory,
+    Position,
+    SqliteLedgerStore,
+)
+from broker.ledger.info import cursor_path, decode_ledgers, ledger_path
+from broker.metadata import EmbeddedMetadataStore
+
+NAME = "public/default/persistent/t1"
+P = Position
+
+
+@dataclass
+class Env:
+    dir: Path
+    store: SqliteLedgerStore
+    metadata: EmbeddedMetadataStore
+    factory: ManagedLedgerFactory
+
+    @classmethod
+    def open(cls, data_dir: Path, config: ManagedLedgerConfig | None = None, **kw: int) -> Env:
+        store = SqliteLedgerStore(data_dir, sync=False)
+        metadata = EmbeddedMetadataStore(data_dir)
+        return cls(data_dir, store, metadata, ManagedLedgerFactory(store, metadata, config, **kw))
+
+    async def close(self) -> None:
+        await self.factory.close()
+        await self.store.close()
+        await self.metadata.close()
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    e = Env.open(tmp_path, ManagedLedgerConfig(max_entries_per_ledger=5))
+    yield e
+    await e.close()
+
+
+async def add_all(ml, payloads: list[bytes]) -> list[Position]:  # type: ignore[no-untyped-def]
+    return list(await asyncio.gather(*(ml.add_entry(p) for p in payloads)))
+
+
+async def test_positions_in_call_order_and_readable_when_durable(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    futures = [ml.add_entry(f"m{i}".encode()) for i in range(3)]
+    assert ml.last_confirmed_entry is None
+    positions = await asyncio.gather(*futures)
+    first = ml.ledgers[0].ledger_id
+    assert positions == [P(first, 0), P(first, 1), P(first, 2)]
+    assert ml.last_confirmed_entry == P(first, 2)
+    entry = await ml.read_entry(P(first, 1))
+    assert entry is not None and entry.data == b"m1"
+    assert ml.number_of_entries == 3 and ml.total_size == 6 and ml.entries_added_counter == 3
+
+
+async def test_group_commit_shares_transactions(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    commits = 0
+    original = env.store._commit
+
+    async def counting(*args):  # type: ignore[no-untyped-def]
+        nonlocal commits
+        commits += 1
+        await original(*args)
+
+    env.store._committer._commit = counting
+    ml.config.max_entries_per_ledger = 10_000
+    await add_all(ml, [b"x"] * 500)
+    assert commits == 1
+    # Appends arriving while a commit is in flight go together into the next one.
+    first = ml.add_entry(b"a")
+    await asyncio.sleep(0)
+    rest = [ml.add_entry(b"b") for _ in range(100)]
+    await asyncio.gather(first, *rest)
+    assert commits <= 3
+
+
+async def test_rollover_and_metadata(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    await ml.open_cursor("holds-ledgers", "earliest")
+    positions = await add_all(ml, [b"e%d" % i for i in range(12)])
+    ids = sorted({p.ledger_id for p in positions})
+    assert len(ids) == 3
+    assert [p.entry_id for p in positions] == [0, 1, 2, 3, 4] * 2 + [0, 1]
+    await asyncio.sleep(0.05)  # rollover registration runs in the background
+    got = await env.metadata.get(ledger_path(NAME))
+    assert got is not None
+    infos = decode_ledgers(got.value)
+    assert [i.ledger_id for i in infos][:3] == ids
+    assert infos[0].entries == 5 and infos[0].size == sum(len(b"e%d" % i) for i in range(5))
+    cursor = ml.new_non_durable_cursor("earliest")
+    entries = await cursor.read_entries(100)
+    assert [e.data for e in entries] == [b"e%d" % i for i in range(12)]
+
+
+async def test_rollover_by_size(tmp_path: Path) -> None:
+    env = Env.open(tmp_path, ManagedLedgerConfig(max_size_per_ledger_bytes=100))
+    ml = await env.factory.open(NAME)
+    positions = await add_all(ml, [b"x" * 60] * 4)
+    assert [p.entry_id for p in positions] == [0, 1, 0, 1]
+    await env.close()
+
+
+async def test_listener_called_after_durable_commit(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    seen: list[Position | None] = []
+    listener = lambda: seen.append(ml.last_confirmed_entry)  # noqa: E731
+    ml.add_entries_listener(listener)
+    await add_all(ml, [b"a", b"b"])
+    assert seen == [ml.last_confirmed_entry]
+    ml.remove_entries_listener(listener)
+    await add_all(ml, [b"c"])
+    assert len(seen) == 1
+
+
+async def test_cursor_read_ack_backlog(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    cursor = await ml.open_cursor("sub", "earliest")
+    positions = await add_all(ml, [b"%d" % i for i in range(12)])
+    assert cursor.get_number_of_entries_in_backlog() == 12
+    batch = await cursor.read_entries(4)
+    assert [e.position for e in batch] == positions[:4]
+    assert cursor.has_more_entries()
+    batch = await cursor.read_entries(100)
+    assert [e.position for e in batch] == positions[4:]
+    assert await cursor.read_entries(10) == []
+    assert not cursor.has_more_entries()
+
+    await cursor.delete([positions[1], positions[2], positions[7]])
+    assert cursor.mark_delete_position < positions[0]
+    assert cursor.get_number_of_entries_in_backlog() == 9
+    await cursor.delete([positions[0]])
+    assert cursor.mark_delete_position == positions[2]
+    assert cursor.get_number_of_entries_in_backlog() == 8
+    await cursor.mark_delete(positions[6])
+    assert cursor.mark_delete_position == positions[7]  # 7 was already deleted
+    assert cursor.get_number_of_entries_in_backlog() == 4
+    assert cursor.is_deleted(positions[5]) and not cursor.is_deleted(positions[8])
+
+    cursor.rewind()
+    batch = await cursor.read_entries(100)
+    assert [e.position for e in batch] == positions[8:]
+
+
+async def test_read_skips_individually_deleted_and_respects_bytes(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    ml.config.max_entries_per_ledger = 1000
+    cursor = await ml.open_cursor("sub", "earliest")
+    positions = await add_all(ml, [b"x" * 10] * 10)
+    await cursor.delete([positions[2], positions[3], positions[5]])
+    batch = await cursor.read_entries(4)
+    assert [e.position for e in batch] == [positions[i] for i in (0, 1, 4, 6)]
+    batch = await cursor.read_entries(100, max_bytes=25)
+    assert [e.position for e in batch] == [positions[7], positions[8]]
+    batch = await cursor.read_entries(100, max_bytes=1)
+    assert [e.position for e in batch] == [positions[9]]  # at least one
+
+
+async def test_replay_and_seek(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    cursor = await ml.open_cursor("sub", "earliest")
+    positions = await add_all(ml, [b"%d" % i for i in range(8)])
+    await cursor.read_entries(100)
+    await cursor.delete([positions[3]])
+    replayed = await cursor.replay_entries([positions[6], positions[3], positions[1]])
+    assert [e.position for e in replayed] == [positions[1], positions[6]]
+    cursor.seek(positions[5])
+    assert [e.position for e in await cursor.read_entries(2)] == positions[5:7]
+
+
+async def test_batch_index_acks(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    cursor = await ml.open_cursor("sub", "earliest")
+    positions = await add_all(ml, [b"a", b"b"])
+    await cursor.ack_batch_indexes(positions[1], [0, 2], batch_size=3)
+    assert cursor.acked_batch_indexes(positions[1]) == {0, 2}
+    assert not cursor.is_deleted(positions[1])
+    await cursor.ack_batch_indexes(positions[1], [1], batch_size=3)
+    assert cursor.is_deleted(positions[1]) and positions[1] not in cursor.batch_deleted
+    await cursor.ack_batch_indexes(positions[0], range(2), batch_size=2)
+    assert cursor.mark_delete_position == positions[1]
+
+
+async def test_latest_cursor_and_non_durable(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    positions = await add_all(ml, [b"old1", b"old2"])
+    latest = await ml.open_cursor("late", "latest")
+    reader_incl = ml.new_non_durable_cursor(positions[1], inclusive=True)
+    reader_excl = ml.new_non_durable_cursor(positions[1], inclusive=False)
+    new = await add_all(ml, [b"new"])
+    assert [e.data for e in await latest.read_entries(10)] == [b"new"]
+    assert [e.data for e in await reader_incl.read_entries(10)] == [b"old2", b"new"]
+    assert [e.position for e in await reader_excl.read_entries(10)] == new
+    assert set(ml.cursors) == {"late"}
+
+
+async def test_reset_cursor(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    cursor = await ml.open_cursor("sub", "earliest")
+    positions = await add_all(ml, [b"%d" % i for i in range(8)])
+    await cursor.mark_delete(positions[3])  # same ledger: nothing is trimmed
+    await cursor.delete([positions[6]])
+    await cursor.reset_cursor(positions[2])
+    assert cursor.mark_delete_position == P(positions[2].ledger_id, 1)
+    assert cursor.read_position == positions[2]
+    assert not cursor.individually_deleted
+    assert cursor.get_number_of_entries_in_backlog() == 6
+    assert [e.position for e in await cursor.read_entries(100)] == positions[2:]
+
+
+async def test_mark_delete_beyond_last_confirmed_fails(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    cursor = await ml.open_cursor("sub")
+    await add_all(ml, [b"a"])
+    with pytest.raises(Exception, match="beyond"):
+        await cursor.mark_delete(P(10**6, 0))
+
+
+async def test_find_newest_matching_reads_log_n(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    ml.config.max_entries_per_ledger = 7
+    positions = await add_all(ml, [i.to_bytes(4, "big") for i in range(100)])
+    reads = 0
+    original = ml.read_entry
+
+    async def counting(pos: Position):  # type: ignore[no-untyped-def]
+        nonlocal reads
+        reads += 1
+        return await original(pos)
+
+    ml.read_entry = counting  # type: ignore[method-assign]
+    for t in (0, 41, 99):
+        reads = 0
+        found = await ml.find_newest_matching(lambda d, t=t: int.from_bytes(d, "big") <= t)
+        assert found == positions[t]
+        assert reads <= 8
+    assert await ml.find_newest_matching(lambda d: False) is None
+
+
+async def test_cursor_state_recovered_after_reopen(tmp_path: Path) -> None:
+    env = Env.open(tmp_path, ManagedLedgerConfig(max_entries_per_ledger=4))
+    ml = await env.factory.open(NAME)
+    cursor = await ml.open_cursor("sub/with:odd chars", "earliest")
+    positions = await add_all(ml, [b"%d" % i for i in range(10)])
+    await cursor.mark_delete(positions[2], properties={"seq": 42})
+    await cursor.delete([positions[5], positions[6]])
+    await cursor.ack_batch_indexes(positions[8], [1, 3], batch_size=5)
+    await env.close()
+
+    env = Env.open(tmp_path, ManagedLedgerConfig(max_entries_per_ledger=4))
+    ml = await env.factory.open(NAME)
+    assert ml.last_confirmed_entry == positions[-1]
+    assert ml.number_of_entries == 10
+    cursor = ml.cursors["sub/with:odd chars"]
+    assert cursor.mark_delete_position == positions[2]
+    assert cursor.properties == {"seq": 42}
+    assert cursor.is_deleted(positions[5]) and cursor.is_deleted(positions[6])
+    assert cursor.acked_batch_indexes(positions[8]) == {1, 3}
+    entries = await cursor.read_entries(100)
+    assert [e.position for e in entries] == [positions[i] for i in (3, 4, 7, 8, 9)]
+    # Appends continue in a new ledger after the recovered ones.
+    new = await ml.add_entry(b"after")
+    assert new.ledger_id > positions[-1].ledger_id
+    assert [e.data for e in await cursor.read_entries(100)] == [b"after"]
+    await env.close()
+
+
+async def test_trim_deletes_consumed_ledgers(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    slow = await ml.open_cursor("slow", "earliest")
+    fast = await ml.open_cursor("fast", "earliest")
+    positions = await add_all(ml, [b"%d" % i for i in range(12)])  # ledgers of 5, 5, 2
+    first_ledger = positions[0].ledger_id
+    await fast.mark_delete(positions[-1])
+    await ml.trim()
+    assert ml.ledgers[0].ledger_id == first_ledger  # slow holds everything
+    await slow.mark_delete(positions[7])
+    await ml.trim()
+    assert [i.ledger_id for i in ml.ledgers][0] == positions[5].ledger_id
+    assert ml.number_of_entries == 7
+    assert await env.store.read_entries([]) == []
+    assert await ml.read_entry(positions[0]) is None
+    got = await env.metadata.get(ledger_path(NAME))
+    assert got is not None and decode_ledgers(got.value)[0].ledger_id == positions[5].ledger_id
+    reader = ml.new_non_durable_cursor("earliest")
+    assert [e.position for e in await reader.read_entries(100)] == positions[5:]
+
+
+async def test_trim_runs_in_background_after_mark_delete(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    cursor = await ml.open_cursor("sub", "earliest")
+    positions = await add_all(ml, [b"%d" % i for i in range(11)])
+    await cursor.mark_delete(positions[-1])
+    for _ in range(50):
+        if len(ml.ledgers) == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert [i.ledger_id for i in ml.ledgers] == [ml.current_ledger_id]
+    assert cursor.get_number_of_entries_in_backlog() == 0
+
+
+async def test_retention_keeps_consumed_ledgers(tmp_path: Path) -> None:
+    config = ManagedLedgerConfig(max_entries_per_ledger=5, retention_time_minutes=60)
+    config.retention_size_mb = -1
+    env = Env.open(tmp_path, config)
+    ml = await env.factory.open(NAME)
+    cursor = await ml.open_cursor("sub", "earliest")
+    positions = await add_all(ml, [b"%d" % i for i in range(12)])
+    await cursor.mark_delete(positions[-1])
+    await ml.trim()
+    assert len(ml.ledgers) == 3  # within the retention time
+    ml.config.retention_time_minutes = 0
+    await ml.trim()
+    assert len(ml.ledgers) == 1
+    await env.close()
+
+
+async def test_no_cursor_means_consumed(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    await add_all(ml, [b"x"] * 11)
+    await ml.trim()
+    assert len(ml.ledgers) == 1
+
+
+async def test_delete_cursor(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    await ml.open_cursor("sub")
+    assert await env.metadata.exists(cursor_path(NAME, "sub"))
+    await ml.delete_cursor("sub")
+    assert not await env.metadata.exists(cursor_path(NAME, "sub"))
+    assert await env.store.get_cursor_states(NAME) == {}
+    with pytest.raises(NotFoundError):
+        await ml.delete_cursor("sub")
+
+
+async def test_factory_open_exists_list_delete(env: Env) -> None:
+    a, b = await asyncio.gather(env.factory.open(NAME), env.factory.open(NAME))
+    assert a is b
+    await env.factory.open("public/default/persistent/t2")
+    await env.factory.open("other/ns/persistent/t3")
+    assert await env.factory.exists(NAME)
+    assert not await env.factory.exists("public/default/persistent/nope")
+    assert await env.factory.list_names("public/default") == [
+        NAME,
+        "public/default/persistent/t2",
+    ]
+    assert len(await env.factory.list_names()) == 3
+    cursor = await a.open_cursor("sub", "earliest")
+    positions = await add_all(a, [b"x"] * 7)
+    await cursor.delete([positions[3]])
+    await env.factory.delete(NAME)
+    assert not await env.factory.exists(NAME)
+    assert not await env.metadata.exists(cursor_path(NAME, "sub"))
+    assert await env.store.get_cursor_states(NAME) == {}
+    ids = sorted({p.ledger_id for p in positions})
+    assert await env.store.read_entries([]) == []
+    for ledger_id in ids:
+        assert (await env.store.ledger_stats(ledger_id)).entries == 0
+    fresh = await env.factory.open(NAME)
+    assert fresh is not a and fresh.last_confirmed_entry is None and not fresh.cursors
+
+
+async def test_closed_ledger_refuses_appends(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    pending = ml.add_entry(b"in flight")
+    await ml.close()
+    assert pending.done() and not pending.exception()
+    with pytest.raises(PersistenceError):
+        await ml.add_entry(b"late")
+
+
+async def test_failed_commit_fails_futures_and_moves_to_new_ledger(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    ok = await ml.add_entry(b"ok")
+    original = env.store._committer._commit
+
+    async def failing(*args):  # type: ignore[no-untyped-def]
+        raise OSError("disk full")
+
+    env.store._committer._commit = failing
+    bad = [ml.add_entry(b"bad") for _ in range(3)]
+    for f in bad:
+        with pytest.raises(PersistenceError):
+            await f
+    env.store._committer._commit = original
+    after = await ml.add_entry(b"after")
+    assert after.ledger_id != ok.ledger_id and after.entry_id == 0
+    reader = ml.new_non_durable_cursor("earliest")
+    assert [e.data for e in await reader.read_entries(10)] == [b"ok", b"after"]
+
+
+async def test_tailing_reads_come_from_cache(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    cursor = await ml.open_cursor("sub", "latest")
+    await add_all(ml, [b"x"] * 3)
+    calls = 0
+    original = env.store.read_entries
+
+    async def counting(spans):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        return await original(spans)
+
+    env.store.read_entries = counting  # type: ignore[method-assign]
+    assert len(await cursor.read_entries(10)) == 3
+    assert calls == 0
+    env.factory.cache.invalidate({p.ledger_id for p in [ml.last_confirmed_entry] if p})
+    cursor.rewind()
+    assert len(await cursor.read_entries(10)) == 3
+    assert calls == 1
