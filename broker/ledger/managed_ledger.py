@@ -257,7 +257,17 @@ class ManagedLedger:
             await self._put_info(self._ledgers)
 
     async def _put_info(self, ledgers: list[LedgerInfo]) -> None:
-        """Write the ledger list (caller holds the metadata lock); CAS on the known version."""
+        """Write the ledger list (caller holds the metadata lock); CAS on the known version.
+
+        The list stops at the first ledger whose entry count is not final yet: recovery
+        recounts only the last listed ledger from the store, so every ledger before it must
+        have its final count. Later ledgers stay unregistered (their entries unconfirmed)
+        until a write after the earlier ones completed.
+        """
+        for i, info in enumerate(ledgers):
+            if self._is_open_ended(info):
+                ledgers = ledgers[: i + 1]
+                break
         registered = {i.ledger_id for i in ledgers}
         self._metadata_version = await self._shared.metadata.put(
             ledger_path(self.name), encode_ledgers(ledgers), self._metadata_version

@@ -157,7 +157,9 @@ async def test_batch_sent_when_count_reached_with_consecutive_sequence_ids():
 
 async def test_batch_sent_by_delay():
     call = FakeCall()
-    producer = await start_producer(call, batching_max_messages=100, batching_max_publish_delay_ms=20)
+    producer = await start_producer(
+        call, batching_max_messages=100, batching_max_publish_delay_ms=20
+    )
     await producer.send_async(b"a")
     await producer.send_async(b"b")
     await settle()
@@ -251,7 +253,9 @@ async def test_send_timeout_fails_pending_and_ignores_late_receipt():
 
 async def test_stream_error_fails_every_pending_send_and_later_sends():
     call = FakeCall()
-    producer = await start_producer(call, batching_max_messages=2, batching_max_publish_delay_ms=10_000)
+    producer = await start_producer(
+        call, batching_max_messages=2, batching_max_publish_delay_ms=10_000
+    )
     futures = [await producer.send_async(b"%d" % i) for i in range(3)]  # 2 sent, 1 batched
     trailers = grpc.aio.Metadata(("pulsar-error-code", "22"))
     call.push(grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, None, trailers, "no"))

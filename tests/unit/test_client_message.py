@@ -41,7 +41,12 @@ def test_sentinels_format_as_words_and_sort_around_real_ids():
 
 def test_order_is_ledger_then_entry_then_batch_index():
     ids = [MessageId(2, 0, 0), MessageId(1, 5, 1), MessageId(1, 5, 0), MessageId(1, 4, 9)]
-    assert sorted(ids) == [MessageId(1, 4, 9), MessageId(1, 5, 0), MessageId(1, 5, 1), MessageId(2, 0, 0)]
+    assert sorted(ids) == [
+        MessageId(1, 4, 9),
+        MessageId(1, 5, 0),
+        MessageId(1, 5, 1),
+        MessageId(2, 0, 0),
+    ]
 
 
 def test_frozen_and_hashable():

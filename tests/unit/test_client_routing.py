@@ -1,5 +1,7 @@
 """Partition choice: Pulsar-compatible key hash, round robin per batching window, single."""
 
+import itertools
+
 import pytest
 
 from client._routing import Router, RoutingMode, murmur3_32, partition_for_key
@@ -46,7 +48,7 @@ def test_round_robin_moves_one_partition_per_batching_window():
         seen.append(router.choose(None))
     assert seen[0::2] == seen[1::2]  # a window's messages share a partition (one batch)
     windows = seen[0::2]
-    assert [(b - a) % 3 for a, b in zip(windows, windows[1:], strict=False)] == [1] * 5
+    assert [(b - a) % 3 for a, b in itertools.pairwise(windows)] == [1] * 5
 
 
 def test_round_robin_window_is_at_least_one_ms():

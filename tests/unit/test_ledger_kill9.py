@@ -1,0 +1,124 @@
+"""Durability: whatever a killed (SIGKILL) broker confirmed is there after reopening."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position, SqliteLedgerStore
+from broker.metadata import EmbeddedMetadataStore
+
+NAME = "public/default/persistent/durable"
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory, SqliteLedgerStore
+    from broker.metadata import EmbeddedMetadataStore
+
+    async def main() -> None:
+        data_dir = Path(sys.argv[1])
+        factory = ManagedLedgerFactory(
+            SqliteLedgerStore(data_dir, sync=bool(int(sys.argv[2]))),
+            EmbeddedMetadataStore(data_dir),
+            ManagedLedgerConfig(max_entries_per_ledger=50),
+        )
+        ml = await factory.open(sys.argv[3])
+        cursor = await ml.open_cursor("sub", "earliest")
+
+        def report(kind, pos, payload=b""):
+            def done(f):
+                if not f.exception():
+                    print(kind, pos, payload.decode(), flush=True)
+            return done
+
+        def entry_done(i, payload):
+            def done(f):
+                if f.exception():
+                    return
+                pos = f.result()
+                print("E", pos, payload.decode(), flush=True)
+                if i % 3 == 0:
+                    cursor.delete([pos]).add_done_callback(report("A", pos))
+                if i % 40 == 39:
+                    cursor.mark_delete(pos).add_done_callback(report("M", pos))
+            return done
+
+        i = 0
+        while True:
+            for _ in range(20):
+                payload = b"payload-%d" % i
+                ml.add_entry(payload).add_done_callback(entry_done(i, payload))
+                i += 1
+            await asyncio.sleep(0.001)
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.parametrize("sync", [False, True])
+async def test_confirmed_entries_and_acks_survive_sigkill(tmp_path: Path, sync: bool) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path), str(int(sync)), NAME],
+        stdout=subprocess.PIPE,
+        cwd=repo,
+        text=True,
+    )
+    assert proc.stdout is not None
+    entries: dict[Position, str] = {}
+    acked: list[Position] = []
+    marked: list[Position] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(entries) < 600 or len(marked) < 5:
+            assert time.monotonic() < deadline, "writer too slow"
+            line = proc.stdout.readline()
+            assert line, "writer exited"
+            kind, pos, *rest = line.split()
+            position = Position.parse(pos)
+            if kind == "E":
+                entries[position] = rest[0]
+            elif kind == "A":
+                acked.append(position)
+            else:
+                marked.append(position)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL
+
+    store = SqliteLedgerStore(tmp_path)
+    metadata = EmbeddedMetadataStore(tmp_path)
+    factory = ManagedLedgerFactory(store, metadata, ManagedLedgerConfig(max_entries_per_ledger=50))
+    try:
+        ml = await factory.open(NAME)
+        cursor = ml.cursors["sub"]
+        assert cursor.mark_delete_position >= max(marked)
+        for position in acked:
+            assert cursor.is_deleted(position), position
+        assert ml.last_confirmed_entry is not None
+        assert ml.last_confirmed_entry >= max(entries)
+        for position, payload in entries.items():
+            entry = await ml.read_entry(position)
+            assert entry is not None, position
+            assert entry.data.decode() == payload
+        # Entries are numbered in position order without holes.
+        reader = ml.new_non_durable_cursor("earliest")
+        read = await reader.read_entries(100_000)
+        numbers = [int(e.data.decode().split("-")[1]) for e in read]
+        assert numbers == list(range(len(numbers)))
+    finally:
+        await factory.close()
+        await store.close()
+        await metadata.close()
