@@ -87,6 +87,7 @@ class PartitionProducer:
         self.topic = ready.topic
         initial = self.config.initial_sequence_id
         if initial is None:
+            # -1 when nothing is stored (Python's protobuf reads the uint64 2**64-1 as -1).
             self.last_sequence_id = ready.last_sequence_id
             self._next_sequence_id = ready.last_sequence_id + 1
         else:

@@ -15,11 +15,12 @@ crash can never leave a confirmed entry in a ledger the metadata does not know a
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
@@ -76,7 +77,7 @@ class _Shared:
     cache: EntryCache
     ids: LedgerIdPool
     on_close: Callable[[ManagedLedger], None]
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    reader_ids: Iterator[int] = field(default_factory=itertools.count)
 
 
 class ManagedLedger:
@@ -434,7 +435,8 @@ class ManagedLedger:
             mark_delete = Position(start.ledger_id, start.entry_id - 1)
         else:
             mark_delete = start
-        return ManagedCursor(self, name or f"reader-{id(self):x}", False, mark_delete)
+        name = name or f"reader-{next(self._shared.reader_ids)}"
+        return ManagedCursor(self, name, False, mark_delete)
 
     async def delete_cursor(self, name: str) -> None:
         async with self._cursor_lock:

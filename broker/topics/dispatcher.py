@@ -41,6 +41,8 @@ class Dispatcher(ABC):
         self._epoch = 0
         self._avg_messages_per_entry = 1.0
         self._task: asyncio.Task[None] | None = None
+        # New durable entries wake the read loop up (Pulsar's asyncReadOrWait).
+        subscription.topic.ledger.add_entries_listener(self.trigger)
 
     # ------------------------------------------------------------- consumers
 
@@ -83,8 +85,13 @@ class Dispatcher(ABC):
             self._reading = True
             self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
-    async def close(self) -> None:
+    def detach(self) -> None:
+        """Stop reacting to new entries and discard reads in flight."""
         self._epoch += 1
+        self.subscription.topic.ledger.remove_entries_listener(self.trigger)
+
+    async def close(self) -> None:
+        self.detach()
         if self._task is not None and not self._task.done():
             self._task.cancel()
             try:

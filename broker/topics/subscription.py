@@ -74,6 +74,8 @@ class Subscription:
         if sub_type is SubType.Exclusive and self.consumers:
             raise ConsumerBusyError(f"Exclusive consumer is already connected to {self.name}")
         if self.dispatcher is None or sub_type is not self.type:
+            if self.dispatcher is not None:
+                self.dispatcher.detach()
             self.dispatcher = self._new_dispatcher(sub_type)
             self.type = sub_type
         self.consumers.append(consumer)
@@ -289,8 +291,6 @@ class Subscription:
             self.dispatcher.reset()
         self._redeliveries.clear()
         await self.cursor.reset_cursor(target)
-        for consumer in self.consumers:
-            consumer.permits = 0
         if self.dispatcher is not None:
             self.dispatcher.trigger()
 

@@ -202,6 +202,12 @@ async def test_send_awaits_receipt_and_fields_reach_the_wire():
     assert await task == MessageId(3, 9, 0, -1)
 
 
+async def test_no_stored_sequence_id_starts_at_zero():
+    part = PartitionProducer(ProducerConfig())
+    part.on_ready(pb.ProducerReady(last_sequence_id=-1))
+    assert (part.last_sequence_id, part._next_sequence_id) == (-1, 0)
+
+
 async def test_initial_sequence_id_is_the_first_id():
     call = FakeCall()
     producer = await start_producer(call, last_sequence_id=500, initial_sequence_id=10)

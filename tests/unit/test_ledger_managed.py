@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,12 +11,15 @@ import pytest
 
 from broker.errors import NotFoundError, PersistenceError
 from broker.ledger import (
+    Entry,
+    ManagedLedger,
     ManagedLedgerConfig,
     ManagedLedgerFactory,
     Position,
     SqliteLedgerStore,
 )
 from broker.ledger.info import cursor_path, decode_ledgers, ledger_path
+from broker.ledger.store import CursorKey, EntrySpan, EntryWrite
 from broker.metadata import EmbeddedMetadataStore
 
 NAME = "public/default/persistent/t1"
@@ -49,7 +52,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     await e.close()
 
 
-async def add_all(ml, payloads: list[bytes]) -> list[Position]:  # type: ignore[no-untyped-def]
+async def add_all(ml: ManagedLedger, payloads: list[bytes]) -> list[Position]:
     return list(await asyncio.gather(*(ml.add_entry(p) for p in payloads)))
 
 
@@ -71,10 +74,10 @@ async def test_group_commit_shares_transactions(env: Env) -> None:
     commits = 0
     original = env.store._commit
 
-    async def counting(*args):  # type: ignore[no-untyped-def]
+    async def counting(entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]) -> None:
         nonlocal commits
         commits += 1
-        await original(*args)
+        await original(entries, cursors)
 
     env.store._committer._commit = counting
     ml.config.max_entries_per_ledger = 10_000
@@ -117,7 +120,10 @@ async def test_rollover_by_size(tmp_path: Path) -> None:
 async def test_listener_called_after_durable_commit(env: Env) -> None:
     ml = await env.factory.open(NAME)
     seen: list[Position | None] = []
-    listener = lambda: seen.append(ml.last_confirmed_entry)  # noqa: E731
+
+    def listener() -> None:
+        seen.append(ml.last_confirmed_entry)
+
     ml.add_entries_listener(listener)
     await add_all(ml, [b"a", b"b"])
     assert seen == [ml.last_confirmed_entry]
@@ -231,20 +237,25 @@ async def test_mark_delete_beyond_last_confirmed_fails(env: Env) -> None:
 
 async def test_find_newest_matching_reads_log_n(env: Env) -> None:
     ml = await env.factory.open(NAME)
+    await ml.open_cursor("holds-ledgers", "earliest")
     ml.config.max_entries_per_ledger = 7
     positions = await add_all(ml, [i.to_bytes(4, "big") for i in range(100)])
     reads = 0
     original = ml.read_entry
 
-    async def counting(pos: Position):  # type: ignore[no-untyped-def]
+    async def counting(pos: Position) -> Entry | None:
         nonlocal reads
         reads += 1
         return await original(pos)
 
-    ml.read_entry = counting  # type: ignore[method-assign]
+    ml.read_entry = counting  # type: ignore[method-assign,assignment]
     for t in (0, 41, 99):
         reads = 0
-        found = await ml.find_newest_matching(lambda d, t=t: int.from_bytes(d, "big") <= t)
+
+        def not_after(data: bytes, t: int = t) -> bool:
+            return int.from_bytes(data, "big") <= t
+
+        found = await ml.find_newest_matching(not_after)
         assert found == positions[t]
         assert reads <= 8
     assert await ml.find_newest_matching(lambda d: False) is None
@@ -289,7 +300,7 @@ async def test_trim_deletes_consumed_ledgers(env: Env) -> None:
     assert ml.ledgers[0].ledger_id == first_ledger  # slow holds everything
     await slow.mark_delete(positions[7])
     await ml.trim()
-    assert [i.ledger_id for i in ml.ledgers][0] == positions[5].ledger_id
+    assert ml.ledgers[0].ledger_id == positions[5].ledger_id
     assert ml.number_of_entries == 7
     assert await env.store.read_entries([]) == []
     assert await ml.read_entry(positions[0]) is None
@@ -387,7 +398,7 @@ async def test_failed_commit_fails_futures_and_moves_to_new_ledger(env: Env) -> 
     ok = await ml.add_entry(b"ok")
     original = env.store._committer._commit
 
-    async def failing(*args):  # type: ignore[no-untyped-def]
+    async def failing(entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]) -> None:
         raise OSError("disk full")
 
     env.store._committer._commit = failing
@@ -409,7 +420,7 @@ async def test_tailing_reads_come_from_cache(env: Env) -> None:
     calls = 0
     original = env.store.read_entries
 
-    async def counting(spans):  # type: ignore[no-untyped-def]
+    async def counting(spans: Sequence[EntrySpan]) -> list[tuple[int, int, bytes]]:
         nonlocal calls
         calls += 1
         return await original(spans)
