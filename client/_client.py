@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
+
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
+
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._acks import AckGroup

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import grpc
+
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._batching import BatchContainer

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from google.protobuf import unknown_fields
-from pulsargrpc.v1 import pulsar_pb2
 
 from broker.entry_format import encode_varint
 from broker.errors import InvalidArgumentError
 from broker.topics import Delivery
+from pulsargrpc.v1 import pulsar_pb2
 
 # Split consume responses so each stays well below gRPC's default 4 MB message limit.
 MAX_RESPONSE_BYTES = 1 << 20

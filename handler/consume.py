@@ -7,7 +7,6 @@ import itertools
 from collections.abc import AsyncIterator, Callable
 
 from grpc import aio
-from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from broker.errors import BrokerError, InvalidArgumentError
 from broker.ledger import Position
@@ -16,6 +15,7 @@ from broker.topics import AckId, Consumer, ConsumerOptions, Delivery
 from handler import codec
 from handler.errors import abort
 from interceptors import ConsumerParams, current
+from pulsargrpc.v1 import pulsar_pb2 as pb
 
 _names = itertools.count(1)
 

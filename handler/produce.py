@@ -6,13 +6,13 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from grpc import aio
-from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from broker.service import BrokerService
 from broker.topics import Producer, PublishReceipt
 from handler import codec
 from handler.errors import abort
 from interceptors import current
+from pulsargrpc.v1 import pulsar_pb2 as pb
 
 # Batches accepted but not yet durable, per producer. When full, the handler stops reading the
 # stream and gRPC's flow control pushes back on the client: memory stays bounded.

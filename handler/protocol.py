@@ -9,7 +9,6 @@ import grpc
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from broker.config import ServiceConfiguration
 from broker.naming import TopicName
@@ -20,6 +19,7 @@ from handler.consume import consume
 from handler.errors import abort, status_for
 from handler.produce import produce
 from interceptors import ParametersInterceptor, current
+from pulsargrpc.v1 import pulsar_pb2 as pb
 
 log = logging.getLogger(__name__)
 

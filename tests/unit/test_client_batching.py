@@ -7,13 +7,13 @@ import asyncio
 
 import grpc
 import pytest
-from pulsargrpc.v1 import pulsar_pb2 as pb
 
 import client
 from client import MessageId
 from client._batching import BatchContainer
 from client._producer import PartitionProducer, Producer, ProducerConfig
 from client._routing import Router
+from pulsargrpc.v1 import pulsar_pb2 as pb
 
 
 def msg(payload: bytes) -> pb.MessageData:

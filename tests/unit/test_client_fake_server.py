@@ -5,11 +5,11 @@ import asyncio
 
 import grpc
 import pytest
-from pulsargrpc.v1 import pulsar_pb2 as pb
-from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
 import client
 from client import Client, DeadLetterPolicy, MessageId, SyncClient
+from pulsargrpc.v1 import pulsar_pb2 as pb
+from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
 
 class FakeBroker(pb_grpc.PulsarServiceServicer):

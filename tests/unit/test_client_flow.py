@@ -4,7 +4,6 @@ import asyncio
 
 import grpc
 import pytest
-from pulsargrpc.v1 import pulsar_pb2 as pb
 
 import client
 from client import MessageId
@@ -17,6 +16,7 @@ from client._consumer import (
     seek_request,
 )
 from client._flow import PermitTracker
+from pulsargrpc.v1 import pulsar_pb2 as pb
 
 # ---------------------------------------------------------------- permits
 

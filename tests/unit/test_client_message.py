@@ -1,10 +1,10 @@
 """MessageId format/order/serialization and the mapping of entries and receipts to messages."""
 
 import pytest
-from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from client import MessageId
 from client._message import ids_of_receipt, messages_of_entry
+from pulsargrpc.v1 import pulsar_pb2 as pb
 
 
 def test_str_is_the_start_message_id_format_and_parses_back():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -51,7 +52,7 @@ def test_ranges_always_cover_the_hash_space_without_gaps(n: int) -> None:
         selector.remove(victim)
     ranges = covered(selector)
     assert ranges[0][0] == 0 and ranges[-1][1] == RANGE_SIZE - 1
-    for (_, end), (start, _) in zip(ranges, ranges[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(ranges):
         assert start == end + 1
 
 
