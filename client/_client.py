@@ -216,7 +216,6 @@ class Client:
         stub = self._stub()
         params: dict[str, str | int | bool | None] = {
             "x-pulsar-producer-name": producer_name,
-            "x-pulsar-initial-sequence-id": initial_sequence_id,
         }
         producers = [PartitionProducer(config, index) for index in _partition_indexes(partitions)]
         await self._start_all(

@@ -74,6 +74,7 @@ async def consume(
             durable=params.durable,
             start=params.start_message_id,
             start_inclusive=params.start_inclusive,
+            start_batch_index=params.start_batch_index,
             client_address=ctx.peer,
         )
     except Exception as exc:

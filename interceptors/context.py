@@ -18,7 +18,6 @@ from broker.topics import SubType
 @dataclass(slots=True, frozen=True)
 class ProducerParams:
     producer_name: str | None
-    initial_sequence_id: int | None
 
 
 @dataclass(slots=True, frozen=True)

@@ -99,14 +99,7 @@ def _choice(headers: Mapping[str, str], key: str, choices: dict[str, Any], defau
 
 
 def _producer(headers: Mapping[str, str]) -> ProducerParams:
-    name = headers.get("x-pulsar-producer-name") or None
-    initial = headers.get("x-pulsar-initial-sequence-id")
-    return ProducerParams(
-        producer_name=name,
-        initial_sequence_id=None
-        if not initial
-        else _int(headers, "x-pulsar-initial-sequence-id", 0, -1),
-    )
+    return ProducerParams(producer_name=headers.get("x-pulsar-producer-name") or None)
 
 
 def parse_message_id(raw: str) -> tuple[Position | Literal["earliest", "latest"], int]:

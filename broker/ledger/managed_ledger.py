@@ -526,7 +526,7 @@ class ManagedLedger:
                 and self.total_size - size_to_delete >= retention_bytes
             )
             expired = (
-                self.config.retention_time_minutes >= 0 and now - info.timestamp > retention_ms
+                self.config.retention_time_minutes >= 0 and now - info.timestamp >= retention_ms
             )
             if not (over_size or expired):
                 break

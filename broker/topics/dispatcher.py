@@ -236,15 +236,17 @@ class SharedDispatcher(Dispatcher):
 
     def _dispatch(self, entries: list[Entry]) -> None:
         batches: dict[int, list[Delivery]] = {}
+        planned: dict[int, int] = {}
         owners: dict[int, Consumer] = {}
         count = len(self.consumers)
         for delivery, _ in self._deliveries(entries):
             for step in range(count):
                 consumer = self.consumers[(self._next + step) % count]
-                planned = sum(d.num_messages for d in batches.get(id(consumer), ()))
-                if consumer.permits - planned > 0 and self.ready(consumer):
-                    batches.setdefault(id(consumer), []).append(delivery)
-                    owners[id(consumer)] = consumer
+                key = id(consumer)
+                if consumer.permits - planned.get(key, 0) > 0 and self.ready(consumer):
+                    batches.setdefault(key, []).append(delivery)
+                    planned[key] = planned.get(key, 0) + delivery.num_messages
+                    owners[key] = consumer
                     self._next = (self._next + step + 1) % count
                     break
             else:

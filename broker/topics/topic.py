@@ -12,10 +12,11 @@ from broker.config import ServiceConfiguration
 from broker.errors import (
     NotAllowedError,
     ProducerBusyError,
+    ServiceNotReadyError,
     SubscriptionNotFoundError,
     TooLargeError,
 )
-from broker.ledger import ManagedLedger, Position
+from broker.ledger import ManagedCursor, ManagedLedger, Position
 from broker.naming import TopicName
 from broker.topics.consumer import Consumer, ConsumerOptions
 from broker.topics.dedup import Deduplication
@@ -143,6 +144,7 @@ class PersistentTopic:
         durable: bool = True,
         start: Position | Literal["earliest", "latest"] | None = None,
         start_inclusive: bool = False,
+        start_batch_index: int = -1,
         client_address: str = "",
     ) -> Consumer:
         if self._closed:
@@ -152,8 +154,10 @@ class PersistentTopic:
             if durable:
                 cursor = await self.ledger.open_cursor(subscription_name, initial_position)
             else:
-                cursor = self.ledger.new_non_durable_cursor(
-                    start if start is not None else initial_position, start_inclusive
+                cursor = await self._reader_cursor(
+                    start if start is not None else initial_position,
+                    start_batch_index,
+                    start_inclusive,
                 )
             subscription = self.subscriptions.get(subscription_name) or Subscription(
                 self, subscription_name, cursor, self.config
@@ -164,6 +168,26 @@ class PersistentTopic:
         )
         subscription.add_consumer(consumer, sub_type)
         return consumer
+
+    async def _reader_cursor(
+        self,
+        start: Position | Literal["earliest", "latest"],
+        batch_index: int,
+        inclusive: bool,
+    ) -> ManagedCursor:
+        """A non-durable cursor; a start inside a batch hides the messages before it (and the
+        start message itself unless inclusive), as Pulsar's client does for readers."""
+        if isinstance(start, str) or batch_index < 0:
+            return self.ledger.new_non_durable_cursor(start, inclusive)
+        entry = await self.ledger.read_entry(start)
+        size = entry_format.info(entry.data).num_messages if entry else 0
+        hidden = batch_index + (0 if inclusive else 1)
+        if hidden >= size:
+            return self.ledger.new_non_durable_cursor(start, inclusive=False)
+        cursor = self.ledger.new_non_durable_cursor(start, inclusive=True)
+        if hidden > 0:
+            cursor.ack_batch_indexes(start, range(hidden), size)
+        return cursor
 
     def get_subscription(self, name: str) -> Subscription:
         try:
@@ -191,7 +215,7 @@ class PersistentTopic:
         self._closed = True
         for subscription in list(self.subscriptions.values()):
             for consumer in list(subscription.consumers):
-                consumer.transport.close(None)
+                consumer.transport.close(ServiceNotReadyError(f"topic {self.name} was unloaded"))
             await subscription.close()
         await self.ledger.close()
 

@@ -10,7 +10,6 @@ Producer and consumer parameters travel in call metadata (PIP-59), not in the st
   every call      x-pulsar-topic              topic name ("my-topic" = persistent://public/default/my-topic)
                   x-pulsar-listenername       listener to answer lookups for (optional)
   Produce         x-pulsar-producer-name      unique per topic; generated when absent
-                  x-pulsar-initial-sequence-id  (optional) sequence ids below it are duplicates
   Consume         x-pulsar-subscription       subscription name (required)
                   x-pulsar-subscription-type  Exclusive (default) | Failover | Shared | Key_Shared
                   x-pulsar-consumer-name      generated when absent
