@@ -82,9 +82,9 @@ async def consume(
     subscribed = pb.ConsumerSubscribed(
         consumer_name=consumer.name, topic=topic.name, subscription=subscription
     )
-    await context.write(pb.ConsumeResponse(subscribed=subscribed))
     reader = asyncio.get_running_loop().create_task(_read(consumer, transport, requests))
     try:
+        await context.write(pb.ConsumeResponse(subscribed=subscribed))
         while True:
             item = await transport.outbound.get()
             if item is None:
