@@ -36,6 +36,9 @@ class ManagedCursor:
         self.name = name
         self.durable = durable
         self.mark_delete_position = mark_delete
+        # The mark-delete of the last committed state: trimming must not pass it, or a crash
+        # would bring back a cursor pointing into deleted ledgers.
+        self.persisted_mark_delete = mark_delete
         self.individually_deleted = PositionRangeSet()
         self.batch_deleted: dict[Position, set[int]] = {}
         self.properties: dict[str, int] = {}
@@ -195,7 +198,6 @@ class ManagedCursor:
         await self._persist()
 
     def _move_mark_delete(self, position: Position) -> None:
-        old_ledger = self.mark_delete_position.ledger_id
         self.individually_deleted.remove_up_to(position)
         position = self.individually_deleted.advance(position, self._ledger.next_position)
         self.mark_delete_position = position
@@ -204,8 +206,6 @@ class ManagedCursor:
                 del self.batch_deleted[p]
         if self.read_position <= position:
             self.read_position = self._ledger.next_position(position)
-        if self.durable and position.ledger_id != old_ledger:
-            self._ledger.schedule_trim()
 
     # -- persistence -------------------------------------------------------------------------
 
@@ -230,6 +230,7 @@ class ManagedCursor:
             self.individually_deleted.add_range(ledger_id, first, last)
         self.batch_deleted = {Position.parse(p): set(i) for p, i in doc["batchDeleted"].items()}
         self.properties = {k: int(v) for k, v in doc["properties"].items()}
+        self.persisted_mark_delete = self.mark_delete_position
         self.read_position = self._ledger.next_position(self.mark_delete_position)
 
     def close(self) -> None:
@@ -264,10 +265,16 @@ class ManagedCursor:
                     w.set_exception(PersistenceError(f"cursor {self.name} is closed"))
             return
         key = (self._ledger.name, self.name)
+        mark_delete = self.mark_delete_position
         committed = self._ledger.store.append((), {key: self.encode_state()})
 
         def resolve(f: asyncio.Future[None]) -> None:
             error = f.exception() if not f.cancelled() else PersistenceError("commit cancelled")
+            if error is None:
+                old_ledger = self.persisted_mark_delete.ledger_id
+                self.persisted_mark_delete = mark_delete
+                if mark_delete.ledger_id > old_ledger:
+                    self._ledger.schedule_trim()
             for w in waiters:
                 if w.done():
                     continue

@@ -467,6 +467,7 @@ class ManagedLedger:
                 if got is None or not got.value:
                     continue
                 cursor.mark_delete_position = Position.parse(json.loads(got.value)["markDelete"])
+                cursor.persisted_mark_delete = cursor.mark_delete_position
                 cursor.read_position = self.next_position(cursor.mark_delete_position)
             self.cursors[name] = cursor
 
@@ -508,7 +509,10 @@ class ManagedLedger:
 
     def _trimmable(self) -> set[int]:
         """Pulsar's internalTrimLedgers: consumed ledgers, oldest first, while retention allows."""
-        slowest = min((c.mark_delete_position for c in self.cursors.values()), default=None)
+        slowest = min(
+            (min(c.mark_delete_position, c.persisted_mark_delete) for c in self.cursors.values()),
+            default=None,
+        )
         retention_bytes = self.config.retention_size_mb * _MB
         retention_ms = self.config.retention_time_minutes * 60_000
         now = _now_ms()

@@ -395,6 +395,7 @@ async def test_closed_ledger_refuses_appends(env: Env) -> None:
 
 async def test_failed_commit_fails_futures_and_moves_to_new_ledger(env: Env) -> None:
     ml = await env.factory.open(NAME)
+    await ml.open_cursor("holds-ledgers", "earliest")
     ok = await ml.add_entry(b"ok")
     original = env.store._committer._commit
 
@@ -432,3 +433,16 @@ async def test_tailing_reads_come_from_cache(env: Env) -> None:
     cursor.rewind()
     assert len(await cursor.read_entries(10)) == 3
     assert calls == 1
+
+
+async def test_trim_waits_for_mark_delete_to_be_durable(env: Env) -> None:
+    ml = await env.factory.open(NAME)
+    cursor = await ml.open_cursor("sub", "earliest")
+    positions = await add_all(ml, [b"%d" % i for i in range(11)])
+    acked = cursor.mark_delete(positions[-1])
+    await ml.trim()  # runs before the new cursor state is committed
+    assert ml.ledgers[0].ledger_id == positions[0].ledger_id
+    await acked
+    assert cursor.persisted_mark_delete == positions[-1]
+    await ml.trim()
+    assert [i.ledger_id for i in ml.ledgers] == [ml.current_ledger_id]
