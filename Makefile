@@ -39,7 +39,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy broker handler interceptors client cli
 
 node-deps:
-	cd tests/node && npm install --no-audit --no-fund --silent
+	cd tests/node && npm ci --no-audit --no-fund --silent
 
 ## test: install everything and run the whole suite (lint, types, generated code, unit and e2e)
 test: $(STAMP) node-deps proto-check lint typecheck

@@ -186,8 +186,13 @@ class BrokerService:
 
     # ------------------------------------------------------------ topics
 
-    async def get_topic(self, name: str | TopicName, create: bool = True) -> PersistentTopic:
-        """The loaded topic, loading (and, when allowed, creating) it first."""
+    async def get_topic(
+        self, name: str | TopicName, create: bool = True, explicit: bool = False
+    ) -> PersistentTopic:
+        """The loaded topic, loading (and, when allowed, creating) it first.
+
+        ``explicit`` is an admin's create: allowAutoTopicCreation does not apply to it.
+        """
         if self._closing:
             raise NotAllowedError("broker is shutting down")
         topic_name = name if isinstance(name, TopicName) else TopicName.get(name)
@@ -197,7 +202,7 @@ class BrokerService:
             future = asyncio.get_running_loop().create_future()
             self.topics[key] = future
             try:
-                future.set_result(await self._load_topic(topic_name, create))
+                future.set_result(await self._load_topic(topic_name, create, explicit))
             except BaseException as exc:
                 del self.topics[key]
                 future.set_exception(exc)
@@ -205,7 +210,7 @@ class BrokerService:
                 raise
         return await asyncio.shield(future)
 
-    async def _load_topic(self, topic: TopicName, create: bool) -> PersistentTopic:
+    async def _load_topic(self, topic: TopicName, create: bool, explicit: bool) -> PersistentTopic:
         if topic.domain.value != "persistent":
             raise NotAllowedError(f"{topic}: only persistent topics are supported")
         await self._check_namespace(topic.namespace)
@@ -227,7 +232,7 @@ class BrokerService:
                 )
             known = False
         if not known and not await self.ledgers.exists(ledger_name):
-            if not (create and self.config.allowAutoTopicCreation):
+            if not (explicit or (create and self.config.allowAutoTopicCreation)):
                 raise TopicNotFoundError(f"topic {topic} does not exist")
         ledger = await self.ledgers.open(ledger_name)
         return await PersistentTopic.load(self, topic, ledger)

@@ -14,7 +14,14 @@ import grpc
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._acks import AckGroup
-from ._errors import AlreadyClosed, ConnectError, PulsarError, Timeout, error_from_rpc
+from ._errors import (
+    AlreadyClosed,
+    ConnectError,
+    PulsarError,
+    Timeout,
+    error_from_code,
+    error_from_rpc,
+)
 from ._flow import PermitTracker
 from ._message import Message, MessageId, messages_of_entry
 from ._stream import Metadata, OpenStream, StreamCall, StreamWriter, as_pulsar_error
@@ -223,6 +230,11 @@ class PartitionConsumer:
             future = self._requests.pop(request_id, None)
             if future is not None and not future.done():
                 future.set_result(None)
+        elif kind == "request_error":
+            failure = response.request_error
+            future = self._requests.pop(failure.request_id, None)
+            if future is not None and not future.done():
+                future.set_exception(error_from_code(failure.code, failure.message))
         elif kind == "active_consumer_change":
             self.is_active = response.active_consumer_change.is_active
         elif kind == "reached_end_of_topic":

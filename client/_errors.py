@@ -113,6 +113,11 @@ _BY_STATUS: dict[grpc.StatusCode, type[PulsarError]] = {
 }
 
 
+def error_from_code(code: int, message: str) -> PulsarError:
+    """The error for a request the broker refused while the stream stays open."""
+    return _BY_CODE.get(code, PulsarError)(message, code)
+
+
 class RpcErrorLike(Protocol):
     """What :func:`error_from_rpc` needs of a ``grpc.aio.AioRpcError``."""
 

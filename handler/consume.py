@@ -117,6 +117,11 @@ async def _read(
         transport.close(BrokerError(f"internal error: {exc}"))
 
 
+def _request_error(request_id: int, error: BrokerError) -> pb.ConsumeResponse:
+    failure = pb.RequestError(request_id=request_id, code=int(error.code), message=error.message)
+    return pb.ConsumeResponse(request_error=failure)
+
+
 def _ack_reply(
     transport: GrpcConsumerTransport, request_id: int
 ) -> Callable[[asyncio.Future[None]], None]:
@@ -148,8 +153,6 @@ async def _apply(
             (Position(i.ledger_id, i.entry_id), i.batch_index if i.batch_index >= 0 else -1)
             for i in ack.ids
         ]
-        if not ids:
-            return
         done = subscription.acknowledge(consumer, ids, ack.type == pb.Cumulative)
         done.add_done_callback(_ack_reply(transport, ack.request_id))
     elif kind == "negative_ack":
@@ -159,17 +162,25 @@ async def _apply(
         subscription.redeliver(consumer)
     elif kind == "seek":
         seek = request.seek
-        if seek.WhichOneof("target") == "message_id":
-            target = seek.message_id
-            await subscription.seek(position=Position(target.ledger_id, target.entry_id))
-        elif seek.WhichOneof("target") == "publish_time":
-            await subscription.seek(publish_time=seek.publish_time)
-        else:
-            raise InvalidArgumentError("Seek needs a message_id or a publish_time")
+        try:
+            if seek.WhichOneof("target") == "message_id":
+                target = seek.message_id
+                await subscription.seek(position=Position(target.ledger_id, target.entry_id))
+            elif seek.WhichOneof("target") == "publish_time":
+                await subscription.seek(publish_time=seek.publish_time)
+            else:
+                raise InvalidArgumentError("Seek needs a message_id or a publish_time")
+        except BrokerError as exc:
+            transport.reply(_request_error(seek.request_id, exc))
+            return
         transport.reply(pb.ConsumeResponse(seek_done=pb.SeekDone(request_id=seek.request_id)))
     elif kind == "unsubscribe":
-        await subscription.unsubscribe(consumer)
         request_id = request.unsubscribe.request_id
+        try:
+            await subscription.unsubscribe(consumer)
+        except BrokerError as exc:
+            transport.reply(_request_error(request_id, exc))
+            return
         transport.reply(pb.ConsumeResponse(unsubscribed=pb.Unsubscribed(request_id=request_id)))
         transport.close(None)
     else:

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 class PendingEntry:
     """An entry delivered to a consumer and not fully acked yet."""
 
-    num_messages: int
+    num_messages: int  # delivered and not acked yet (counted in unacked_messages)
+    batch_size: int  # messages in the entry, acked ones included
     delivered_at: float
     sticky_hash: int | None = None
 
@@ -59,11 +60,20 @@ class Consumer:
         return self.options.name
 
     def track_delivery(
-        self, position: Position, num_messages: int, sticky_hash: int | None
+        self, position: Position, num_messages: int, batch_size: int, sticky_hash: int | None
     ) -> None:
-        self.pending[position] = PendingEntry(num_messages, time.monotonic(), sticky_hash)
+        self.pending[position] = PendingEntry(
+            num_messages, batch_size, time.monotonic(), sticky_hash
+        )
         self.unacked_messages += num_messages
         self.permits -= num_messages
+
+    def partially_acked(self, position: Position, still_unacked: int) -> None:
+        """Some messages of a pending batch were acked: they no longer count as unacked."""
+        entry = self.pending.get(position)
+        if entry is not None and still_unacked < entry.num_messages:
+            self.unacked_messages -= entry.num_messages - still_unacked
+            entry.num_messages = still_unacked
 
     def release(self, position: Position) -> PendingEntry | None:
         """Forget a pending entry (acked or handed back for redelivery)."""

@@ -148,6 +148,7 @@ class Dispatcher(ABC):
                 redelivery_count=self.subscription.redelivery_count(entry.position),
                 acked_batch_indexes=acked,
                 num_messages=num,
+                batch_size=info.num_messages,
             )
             out.append((delivery, info))
         if entries:
@@ -158,7 +159,9 @@ class Dispatcher(ABC):
 
     def _send(self, consumer: Consumer, batch: list[Delivery], hashes: list[int | None]) -> None:
         for delivery, sticky_hash in zip(batch, hashes, strict=True):
-            consumer.track_delivery(delivery.position, delivery.num_messages, sticky_hash)
+            consumer.track_delivery(
+                delivery.position, delivery.num_messages, delivery.batch_size, sticky_hash
+            )
             consumer.msg_out_counter += delivery.num_messages
             consumer.bytes_out_counter += len(delivery.data)
         self.subscription.on_dispatched(batch)
@@ -194,6 +197,8 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         ordered = sorted(self.consumers, key=lambda c: (c.options.priority_level, c.name))
         new_active = ordered[0] if ordered else None
         if new_active is self.active:
+            if self.consumers and self.consumers[-1] is not new_active:
+                self.consumers[-1].transport.send_active_change(False)  # the newcomer
             return
         previous, self.active = self.active, new_active
         if previous is not None and previous in self.consumers:
@@ -219,10 +224,17 @@ class SingleActiveConsumerDispatcher(Dispatcher):
     def _dispatch(self, entries: list[Entry]) -> None:
         active = self.active
         deliveries = [d for d, _ in self._deliveries(entries)]
-        if active is None:
-            self.redeliver([(d.position, None) for d in deliveries])
-            return
-        self._send(active, deliveries, [None] * len(deliveries))
+        budget = active.permits if active is not None and self.ready(active) else 0
+        taken = 0
+        for delivery in deliveries:
+            if budget <= 0:
+                break
+            budget -= delivery.num_messages
+            taken += 1
+        for delivery in deliveries[taken:]:
+            self.replay[delivery.position] = None
+        if active is not None and taken:
+            self._send(active, deliveries[:taken], [None] * taken)
 
 
 class SharedDispatcher(Dispatcher):

@@ -118,6 +118,9 @@ class Subscription:
         self, consumer: Consumer, ids: Iterable[AckId], cumulative: bool
     ) -> asyncio.Future[None]:
         """Apply acks now; the future resolves once they are durable."""
+        ids = list(ids)
+        if not ids:
+            return _gather([])
         if cumulative:
             if self.type in (SubType.Shared, SubType.Key_Shared):
                 raise NotAllowedError(
@@ -134,10 +137,12 @@ class Subscription:
                 by_entry.setdefault(position, set()).add(batch_index)
         for position, indexes in by_entry.items():
             size = self._batch_size(consumer, position)
-            if size is None or len(indexes | self.cursor.acked_batch_indexes(position)) >= size:
+            acked = indexes | self.cursor.acked_batch_indexes(position)
+            if size is None or len(acked) >= size:
                 whole.append(position)
             else:
                 futures.append(self.cursor.ack_batch_indexes(position, indexes, size))
+                self._partially_acked(position, size - len(acked))
         if whole:
             futures.append(self.cursor.delete(whole))
             self._forget(whole)
@@ -151,6 +156,8 @@ class Subscription:
             # Part of a batch: ack the indexes up to it and everything before the entry.
             earlier = [p for p in consumer.pending if p < position]
             futures.append(self.cursor.ack_batch_indexes(position, range(batch_index + 1), size))
+            acked = self.cursor.acked_batch_indexes(position)
+            self._partially_acked(position, size - len(acked))
             if earlier:
                 futures.append(self.cursor.delete(earlier))
                 self._forget(earlier)
@@ -163,8 +170,14 @@ class Subscription:
         for c in (consumer, *self.consumers):
             pending = c.pending.get(position)
             if pending is not None:
-                return pending.num_messages + len(self.cursor.acked_batch_indexes(position))
+                return pending.batch_size
         return None
+
+    def _partially_acked(self, position: Position, still_unacked: int) -> None:
+        for consumer in self.consumers:
+            if position in consumer.pending:
+                consumer.partially_acked(position, still_unacked)
+                return
 
     def _forget(self, positions: Iterable[Position]) -> None:
         unblocked = False

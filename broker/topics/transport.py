@@ -22,7 +22,8 @@ class Delivery:
     data: bytes
     redelivery_count: int
     acked_batch_indexes: frozenset[int]
-    num_messages: int
+    num_messages: int  # messages delivered: the batch less its acked indexes
+    batch_size: int
 
 
 class ConsumerTransport(Protocol):

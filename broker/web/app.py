@@ -129,7 +129,9 @@ class WebService:
         name = self._topic(request)
         if await self.service.get_partitioned_metadata(name, auto_create=False):
             raise e.NotAllowedError(f"partitioned topic {name} already exists")
-        await self.service.get_topic(name, create=True)
+        if await self.service.ledgers.exists(TopicName.get(name).persistence_naming_encoding):
+            raise e.NotAllowedError(f"topic {name} already exists")
+        await self.service.get_topic(name, explicit=True)
         return web.Response(status=204)
 
     async def delete_topic(self, request: web.Request) -> web.Response:

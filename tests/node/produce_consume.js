@@ -180,6 +180,12 @@ function waitForReady(client) {
   });
 }
 
+// "my-topic" = persistent://public/default/my-topic, "tenant/ns/topic" = persistent://tenant/ns/topic.
+function fullTopicName(topic) {
+  if (topic.includes('://')) return topic;
+  return topic.split('/').length === 3 ? `persistent://${topic}` : `persistent://public/default/${topic}`;
+}
+
 async function subscribe(client, topic, subscription, name) {
   const md = metadata({
     'x-pulsar-topic': topic,
@@ -222,8 +228,8 @@ async function produce(client, topic) {
   const first = await stream.next(STEP_TIMEOUT_MS, 'ProducerReady');
   check(first.response === 'ready', `producer: first response is ${first.response}, not ready`);
   check(
-    first.ready.topic === topic,
-    `producer: ready for topic ${JSON.stringify(first.ready.topic)}, not ${topic}`,
+    first.ready.topic === fullTopicName(topic),
+    `producer: ready for topic ${JSON.stringify(first.ready.topic)}, not ${fullTopicName(topic)}`,
   );
   // Sequence ids continue after the producer's last stored one (0 or the uint64 -1 sentinel
   // for a new producer): message n gets base + n.

@@ -14,7 +14,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 FORBIDDEN = {
-    "broker": {"grpc", "grpc_health", "grpc_reflection", "handler", "interceptors", "client", "cli"},
+    "broker": {
+        "grpc",
+        "grpc_health",
+        "grpc_reflection",
+        "handler",
+        "interceptors",
+        "client",
+        "cli",
+    },
     "client": {"broker", "handler", "interceptors", "cli"},
     "interceptors": {"handler", "client", "cli"},
     "handler": {"client", "cli"},

@@ -522,6 +522,7 @@ class ConsumeResponse(_message.Message):
     SEEK_DONE_FIELD_NUMBER: _builtins.int
     UNSUBSCRIBED_FIELD_NUMBER: _builtins.int
     REACHED_END_OF_TOPIC_FIELD_NUMBER: _builtins.int
+    REQUEST_ERROR_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def subscribed(self) -> Global___ConsumerSubscribed: ...
     @_builtins.property
@@ -536,6 +537,8 @@ class ConsumeResponse(_message.Message):
     def unsubscribed(self) -> Global___Unsubscribed: ...
     @_builtins.property
     def reached_end_of_topic(self) -> Global___ReachedEndOfTopic: ...
+    @_builtins.property
+    def request_error(self) -> Global___RequestError: ...
     def __init__(
         self,
         *,
@@ -546,12 +549,13 @@ class ConsumeResponse(_message.Message):
         seek_done: Global___SeekDone | None = ...,
         unsubscribed: Global___Unsubscribed | None = ...,
         reached_end_of_topic: Global___ReachedEndOfTopic | None = ...,
+        request_error: Global___RequestError | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_receipt", b"ack_receipt", "active_consumer_change", b"active_consumer_change", "messages", b"messages", "reached_end_of_topic", b"reached_end_of_topic", "response", b"response", "seek_done", b"seek_done", "subscribed", b"subscribed", "unsubscribed", b"unsubscribed"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_receipt", b"ack_receipt", "active_consumer_change", b"active_consumer_change", "messages", b"messages", "reached_end_of_topic", b"reached_end_of_topic", "request_error", b"request_error", "response", b"response", "seek_done", b"seek_done", "subscribed", b"subscribed", "unsubscribed", b"unsubscribed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_receipt", b"ack_receipt", "active_consumer_change", b"active_consumer_change", "messages", b"messages", "reached_end_of_topic", b"reached_end_of_topic", "response", b"response", "seek_done", b"seek_done", "subscribed", b"subscribed", "unsubscribed", b"unsubscribed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_receipt", b"ack_receipt", "active_consumer_change", b"active_consumer_change", "messages", b"messages", "reached_end_of_topic", b"reached_end_of_topic", "request_error", b"request_error", "response", b"response", "seek_done", b"seek_done", "subscribed", b"subscribed", "unsubscribed", b"unsubscribed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_response: _TypeAlias = _typing.Literal["subscribed", "messages", "active_consumer_change", "ack_receipt", "seek_done", "unsubscribed", "reached_end_of_topic"]  # noqa: Y015
+    _WhichOneofReturnType_response: _TypeAlias = _typing.Literal["subscribed", "messages", "active_consumer_change", "ack_receipt", "seek_done", "unsubscribed", "reached_end_of_topic", "request_error"]  # noqa: Y015
     _WhichOneofArgType_response: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_response) -> _WhichOneofReturnType_response | None: ...
 
@@ -749,6 +753,33 @@ class ReachedEndOfTopic(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReachedEndOfTopic: _TypeAlias = ReachedEndOfTopic  # noqa: Y015
+
+@_typing.final
+class RequestError(_message.Message):
+    """A Seek or Unsubscribe that failed; the consumer stays connected (Pulsar's CommandError)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    code: Global___ServerError.ValueType
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        code: Global___ServerError.ValueType = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RequestError: _TypeAlias = RequestError  # noqa: Y015
 
 @_typing.final
 class LookupRequest(_message.Message):
