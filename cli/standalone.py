@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
 from broker.config import ConfigError, load_config, parse_set_flags
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config, os.environ, overrides)
         broker = BrokerService(config)
     except ConfigError as exc:
-        print(f"pulsar-grpc standalone: invalid configuration:\n{exc}", flush=True)
+        print(f"pulsar-grpc standalone: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -76,6 +77,6 @@ def run(args: argparse.Namespace) -> int:
 
         uvloop.run(main())
     except OSError as exc:
-        print(f"pulsar-grpc standalone: cannot start: {exc}", flush=True)
+        print(f"pulsar-grpc standalone: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0
