@@ -7,7 +7,7 @@ validated before any broker work started (PIP-59's "ServerInterceptor populates 
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from broker.ledger import Position
@@ -41,10 +41,12 @@ class ConsumerParams:
 class CallContext:
     peer: str
     topic: TopicName | None = None
+    # The listener the client asked for (x-pulsar-listenername), validated.
     listener_name: str | None = None
+    # The listener of the bind address the call arrived on (None: a primary address).
+    bind_listener: str | None = None
     producer: ProducerParams | None = None
     consumer: ConsumerParams | None = None
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 _current: ContextVar[CallContext] = ContextVar("pulsar_grpc_call_context")
@@ -55,5 +57,10 @@ def current() -> CallContext:
     return _current.get()
 
 
-def bind(ctx: CallContext) -> None:
-    _current.set(ctx)
+def ensure(peer: str) -> CallContext:
+    """The context of this call, created by the first interceptor that runs."""
+    ctx = _current.get(None)
+    if ctx is None:
+        ctx = CallContext(peer)
+        _current.set(ctx)
+    return ctx

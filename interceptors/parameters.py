@@ -6,7 +6,7 @@ before the servicer runs, so the broker never sees a half-specified producer or 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import grpc
@@ -16,18 +16,15 @@ from broker.errors import BrokerError, InvalidArgumentError, InvalidTopicNameErr
 from broker.ledger import Position
 from broker.naming import TopicName
 from broker.topics import SubType
-from interceptors.context import CallContext, ConsumerParams, ProducerParams, bind
+from interceptors._wrap import Prepare, StatusFor, headers_of, wrap_handler
+from interceptors.context import CallContext, ConsumerParams, ProducerParams
 
 SERVICE = "/pulsargrpc.v1.PulsarService/"
 H_TOPIC = "x-pulsar-topic"
-H_LISTENER = "x-pulsar-listenername"
-
-# How a broker error becomes a gRPC status; shared with the servicers (handler/errors.py).
-StatusFor = Callable[[BrokerError], grpc.StatusCode]
 
 
 class ParametersInterceptor(aio.ServerInterceptor):
-    """Parses the parameters of Produce and Consume calls and binds the call context."""
+    """Parses the parameters of Produce and Consume calls into the call context."""
 
     def __init__(self, status_for: StatusFor) -> None:
         self._status_for = status_for
@@ -41,24 +38,29 @@ class ParametersInterceptor(aio.ServerInterceptor):
         method: str = details.method  # type: ignore[attr-defined]
         if handler is None or not method.startswith(SERVICE):
             return handler
-        headers = {k: v for k, v in details.invocation_metadata or () if isinstance(v, str)}  # type: ignore[attr-defined]
-        name = method[len(SERVICE) :]
-        try:
-            build = _parse_call(name, headers)
-            error: BrokerError | None = None
-        except BrokerError as exc:
-            error = exc
-        return _wrap(handler, lambda peer: build(peer), error, self._status_for)
+        return wrap_handler(
+            handler, _preparer(method[len(SERVICE) :], headers_of(details)), self._status_for
+        )
 
 
-def _parse_call(method: str, headers: Mapping[str, str]) -> Callable[[str], CallContext]:
-    listener = headers.get(H_LISTENER) or None
-    if method in ("Produce", "Consume"):
-        topic = _topic(headers)
+def _preparer(method: str, headers: Mapping[str, str]) -> Prepare:
+    """Parse now (once per call), fill the context when the call runs."""
+    try:
+        topic = _topic(headers) if method in ("Produce", "Consume") else None
         producer = _producer(headers) if method == "Produce" else None
         consumer = _consumer(headers) if method == "Consume" else None
-        return lambda peer: CallContext(peer, topic, listener, producer, consumer)
-    return lambda peer: CallContext(peer, None, listener)
+    except BrokerError as exc:
+        error = exc
+
+        def refuse(ctx: CallContext) -> None:
+            raise error
+
+        return refuse
+
+    def fill(ctx: CallContext) -> None:
+        ctx.topic, ctx.producer, ctx.consumer = topic, producer, consumer
+
+    return fill
 
 
 def _topic(headers: Mapping[str, str]) -> TopicName:
@@ -161,50 +163,3 @@ def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
         if headers.get("x-pulsar-dead-letter-topic")
         else None,
     )
-
-
-def _wrap(
-    handler: grpc.RpcMethodHandler,
-    build: Callable[[str], CallContext],
-    error: BrokerError | None,
-    status_for: StatusFor,
-) -> grpc.RpcMethodHandler:
-    """Same handler, but the call context is bound (or the call refused) before it runs."""
-
-    async def refuse(context: aio.ServicerContext) -> None:
-        assert error is not None
-        await context.abort(
-            status_for(error),
-            error.message,
-            trailing_metadata=(("pulsar-error-code", str(int(error.code))),),
-        )
-
-    if handler.stream_stream is not None:
-        inner_ss = handler.stream_stream
-
-        async def stream_stream(requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
-            if error is not None:
-                await refuse(context)
-            bind(build(context.peer()))
-            return await inner_ss(requests, context)
-
-        return grpc.stream_stream_rpc_method_handler(
-            stream_stream,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    if handler.unary_unary is not None:
-        inner_uu = handler.unary_unary
-
-        async def unary_unary(request: Any, context: aio.ServicerContext) -> Any:
-            if error is not None:
-                await refuse(context)
-            bind(build(context.peer()))
-            return await inner_uu(request, context)
-
-        return grpc.unary_unary_rpc_method_handler(
-            unary_unary,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    return handler

@@ -1,0 +1,68 @@
+"""Wrapping an RPC handler so that an interceptor's work runs inside the call.
+
+grpc.aio interceptors see only the call's metadata; anything they learn must reach the servicer
+through the call's own context. So each interceptor returns the same handler wrapped with a
+``prepare`` step that fills the shared :class:`CallContext` (or refuses the call) in the task
+serving it, before the servicer runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from broker.errors import BrokerError
+from interceptors.context import CallContext, ensure
+
+ERROR_CODE_KEY = "pulsar-error-code"
+
+Prepare = Callable[[CallContext], None]  # fills the context, or raises BrokerError to refuse
+StatusFor = Callable[[BrokerError], grpc.StatusCode]
+
+
+def wrap_handler(
+    handler: grpc.RpcMethodHandler, prepare: Prepare, status_for: StatusFor
+) -> grpc.RpcMethodHandler:
+    async def before(context: aio.ServicerContext) -> None:
+        try:
+            prepare(ensure(context.peer()))
+        except BrokerError as error:
+            await context.abort(
+                status_for(error),
+                error.message,
+                trailing_metadata=((ERROR_CODE_KEY, str(int(error.code))),),
+            )
+
+    if handler.stream_stream is not None:
+        inner_ss = handler.stream_stream
+
+        async def stream_stream(requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
+            await before(context)
+            return await inner_ss(requests, context)
+
+        return grpc.stream_stream_rpc_method_handler(
+            stream_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_unary is not None:
+        inner_uu = handler.unary_unary
+
+        async def unary_unary(request: Any, context: aio.ServicerContext) -> Any:
+            await before(context)
+            return await inner_uu(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary_unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return handler
+
+
+def headers_of(details: grpc.HandlerCallDetails) -> dict[str, str]:
+    metadata = details.invocation_metadata or ()  # type: ignore[attr-defined]
+    return {k: v for k, v in metadata if isinstance(v, str)}
