@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
+
 ENV_PREFIX = "PULSAR_PREFIX_"
 
 
@@ -39,11 +41,15 @@ class ServiceConfiguration:
     webServicePort: int | None = 8080
     webServicePortTls: int | None = None
     messagingProtocols: list[str] = field(default_factory=lambda: ["grpc"])
-    # PIP-95 listeners: "<name>:<scheme>://<host>:<port>,..." (validated by its own rule).
+    # PIP-95 listeners: "<name>:<scheme>://<host>:<port>,..." with schemes grpc, grpc+ssl,
+    # http, https; empty means one listener from advertisedAddress and the ports above.
+    # Parsed, validated and resolved by broker.listeners.
     advertisedListeners: str = ""
+    # Defaults to the first listener.
     internalListenerName: str | None = None
     # "<listener>:<scheme>://<host>:<port>,...": extra bind addresses, each tied to a listener.
     bindAddresses: str = ""
+    # PIP-338: the listener answering lookups that name none and came through a primary address.
     lookupListenerName: str | None = None
 
     # --- storage ---
@@ -242,10 +248,17 @@ def _check_ports_distinct(config: ServiceConfiguration) -> Iterator[tuple[str, s
 
 
 def _check_grpc_listener(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    """PIP-95: unsetting the primary ports is fine when bindAddresses opens gRPC sockets."""
     if "grpc" in config.messagingProtocols and (
-        config.grpcServicePort is None and config.grpcServicePortTls is None
+        config.grpcServicePort is None
+        and config.grpcServicePortTls is None
+        and not any(bind.scheme in GRPC_SCHEMES for bind in extra_bind_addresses(config))
     ):
-        yield "grpcServicePort", "None disables gRPC, but messagingProtocols includes grpc"
+        yield (
+            "grpcServicePort",
+            "None disables gRPC, but messagingProtocols includes grpc "
+            "(and bindAddresses has no grpc or grpc+ssl entry)",
+        )
 
 
 _AT_LEAST: dict[str, int] = {
@@ -278,13 +291,18 @@ def _check_not_empty(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
 
 
 def _check_tls_files(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
-    tls_ports = [
+    """Every socket that terminates TLS needs the broker's certificate and key.
+
+    Only sockets count: an advertised grpc+ssl or https URL may be terminated by a gateway in
+    front of a plaintext socket (PIP-95 relaxed Pulsar's rule for exactly this).
+    """
+    tls_sockets = [
         p for p in ("grpcServicePortTls", "webServicePortTls") if getattr(config, p) is not None
-    ]
-    if tls_ports:
+    ] + [f"bindAddresses entry {str(bind)!r}" for bind in extra_bind_addresses(config) if bind.tls]
+    if tls_sockets:
         for name in ("tlsCertificateFilePath", "tlsKeyFilePath"):
             if not getattr(config, name):
-                yield name, f"required when {' and '.join(tls_ports)} is set"
+                yield name, f"required when {' and '.join(tls_sockets)} is set"
     if config.tlsRequireTrustedClientCertOnConnect and not config.tlsTrustCertsFilePath:
         yield "tlsTrustCertsFilePath", "required when tlsRequireTrustedClientCertOnConnect=true"
 
@@ -297,6 +315,7 @@ RULES: list[Rule] = [
     _check_minimums,
     _check_not_empty,
     _check_tls_files,
+    *LISTENER_RULES,
 ]
 
 

@@ -197,18 +197,23 @@ class BrokerService:
             raise NotAllowedError("broker is shutting down")
         topic_name = name if isinstance(name, TopicName) else TopicName.get(name)
         key = topic_name.full_name
-        future = self.topics.get(key)
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-            self.topics[key] = future
+        while (future := self.topics.get(key)) is not None:
             try:
-                future.set_result(await self._load_topic(topic_name, create, explicit))
-            except BaseException as exc:
-                del self.topics[key]
-                future.set_exception(exc)
-                future.exception()  # retrieved: the caller below re-raises it
-                raise
-        return await asyncio.shield(future)
+                return await asyncio.shield(future)
+            except TopicNotFoundError:
+                # Someone else's load did not create it (e.g. a stats request); we may.
+                if not (create or explicit):
+                    raise
+        future = asyncio.get_running_loop().create_future()
+        self.topics[key] = future
+        try:
+            future.set_result(await self._load_topic(topic_name, create, explicit))
+        except BaseException as exc:
+            del self.topics[key]
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiting callers get it from their own await
+            raise
+        return future.result()
 
     async def _load_topic(self, topic: TopicName, create: bool, explicit: bool) -> PersistentTopic:
         if topic.domain.value != "persistent":

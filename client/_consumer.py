@@ -106,7 +106,7 @@ class PartitionConsumer:
         self._ack_timer: asyncio.TimerHandle | None = None
         self._request_ids = itertools.count(1)
         self._requests: dict[int, asyncio.Future[None]] = {}
-        self._seeking = 0
+        self._dropping: set[int] = set()  # request ids whose answer ends a drop window
         self._call: StreamCall | None = None
         self._writer: StreamWriter | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -174,25 +174,30 @@ class PartitionConsumer:
         for request in self._acks.take():
             self._send(request)
 
-    def redeliver_unacknowledged(self) -> None:
-        """Ask for every unacked message again; drop this stream's queued messages."""
+    async def redeliver_unacknowledged(self) -> None:
+        """Ask for every unacked message again, and wait for RedeliverDone."""
         self._check_open()
         self.flush_acks()
-        self._send(pb.ConsumeRequest(redeliver=pb.RedeliverUnacknowledged()))
-        self._drop_queued()
+        request_id = next(self._request_ids)
+        redeliver = pb.RedeliverUnacknowledged(request_id=request_id)
+        await self._request_dropping(request_id, pb.ConsumeRequest(redeliver=redeliver))
 
     async def seek(self, target: MessageId | int) -> None:
         """Move the cursor to a message id or a publish time (ms), and wait for SeekDone."""
         self.flush_acks()
         request_id = next(self._request_ids)
         seek = seek_request(target, request_id)
-        # Messages that arrive until SeekDone were read before the seek: they are dropped.
-        self._seeking += 1
-        try:
-            await self._request(request_id, pb.ConsumeRequest(seek=seek))
-        finally:
-            self._seeking -= 1
+        await self._request_dropping(request_id, pb.ConsumeRequest(seek=seek))
+
+    async def _request_dropping(self, request_id: int, request: pb.ConsumeRequest) -> None:
+        """Send a request whose answer separates stale messages from fresh ones: what is
+        queued now, and what arrives before the answer, is dropped (its permits returned)."""
         self._drop_queued()
+        self._dropping.add(request_id)
+        try:
+            await self._request(request_id, request)
+        finally:
+            self._dropping.discard(request_id)
 
     async def unsubscribe(self) -> None:
         """Delete the subscription and wait for Unsubscribed."""
@@ -221,17 +226,19 @@ class PartitionConsumer:
             messages: list[Message] = []
             for entry in response.messages.entries:
                 messages.extend(messages_of_entry(entry, self.partition, self.topic))
-            if self._seeking:
+            if self._dropping:
                 self.consumed(len(messages))  # the broker charged them: give the permits back
             else:
                 self._queue.put_many(messages)
-        elif kind in ("ack_receipt", "seek_done", "unsubscribed"):
+        elif kind in ("ack_receipt", "seek_done", "unsubscribed", "redeliver_done"):
             request_id = getattr(response, kind).request_id
+            self._dropping.discard(request_id)
             future = self._requests.pop(request_id, None)
             if future is not None and not future.done():
                 future.set_result(None)
         elif kind == "request_error":
             failure = response.request_error
+            self._dropping.discard(failure.request_id)
             future = self._requests.pop(failure.request_id, None)
             if future is not None and not future.done():
                 future.set_exception(error_from_code(failure.code, failure.message))
@@ -420,8 +427,7 @@ class Consumer:
 
         >>> await consumer.redeliver_unacknowledged_messages()
         """
-        for partition in self._partitions.values():
-            partition.redeliver_unacknowledged()
+        await asyncio.gather(*(p.redeliver_unacknowledged() for p in self._partitions.values()))
 
     async def seek(self, target: MessageId | int) -> None:
         """Reset the subscription to a message id or a publish time (ms since the epoch).

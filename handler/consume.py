@@ -160,20 +160,26 @@ async def _apply(
         subscription.negative_acknowledge(consumer, positions)
     elif kind == "redeliver":
         subscription.redeliver(consumer)
+        done = pb.RedeliverDone(request_id=request.redeliver.request_id)
+        transport.reply(pb.ConsumeResponse(redeliver_done=done))
     elif kind == "seek":
         seek = request.seek
+        done = pb.ConsumeResponse(seek_done=pb.SeekDone(request_id=seek.request_id))
         try:
             if seek.WhichOneof("target") == "message_id":
                 target = seek.message_id
-                await subscription.seek(position=Position(target.ledger_id, target.entry_id))
+                await subscription.seek(
+                    lambda: transport.reply(done),
+                    position=Position(target.ledger_id, target.entry_id),
+                )
             elif seek.WhichOneof("target") == "publish_time":
-                await subscription.seek(publish_time=seek.publish_time)
+                await subscription.seek(
+                    lambda: transport.reply(done), publish_time=seek.publish_time
+                )
             else:
                 raise InvalidArgumentError("Seek needs a message_id or a publish_time")
         except BrokerError as exc:
             transport.reply(_request_error(seek.request_id, exc))
-            return
-        transport.reply(pb.ConsumeResponse(seek_done=pb.SeekDone(request_id=seek.request_id)))
     elif kind == "unsubscribe":
         request_id = request.unsubscribe.request_id
         try:

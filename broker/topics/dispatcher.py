@@ -38,6 +38,7 @@ class Dispatcher(ABC):
         # position -> sticky hash (None when the dispatcher does not route by key)
         self.replay: dict[Position, int | None] = {}
         self._reading = False
+        self._paused = False
         self._epoch = 0
         self._avg_messages_per_entry = 1.0
         self._task: asyncio.Task[None] | None = None
@@ -80,8 +81,21 @@ class Dispatcher(ABC):
 
     # ------------------------------------------------------------- read loop
 
+    async def pause(self) -> None:
+        """Stop dispatching and wait for a read in flight to finish (the cursor is about to
+        move under it)."""
+        self._paused = True
+        self._epoch += 1
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.shield(task)
+
+    def resume(self) -> None:
+        self._paused = False
+        self.trigger()
+
     def trigger(self) -> None:
-        if not self._reading and self.consumers:
+        if not self._reading and not self._paused and self.consumers:
             self._reading = True
             self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -101,7 +115,7 @@ class Dispatcher(ABC):
 
     async def _read_loop(self) -> None:
         try:
-            while True:
+            while not self._paused:
                 permits = self._permits_for_read()
                 if permits <= 0:
                     return

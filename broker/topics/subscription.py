@@ -6,7 +6,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from broker import entry_format
@@ -285,9 +285,19 @@ class Subscription:
 
     # ------------------------------------------------------------ seek / unsubscribe
 
-    async def seek(self, position: Position | None = None, publish_time: int | None = None) -> None:
+    async def seek(
+        self,
+        on_reset: Callable[[], None],
+        position: Position | None = None,
+        publish_time: int | None = None,
+    ) -> None:
         """Reset the cursor (Pulsar's resetCursor): by message id, or to the first entry
-        published at or after ``publish_time``."""
+        published at or after ``publish_time``.
+
+        Dispatch stops for the whole seek, and ``on_reset`` runs before it starts again, so a
+        consumer's stream shows everything read before the seek, then the seek's answer, then
+        the messages from the new position.
+        """
         if publish_time is not None:
             before = await self.topic.ledger.find_newest_matching(
                 lambda data: entry_format.info(data).publish_time < publish_time
@@ -300,12 +310,17 @@ class Subscription:
         else:
             assert position is not None
             target = position
-        if self.dispatcher is not None:
-            self.dispatcher.reset()
+        dispatcher = self.dispatcher
+        if dispatcher is not None:
+            await dispatcher.pause()
+            dispatcher.reset()
         self._redeliveries.clear()
-        await self.cursor.reset_cursor(target)
-        if self.dispatcher is not None:
-            self.dispatcher.trigger()
+        try:
+            await self.cursor.reset_cursor(target)
+            on_reset()
+        finally:
+            if dispatcher is not None:
+                dispatcher.resume()
 
     async def unsubscribe(self, consumer: Consumer) -> None:
         if any(c is not consumer for c in self.consumers):

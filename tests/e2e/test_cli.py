@@ -170,6 +170,7 @@ def test_consume_forever_stops_cleanly_on_ctrl_c(broker: BrokerThread) -> None:
                 stats = http_json(stats_url)
             except urllib.error.HTTPError as exc:
                 raise AssertionError(f"no topic yet: {exc}") from None
+            assert "s" in stats["subscriptions"], stats
             assert len(stats["subscriptions"]["s"]["consumers"]) == 1
 
         eventually(subscribed, timeout=20)
@@ -474,4 +475,4 @@ def test_pulsar_prefix_env_with_unknown_property_is_exit_2(tmp_path: Path) -> No
     env = {**os.environ, "PULSAR_PREFIX_noSuchProperty": "1"}
     result = cli("standalone", "--data", str(tmp_path / "d"), timeout=30, env=env)
     assert result.returncode == 2
-    assert "env PULSAR_PREFIX_noSuchProperty: unknown property 'noSuchProperty'" in result.stdout
+    assert "env PULSAR_PREFIX_noSuchProperty: unknown property 'noSuchProperty'" in result.stderr

@@ -226,14 +226,21 @@ async def test_seek_drops_queued_and_in_between_messages_and_returns_their_permi
     assert sum(f.permits for f in call.of("flow")) == 4 + 2  # the 2 dropped were re-granted
 
 
-async def test_redeliver_clears_the_local_queue():
+async def test_redeliver_drops_queued_and_in_flight_messages_until_redeliver_done():
     call = FakeCall()
     consumer = await start_consumer(call, receiver_queue_size=10)
     call.push(batch(0, 3))
     await settle()
-    await consumer.redeliver_unacknowledged_messages()
+    redelivering = asyncio.ensure_future(consumer.redeliver_unacknowledged_messages())
     await settle()
-    assert len(call.of("redeliver")) == 1
+    (redeliver,) = call.of("redeliver")
+    call.push(batch(1, 2))  # dispatched before the broker saw the request: stale
+    done = pb.RedeliverDone(request_id=redeliver.request_id)
+    call.push(pb.ConsumeResponse(redeliver_done=done))
+    call.push(batch(0, 3))  # the redelivery itself
+    await asyncio.wait_for(redelivering, 1)
+    received = [await consumer.receive(timeout_ms=1000) for _ in range(3)]
+    assert [m.message_id().entry_id for m in received] == [0, 0, 0]
     with pytest.raises(client.Timeout):
         await consumer.receive(timeout_ms=10)
 

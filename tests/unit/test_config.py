@@ -94,7 +94,7 @@ def test_file_format(tmp_path: Path) -> None:
         "   clusterName = test-cluster  \n"
         "grpcServicePort=6650\n"
         "  # indented comment\n"
-        "advertisedListeners=internal:pulsar://a:6650,external:pulsar://b:6650\n"
+        "advertisedListeners=internal:grpc://a:6650,external:grpc://b:6650\n"
         "webServicePort=\n"
         "maxMessageSize=\n"
         "brokerDeduplicationEnabled=true\n",
@@ -102,7 +102,7 @@ def test_file_format(tmp_path: Path) -> None:
     config = load_config(path, {}, {})
     assert config.clusterName == "test-cluster"
     assert config.grpcServicePort == 6650
-    assert config.advertisedListeners == "internal:pulsar://a:6650,external:pulsar://b:6650"
+    assert config.advertisedListeners == "internal:grpc://a:6650,external:grpc://b:6650"
     assert config.webServicePort is None
     assert config.maxMessageSize == 5242880
     assert config.brokerDeduplicationEnabled is True

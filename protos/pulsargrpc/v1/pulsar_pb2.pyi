@@ -448,16 +448,22 @@ Global___NegativeAck: _TypeAlias = NegativeAck  # noqa: Y015
 
 @_typing.final
 class RedeliverUnacknowledged(_message.Message):
-    """Redeliver every message delivered to this consumer and not acked yet."""
+    """Redeliver every message delivered to this consumer and not acked yet. Messages that arrive
+    before RedeliverDone were sent before the request: drop them (they come again after it).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
     def __init__(
         self,
+        *,
+        request_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -523,6 +529,7 @@ class ConsumeResponse(_message.Message):
     UNSUBSCRIBED_FIELD_NUMBER: _builtins.int
     REACHED_END_OF_TOPIC_FIELD_NUMBER: _builtins.int
     REQUEST_ERROR_FIELD_NUMBER: _builtins.int
+    REDELIVER_DONE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def subscribed(self) -> Global___ConsumerSubscribed: ...
     @_builtins.property
@@ -539,6 +546,8 @@ class ConsumeResponse(_message.Message):
     def reached_end_of_topic(self) -> Global___ReachedEndOfTopic: ...
     @_builtins.property
     def request_error(self) -> Global___RequestError: ...
+    @_builtins.property
+    def redeliver_done(self) -> Global___RedeliverDone: ...
     def __init__(
         self,
         *,
@@ -550,12 +559,13 @@ class ConsumeResponse(_message.Message):
         unsubscribed: Global___Unsubscribed | None = ...,
         reached_end_of_topic: Global___ReachedEndOfTopic | None = ...,
         request_error: Global___RequestError | None = ...,
+        redeliver_done: Global___RedeliverDone | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_receipt", b"ack_receipt", "active_consumer_change", b"active_consumer_change", "messages", b"messages", "reached_end_of_topic", b"reached_end_of_topic", "request_error", b"request_error", "response", b"response", "seek_done", b"seek_done", "subscribed", b"subscribed", "unsubscribed", b"unsubscribed"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_receipt", b"ack_receipt", "active_consumer_change", b"active_consumer_change", "messages", b"messages", "reached_end_of_topic", b"reached_end_of_topic", "redeliver_done", b"redeliver_done", "request_error", b"request_error", "response", b"response", "seek_done", b"seek_done", "subscribed", b"subscribed", "unsubscribed", b"unsubscribed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_receipt", b"ack_receipt", "active_consumer_change", b"active_consumer_change", "messages", b"messages", "reached_end_of_topic", b"reached_end_of_topic", "request_error", b"request_error", "response", b"response", "seek_done", b"seek_done", "subscribed", b"subscribed", "unsubscribed", b"unsubscribed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_receipt", b"ack_receipt", "active_consumer_change", b"active_consumer_change", "messages", b"messages", "reached_end_of_topic", b"reached_end_of_topic", "redeliver_done", b"redeliver_done", "request_error", b"request_error", "response", b"response", "seek_done", b"seek_done", "subscribed", b"subscribed", "unsubscribed", b"unsubscribed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_response: _TypeAlias = _typing.Literal["subscribed", "messages", "active_consumer_change", "ack_receipt", "seek_done", "unsubscribed", "reached_end_of_topic", "request_error"]  # noqa: Y015
+    _WhichOneofReturnType_response: _TypeAlias = _typing.Literal["subscribed", "messages", "active_consumer_change", "ack_receipt", "seek_done", "unsubscribed", "reached_end_of_topic", "request_error", "redeliver_done"]  # noqa: Y015
     _WhichOneofArgType_response: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_response) -> _WhichOneofReturnType_response | None: ...
 
@@ -703,6 +713,8 @@ Global___AckReceipt: _TypeAlias = AckReceipt  # noqa: Y015
 
 @_typing.final
 class SeekDone(_message.Message):
+    """Messages that arrive before SeekDone were read before the seek: drop them."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
@@ -719,6 +731,25 @@ class SeekDone(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SeekDone: _TypeAlias = SeekDone  # noqa: Y015
+
+@_typing.final
+class RedeliverDone(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedeliverDone: _TypeAlias = RedeliverDone  # noqa: Y015
 
 @_typing.final
 class Unsubscribed(_message.Message):

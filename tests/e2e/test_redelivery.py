@@ -1,0 +1,275 @@
+"""Redelivery enforced by the broker: negative acks, ack timeout, dead-letter topic, and
+redeliver-unacknowledged, observed through the SDK over real gRPC.
+
+Timing is measured, never slept: the nack test records when each consumer received what and
+compares. "Nothing else arrives" is a short bounded receive timeout, stated at each use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from client import Client, Consumer, DeadLetterPolicy, Message, MessageId, Timeout
+from tests.support import BrokerThread
+
+RECEIVE_MS = 5000
+SLACK_S = 0.05  # scheduling slack allowed below a broker-side delay
+
+
+async def receive_n(consumer: Consumer, n: int, timeout_ms: int = RECEIVE_MS) -> list[Message]:
+    return [await consumer.receive(timeout_ms) for _ in range(n)]
+
+
+async def assert_nothing_more(consumer: Consumer, within_ms: int) -> None:
+    """No message arrives within ``within_ms`` (a bounded wait)."""
+    try:
+        extra = await consumer.receive(within_ms)
+    except Timeout:
+        return
+    pytest.fail(
+        f"unexpected message {extra.data()!r} id={extra.message_id()} "
+        f"redelivery_count={extra.redelivery_count()}"
+    )
+
+
+async def test_nacked_messages_go_to_the_other_consumer_after_the_delay(
+    broker: BrokerThread,
+) -> None:
+    """Pulsar's shape: on one Shared subscription A nacks everything, B acks everything."""
+    topic = "nack-shared"
+    delay_ms = 1000
+    n = 10
+    async with Client(broker.service_url) as client:
+        a = await client.subscribe(
+            topic, "sub", "Shared", "A", negative_ack_redelivery_delay_ms=delay_ms
+        )
+        b = await client.subscribe(
+            topic, "sub", "Shared", "B", negative_ack_redelivery_delay_ms=delay_ms
+        )
+        producer = await client.create_producer(topic, batching_max_messages=1)
+        ids = [await producer.send(f"n{i}".encode()) for i in range(n)]
+
+        a_times: dict[MessageId, list[float]] = {}
+        b_got: list[tuple[float, Message]] = []
+        all_in_b = asyncio.Event()
+
+        async def run_a() -> None:
+            while True:
+                m = await a.receive()
+                a_times.setdefault(m.message_id(), []).append(time.monotonic())
+                await a.negative_acknowledge(m)
+
+        async def run_b() -> None:
+            while len(b_got) < n:
+                m = await b.receive()
+                b_got.append((time.monotonic(), m))
+                await b.acknowledge(m)
+            all_in_b.set()
+
+        tasks = [asyncio.create_task(run_a()), asyncio.create_task(run_b())]
+        try:
+            await asyncio.wait_for(all_in_b.wait(), 15)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        received = [m.message_id() for _, m in b_got]
+        assert sorted(received) == ids, "B must get every message exactly once"
+        assert a_times, "A got nothing: the Shared subscription did not spread messages"
+
+        for t_b, m in b_got:
+            seen_by_a = a_times.get(m.message_id(), [])
+            # Each time A nacked it the broker redelivered it once more.
+            assert m.redelivery_count() == len(seen_by_a), (m.message_id(), seen_by_a)
+            if seen_by_a:
+                waited = t_b - max(seen_by_a)
+                assert waited >= delay_ms / 1000 - SLACK_S, (
+                    f"{m.message_id()} reached B {waited:.3f}s after A nacked it"
+                )
+
+        # Redeliveries of one round (same redelivery count) reach B in message-id order.
+        for count in {m.redelivery_count() for _, m in b_got if m.redelivery_count()}:
+            wave = [m.message_id() for _, m in b_got if m.redelivery_count() == count]
+            assert wave == sorted(wave), f"redelivery round {count} out of order: {wave}"
+
+        # And B's own first deliveries came in publish order too.
+        fresh = [m.message_id() for _, m in b_got if m.redelivery_count() == 0]
+        assert fresh == sorted(fresh)
+
+
+async def test_unacked_messages_come_back_after_the_ack_timeout(broker: BrokerThread) -> None:
+    topic = "ack-timeout"
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe(
+            topic, "sub", "Shared", initial_position="Earliest", ack_timeout_ms=1000
+        )
+        producer = await client.create_producer(topic, batching_max_messages=1)
+        ids = [await producer.send(f"t{i}".encode()) for i in range(3)]
+        first = await receive_n(consumer, 3)
+        got_at = time.monotonic()
+        assert [m.message_id() for m in first] == ids
+        assert [m.redelivery_count() for m in first] == [0, 0, 0]
+
+        again = await receive_n(consumer, 3)
+        waited = time.monotonic() - got_at
+        assert [m.message_id() for m in again] == ids
+        assert [m.redelivery_count() for m in again] == [1, 1, 1]
+        assert waited >= 1.0 - SLACK_S, f"redelivered after {waited:.3f}s, before the timeout"
+
+        for m in again:
+            await consumer.acknowledge(m, wait=True)
+        # Acked now: nothing comes back within 1.5 ack timeouts (bounded wait).
+        await assert_nothing_more(consumer, 1500)
+
+
+async def test_message_goes_to_dead_letter_topic_after_max_redeliveries(
+    broker: BrokerThread,
+) -> None:
+    topic = "dlq-source"
+    full = f"persistent://public/default/{topic}"
+    dlq_topic = f"{full}-sub-DLQ"
+    async with Client(broker.service_url) as client:
+        dlq = await client.subscribe(dlq_topic, "dlq-reader", initial_position="Earliest")
+        consumer = await client.subscribe(
+            topic,
+            "sub",
+            "Shared",
+            initial_position="Earliest",
+            negative_ack_redelivery_delay_ms=100,
+            dead_letter_policy=DeadLetterPolicy(max_redeliver_count=2),
+        )
+        producer = await client.create_producer(topic, batching_max_messages=1)
+        msg_id = await producer.send(b"poison", properties={"k": "v"})
+
+        counts = []
+        for _ in range(3):
+            m = await consumer.receive(RECEIVE_MS)
+            assert m.message_id() == msg_id
+            counts.append(m.redelivery_count())
+            await consumer.negative_acknowledge(m)
+        assert counts == [0, 1, 2]
+
+        dead = await dlq.receive(RECEIVE_MS)
+        assert dead.data() == b"poison"
+        props = dead.properties()
+        assert props["k"] == "v"
+        assert props["REAL_TOPIC"] == full
+        assert MessageId.parse(props["ORIGIN_MESSAGE_ID"]) == msg_id, props["ORIGIN_MESSAGE_ID"]
+        await dlq.acknowledge(dead, wait=True)
+
+        # Gone from the original subscription: nothing within 5 nack delays (bounded wait),
+        # and not after a reconnect either.
+        await assert_nothing_more(consumer, 500)
+        await consumer.close()
+        again = await client.subscribe(topic, "sub", "Shared", initial_position="Earliest")
+        await assert_nothing_more(again, 300)
+        await assert_nothing_more(dlq, 100)
+
+
+async def test_redeliver_unacknowledged_messages_redelivers_everything_unacked(
+    broker: BrokerThread,
+) -> None:
+    topic = "redeliver-unacked"
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe(topic, "sub", "Shared", initial_position="Earliest")
+        producer = await client.create_producer(topic, batching_max_messages=1)
+        ids = [await producer.send(f"r{i}".encode()) for i in range(6)]
+        first = await receive_n(consumer, 6)
+        for m in first[:2]:
+            await consumer.acknowledge(m, wait=True)
+
+        await consumer.redeliver_unacknowledged_messages()
+        again = await receive_n(consumer, 4)
+        assert [m.message_id() for m in again] == ids[2:]
+        assert [m.redelivery_count() for m in again] == [1, 1, 1, 1]
+        await assert_nothing_more(consumer, 300)
+
+
+async def test_dead_letter_of_a_partly_acked_batch_carries_only_the_unacked_messages(
+    broker: BrokerThread,
+) -> None:
+    topic = "dlq-batch"
+    full = f"persistent://public/default/{topic}"
+    async with Client(broker.service_url) as client:
+        dlq = await client.subscribe(f"{full}-sub-DLQ", "r", initial_position="Earliest")
+        consumer = await client.subscribe(
+            topic,
+            "sub",
+            "Shared",
+            initial_position="Earliest",
+            negative_ack_redelivery_delay_ms=100,
+            dead_letter_policy=DeadLetterPolicy(max_redeliver_count=1),
+        )
+        producer = await client.create_producer(
+            topic, batching_max_messages=3, batching_max_publish_delay_ms=10_000
+        )
+        futures = [await producer.send_async(f"p{i}".encode()) for i in range(3)]
+        await producer.flush()
+        ids = list(await asyncio.gather(*futures))
+
+        first = await receive_n(consumer, 3)
+        await consumer.acknowledge(first[1], wait=True)
+        for m in (first[0], first[2]):
+            await consumer.negative_acknowledge(m)
+        second = await receive_n(consumer, 2)
+        assert [m.message_id() for m in second] == [ids[0], ids[2]]
+        assert [m.redelivery_count() for m in second] == [1, 1]
+        for m in second:
+            await consumer.negative_acknowledge(m)
+
+        dead = await receive_n(dlq, 2)
+        assert [m.data() for m in dead] == [b"p0", b"p2"]
+        assert [MessageId.parse(m.properties()["ORIGIN_MESSAGE_ID"]) for m in dead] == [
+            ids[0],
+            ids[2],
+        ]
+        await assert_nothing_more(dlq, 200)
+        await assert_nothing_more(consumer, 300)
+
+
+async def test_redeliver_unacknowledged_on_exclusive_restarts_in_order_without_duplicates(
+    broker: BrokerThread,
+) -> None:
+    """While messages are still flowing, redeliver_unacknowledged_messages() on an Exclusive
+    subscription must restart the stream at the first unacked message: the application sees
+    every message once, in order (Pulsar guarantees this with the consumer epoch).
+
+    A producer keeps publishing throughout, so the broker is dispatching when each of the
+    five redelivery requests arrives."""
+    topic = "redeliver-exclusive-live"
+    first_five = [f"x{i}" for i in range(5)]
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe(topic, "sub", "Exclusive", initial_position="Earliest")
+        producer = await client.create_producer(topic, batching_max_messages=1)
+        stop = asyncio.Event()
+
+        async def pump() -> int:
+            sent = 0
+            while not stop.is_set() or sent < 50:
+                await producer.send(f"x{sent}".encode())
+                sent += 1
+            return sent
+
+        pumping = asyncio.create_task(pump())
+        try:
+            heads = []
+            for _ in range(6):
+                heads.append([m.data().decode() for m in await receive_n(consumer, 5)])
+                await consumer.redeliver_unacknowledged_messages()
+        finally:
+            stop.set()
+            total = await pumping
+
+        # After each redelivery request the stream restarts at x0.
+        assert heads == [first_five] * 6, f"first five after each redelivery: {heads}"
+
+        after: list[Message] = []
+        while len({m.message_id() for m in after}) < total:
+            after.append(await consumer.receive(RECEIVE_MS))
+        await assert_nothing_more(consumer, 200)
+        seen = [m.data().decode() for m in after]
+        assert seen == [f"x{i}" for i in range(total)], f"first after redeliver: {seen[:10]}"

@@ -1,0 +1,270 @@
+"""Seek (by message id, by publish time) and readers (earliest, latest, a message id,
+exclusive or inclusive), and that a reader leaves no durable subscription behind.
+
+Producers use batching_max_messages=1 (one message per entry) unless a test is about entries.
+"Nothing else arrives" is a short bounded receive timeout (``NOTHING_MS``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from client import Client, Consumer, Message, MessageId, Producer, Reader, Timeout
+from tests.support import BrokerThread
+
+RECEIVE_MS = 5000
+NOTHING_MS = 300
+
+
+async def receive_n(source: Consumer | Reader, n: int) -> list[Message]:
+    if isinstance(source, Reader):
+        return [await source.read_next(RECEIVE_MS) for _ in range(n)]
+    return [await source.receive(RECEIVE_MS) for _ in range(n)]
+
+
+async def assert_nothing_more(source: Consumer | Reader, within_ms: int = NOTHING_MS) -> None:
+    """No message arrives within ``within_ms`` (a bounded wait)."""
+    try:
+        if isinstance(source, Reader):
+            extra = await source.read_next(within_ms)
+        else:
+            extra = await source.receive(within_ms)
+    except Timeout:
+        return
+    pytest.fail(f"unexpected message {extra.data()!r} id={extra.message_id()}")
+
+
+async def produce(client: Client, topic: str, payloads: list[bytes]) -> list[MessageId]:
+    producer = await client.create_producer(topic, batching_max_messages=1)
+    ids = [await producer.send(p) for p in payloads]
+    await producer.close()
+    return ids
+
+
+def payloads(prefix: str, n: int) -> list[bytes]:
+    return [f"{prefix}{i}".encode() for i in range(n)]
+
+
+async def test_seek_by_message_id_delivers_from_that_message_again(broker: BrokerThread) -> None:
+    topic = "seek-id"
+    data = payloads("s", 10)
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe(topic, "sub", initial_position="Earliest")
+        ids = await produce(client, topic, data)
+        for m in await receive_n(consumer, 10):
+            await consumer.acknowledge(m, wait=True)
+
+        await consumer.seek(ids[4])
+        again = await receive_n(consumer, 6)
+        assert [m.message_id() for m in again] == ids[4:]
+        assert [m.data() for m in again] == data[4:]
+        await assert_nothing_more(consumer)
+
+        await consumer.seek(MessageId.earliest)
+        assert [m.data() for m in await receive_n(consumer, 10)] == data
+
+
+async def test_seek_by_publish_time_delivers_messages_published_at_or_after_it(
+    broker: BrokerThread,
+) -> None:
+    topic = "seek-time"
+    early, late = payloads("early", 5), payloads("late", 5)
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe(topic, "sub", initial_position="Earliest")
+        await produce(client, topic, early)
+        first = await receive_n(consumer, 5)
+        # Let the clock pass the last early publish time (a few ms at most) so every later
+        # message is published strictly after the early ones.
+        last_early = max(m.publish_timestamp() for m in first)
+        await asyncio.sleep(max(0.0, (last_early + 2) / 1000 - time.time()))
+        await produce(client, topic, late)
+        second = await receive_n(consumer, 5)
+        assert [m.data() for m in second] == late
+        for m in first + second:
+            await consumer.acknowledge(m, wait=True)
+
+        split = min(m.publish_timestamp() for m in second)
+        assert split > last_early
+        await consumer.seek(split)
+        again = await receive_n(consumer, 5)
+        assert [m.data() for m in again] == late
+        await assert_nothing_more(consumer)
+
+        # A time before everything rewinds to the start; one after everything to the end.
+        await consumer.seek(last_early - 60_000)
+        assert [m.data() for m in await receive_n(consumer, 10)] == early + late
+        await consumer.seek(int(time.time() * 1000) + 60_000)
+        await assert_nothing_more(consumer)
+
+
+async def test_reader_from_earliest_and_latest(broker: BrokerThread) -> None:
+    topic = "reader-ends"
+    before, after = payloads("before", 3), payloads("after", 2)
+    async with Client(broker.service_url) as client:
+        await produce(client, topic, before)
+        from_earliest = await client.create_reader(topic, MessageId.earliest)
+        from_latest = await client.create_reader(topic, "latest")
+        assert [m.data() for m in await receive_n(from_earliest, 3)] == before
+        await assert_nothing_more(from_latest)
+
+        await produce(client, topic, after)
+        assert [m.data() for m in await receive_n(from_latest, 2)] == after
+        assert [m.data() for m in await receive_n(from_earliest, 2)] == after
+        await assert_nothing_more(from_earliest, 100)
+        await assert_nothing_more(from_latest, 100)
+
+
+async def test_reader_from_a_message_id_is_exclusive_unless_inclusive(
+    broker: BrokerThread,
+) -> None:
+    topic = "reader-id"
+    data = payloads("r", 6)
+    async with Client(broker.service_url) as client:
+        ids = await produce(client, topic, data)
+
+        exclusive = await client.create_reader(topic, ids[2])
+        got = await receive_n(exclusive, 3)
+        assert [m.message_id() for m in got] == ids[3:]
+        await assert_nothing_more(exclusive)
+
+        inclusive = await client.create_reader(topic, ids[2], start_message_id_inclusive=True)
+        got = await receive_n(inclusive, 4)
+        assert [m.message_id() for m in got] == ids[2:]
+        await assert_nothing_more(inclusive)
+
+        # The string form works as well (x-pulsar-start-message-id on the wire).
+        by_text = await client.create_reader(topic, str(ids[4]), start_message_id_inclusive=True)
+        assert [m.data() for m in await receive_n(by_text, 2)] == data[4:]
+
+
+async def test_reader_from_an_entry_id_has_entry_granularity(broker: BrokerThread) -> None:
+    """batch_index -1 names a whole entry: inclusive starts at its first message, exclusive
+    at the next entry."""
+    topic = "reader-entry"
+    async with Client(broker.service_url) as client:
+        producer = await client.create_producer(
+            topic, batching_max_messages=3, batching_max_publish_delay_ms=10_000
+        )
+        entries: list[list[MessageId]] = []
+        for e in range(3):
+            futures = [await producer.send_async(f"e{e}m{i}".encode()) for i in range(3)]
+            await producer.flush()
+            entries.append(list(await asyncio.gather(*futures)))
+        assert len({(ids[0].ledger_id, ids[0].entry_id) for ids in entries}) == 3
+        middle = MessageId(entries[1][0].ledger_id, entries[1][0].entry_id)  # batch_index -1
+
+        inclusive = await client.create_reader(topic, middle, start_message_id_inclusive=True)
+        got = await receive_n(inclusive, 6)
+        assert [m.message_id() for m in got] == entries[1] + entries[2]
+        await assert_nothing_more(inclusive)
+
+        exclusive = await client.create_reader(topic, middle)
+        got = await receive_n(exclusive, 3)
+        assert [m.message_id() for m in got] == entries[2]
+        await assert_nothing_more(exclusive)
+
+
+async def test_reader_from_a_batch_index_starts_inside_the_batch(broker: BrokerThread) -> None:
+    """A batch message id: exclusive starts after that message, inclusive at it."""
+    topic = "reader-batch-index"
+    async with Client(broker.service_url) as client:
+        producer = await client.create_producer(
+            topic, batching_max_messages=4, batching_max_publish_delay_ms=10_000
+        )
+        futures = [await producer.send_async(f"b{i}".encode()) for i in range(4)]
+        await producer.flush()
+        ids = list(await asyncio.gather(*futures))
+        after_last = await client.create_reader(topic, ids[3])
+        await assert_nothing_more(after_last)
+
+        exclusive = await client.create_reader(topic, ids[1])
+        assert [m.message_id() for m in await receive_n(exclusive, 2)] == ids[2:]
+        await assert_nothing_more(exclusive)
+
+        inclusive = await client.create_reader(topic, ids[1], start_message_id_inclusive=True)
+        assert [m.message_id() for m in await receive_n(inclusive, 3)] == ids[1:]
+        await assert_nothing_more(inclusive)
+
+
+async def test_reader_leaves_no_durable_subscription(broker: BrokerThread) -> None:
+    topic = "reader-non-durable"
+    full = f"persistent://public/default/{topic}"
+    async with Client(broker.service_url) as client:
+        await produce(client, topic, payloads("x", 3))
+        reader = await client.create_reader(topic, MessageId.earliest)
+        assert len(await receive_n(reader, 3)) == 3
+
+        async def subscriptions() -> dict[str, dict[str, object]]:
+            t = await broker.call(broker.service.get_topic(full))
+            return t.stats()["subscriptions"]
+
+        while_open = await subscriptions()
+        assert len(while_open) == 1
+        assert [s["isDurable"] for s in while_open.values()] == [False]
+
+        # close() returns once the broker ended the stream, after it dropped the subscription.
+        await reader.close()
+        assert await subscriptions() == {}
+        topic_obj = await broker.call(broker.service.get_topic(full))
+        assert list(topic_obj.ledger.cursors) == [], "the reader left a durable cursor"
+
+        # Nothing was retained for the reader: a new reader from latest gets nothing old,
+        # and a new durable subscription starting at Latest has an empty backlog.
+        consumer = await client.subscribe(topic, "durable-one")
+        assert (await subscriptions())["durable-one"]["msgBacklog"] == 0
+        await assert_nothing_more(consumer, 100)
+
+
+async def test_reader_of_a_producer_publishing_concurrently_reads_in_order(
+    broker: BrokerThread,
+) -> None:
+    topic = "reader-live"
+    data = payloads("live", 50)
+    async with Client(broker.service_url) as client:
+        reader = await client.create_reader(topic, MessageId.earliest)
+        producer: Producer = await client.create_producer(topic)
+        futures = [await producer.send_async(p) for p in data]
+        ids = list(await asyncio.gather(*futures))
+        got = await receive_n(reader, 50)
+        assert [m.message_id() for m in got] == ids
+        assert [m.data() for m in got] == data
+
+
+async def test_seek_while_messages_flow_restarts_cleanly(broker: BrokerThread) -> None:
+    """Seek while the broker is still dispatching: after seek() returns the application sees
+    the stream from the target, once and in order (nothing read before the seek leaks in,
+    nothing read after it is lost). A producer keeps publishing throughout."""
+    topic = "seek-live"
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe(topic, "sub", initial_position="Earliest")
+        producer = await client.create_producer(topic, batching_max_messages=1)
+        stop = asyncio.Event()
+
+        async def pump() -> int:
+            sent = 0
+            while not stop.is_set() or sent < 50:
+                await producer.send(f"x{sent}".encode())
+                sent += 1
+            return sent
+
+        pumping = asyncio.create_task(pump())
+        try:
+            head = await receive_n(consumer, 5)
+            assert [m.data() for m in head] == [f"x{i}".encode() for i in range(5)]
+            heads = []
+            for _ in range(5):
+                await consumer.seek(head[2].message_id())
+                heads.append([m.data().decode() for m in await receive_n(consumer, 3)])
+        finally:
+            stop.set()
+            total = await pumping
+        assert heads == [["x2", "x3", "x4"]] * 5, f"first three after each seek: {heads}"
+
+        after: list[Message] = []
+        while len({m.message_id() for m in after}) < total - 5:
+            after.append(await consumer.receive(RECEIVE_MS))
+        await assert_nothing_more(consumer, 200)
+        assert [m.data().decode() for m in after] == [f"x{i}" for i in range(5, total)]
