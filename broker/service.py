@@ -12,7 +12,7 @@ import json
 import logging
 from pathlib import Path
 
-from broker.config import ServiceConfiguration
+from broker.config import ConfigError, ServiceConfiguration
 from broker.errors import (
     InvalidArgumentError,
     NotAllowedError,
@@ -21,10 +21,13 @@ from broker.errors import (
 )
 from broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from broker.ledger.sqlite_store import SqliteLedgerStore
+from broker.listeners import WEB_SCHEMES, BindAddress, ListenerConfig
+from broker.lookup import BrokerData, LookupResult, lookup, resolve_ports
 from broker.metadata import EmbeddedMetadataStore, MetadataStore
 from broker.naming import NamespaceName, TopicName
 from broker.protocol import ProtocolHandler, load_protocol_handlers
 from broker.topics import PersistentTopic
+from broker.web import WebService
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +40,18 @@ class BrokerService:
 
     def __init__(self, config: ServiceConfiguration) -> None:
         self.config = config
+        try:
+            self.listeners = ListenerConfig.from_config(config)
+        except ValueError as exc:
+            raise ConfigError(str(exc).splitlines()) from None
+        # The port each server socket really got (a configured 0 is resolved at bind time).
+        self.bound: dict[BindAddress, int] = {}
         self.handlers: list[ProtocolHandler] = load_protocol_handlers(config)
         self.metadata: MetadataStore | None = None
         self._store: SqliteLedgerStore | None = None
         self._ledgers: ManagedLedgerFactory | None = None
         self.topics: dict[str, asyncio.Future[PersistentTopic]] = {}
-        self.web: object | None = None
+        self.web: WebService | None = None
         self._closing = False
 
     # ------------------------------------------------------------ lifecycle
@@ -66,17 +75,13 @@ class BrokerService:
             cache_size_bytes=self.config.managedLedgerCacheSizeMB * 1024 * 1024,
         )
         await self._ensure_namespace(NamespaceName.get("public/default"))
-        if self.config.webServicePort is not None:
-            from broker.web import WebService
-
+        if self.listeners.bind_addresses_for(WEB_SCHEMES):
             web = WebService(self)
             await web.start()
             self.web = web
         for handler in self.handlers:
             await handler.start(self)
-        log.info(
-            "broker started: %s", ", ".join(h.protocol_data_to_advertise() for h in self.handlers)
-        )
+        log.info("broker started: %s", self.broker_data().listeners)
 
     async def close(self) -> None:
         if self._closing:
@@ -85,7 +90,7 @@ class BrokerService:
         for handler in self.handlers:
             await handler.close()
         if self.web is not None:
-            await self.web.close()  # type: ignore[attr-defined]
+            await self.web.close()
         for future in list(self.topics.values()):
             if future.done() and not future.exception():
                 await future.result().close()
@@ -103,6 +108,26 @@ class BrokerService:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    # ------------------------------------------------------------ listeners and lookup
+
+    def broker_data(self) -> BrokerData:
+        """This broker's advertised addresses and protocol handlers' data (load-data shape)."""
+        return BrokerData(
+            resolve_ports(self.listeners, self.bound),
+            {h.protocol_name(): h.protocol_data_to_advertise() for h in self.handlers},
+        )
+
+    def lookup_topic(self, topic: str, requested: str | None, via: str | None) -> LookupResult:
+        """Standalone owns every topic: the answer is this broker's addresses."""
+        TopicName.get(topic)
+        return lookup(self.listeners, self.broker_data(), requested, via)
+
+    def internal_urls(self) -> LookupResult:
+        """This broker's addresses on the internal listener (what `standalone` prints)."""
+        return lookup(
+            self.listeners, self.broker_data(), self.listeners.internal_listener_name, None
+        )
 
     @property
     def ledgers(self) -> ManagedLedgerFactory:

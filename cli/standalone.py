@@ -62,10 +62,13 @@ def run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await broker.start()
-        endpoints = [h.protocol_data_to_advertise() for h in broker.handlers]
-        web = getattr(broker.web, "http_url", None)
+        urls = broker.internal_urls()
         # One parseable line: tests and scripts wait for it to know the broker is up.
-        print(f"pulsar-grpc standalone ready grpc={','.join(endpoints)} http={web}", flush=True)
+        print(
+            f"pulsar-grpc standalone ready grpc={urls.grpc_url or urls.grpc_url_tls} "
+            f"http={urls.http_url or urls.http_url_tls}",
+            flush=True,
+        )
         try:
             await stop.wait()
         finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 
@@ -11,14 +13,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from broker.config import ServiceConfiguration
-from broker.naming import TopicName
+from broker.listeners import GRPC_SCHEMES, Listener, ListenerConfig
+from broker.lookup import resolve_ports
 from broker.protocol import ProtocolHandler
 from broker.service import BrokerService
+from broker.tls import TlsFiles, read_tls_files
 from handler import codec
 from handler.consume import consume
 from handler.errors import abort, status_for
 from handler.produce import produce
-from interceptors import ParametersInterceptor, current
+from interceptors import ListenerInterceptor, ParametersInterceptor, current
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -29,11 +33,14 @@ _FRAME_MARGIN = 1 << 20
 
 
 class GrpcProtocolHandler(ProtocolHandler):
+    """One grpc.aio server per gRPC bind address (PIP-95), all serving the same broker; each
+    knows its listener, so a call is answered for the network it came from."""
+
     def __init__(self) -> None:
         self.config: ServiceConfiguration | None = None
+        self.listeners: ListenerConfig | None = None
         self.service: BrokerService | None = None
-        self.server: aio.Server | None = None
-        self.ports: dict[str, int] = {}
+        self.servers: list[aio.Server] = []
         self._advertised = ""
 
     def protocol_name(self) -> str:
@@ -41,59 +48,74 @@ class GrpcProtocolHandler(ProtocolHandler):
 
     def initialize(self, config: ServiceConfiguration) -> None:
         self.config = config
-        host = config.advertisedAddress or config.bindAddress
-        urls = []
-        if config.grpcServicePort is not None:
-            urls.append(f"grpc://{host}:{config.grpcServicePort}")
-        if config.grpcServicePortTls is not None:
-            urls.append(f"grpc+ssl://{host}:{config.grpcServicePortTls}")
-        self._advertised = ",".join(urls)
+        self.listeners = ListenerConfig.from_config(config)
+        self._advertised = self._endpoints(self.listeners.listeners)
 
     def protocol_data_to_advertise(self) -> str:
+        """JSON: for every listener, this handler's ``grpc`` and ``grpc+ssl`` URLs."""
         return self._advertised
 
-    @property
-    def grpc_url(self) -> str:
-        """The plaintext address actually bound (the port is resolved when configured as 0)."""
-        assert self.config is not None
-        host = self.config.advertisedAddress or self.config.bindAddress
-        return f"grpc://{host}:{self.ports['grpc']}"
+    @staticmethod
+    def _endpoints(listeners: dict[str, Listener]) -> str:
+        return json.dumps(
+            {
+                name: {s: url for s in GRPC_SCHEMES if (url := listener.url(s))}
+                for name, listener in listeners.items()
+            },
+            sort_keys=True,
+        )
 
     async def start(self, service: BrokerService) -> None:
-        assert self.config is not None
+        assert self.config is not None and self.listeners is not None
         self.service = service
-        config = self.config
-        limit = config.maxMessageSize + _FRAME_MARGIN
+        binds = self.listeners.bind_addresses_for(GRPC_SCHEMES)
+        tls = read_tls_files(self.config) if any(b.tls for b in binds) else None
+        health_servicer = health.aio.HealthServicer()
+        try:
+            for bind in binds:
+                server = self._server(bind.listener, health_servicer)
+                self.servers.append(server)
+                if bind.tls:
+                    assert tls is not None
+                    port = server.add_secure_port(bind.address, _credentials(tls))
+                else:
+                    port = server.add_insecure_port(bind.address)
+                service.bound[bind] = port
+                await server.start()
+        except BaseException:
+            await self.close()
+            raise
+        await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        # Ports configured as 0 are known now: advertise the real ones.
+        self._advertised = self._endpoints(resolve_ports(self.listeners, service.bound))
+        log.info("grpc handler listening: %s", self._advertised)
+
+    def _server(
+        self, listener: str | None, health_servicer: health.aio.HealthServicer
+    ) -> aio.Server:
+        assert self.config is not None and self.listeners is not None
         server = aio.server(
-            interceptors=[ParametersInterceptor(status_for)],
+            interceptors=[
+                ListenerInterceptor(listener, self.listeners.listeners, status_for),
+                ParametersInterceptor(status_for),
+            ],
             options=[
-                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_receive_message_length", self.config.maxMessageSize + _FRAME_MARGIN),
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 0),
             ],
         )
         server.add_generic_rpc_handlers((self._rpc_handlers(),))
-        health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-        if config.grpcServicePort is not None:
-            self.ports["grpc"] = server.add_insecure_port(
-                f"{config.bindAddress}:{config.grpcServicePort}"
-            )
-        await server.start()
-        await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        self.server = server
-        if "grpc" in self.ports:
-            self._advertised = self.grpc_url
-        log.info("grpc handler listening on %s", self._advertised)
+        return server
 
     async def close(self) -> None:
-        if self.server is not None:
-            await self.server.stop(grace=1.0)
-            self.server = None
+        servers, self.servers = self.servers, []
+        await asyncio.gather(*(server.stop(grace=1.0) for server in servers))
 
     # ------------------------------------------------------------ RPCs
 
@@ -137,18 +159,22 @@ class GrpcProtocolHandler(ProtocolHandler):
     async def _lookup(
         self, request: pb.LookupRequest, context: aio.ServicerContext
     ) -> pb.LookupResponse:
-        """Standalone owns every topic, so it answers with its own addresses."""
+        assert self.service is not None
+        ctx = current()
         try:
-            TopicName.get(request.topic)
+            result = self.service.lookup_topic(
+                request.topic, request.listener_name or ctx.listener_name, ctx.bind_listener
+            )
         except Exception as exc:
             await abort(context, exc)
-        listener = request.listener_name or current().listener_name or ""
         return pb.LookupResponse(
-            response=pb.LookupResponse.Connect,
-            authoritative=True,
-            grpc_url=self.grpc_url if "grpc" in self.ports else "",
-            http_url=self.service.web.http_url if self.service and self.service.web else "",  # type: ignore[attr-defined]
-            listener_name=listener,
+            response=pb.LookupResponse.Redirect if result.redirect else pb.LookupResponse.Connect,
+            authoritative=result.authoritative,
+            grpc_url=result.grpc_url or "",
+            grpc_url_tls=result.grpc_url_tls or "",
+            http_url=result.http_url or "",
+            http_url_tls=result.http_url_tls or "",
+            listener_name=result.listener,
         )
 
     async def _partitioned_metadata(
@@ -160,3 +186,11 @@ class GrpcProtocolHandler(ProtocolHandler):
         except Exception as exc:
             await abort(context, exc)
         return pb.PartitionedTopicMetadataResponse(partitions=partitions)
+
+
+def _credentials(tls: TlsFiles) -> grpc.ServerCredentials:
+    return grpc.ssl_server_credentials(
+        [(tls.private_key, tls.certificate_chain)],
+        root_certificates=tls.trust_certs,
+        require_client_auth=tls.require_client_cert,
+    )

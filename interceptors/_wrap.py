@@ -8,6 +8,7 @@ serving it, before the servicer runs.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -38,10 +39,22 @@ def wrap_handler(
 
     if handler.stream_stream is not None:
         inner_ss = handler.stream_stream
+        if inspect.isasyncgenfunction(inner_ss):  # servicers that yield their responses
 
-        async def stream_stream(requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
-            await before(context)
-            return await inner_ss(requests, context)
+            async def stream_stream(
+                requests: AsyncIterator[Any], context: aio.ServicerContext
+            ) -> Any:
+                await before(context)
+                async for response in inner_ss(requests, context):
+                    yield response
+
+        else:
+
+            async def stream_stream(  # type: ignore[misc]
+                requests: AsyncIterator[Any], context: aio.ServicerContext
+            ) -> Any:
+                await before(context)
+                return await inner_ss(requests, context)
 
         return grpc.stream_stream_rpc_method_handler(
             stream_stream,

@@ -68,8 +68,9 @@ class BrokerThread:
     @property
     def grpc_address(self) -> str:
         assert self.service is not None
-        handler = self.service.handlers[0]
-        return handler.grpc_url.removeprefix("grpc://")  # type: ignore[attr-defined]
+        url = self.service.internal_urls().grpc_url
+        assert url is not None, "the internal listener advertises no plaintext gRPC address"
+        return url.removeprefix("grpc://")
 
     @property
     def service_url(self) -> str:
@@ -78,7 +79,7 @@ class BrokerThread:
     @property
     def http_url(self) -> str:
         assert self.service is not None and self.service.web is not None
-        return self.service.web.http_url  # type: ignore[attr-defined]
+        return self.service.web.http_url
 
     def stop(self) -> None:
         if self.service is not None:

@@ -15,7 +15,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from broker import errors as e
+from broker.listeners import WEB_SCHEMES
 from broker.naming import NamespaceName, TopicName
+from broker.tls import server_ssl_context
 from broker.web.metrics import BrokerCollector
 
 if TYPE_CHECKING:
@@ -48,13 +50,17 @@ class WebService:
         self.service = service
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(service))
-        self.port: int | None = None
         self._runner: web.AppRunner | None = None
+        # (host, port) of each socket -> its listener (None: a primary address)
+        self._via: dict[tuple[str, int], str | None] = {}
 
     @property
     def http_url(self) -> str:
-        config = self.service.config
-        return f"http://{config.advertisedAddress or config.bindAddress}:{self.port}"
+        """This broker's web address on the internal listener."""
+        urls = self.service.internal_urls()
+        url = urls.http_url or urls.http_url_tls
+        assert url is not None, "the internal listener advertises no web address"
+        return url
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[_errors])
@@ -62,6 +68,7 @@ class WebService:
         app.add_routes(
             [
                 web.get("/metrics", self.metrics),
+                web.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", self.lookup),
                 web.get("/admin/v2/clusters", self.clusters),
                 web.put("/admin/v2/tenants/{tenant}", self.create_tenant),
                 web.get("/admin/v2/namespaces/{tenant}", self.list_namespaces),
@@ -77,14 +84,21 @@ class WebService:
         return app
 
     async def start(self) -> None:
-        config = self.service.config
+        """Listen on every http and https bind address (PIP-95), each tied to its listener."""
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, config.bindAddress, config.webServicePort)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        binds = self.service.listeners.bind_addresses_for(WEB_SCHEMES)
+        tls = server_ssl_context(self.service.config) if any(b.tls for b in binds) else None
+        for bind in binds:
+            site = web.TCPSite(
+                self._runner, bind.host, bind.port, ssl_context=tls if bind.tls else None
+            )
+            await site.start()
+            server = site._server
+            assert server is not None
+            port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+            self.service.bound[bind] = port
+            self._via[(bind.host, port)] = bind.listener
 
     async def close(self) -> None:
         if self._runner is not None:
@@ -96,6 +110,33 @@ class WebService:
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    def _arrived_via(self, request: web.Request) -> str | None:
+        """The listener of the socket this request came in on."""
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        if not sockname:
+            return None
+        host, port = sockname[0], sockname[1]
+        if (host, port) in self._via:
+            return self._via[(host, port)]
+        for (bound_host, bound_port), listener in self._via.items():
+            if bound_port == port and bound_host in ("0.0.0.0", "::"):
+                return listener
+        return None
+
+    async def lookup(self, request: web.Request) -> web.Response:
+        """Pulsar's GET /lookup/v2/topic/...: listenerName query > X-Pulsar-ListenerName header
+        > the listener of the address the request came through > lookupListenerName > the
+        internal listener. An unknown listener is 400 (PIP-95; Pulsar answers 500)."""
+        m = request.match_info
+        if m["domain"] != "persistent":
+            raise e.InvalidArgumentError(f"unsupported topic domain {m['domain']!r}")
+        topic = TopicName.get(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}")
+        requested = request.query.get("listenerName") or request.headers.get(
+            "X-Pulsar-ListenerName"
+        )
+        result = self.service.lookup_topic(topic.full_name, requested, self._arrived_via(request))
+        return web.json_response(result.as_lookup_data())
 
     async def clusters(self, request: web.Request) -> web.Response:
         return web.json_response([self.service.config.clusterName])

@@ -22,7 +22,15 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from cli.perf.load import CEILING_READY, LoadSpec, Recorder, consume_sdk, produce_raw, produce_sdk
+from cli.perf.load import (
+    CEILING_READY,
+    LoadSpec,
+    Recorder,
+    consume_raw,
+    consume_sdk,
+    produce_raw,
+    produce_sdk,
+)
 
 Runner = Callable[[LoadSpec, Recorder], Coroutine[Any, Any, None]]
 READY = re.compile(r"pulsar-grpc standalone ready grpc=(grpc://\S+) http=")
@@ -40,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     consume = verbs.add_parser("consume", help="consume (and ack) from a running broker")
     _add_load_flags(consume, topic=True)
+    consume.add_argument(
+        "--raw", action="store_true", help="hand-driven Consume stream (permits, acks), no SDK"
+    )
     consume.add_argument("--subscription", "-s", default="perf-sub")
     consume.add_argument("--receiver-queue", type=int, default=10_000)
     consume.add_argument(
@@ -73,7 +84,7 @@ def _add_load_flags(p: argparse.ArgumentParser, topic: bool) -> None:
         p.add_argument("--rate", "-r", type=float, default=0, help="msg/s, 0 = as fast as possible")
     p.add_argument("--producers", "-p", type=int, default=1, help="producers (streams)")
     p.add_argument(
-        "--max-pending", type=int, default=20_000, help="messages in flight per producer"
+        "--max-pending", type=int, default=10_000, help="messages in flight per producer"
     )
     p.add_argument(
         "--batch-delay-ms", type=float, default=1.0, help="SDK batching_max_publish_delay_ms"
@@ -97,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         runner = produce_raw if args.raw else produce_sdk
         result = _measure("produce raw" if args.raw else "produce", runner, spec)
     else:
-        result = _measure("consume", consume_sdk, spec)
+        runner = consume_raw if args.raw else consume_sdk
+        result = _measure("consume raw" if args.raw else "consume", runner, spec)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -163,14 +175,23 @@ def _run_all(args: argparse.Namespace) -> int:
 
 
 def _broker_runs(spec: LoadSpec, latency_rate: float) -> dict[str, dict[str, Any]]:
-    """Produce (SDK, then raw), consume what the SDK produced, then latency at a fixed rate."""
+    """Produce (SDK, then raw); consume what the SDK produced (SDK, then raw, on a second
+    subscription); then latency at a fixed rate."""
     sdk = _measure("produce", produce_sdk, replace(spec, topic="perf-sdk"))
     raw = _measure("produce raw", produce_raw, replace(spec, topic="perf-raw"))
     drain = replace(spec, topic="perf-sdk", messages=sdk["messages"], duration=0)
     consume = _measure("consume", consume_sdk, drain)
+    drain_raw = replace(drain, subscription="perf-raw-sub")
+    consume_raw_result = _measure("consume raw", consume_raw, drain_raw)
     paced = replace(spec, topic="perf-latency", rate=latency_rate)
     latency = _measure(f"latency@{latency_rate:,.0f}", produce_sdk, paced)
-    return {"produce_sdk": sdk, "produce_raw": raw, "consume_sdk": consume, "latency": latency}
+    return {
+        "produce_sdk": sdk,
+        "produce_raw": raw,
+        "consume_sdk": consume,
+        "consume_raw": consume_raw_result,
+        "latency": latency,
+    }
 
 
 def _settings(args: argparse.Namespace, spec: LoadSpec) -> dict[str, Any]:

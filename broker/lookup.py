@@ -1,0 +1,104 @@
+"""Topic lookup: which broker serves a topic, and at which addresses for the client's listener.
+
+The answer is built from the owner's broker data, as Pulsar builds it from the owner's load
+report (PIP-59: the protocol handler advertises its endpoints there). Standalone owns every
+topic, so the owner is the local broker; the cluster reuses this with other brokers' data.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from broker.listeners import (
+    GRPC,
+    GRPC_TLS,
+    HTTP,
+    HTTPS,
+    BindAddress,
+    Endpoint,
+    Listener,
+    ListenerConfig,
+    choose_listener,
+)
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """Pulsar's LookupData plus the gRPC addresses (PIP-338: every address of the listener)."""
+
+    listener: str
+    grpc_url: str | None
+    grpc_url_tls: str | None
+    http_url: str | None
+    http_url_tls: str | None
+    authoritative: bool = True
+    redirect: bool = False
+
+    def as_lookup_data(self) -> dict[str, object]:
+        """The JSON of Pulsar's HTTP lookup; brokerUrl carries this product's client protocol."""
+        return {
+            "brokerUrl": self.grpc_url,
+            "brokerUrlTls": self.grpc_url_tls,
+            "httpUrl": self.http_url,
+            "httpUrlTls": self.http_url_tls,
+            "grpcUrl": self.grpc_url,
+            "grpcUrlTls": self.grpc_url_tls,
+            "nativeUrl": self.grpc_url,
+        }
+
+
+@dataclass
+class BrokerData:
+    """What a broker publishes about itself (Pulsar's LocalBrokerData, the parts lookups use).
+
+    ``listeners`` holds the advertised addresses with bound ports filled in; ``protocols`` the
+    handlers' advertised data, keyed by protocol name.
+    """
+
+    listeners: dict[str, Listener]
+    protocols: dict[str, str] = field(default_factory=dict)
+
+    def grpc_urls(self, listener: str) -> tuple[str | None, str | None]:
+        """The gRPC handler's addresses for a listener, from its advertised protocol data."""
+        raw = self.protocols.get("grpc")
+        if raw:
+            urls = json.loads(raw).get(listener, {})
+            return urls.get(GRPC), urls.get(GRPC_TLS)
+        advertised = self.listeners[listener]
+        return advertised.grpc_url, advertised.grpc_url_tls
+
+
+def resolve_ports(config: ListenerConfig, bound: dict[BindAddress, int]) -> dict[str, Listener]:
+    """Listeners with each advertised port 0 replaced by the port its socket really got.
+
+    Only primary addresses can be advertised with port 0 (the implicit listener advertises the
+    primary ports as configured), so a 0 is matched to the primary bind address of its scheme.
+    """
+    primary = {bind.scheme: port for bind, port in bound.items() if bind.listener is None}
+    resolved = {}
+    for name, listener in config.listeners.items():
+        urls = {
+            scheme: Endpoint(ep.host, primary.get(scheme, 0)) if ep.port == 0 else ep
+            for scheme, ep in listener.urls.items()
+        }
+        resolved[name] = replace(listener, urls=urls)
+    return resolved
+
+
+def lookup(
+    config: ListenerConfig, owner: BrokerData, requested: str | None, via: str | None
+) -> LookupResult:
+    """Answer a lookup with the owner's addresses for the chosen listener (see
+    :func:`broker.listeners.choose_listener` for the precedence; an unknown name raises
+    InvalidArgumentError)."""
+    name = choose_listener(config, requested, via).name
+    listener = owner.listeners[name]
+    grpc_url, grpc_url_tls = owner.grpc_urls(name)
+    return LookupResult(
+        listener=name,
+        grpc_url=grpc_url,
+        grpc_url_tls=grpc_url_tls,
+        http_url=listener.url(HTTP),
+        http_url_tls=listener.url(HTTPS),
+    )

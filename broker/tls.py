@@ -1,0 +1,52 @@
+"""TLS material from the broker's configuration (tlsCertificateFilePath, tlsKeyFilePath,
+tlsTrustCertsFilePath, tlsRequireTrustedClientCertOnConnect), for every server that
+terminates TLS: the web service here, and protocol handlers through :func:`read_tls_files`."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.config import ConfigError, ServiceConfiguration
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    certificate_chain: bytes
+    private_key: bytes
+    trust_certs: bytes | None
+    require_client_cert: bool
+
+
+def read_tls_files(config: ServiceConfiguration) -> TlsFiles:
+    """Read the PEM files once at start-up; a missing file is a configuration error."""
+
+    def read(prop: str, value: str | None) -> bytes:
+        if not value:
+            raise ConfigError([f"{prop}: required to serve TLS"])
+        try:
+            return Path(value).read_bytes()
+        except OSError as exc:
+            raise ConfigError([f"{prop}: cannot read {value}: {exc.strerror}"]) from None
+
+    trust = config.tlsTrustCertsFilePath
+    return TlsFiles(
+        certificate_chain=read("tlsCertificateFilePath", config.tlsCertificateFilePath),
+        private_key=read("tlsKeyFilePath", config.tlsKeyFilePath),
+        trust_certs=read("tlsTrustCertsFilePath", trust) if trust else None,
+        require_client_cert=config.tlsRequireTrustedClientCertOnConnect,
+    )
+
+
+def server_ssl_context(config: ServiceConfiguration) -> ssl.SSLContext:
+    files = read_tls_files(config)  # validates and reports unreadable files the same way
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    assert config.tlsCertificateFilePath and config.tlsKeyFilePath
+    context.load_cert_chain(config.tlsCertificateFilePath, config.tlsKeyFilePath)
+    if files.trust_certs is not None:
+        context.load_verify_locations(cadata=files.trust_certs.decode())
+    if files.require_client_cert:
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
