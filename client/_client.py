@@ -17,7 +17,7 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
 from ._consumer import Consumer, ConsumerConfig, MessageQueue, PartitionConsumer
-from ._errors import AlreadyClosed, error_from_rpc
+from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
 from ._message import MessageId
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
@@ -25,6 +25,10 @@ from ._routing import Router, RoutingMode
 from ._stream import Metadata, call_metadata
 
 _SCHEMES = {"grpc": False, "grpc+ssl": True}
+
+# Lookups answered with Redirect that the client follows before giving up (Pulsar's
+# maxLookupRedirects; a redirect loop between brokers ends with a clear error).
+DEFAULT_MAX_LOOKUP_REDIRECTS = 3
 
 
 class ConsumerType(StrEnum):
@@ -64,6 +68,27 @@ class LookupResult:
     redirect: bool
     listener_name: str
 
+    def grpc_address(self, tls: bool) -> tuple[str, bool]:
+        """The (``host:port``, tls) to connect to: ``grpc_url_tls`` when ``tls`` is preferred,
+        else ``grpc_url``; the other one when only one is answered. Raises
+        :class:`~client.LookupFailed` when neither is.
+
+        >>> LookupResult("grpc://b:1", "", "", "", True, False, "x").grpc_address(tls=True)
+        ('b:1', False)
+        """
+        preferred, other = (
+            (self.grpc_url_tls, self.grpc_url) if tls else (self.grpc_url, self.grpc_url_tls)
+        )
+        url = preferred or other
+        if not url:
+            raise LookupFailed(
+                f"the lookup answered no gRPC address (listener {self.listener_name!r})"
+            )
+        try:
+            return parse_service_url(url)
+        except ValueError as exc:
+            raise LookupFailed(f"the lookup answered an unusable address: {exc}") from None
+
 
 def parse_service_url(service_url: str) -> tuple[str, bool]:
     """``grpc://host:port`` or ``grpc+ssl://host:port`` -> (``host:port``, tls).
@@ -100,33 +125,44 @@ class _Startable(Protocol):
 
 
 class _ChannelPool:
-    """One channel per broker address, created on first use inside the event loop.
+    """One channel per broker address and security, created on first use inside the loop.
 
-    Today every topic is served through the service URL; when the client follows lookups
-    (a topic's owner broker), it asks this pool for the owner's address.
+    Lookups answer each topic's broker address; streams open on the channel for it. A channel
+    to a ``grpc+ssl`` address uses the client's TLS options (trusted CAs, client certificate,
+    server name override), whatever the scheme of the service URL.
     """
 
     def __init__(
         self,
-        credentials: grpc.ChannelCredentials | None,
+        tls_credentials: Callable[[], grpc.ChannelCredentials],
         options: Sequence[tuple[str, Any]],
+        tls_options: Sequence[tuple[str, Any]] = (),
     ) -> None:
-        self._credentials = credentials
+        self._tls_credentials = tls_credentials
         self._options = list(options)
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[str, pb_grpc.PulsarServiceStub] = {}
+        self._tls_options = list(tls_options)
+        self._channels: dict[tuple[str, bool], grpc.aio.Channel] = {}
+        self._stubs: dict[tuple[str, bool], pb_grpc.PulsarServiceStub] = {}
 
-    def stub(self, target: str) -> pb_grpc.PulsarServiceStub:
-        """The stub for ``host:port``, opening its channel if needed."""
-        stub = self._stubs.get(target)
+    def stub(self, target: str, tls: bool) -> pb_grpc.PulsarServiceStub:
+        """The stub for ``host:port`` (over TLS when ``tls``), opening its channel if needed."""
+        key = (target, tls)
+        stub = self._stubs.get(key)
         if stub is None:
-            if self._credentials is None:
-                channel = grpc.aio.insecure_channel(target, options=self._options)
+            if tls:
+                channel = grpc.aio.secure_channel(
+                    target, self._tls_credentials(), options=self._options + self._tls_options
+                )
             else:
-                channel = grpc.aio.secure_channel(target, self._credentials, options=self._options)
-            self._channels[target] = channel
-            stub = self._stubs[target] = pb_grpc.PulsarServiceStub(channel)
+                channel = grpc.aio.insecure_channel(target, options=self._options)
+            self._channels[key] = channel
+            stub = self._stubs[key] = pb_grpc.PulsarServiceStub(channel)
         return stub
+
+    @property
+    def addresses(self) -> list[tuple[str, bool]]:
+        """The (``host:port``, tls) of every open channel, in the order they were opened."""
+        return list(self._channels)
 
     async def close(self) -> None:
         """Close every channel."""
@@ -145,9 +181,22 @@ class Client:
     ...     consumer = await client.subscribe("my-topic", "sub", initial_position="earliest")
     ...     msg = await consumer.receive()
 
+    Topics are looked up before a producer, consumer or reader connects (each partition on
+    its own): the Lookup RPC goes to the service URL, and the stream opens on the address the
+    broker answers — ``grpc_url_tls`` when the service URL is ``grpc+ssl://``, else
+    ``grpc_url`` (the other one when only one is answered). A Redirect answer is looked up
+    again at the broker it names, at most ``max_lookup_redirects`` times.
+
+    ``listener_name`` (PIP-95) names the listener whose addresses lookups answer, e.g. the
+    external one when the client reaches the cluster through a gateway; it travels in the
+    LookupRequest and as ``x-pulsar-listenername`` on every call. Without it the broker
+    answers for the listener of the address the client came through.
+
     TLS: ``Client("grpc+ssl://host:6651", tls_trust_certs_file_path="ca.pem")``, plus
-    ``tls_cert_file_path`` / ``tls_key_file_path`` for mutual TLS. ``auth_token`` is sent as
-    ``authorization: Bearer <token>`` on every call.
+    ``tls_cert_file_path`` / ``tls_key_file_path`` for mutual TLS and ``tls_server_name`` to
+    verify the server's certificate against another name than the address's host. The same
+    options apply when a plaintext service URL's lookup answers only a ``grpc+ssl`` address.
+    ``auth_token`` is sent as ``authorization: Bearer <token>`` on every call.
     """
 
     def __init__(
@@ -161,23 +210,39 @@ class Client:
         tls_server_name: str | None = None,
         auth_token: str | None = None,
         operation_timeout_ms: int = 30000,
+        max_lookup_redirects: int = DEFAULT_MAX_LOOKUP_REDIRECTS,
     ) -> None:
-        self._target, tls = parse_service_url(service_url)
+        self._target, self._tls = parse_service_url(service_url)
         self._listener_name = listener_name
         self._auth_token = auth_token
         self._operation_timeout_s = operation_timeout_ms / 1000
+        if max_lookup_redirects < 0:
+            raise ValueError("max_lookup_redirects must be >= 0")
+        self._max_lookup_redirects = max_lookup_redirects
+        if bool(tls_cert_file_path) != bool(tls_key_file_path):
+            raise ValueError("tls_cert_file_path and tls_key_file_path go together (mutual TLS)")
+        # Read now: a missing file is the caller's mistake, better reported here than at the
+        # first TLS connection (which a plaintext service URL may reach through a lookup).
+        trust = _read(tls_trust_certs_file_path)
+        key = _read(tls_key_file_path)
+        chain = _read(tls_cert_file_path)
+        credentials: list[grpc.ChannelCredentials] = []
+
+        def tls_credentials() -> grpc.ChannelCredentials:
+            if not credentials:
+                credentials.append(
+                    grpc.ssl_channel_credentials(
+                        root_certificates=trust, private_key=key, certificate_chain=chain
+                    )
+                )
+            return credentials[0]
+
         # Consume responses carry many entries: the broker bounds them, not the 4 MiB default.
         options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", -1)]
-        credentials = None
-        if tls:
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read(tls_trust_certs_file_path),
-                private_key=_read(tls_key_file_path),
-                certificate_chain=_read(tls_cert_file_path),
-            )
-            if tls_server_name:
-                options.append(("grpc.ssl_target_name_override", tls_server_name))
-        self._pool = _ChannelPool(credentials, options)
+        tls_options: list[tuple[str, Any]] = []
+        if tls_server_name:
+            tls_options.append(("grpc.ssl_target_name_override", tls_server_name))
+        self._pool = _ChannelPool(tls_credentials, options, tls_options)
         self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
         self._closed = False
 
@@ -213,17 +278,11 @@ class Client:
         )
         mode = RoutingMode(routing_mode)
         partitions = await self._partition_count(topic)
-        stub = self._stub()
         params: dict[str, str | int | bool | None] = {
             "x-pulsar-producer-name": producer_name,
         }
         producers = [PartitionProducer(config, index) for index in _partition_indexes(partitions)]
-        await self._start_all(
-            producers,
-            _partition_topics(topic, partitions),
-            lambda md: stub.Produce(metadata=md),
-            params,
-        )
+        await self._start_all(producers, _partition_topics(topic, partitions), "Produce", params)
         router = Router(partitions, mode, batching_max_publish_delay_ms) if partitions else None
         producer = Producer(topic, producers, router, max_pending_messages)
         self._handles.add(producer)
@@ -321,22 +380,14 @@ class Client:
         return _partition_topics(full_topic_name(topic), await self._partition_count(topic))
 
     async def lookup(self, topic: str) -> LookupResult:
-        """Ask the broker which broker serves ``topic`` and at which addresses.
+        """Ask which broker serves ``topic`` and at which addresses of the client's listener,
+        following redirects; the answer is the authoritative broker's.
 
         >>> (await client.lookup("my-topic")).grpc_url
         'grpc://127.0.0.1:50051'
         """
-        request = pb.LookupRequest(topic=topic, listener_name=self._listener_name or "")
-        response = await self._unary(self._stub().Lookup, request, topic)
-        return LookupResult(
-            grpc_url=response.grpc_url,
-            grpc_url_tls=response.grpc_url_tls,
-            http_url=response.http_url,
-            http_url_tls=response.http_url_tls,
-            authoritative=response.authoritative,
-            redirect=response.response == pb.LookupResponse.Redirect,
-            listener_name=response.listener_name,
-        )
+        result, _ = await self._lookup(topic)
+        return result
 
     async def close(self) -> None:
         """Close every producer, consumer and reader, then the channels. Idempotent."""
@@ -355,10 +406,46 @@ class Client:
 
     # ------------------------------------------------------------------ internals
 
-    def _stub(self) -> pb_grpc.PulsarServiceStub:
+    def _stub(self, target: str | None = None, tls: bool = False) -> pb_grpc.PulsarServiceStub:
+        """The stub for an address; by default the service URL's."""
         if self._closed:
             raise AlreadyClosed("the client is closed")
-        return self._pool.stub(self._target)
+        if target is None:
+            target, tls = self._target, self._tls
+        return self._pool.stub(target, tls)
+
+    async def _lookup(self, topic: str) -> tuple[LookupResult, tuple[str, bool]]:
+        """The lookup answer for ``topic`` and the (``host:port``, tls) to connect to.
+
+        Starts at the service URL; each Redirect is looked up again at the address it
+        answers, up to ``max_lookup_redirects`` times.
+        """
+        request = pb.LookupRequest(topic=topic, listener_name=self._listener_name or "")
+        target, tls = self._target, self._tls
+        hops = [_url(target, tls)]
+        for _ in range(self._max_lookup_redirects + 1):
+            response = await self._unary(self._stub(target, tls).Lookup, request, topic)
+            result = LookupResult(
+                grpc_url=response.grpc_url,
+                grpc_url_tls=response.grpc_url_tls,
+                http_url=response.http_url,
+                http_url_tls=response.http_url_tls,
+                authoritative=response.authoritative,
+                redirect=response.response == pb.LookupResponse.Redirect,
+                listener_name=response.listener_name,
+            )
+            try:
+                address = result.grpc_address(self._tls)
+            except LookupFailed as exc:
+                raise LookupFailed(f"lookup of {topic} at {hops[-1]}: {exc.message}") from None
+            if not result.redirect:
+                return result, address
+            target, tls = address
+            hops.append(_url(target, tls))
+        raise LookupFailed(
+            f"lookup of {topic} was redirected more than {self._max_lookup_redirects} times: "
+            + " -> ".join(hops)
+        )
 
     def _metadata(self, topic: str, params: dict[str, str | int | bool | None]) -> Metadata:
         base: dict[str, str | int | bool | None] = {
@@ -391,30 +478,38 @@ class Client:
     ) -> Consumer:
         if partitions is None:
             partitions = await self._partition_count(topic)
-        stub = self._stub()
         queue = MessageQueue()
         consumers = [PartitionConsumer(config, queue, i) for i in _partition_indexes(partitions)]
-        await self._start_all(
-            consumers,
-            _partition_topics(topic, partitions),
-            lambda md: stub.Consume(metadata=md),
-            params,
-        )
+        await self._start_all(consumers, _partition_topics(topic, partitions), "Consume", params)
         return Consumer(topic, subscription, consumers, queue)
+
+    async def _start_one(
+        self,
+        stream: _Startable,
+        topic: str,
+        method: str,
+        params: dict[str, str | int | bool | None],
+    ) -> None:
+        """Look ``topic`` up, then open its ``method`` stream on the answered broker."""
+        _, (target, tls) = await self._lookup(topic)
+        stub = self._stub(target, tls)
+
+        def open_stream(metadata: Metadata) -> Any:
+            return getattr(stub, method)(metadata=metadata)
+
+        await stream.start(open_stream, self._metadata(topic, params))
 
     async def _start_all(
         self,
         streams: Sequence[_Startable],
         topics: list[str],
-        open_stream: Callable[[Metadata], Any],
+        method: str,
         params: dict[str, str | int | bool | None],
     ) -> None:
-        """Start one stream per topic; if any fails, close the others and raise its error."""
+        """Start one stream per topic (``method``: Produce or Consume); if any fails, close
+        the others and raise its error."""
         results = await asyncio.gather(
-            *(
-                s.start(open_stream, self._metadata(t, params))
-                for s, t in zip(streams, topics, strict=True)
-            ),
+            *(self._start_one(s, t, method, params) for s, t in zip(streams, topics, strict=True)),
             return_exceptions=True,
         )
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -424,6 +519,10 @@ class Client:
                 return_exceptions=True,
             )
             raise errors[0]
+
+
+def _url(target: str, tls: bool) -> str:
+    return f"{'grpc+ssl' if tls else 'grpc'}://{target}"
 
 
 def _partition_indexes(partitions: int) -> list[int]:

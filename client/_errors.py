@@ -86,6 +86,11 @@ class ConnectError(PulsarError):
     """The broker could not be reached or the stream broke."""
 
 
+class LookupFailed(PulsarError):
+    """A topic lookup gave no usable answer: no gRPC address for the listener, or more
+    redirects than the client follows."""
+
+
 class AuthenticationError(PulsarError):
     """The broker did not accept the client's credentials."""
 

@@ -96,9 +96,12 @@ class WebService:
             await site.start()
             server = site._server
             assert server is not None
-            port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+            # A host name may open several sockets (IPv4 and IPv6): remember each one's own
+            # address, which is what a request's socket reports.
+            for sock in server.sockets:  # type: ignore[attr-defined]
+                host, port = sock.getsockname()[:2]
+                self._via[(host, port)] = bind.listener
             self.service.bound[bind] = port
-            self._via[(bind.host, port)] = bind.listener
 
     async def close(self) -> None:
         if self._runner is not None:

@@ -2,6 +2,8 @@
 the produce and consume round trip, error trailers, the blocking wrapper."""
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -19,12 +21,22 @@ class FakeBroker(pb_grpc.PulsarServiceServicer):
         self.partitions: dict[str, int] = {}
         self.entries: dict[str, list[pb.ProduceRequest]] = {}
         self.metadata: list[dict[str, str]] = []
+        self.lookups: list[tuple[pb.LookupRequest, dict[str, str]]] = []
+        self.lookup_answers: dict[str, pb.LookupResponse] = {}
+        self.url = ""
 
     async def GetPartitionedTopicMetadata(self, request, context):
         return pb.PartitionedTopicMetadataResponse(partitions=self.partitions.get(request.topic, 0))
 
     async def Lookup(self, request, context):
-        return pb.LookupResponse(grpc_url="grpc://b:1", listener_name=request.listener_name)
+        """Connect here, unless ``lookup_answers`` holds another answer for the topic."""
+        self.lookups.append((request, dict(context.invocation_metadata())))
+        answer = self.lookup_answers.get(request.topic)
+        if answer is not None:
+            return answer
+        return pb.LookupResponse(
+            authoritative=True, grpc_url=self.url, listener_name=request.listener_name
+        )
 
     async def Produce(self, request_iterator, context):
         md = dict(context.invocation_metadata())
@@ -63,16 +75,32 @@ class FakeBroker(pb_grpc.PulsarServiceServicer):
                 )
 
 
-@pytest.fixture
-async def broker():
+@contextlib.asynccontextmanager
+async def fake_broker(
+    credentials: grpc.ServerCredentials | None = None,
+) -> AsyncIterator[FakeBroker]:
+    """A FakeBroker on a free loopback port (over TLS with ``credentials``); ``url`` is its
+    address."""
     server = grpc.aio.server()
     fake = FakeBroker()
     pb_grpc.add_PulsarServiceServicer_to_server(fake, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    if credentials is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+        fake.url = f"grpc://127.0.0.1:{port}"
+    else:
+        port = server.add_secure_port("127.0.0.1:0", credentials)
+        fake.url = f"grpc+ssl://127.0.0.1:{port}"
     await server.start()
-    fake.url = f"grpc://127.0.0.1:{port}"
-    yield fake
-    await server.stop(None)
+    try:
+        yield fake
+    finally:
+        await server.stop(None)
+
+
+@pytest.fixture
+async def broker():
+    async with fake_broker() as fake:
+        yield fake
 
 
 async def test_produce_then_consume_round_trip_with_metadata(broker):
@@ -141,6 +169,7 @@ async def test_error_trailer_surfaces_as_specific_error(broker):
 
 
 async def test_lookup_and_unreachable_broker(broker):
+    broker.lookup_answers["t"] = pb.LookupResponse(grpc_url="grpc://b:1", listener_name="ext")
     async with Client(broker.url, listener_name="ext") as c:
         result = await c.lookup("t")
         assert result.grpc_url == "grpc://b:1" and result.listener_name == "ext"
