@@ -222,7 +222,8 @@ def _child(cmd: list[str], ready: re.Pattern[str], what: str) -> Iterator[re.Mat
         proc.wait()
         raise RuntimeError(f"{what} did not start:\n{''.join(lines)}")
     print(f"{what} pid {proc.pid}", file=sys.stderr, flush=True)
-    threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep its pipe drained
+    drain = threading.Thread(target=proc.stdout.read, daemon=True)  # keep its pipe drained
+    drain.start()
     try:
         yield match
     finally:
@@ -232,6 +233,8 @@ def _child(cmd: list[str], ready: re.Pattern[str], what: str) -> Iterator[re.Mat
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        drain.join(5)
+        proc.stdout.close()
 
 
 @contextmanager

@@ -15,12 +15,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 import grpc
 from hdrh.histogram import HdrHistogram
 
-from client import Client, InitialPosition, Producer, Timeout
+from client import AlreadyClosed, Client, Consumer, InitialPosition, Producer
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
@@ -72,7 +72,6 @@ class Recorder:
 
     label: str
     size: int
-    out: TextIO = field(default=sys.stderr)
     count: int = 0
     errors: int = 0
     pending: dict[int, int] = field(default_factory=dict)  # latency µs -> count, not yet folded
@@ -103,8 +102,10 @@ class Recorder:
     def start(self) -> None:
         self.started = self._last_time = time.perf_counter()
 
-    def finish(self) -> None:
-        self.finished = time.perf_counter()
+    def finish(self, at: float | None = None) -> None:
+        """Stop the clock (at ``at``: a consumer that waited in vain stops at its last message)."""
+        if not self.finished:
+            self.finished = at or time.perf_counter()
 
     def line(self) -> str:
         """The stats line of the interval since the previous one (latencies of that interval)."""
@@ -142,7 +143,7 @@ class Recorder:
         """Print a stats line every ``seconds`` until cancelled."""
         while True:
             await asyncio.sleep(seconds)
-            print(self.line(), file=self.out, flush=True)
+            print(self.line(), file=sys.stderr, flush=True)
 
 
 def latency_ms(h: HdrHistogram) -> dict[str, float]:
@@ -374,19 +375,35 @@ async def consume_sdk(spec: LoadSpec, rec: Recorder) -> None:
         await consumer.close()
 
 
-async def _receive_loop(consumer: Any, spec: LoadSpec, rec: Recorder) -> None:
+async def _receive_loop(consumer: Consumer, spec: LoadSpec, rec: Recorder) -> None:
+    """receive() without a timeout, as an application would call it: a timeout costs the SDK
+    a timer per message. A watchdog closes the consumer at the deadline or when idle."""
     limit = spec.messages if spec.messages > 0 else None
-    deadline = time.monotonic() + spec.duration if spec.duration > 0 else None
-    idle_ms = int(spec.idle_timeout * 1000)
-    while limit is None or rec.count < limit:
-        if deadline is not None and time.monotonic() >= deadline:
-            return
-        try:
-            message = await consumer.receive(timeout_ms=idle_ms)
-        except Timeout:
-            return
-        await consumer.acknowledge(message)
-        rec.count += 1
+    last = [time.perf_counter()]  # time of the last message, shared with the watchdog
+    watchdog = asyncio.get_running_loop().create_task(_watch(consumer, spec, rec, last))
+    try:
+        while limit is None or rec.count < limit:
+            message = await consumer.receive()
+            await consumer.acknowledge(message)
+            rec.count += 1
+            last[0] = time.perf_counter()
+    except AlreadyClosed:
+        return
+    finally:
+        watchdog.cancel()
+
+
+async def _watch(consumer: Consumer, spec: LoadSpec, rec: Recorder, last: list[float]) -> None:
+    deadline = time.perf_counter() + spec.duration if spec.duration > 0 else None
+    while True:
+        await asyncio.sleep(min(0.2, spec.idle_timeout))
+        now = time.perf_counter()
+        if now - last[0] >= spec.idle_timeout:
+            rec.finish(at=last[0])
+            break
+        if deadline is not None and now >= deadline:
+            break
+    await consumer.close()
 
 
 async def consume_raw(spec: LoadSpec, rec: Recorder) -> None:
@@ -414,15 +431,18 @@ async def consume_raw(spec: LoadSpec, rec: Recorder) -> None:
 async def _raw_receive_loop(call: Any, spec: LoadSpec, rec: Recorder) -> None:
     limit = spec.messages if spec.messages > 0 else None
     deadline = time.monotonic() + spec.duration if spec.duration > 0 else None
+    last = time.perf_counter()
     while limit is None or rec.count < limit:
         if deadline is not None and time.monotonic() >= deadline:
             return
         try:
             response = await asyncio.wait_for(call.read(), spec.idle_timeout)
         except TimeoutError:
+            rec.finish(at=last)
             return
         if response is grpc.aio.EOF:
             return
+        last = time.perf_counter()
         if response.WhichOneof("response") != "messages":
             continue
         entries = response.messages.entries
@@ -445,7 +465,7 @@ async def _raw_receive_loop(call: Any, spec: LoadSpec, rec: Recorder) -> None:
 class CeilingServicer(pb_grpc.PulsarServiceServicer):
     """Answers each ProduceRequest with a small SendReceipt: grpc.aio with no broker behind."""
 
-    async def Produce(self, request_iterator: Any, context: Any) -> Any:  # noqa: N802
+    async def Produce(self, request_iterator: Any, context: Any) -> Any:
         yield pb.ProduceResponse(
             ready=pb.ProducerReady(producer_name="ceiling", last_sequence_id=-1, topic="ceiling")
         )

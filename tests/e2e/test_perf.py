@@ -1,0 +1,71 @@
+"""`pulsar-grpc perf` against real servers: the summaries must add up (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cli.main import main
+from tests.support import BrokerThread
+
+LATENCY_KEYS = ["mean", "p50", "p95", "p99", "p99.9", "max"]
+
+
+def perf(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    """Run `pulsar-grpc perf ... --json` in this process and parse its summary."""
+    capsys.readouterr()
+    assert main(["perf", *argv, "--json", "--interval", "0.5"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def assert_consistent(run: dict[str, Any], messages: int, latency: bool = True) -> None:
+    assert run["messages"] == messages
+    assert run["errors"] == 0
+    assert run["seconds"] > 0 and run["msg_per_s"] > 0 and run["mb_per_s"] > 0
+    if not latency:
+        assert run["latency_ms"] is None
+        return
+    lat = run["latency_ms"]
+    assert list(lat) == LATENCY_KEYS
+    ordered = [lat[k] for k in LATENCY_KEYS[1:]]
+    assert ordered == sorted(ordered), lat
+    assert 0 < lat["mean"] <= lat["max"]
+
+
+def test_produce_then_consume_everything(
+    broker: BrokerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = broker.service_url
+    sdk = perf(capsys, "produce", "-u", url, "-t", "e2e", "--messages", "3000")
+    assert_consistent(sdk, 3000)
+    raw = perf(capsys, "produce", "-u", url, "-t", "e2e", "--messages", "2000", "--raw")
+    assert_consistent(raw, 2000)
+    for flags in ([], ["--raw"]):
+        sub = f"sub{len(flags)}"
+        consumed = perf(
+            capsys, "consume", "-u", url, "-t", "e2e", "-s", sub, "--messages", "5000", *flags
+        )
+        assert_consistent(consumed, 5000, latency=False)
+
+
+def test_produce_at_a_fixed_rate_with_several_producers(
+    broker: BrokerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = perf(
+        capsys, "produce", "-u", broker.service_url, "-t", "paced",
+        "--messages", "2000", "--rate", "4000", "--producers", "2",
+    )  # fmt: skip
+    assert_consistent(run, 2000)
+
+
+def test_all_starts_its_own_broker_and_ceiling(capsys: pytest.CaptureFixture[str]) -> None:
+    report = perf(capsys, "all", "--messages", "2000", "--latency-rate", "4000")
+    assert report["machine"]["nproc"] >= 1
+    assert_consistent(report["ceiling"], 2000)
+    runs = report["runs"]["page-cache"]
+    for name in ("produce_sdk", "produce_raw", "latency"):
+        assert_consistent(runs[name], 2000)
+    for name in ("consume_sdk", "consume_raw"):
+        assert_consistent(runs[name], 2000, latency=False)
