@@ -20,6 +20,7 @@ from ._consumer import Consumer, ConsumerConfig, MessageQueue, PartitionConsumer
 from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
 from ._message import MessageId
 from ._producer import PartitionProducer, Producer, ProducerConfig
+from ._wire import serialize as serialize_produce_request
 from ._reader import Reader
 from ._routing import Router, RoutingMode
 from ._stream import Metadata, call_metadata
@@ -157,6 +158,12 @@ class _ChannelPool:
                 channel = grpc.aio.insecure_channel(target, options=self._options)
             self._channels[key] = channel
             stub = self._stubs[key] = pb_grpc.PulsarServiceStub(channel)
+            # Producers write hand-encoded requests (see _wire): let bytes through.
+            stub.Produce = channel.stream_stream(  # type: ignore[method-assign]
+                "/pulsargrpc.v1.PulsarService/Produce",
+                request_serializer=serialize_produce_request,
+                response_deserializer=pb.ProduceResponse.FromString,
+            )
         return stub
 
     @property

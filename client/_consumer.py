@@ -66,6 +66,8 @@ class MessageQueue:
 
     async def get(self, timeout_s: float | None) -> Message:
         """The next message; raises Timeout after ``timeout_s`` (None: wait forever)."""
+        if self._items:  # the common case under load: no timer, no event
+            return self._items.popleft()
         try:
             async with asyncio.timeout(timeout_s):
                 while not self._items:
@@ -193,6 +195,7 @@ class PartitionConsumer:
         """Send a request whose answer separates stale messages from fresh ones: what is
         queued now, and what arrives before the answer, is dropped (its permits returned)."""
         self._drop_queued()
+        self._acks.forget_deliveries()
         self._dropping.add(request_id)
         try:
             await self._request(request_id, request)
@@ -225,7 +228,10 @@ class PartitionConsumer:
         if kind == "messages":
             messages: list[Message] = []
             for entry in response.messages.entries:
-                messages.extend(messages_of_entry(entry, self.partition, self.topic))
+                of_entry = messages_of_entry(entry, self.partition, self.topic)
+                messages.extend(of_entry)
+                if not self._dropping:
+                    self._acks.delivered(entry.ledger_id, entry.entry_id, len(of_entry))
             if self._dropping:
                 self.consumed(len(messages))  # the broker charged them: give the permits back
             else:
@@ -393,7 +399,7 @@ class Consumer:
             raise AlreadyClosed("the consumer is closed")
         timeout_s = None if timeout_ms is None else timeout_ms / 1000
         message = await self._queue.get(timeout_s)
-        self._partition_of(message.message_id()).consumed(1)
+        self._partitions[message.partition].consumed(1)
         return message
 
     async def acknowledge(self, message: MessageTarget, *, wait: bool = False) -> None:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
@@ -12,9 +11,17 @@ _PACKED = struct.Struct(">qqii")
 _MAX_LONG = 2**63 - 1
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class MessageId:
+class _MessageIdFields(NamedTuple):
+    ledger_id: int
+    entry_id: int
+    batch_index: int = -1
+    partition: int = -1
+
+
+class MessageId(_MessageIdFields):
     """Pulsar's message id: (ledger, entry, index in the batch, partition).
+
+    A named tuple: immutable, hashable, cheap to make (a consumer makes one per message).
 
     Ordered by ledger, entry, then batch index, so ids of one partition sort in publish
     order. ``str()`` gives ``"ledger:entry:batch:partition"``, the format of
@@ -29,10 +36,7 @@ class MessageId:
     True
     """
 
-    ledger_id: int
-    entry_id: int
-    batch_index: int = -1
-    partition: int = -1
+    __slots__ = ()
 
     earliest: ClassVar[MessageId]
     latest: ClassVar[MessageId]
@@ -93,63 +97,45 @@ MessageId.latest = MessageId(_MAX_LONG, _MAX_LONG, -1, -1)
 class Message:
     """One received message; the accessors follow the Apache Pulsar Python client.
 
+    Fields are read from the delivered entry when asked for, not copied up front: a consumer
+    receives hundreds of thousands of messages a second and most applications read only a few
+    fields of each.
+
     >>> msg = await consumer.receive()
     >>> msg.data(), msg.message_id(), msg.properties()
     """
 
-    __slots__ = (
-        "_data",
-        "_event_timestamp",
-        "_message_id",
-        "_ordering_key",
-        "_partition_key",
-        "_producer_name",
-        "_properties",
-        "_publish_timestamp",
-        "_redelivery_count",
-        "_sequence_id",
-        "_topic_name",
-    )
+    __slots__ = ("_entry", "_id", "_index", "_partition", "_topic_name")
 
     def __init__(
-        self,
-        data: bytes,
-        message_id: MessageId,
-        *,
-        topic_name: str,
-        partition_key: str = "",
-        ordering_key: bytes = b"",
-        properties: dict[str, str] | None = None,
-        event_timestamp: int = 0,
-        publish_timestamp: int = 0,
-        producer_name: str = "",
-        sequence_id: int = 0,
-        redelivery_count: int = 0,
+        self, entry: pb.DeliveredEntry, index: int, partition: int, topic_name: str
     ) -> None:
-        self._data = data
-        self._message_id = message_id
+        self._entry = entry
+        self._index = index
+        self._partition = partition
         self._topic_name = topic_name
-        self._partition_key = partition_key
-        self._ordering_key = ordering_key
-        self._properties = properties if properties is not None else {}
-        self._event_timestamp = event_timestamp
-        self._publish_timestamp = publish_timestamp
-        self._producer_name = producer_name
-        self._sequence_id = sequence_id
-        self._redelivery_count = redelivery_count
+        self._id: MessageId | None = None
 
     @property
     def value(self) -> bytes:
         """The payload (same as :meth:`data`)."""
-        return self._data
+        return self._entry.messages[self._index].payload
 
     def data(self) -> bytes:
         """The payload."""
-        return self._data
+        return self._entry.messages[self._index].payload
 
     def message_id(self) -> MessageId:
         """The id to acknowledge or seek to."""
-        return self._message_id
+        if self._id is None:
+            entry = self._entry
+            self._id = MessageId(entry.ledger_id, entry.entry_id, self._index, self._partition)
+        return self._id
+
+    @property
+    def partition(self) -> int:
+        """The partition this message came from (-1: the topic is not partitioned)."""
+        return self._partition
 
     def topic_name(self) -> str:
         """Full name of the topic (of the partition, for a partitioned topic)."""
@@ -157,38 +143,40 @@ class Message:
 
     def partition_key(self) -> str:
         """The key the producer set; empty when none."""
-        return self._partition_key
+        return self._entry.messages[self._index].key
 
     def ordering_key(self) -> bytes:
         """The ordering key the producer set; empty when none."""
-        return self._ordering_key
+        return self._entry.messages[self._index].ordering_key
 
     def properties(self) -> dict[str, str]:
-        """Application properties."""
-        return self._properties
+        """Application properties (a new dict on each call)."""
+        return dict(self._entry.messages[self._index].properties)
 
     def event_timestamp(self) -> int:
         """Event time in ms since the epoch set by the producer; 0 when unset."""
-        return self._event_timestamp
+        return self._entry.messages[self._index].event_time
 
     def publish_timestamp(self) -> int:
         """Time in ms since the epoch the broker stored the message."""
-        return self._publish_timestamp
+        return self._entry.publish_time
 
     def producer_name(self) -> str:
         """Name of the producer that published the message."""
-        return self._producer_name
+        return self._entry.producer_name
 
     def sequence_id(self) -> int:
         """The producer's sequence id of this message."""
-        return self._sequence_id
+        return self._entry.sequence_id + self._index
 
     def redelivery_count(self) -> int:
         """How many times the message was delivered before."""
-        return self._redelivery_count
+        return self._entry.redelivery_count
 
     def __repr__(self) -> str:
-        return f"Message(id={self._message_id}, topic={self._topic_name!r}, len={len(self._data)})"
+        return (
+            f"Message(id={self.message_id()}, topic={self._topic_name!r}, len={len(self.data())})"
+        )
 
 
 def messages_of_entry(entry: pb.DeliveredEntry, partition: int, topic_name: str) -> list[Message]:
@@ -197,27 +185,11 @@ def messages_of_entry(entry: pb.DeliveredEntry, partition: int, topic_name: str)
     Message i gets id (ledger, entry, i, partition) and sequence id ``entry.sequence_id + i``;
     ``partition`` is the consumer's own partition index, which decides where its acks go.
     """
+    count = len(entry.messages)
+    if not entry.acked_batch_indexes:
+        return [Message(entry, i, partition, topic_name) for i in range(count)]
     skipped = set(entry.acked_batch_indexes)
-    out: list[Message] = []
-    for i, data in enumerate(entry.messages):
-        if i in skipped:
-            continue
-        out.append(
-            Message(
-                data.payload,
-                MessageId(entry.ledger_id, entry.entry_id, i, partition),
-                topic_name=topic_name,
-                partition_key=data.key,
-                ordering_key=data.ordering_key,
-                properties=dict(data.properties),
-                event_timestamp=data.event_time,
-                publish_timestamp=entry.publish_time,
-                producer_name=entry.producer_name,
-                sequence_id=entry.sequence_id + i,
-                redelivery_count=entry.redelivery_count,
-            )
-        )
-    return out
+    return [Message(entry, i, partition, topic_name) for i in range(count) if i not in skipped]
 
 
 def ids_of_receipt(receipt: pb.SendReceipt, count: int, partition: int) -> list[MessageId]:

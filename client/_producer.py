@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -16,6 +16,7 @@ from ._batching import BatchContainer
 from ._errors import AlreadyClosed, ConnectError, PulsarError, Timeout, error_from_rpc
 from ._message import MessageId, ids_of_receipt
 from ._routing import Router
+from ._wire import encode_message
 from ._stream import Metadata, OpenStream, StreamCall, StreamWriter, as_pulsar_error
 
 # How long close() gives the broker to end the stream after the last receipt.
@@ -64,6 +65,9 @@ class PartitionProducer:
         self._writer: StreamWriter | None = None
         self._error: PulsarError | None = None
         self._closing = False
+        # Told how many sends settled (stored, failed or timed out), once per batch: the
+        # owning Producer counts pending sends with it instead of a callback per message.
+        self.on_settled: Callable[[int], None] = lambda count: None
 
     async def start(self, open_stream: OpenStream, metadata: Metadata) -> None:
         """Open the stream and wait for ProducerReady."""
@@ -101,7 +105,7 @@ class PartitionProducer:
         """Messages batched or sent and not yet receipted."""
         return len(self._container) + sum(len(b.futures) for b in self._inflight)
 
-    def add(self, message: pb.MessageData) -> asyncio.Future[MessageId]:
+    def add(self, message: bytes) -> asyncio.Future[MessageId]:
         """Batch a message; the future resolves with its id once the broker stored it."""
         if self._error is not None:
             raise self._error
@@ -125,10 +129,11 @@ class PartitionProducer:
             self._timer = None
         if not len(self._container) or self._writer is None:
             return
-        request, futures = self._container.drain(self._next_sequence_id)
+        sequence_id = self._next_sequence_id
+        request, futures = self._container.drain(sequence_id)
         self._next_sequence_id += len(futures)
         deadline = self._loop.time() + self.config.send_timeout_ms / 1000
-        self._inflight.append(_InFlight(request.sequence_id, futures, deadline))
+        self._inflight.append(_InFlight(sequence_id, futures, deadline))
         self._writer.send(request)
         if self.config.send_timeout_ms > 0 and (
             self._timeout_task is None or self._timeout_task.done()
@@ -153,6 +158,7 @@ class PartitionProducer:
         for future, message_id in zip(batch.futures, ids, strict=True):
             if not future.done():
                 future.set_result(message_id)
+        self.on_settled(len(batch.futures))
         self.last_sequence_id = max(
             self.last_sequence_id, batch.sequence_id + len(batch.futures) - 1
         )
@@ -193,6 +199,8 @@ class PartitionProducer:
         for future in futures:
             if not future.done():
                 future.set_exception(self._error)
+        if futures:
+            self.on_settled(len(futures))
         for task in (self._reader, self._timeout_task):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
@@ -229,6 +237,7 @@ class PartitionProducer:
             for future in futures:
                 if not future.done():
                     future.set_exception(error)
+            self.on_settled(len(futures))
 
 
 class Producer:
@@ -251,7 +260,12 @@ class Producer:
         self._partitions = partitions
         self._router = router
         # One budget for all partitions, so memory stays bounded however many there are.
-        self._room = asyncio.Semaphore(max_pending_messages)
+        self._max_pending = max_pending_messages
+        self._pending = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        for partition in partitions:
+            partition.on_settled = self._settled
         self._closed = False
 
     @property
@@ -303,22 +317,18 @@ class Producer:
         """
         if self._closed:
             raise AlreadyClosed("the producer is closed")
-        message = pb.MessageData(
-            payload=payload,
-            key=key or "",
-            ordering_key=ordering_key or b"",
-            properties=properties,
-            event_time=event_time or 0,
-        )
-        await self._room.acquire()
-        try:
-            index = self._router.choose(key) if self._router is not None else 0
-            future = self._partitions[index].add(message)
-        except BaseException:
-            self._room.release()
-            raise
-        future.add_done_callback(lambda _: self._room.release())
+        message = encode_message(payload, key, ordering_key, properties, event_time)
+        while self._pending >= self._max_pending:
+            self._room.clear()
+            await self._room.wait()
+        index = self._router.choose(key) if self._router is not None else 0
+        future = self._partitions[index].add(message)
+        self._pending += 1
         return future
+
+    def _settled(self, count: int) -> None:
+        self._pending -= count
+        self._room.set()
 
     async def flush(self) -> None:
         """Send every batched message now and wait until the broker stored them."""

@@ -13,11 +13,12 @@ from client import MessageId
 from client._batching import BatchContainer
 from client._producer import PartitionProducer, Producer, ProducerConfig
 from client._routing import Router
+from client._wire import encode_message, encode_request
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 
-def msg(payload: bytes) -> pb.MessageData:
-    return pb.MessageData(payload=payload)
+def msg(payload: bytes) -> bytes:
+    return encode_message(payload)
 
 
 # ---------------------------------------------------------------- container
@@ -34,7 +35,7 @@ def test_container_full_by_count():
 
 
 def test_container_full_by_bytes():
-    size = msg(b"a" * 40).ByteSize()
+    size = len(msg(b"a" * 40))
     c = BatchContainer[int](max_messages=100, max_bytes=2 * size)
     c.add(msg(b"a" * 40), 0)
     assert not c.is_full() and c.num_bytes == size
@@ -55,11 +56,28 @@ def test_drain_builds_one_request_and_empties():
     c = BatchContainer[str](max_messages=10, max_bytes=1000)
     c.add(msg(b"a"), "fa")
     c.add(msg(b"b"), "fb")
-    request, tokens = c.drain(sequence_id=41)
+    raw, tokens = c.drain(sequence_id=41)
+    request = pb.ProduceRequest.FromString(raw)
     assert request.sequence_id == 41
     assert [m.payload for m in request.messages] == [b"a", b"b"]
     assert tokens == ["fa", "fb"]
     assert len(c) == 0 and c.num_bytes == 0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"payload": b"x" * 300},
+        {"payload": b"", "key": "k"},
+        {"payload": b"p", "key": "user-\u00e9"},
+        {"payload": b"p", "properties": {"a": "b"}, "event_time": 7, "ordering_key": b"o"},
+    ],
+)
+def test_hand_encoding_matches_protobuf(fields: dict) -> None:
+    encoded = encode_message(**fields)
+    assert pb.MessageData.FromString(encoded) == pb.MessageData(**fields)
+    request = pb.ProduceRequest.FromString(encode_request(2**40, [encoded, encoded]))
+    assert request.sequence_id == 2**40 and list(request.messages) == [pb.MessageData(**fields)] * 2
 
 
 def test_container_validates_limits():
@@ -81,6 +99,8 @@ class FakeCall:
         self.metadata = None
 
     async def write(self, request) -> None:
+        if isinstance(request, bytes):  # the producer hand-encodes its requests
+            request = pb.ProduceRequest.FromString(request)
         self.written.append(request)
 
     async def done_writing(self) -> None:
@@ -170,7 +190,7 @@ async def test_batch_sent_by_delay():
 
 async def test_batch_sent_by_bytes():
     call = FakeCall()
-    size = msg(b"x" * 100).ByteSize()
+    size = len(msg(b"x" * 100))
     producer = await start_producer(
         call, batching_max_bytes=2 * size + 10, batching_max_publish_delay_ms=10_000
     )

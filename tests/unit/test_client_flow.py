@@ -182,17 +182,25 @@ async def test_acks_are_grouped_into_one_request():
     call = FakeCall()
     consumer = await start_consumer(call, ack_group_time_ms=5)
     call.push(batch(0, 3))
-    msgs = [await consumer.receive(timeout_ms=1000) for _ in range(3)]
-    for m in msgs:
+    call.push(batch(1, 3))
+    msgs = [await consumer.receive(timeout_ms=1000) for _ in range(6)]
+    for m in msgs[:4]:
         await consumer.acknowledge(m)
     await consumer.negative_acknowledge(MessageId(1, 9, 0, -1))
     await settle()
     assert call.of("ack") == []
     await asyncio.sleep(0.03)
     (ack,) = call.of("ack")
-    assert [i.batch_index for i in ack.ids] == [0, 1, 2] and ack.request_id == 0
+    # Entry 0 is fully acked: one id for the whole batch; entry 1 only in part.
+    assert sorted((i.entry_id, i.batch_index) for i in ack.ids) == [(0, -1), (1, 0)]
+    assert ack.request_id == 0
     (nack,) = call.of("negative_ack")
     assert [i.entry_id for i in nack.ids] == [9]
+    for m in msgs[4:]:
+        await consumer.acknowledge(m)
+    await asyncio.sleep(0.03)
+    ack = call.of("ack")[-1]
+    assert [(i.entry_id, i.batch_index) for i in ack.ids] == [(1, -1)]
 
 
 async def test_acknowledge_wait_returns_on_ack_receipt():
