@@ -2,17 +2,15 @@
 
 A batch is sent when it holds ``max_messages`` messages or ``max_bytes`` bytes, or when the
 producer's delay timer fires (the producer owns the timer; this class is pure bookkeeping).
-A message (already serialized) that would push a non-empty batch over ``max_bytes`` starts the next batch instead,
-and a message bigger than ``max_bytes`` travels alone, as in Pulsar.
+Messages arrive serialized. One that would push a non-empty batch over ``max_bytes`` starts
+the next batch instead, and one bigger than ``max_bytes`` travels alone, as in Pulsar.
 """
 
 from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from pulsargrpc.v1 import pulsar_pb2 as pb
-
-from ._wire import encode_message, encode_request
+from ._wire import encode_request
 
 T = TypeVar("T")
 

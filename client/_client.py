@@ -20,10 +20,10 @@ from ._consumer import Consumer, ConsumerConfig, MessageQueue, PartitionConsumer
 from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
 from ._message import MessageId
 from ._producer import PartitionProducer, Producer, ProducerConfig
-from ._wire import serialize as serialize_produce_request
 from ._reader import Reader
 from ._routing import Router, RoutingMode
 from ._stream import Metadata, call_metadata
+from ._wire import serialize as serialize_produce_request
 
 _SCHEMES = {"grpc": False, "grpc+ssl": True}
 

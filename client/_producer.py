@@ -16,8 +16,8 @@ from ._batching import BatchContainer
 from ._errors import AlreadyClosed, ConnectError, PulsarError, Timeout, error_from_rpc
 from ._message import MessageId, ids_of_receipt
 from ._routing import Router
-from ._wire import encode_message
 from ._stream import Metadata, OpenStream, StreamCall, StreamWriter, as_pulsar_error
+from ._wire import encode_message
 
 # How long close() gives the broker to end the stream after the last receipt.
 _CLOSE_GRACE_S = 2.0
