@@ -20,11 +20,17 @@ from ._errors import (
     PulsarError,
     Timeout,
     error_from_code,
-    error_from_rpc,
 )
 from ._flow import PermitTracker
 from ._message import Message, MessageId, messages_of_entry
-from ._stream import Metadata, OpenStream, StreamCall, StreamWriter, as_pulsar_error
+from ._stream import (
+    Metadata,
+    OpenStream,
+    StreamCall,
+    StreamWriter,
+    as_pulsar_error,
+    open_expecting,
+)
 
 _CLOSE_GRACE_S = 2.0
 _MAX_LONG = 2**63 - 1
@@ -117,18 +123,10 @@ class PartitionConsumer:
 
     async def start(self, open_stream: OpenStream, metadata: Metadata) -> None:
         """Open the stream, wait for ConsumerSubscribed, grant the first permits."""
-        self._call = call = open_stream(metadata)
-        try:
-            response = await asyncio.wait_for(call.read(), self.config.operation_timeout_s)
-        except TimeoutError:
-            call.cancel()
-            raise Timeout("timed out waiting for the subscription") from None
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
-        if response is grpc.aio.EOF or response.WhichOneof("response") != "subscribed":
-            call.cancel()
-            raise ConnectError("the broker did not answer ConsumerSubscribed")
-        subscribed = response.subscribed
+        call, subscribed = await open_expecting(
+            open_stream, metadata, "subscribed", self.config.operation_timeout_s
+        )
+        self._call = call
         self.consumer_name = subscribed.consumer_name
         self.topic = subscribed.topic
         self.subscription = subscribed.subscription

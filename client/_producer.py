@@ -13,10 +13,17 @@ import grpc
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._batching import BatchContainer
-from ._errors import AlreadyClosed, ConnectError, PulsarError, Timeout, error_from_rpc
+from ._errors import AlreadyClosed, ConnectError, PulsarError, Timeout
 from ._message import MessageId, ids_of_receipt
 from ._routing import Router
-from ._stream import Metadata, OpenStream, StreamCall, StreamWriter, as_pulsar_error
+from ._stream import (
+    Metadata,
+    OpenStream,
+    StreamCall,
+    StreamWriter,
+    as_pulsar_error,
+    open_expecting,
+)
 from ._wire import encode_message
 
 # How long close() gives the broker to end the stream after the last receipt.
@@ -71,18 +78,11 @@ class PartitionProducer:
 
     async def start(self, open_stream: OpenStream, metadata: Metadata) -> None:
         """Open the stream and wait for ProducerReady."""
-        self._call = call = open_stream(metadata)
-        try:
-            response = await asyncio.wait_for(call.read(), self.config.operation_timeout_s)
-        except TimeoutError:
-            call.cancel()
-            raise Timeout("timed out waiting for the producer to be ready") from None
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
-        if response is grpc.aio.EOF or response.WhichOneof("response") != "ready":
-            call.cancel()
-            raise ConnectError("the broker did not answer ProducerReady")
-        self.on_ready(response.ready)
+        call, ready = await open_expecting(
+            open_stream, metadata, "ready", self.config.operation_timeout_s
+        )
+        self._call = call
+        self.on_ready(ready)
         self._writer = StreamWriter(call, self._fail)
         self._reader = self._loop.create_task(self._read_loop(call))
 

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from ._errors import ConnectError, PulsarError, error_from_rpc
+from ._errors import ConnectError, PulsarError, Timeout, error_from_rpc
 
 Metadata = tuple[tuple[str, str], ...]
 
@@ -42,6 +42,25 @@ def call_metadata(params: dict[str, str | int | bool | None]) -> Metadata:
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
         out.append((key, text))
     return tuple(out)
+
+
+async def open_expecting(
+    open_stream: OpenStream, metadata: Metadata, first: str, timeout_s: float
+) -> tuple[StreamCall, Any]:
+    """Open a stream and wait for its first response, which must be the ``first`` field of
+    the response oneof (``ready`` for Produce, ``subscribed`` for Consume)."""
+    call = open_stream(metadata)
+    try:
+        response = await asyncio.wait_for(call.read(), timeout_s)
+    except TimeoutError:
+        call.cancel()
+        raise Timeout(f"timed out waiting for the broker's {first!r} answer") from None
+    except grpc.aio.AioRpcError as exc:
+        raise error_from_rpc(exc) from None
+    if response is grpc.aio.EOF or response.WhichOneof("response") != first:
+        call.cancel()
+        raise ConnectError(f"the broker did not answer {first!r}")
+    return call, getattr(response, first)
 
 
 def as_pulsar_error(exc: BaseException) -> PulsarError:
