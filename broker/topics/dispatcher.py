@@ -34,7 +34,8 @@ class Dispatcher(ABC):
         self.cursor = cursor
         self.consumers: list[Consumer] = []
         self.max_read_batch = max_read_batch
-        self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer
+        # Pulsar applies maxUnackedMessagesPerConsumer to Shared and Key_Shared only.
+        self.max_unacked_per_consumer: int | None = None
         # position -> sticky hash (None when the dispatcher does not route by key)
         self.replay: dict[Position, int | None] = {}
         self._reading = False
@@ -77,7 +78,8 @@ class Dispatcher(ABC):
                 consumer.release(position)
 
     def ready(self, consumer: Consumer) -> bool:
-        return consumer.permits > 0 and consumer.unacked_messages < self.max_unacked_per_consumer
+        limit = self.max_unacked_per_consumer
+        return consumer.permits > 0 and (limit is None or consumer.unacked_messages < limit)
 
     # ------------------------------------------------------------- read loop
 
@@ -172,10 +174,15 @@ class Dispatcher(ABC):
         return out
 
     def _send(self, consumer: Consumer, batch: list[Delivery], hashes: list[int | None]) -> None:
+        # A reader (non-durable) never acks: tracking its deliveries would only grow.
+        track = self.subscription.durable
         for delivery, sticky_hash in zip(batch, hashes, strict=True):
-            consumer.track_delivery(
-                delivery.position, delivery.num_messages, delivery.batch_size, sticky_hash
-            )
+            if track:
+                consumer.track_delivery(
+                    delivery.position, delivery.num_messages, delivery.batch_size, sticky_hash
+                )
+            else:
+                consumer.permits -= delivery.num_messages
             consumer.msg_out_counter += delivery.num_messages
             consumer.bytes_out_counter += len(delivery.data)
         self.subscription.on_dispatched(batch)
@@ -258,6 +265,7 @@ class SharedDispatcher(Dispatcher):
         self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
     ) -> None:
         super().__init__(subscription, cursor, max_read_batch)
+        self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer
         self._next = 0
 
     def _dispatch(self, entries: list[Entry]) -> None:

@@ -24,7 +24,7 @@ import grpc
 import psutil
 import pytest
 
-from client import Client
+from client import Client, Timeout
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import batch, stub
 from tests.support import BrokerThread, StandaloneProcess
@@ -270,3 +270,34 @@ async def test_memory_stays_flat_while_a_slow_consumer_lags_a_million_messages(
         first = [(await consumer.receive(timeout_ms=10_000)).data() for _ in range(2 * BATCH)]
         assert first == [b"%07d|" % i + pad for i in range(2 * BATCH)]
     print(f"total {time.monotonic() - started:.1f} s")
+
+
+async def test_unacked_limit_stops_shared_consumers_but_not_readers(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    """maxUnackedMessagesPerConsumer holds back a Shared consumer that does not ack (Pulsar
+    applies it to Shared and Key_Shared only); a reader, which never acks, reads on."""
+    broker = broker_factory(maxUnackedMessagesPerConsumer=100)
+    topic = "persistent://public/default/unacked-limit"
+    async with Client(broker.service_url) as client:
+        shared = await client.subscribe(
+            topic, "s", "Shared", initial_position="earliest", receiver_queue_size=20
+        )
+        producer = await client.create_producer(topic, batching_max_messages=10)
+        for i in range(500):
+            await producer.send_async(b"m%d" % i)
+        await producer.flush()
+
+        got = []
+        with pytest.raises(Timeout):
+            while True:
+                got.append(await shared.receive(timeout_ms=500))  # bounded: the limit stops it
+        assert 100 <= len(got) < 130, len(got)  # whole batches of 10: at most one over
+        for m in got:
+            await shared.acknowledge(m)
+        more = await shared.receive(timeout_ms=5000)  # acks free room: delivery resumes
+        assert more.data() not in {m.data() for m in got}
+
+        reader = await client.create_reader(topic, "earliest", receiver_queue_size=20)
+        read = [await reader.read_next(timeout_ms=5000) for _ in range(500)]
+        assert [m.data() for m in read] == [b"m%d" % i for i in range(500)]

@@ -1,0 +1,104 @@
+"""Executor side of a read: one task streams one :class:`Range` as Arrow batches.
+
+A task opens a non-durable reader positioned just after the range's start and reads until
+its end id, so a retried task reads exactly the same messages (nothing is acked, nothing is
+shared between tasks).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from client import Message, MessageId, Reader, Timeout
+
+from ._arrow import to_record_batch
+from ._offsets import EARLIEST, Range, first_id, key, parse_id
+from ._options import SourceOptions
+from ._runtime import LoopRunner
+from ._topics import base_topic, partition_index
+
+log = logging.getLogger(__name__)
+
+
+class DataLossError(RuntimeError):
+    """Messages the query still had to read were trimmed (see option failOnDataLoss)."""
+
+
+def read_range(options: SourceOptions, part: Range) -> Iterator[pa.RecordBatch]:
+    """The messages of ``part`` in publish order, ``arrow_batch_size`` rows per batch."""
+    topic, partition = base_topic(part.topic), partition_index(part.topic)
+    with LoopRunner(options.client) as runner:
+        reader = runner.run(
+            runner.client.create_reader(
+                part.topic,
+                part.start_id(),
+                receiver_queue_size=options.receiver_queue_size,
+            )
+        )
+        checked = part.after == EARLIEST
+        while True:
+            messages, done = runner.run(_chunk(reader, part, options))
+            if messages and not checked:
+                runner.run(_check_trimmed(runner, part, messages[0].message_id(), options))
+                checked = True
+            if messages:
+                yield to_record_batch(messages, topic, partition)
+            if done:
+                return
+
+
+async def _chunk(reader: Reader, part: Range, options: SourceOptions) -> tuple[list[Message], bool]:
+    """Up to ``arrow_batch_size`` messages of the range, and whether the range is done."""
+    out: list[Message] = []
+    while len(out) < options.arrow_batch_size:
+        try:
+            message = await reader.read_next(options.poll_timeout_ms)
+        except Timeout:
+            _missing(part, options, out)
+            return out, True
+        mid = message.message_id()
+        if part.is_past_end(mid):
+            return out, True
+        out.append(message)
+        if part.is_end(mid):
+            return out, True
+    return out, False
+
+
+def _missing(part: Range, options: SourceOptions, read: list[Message]) -> None:
+    """The end id never arrived: it was trimmed while we read, or the range is wrong."""
+    last = str(read[-1].message_id()) if read else part.after
+    text = (
+        f"{part.topic}: no message after {last} within pollTimeoutMs={options.poll_timeout_ms} "
+        f"although the range ends at {part.until} (trimmed, or the topic was deleted?)"
+    )
+    if options.fail_on_data_loss:
+        raise DataLossError(text + "; set failOnDataLoss=false to read what is left")
+    log.warning("%s", text)
+
+
+async def _check_trimmed(
+    runner: LoopRunner, part: Range, got: MessageId, options: SourceOptions
+) -> None:
+    """Fail (or warn) when the start offset is older than the partition's first message.
+
+    Trimming deletes whole ledgers and entry ids are contiguous inside a ledger, so only a
+    first message in another ledger than the start can mean a gap; only then do we look up
+    the partition's first available message.
+    """
+    start = parse_id(part.after)
+    if got.ledger_id == start.ledger_id:
+        return
+    first = await first_id(runner.client, part.topic, options.latest_idle_ms)
+    if first is None or key(start) >= key(first):
+        return
+    text = (
+        f"{part.topic}: the start offset {part.after} is older than the first available "
+        f"message {first}: messages in between were trimmed"
+    )
+    if options.fail_on_data_loss:
+        raise DataLossError(text + "; set failOnDataLoss=false to skip them")
+    log.warning("%s", text)
