@@ -26,6 +26,7 @@ from broker.lookup import BrokerData, LookupResult, lookup, resolve_ports
 from broker.metadata import EmbeddedMetadataStore, MetadataStore
 from broker.naming import NamespaceName, TopicName
 from broker.protocol import ProtocolHandler, load_protocol_handlers
+from broker.tls import read_tls_files
 from broker.topics import PersistentTopic
 from broker.web import WebService
 
@@ -57,6 +58,8 @@ class BrokerService:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        if any(bind.tls for bind in self.listeners.bind_addresses):
+            read_tls_files(self.config)  # unreadable TLS files: refuse before binding anything
         data_dir = Path(self.config.dataDirectory)
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         self.metadata = EmbeddedMetadataStore(data_dir)

@@ -61,7 +61,11 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await broker.start()
+        try:
+            await broker.start()
+        except BaseException:
+            await broker.close()
+            raise
         urls = broker.internal_urls()
         # One parseable line: tests and scripts wait for it to know the broker is up.
         print(
@@ -79,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
         import uvloop
 
         uvloop.run(main())
-    except OSError as exc:
+    except ConfigError as exc:
+        print(f"pulsar-grpc standalone: invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as exc:  # grpc reports a port it cannot bind as RuntimeError
         print(f"pulsar-grpc standalone: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -476,3 +476,31 @@ def test_pulsar_prefix_env_with_unknown_property_is_exit_2(tmp_path: Path) -> No
     result = cli("standalone", "--data", str(tmp_path / "d"), timeout=30, env=env)
     assert result.returncode == 2
     assert "env PULSAR_PREFIX_noSuchProperty: unknown property 'noSuchProperty'" in result.stderr
+
+
+def test_standalone_with_unreadable_tls_files_is_exit_2_and_binds_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    result = cli(
+        "standalone", "--data", str(data), "--set", "grpcServicePortTls=0",
+        "--set", f"tlsCertificateFilePath={tmp_path / 'absent.pem'}",
+        "--set", f"tlsKeyFilePath={tmp_path / 'absent.key'}",
+        timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "tlsCertificateFilePath" in result.stderr and "absent.pem" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not data.exists()
+
+
+def test_standalone_on_a_taken_port_says_so_and_exits_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = cli(
+            "standalone", "--data", str(tmp_path / "d"), "--set", f"grpcServicePort={port}",
+            "--set", "webServicePort=0", timeout=30,
+        )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "cannot start" in result.stderr and str(port) in result.stderr
+    assert "Traceback" not in result.stderr
