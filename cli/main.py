@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli import standalone
+from cli import clients, perf, standalone, topics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,13 +14,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="A Pulsar-model message broker whose client protocol is gRPC.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    standalone.add_parser(sub)
-    for module_name in ("cli.clients", "cli.topics", "cli.perf"):
-        try:
-            module = __import__(module_name, fromlist=["add_parser"])
-        except ImportError:
-            continue
-        module.add_parser(sub)
+    for command in (standalone, clients, topics, perf):
+        command.add_parser(sub)
     return parser
 
 
