@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker.ledger import Entry, ManagedCursor, Position
 from broker.topics.consumer import Consumer
 from broker.topics.dispatcher import Dispatcher
-from broker.topics.subscription import Subscription
 from broker.topics.transport import Delivery
+
+if TYPE_CHECKING:
+    from broker.topics.subscription import Subscription
 
 RANGE_SIZE = 1 << 16
 

@@ -15,6 +15,7 @@ from broker.errors import ConsumerBusyError, NotAllowedError
 from broker.ledger import ManagedCursor, Position
 from broker.topics.consumer import Consumer
 from broker.topics.dispatcher import Dispatcher, SharedDispatcher, SingleActiveConsumerDispatcher
+from broker.topics.key_shared import KeySharedDispatcher
 from broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
@@ -91,8 +92,6 @@ class Subscription:
             return SingleActiveConsumerDispatcher(self, self.cursor, batch)
         if sub_type is SubType.Shared:
             return SharedDispatcher(self, self.cursor, batch)
-        from broker.topics.key_shared import KeySharedDispatcher
-
         return KeySharedDispatcher(self, self.cursor, batch)
 
     async def remove_consumer(self, consumer: Consumer) -> None:
@@ -258,12 +257,13 @@ class Subscription:
             self._redeliveries.pop(position, None)
 
     async def _ack_timeout_loop(self) -> None:
-        tick = 1.0
-        for c in self.consumers:
-            if c.options.ack_timeout_ms > 0:
-                tick = min(tick, c.options.ack_timeout_ms / 4000)
+        """Pulsar's UnAckedMessageTracker: a tick of a quarter of the shortest timeout (at
+        most 1 s, Pulsar's ackTimeoutTickTime) bounds how late a redelivery can be."""
         while True:
-            await asyncio.sleep(tick)
+            timeouts = [
+                c.options.ack_timeout_ms for c in self.consumers if c.options.ack_timeout_ms
+            ]
+            await asyncio.sleep(min([1.0, *(t / 4000 for t in timeouts)]))
             now = time.monotonic()
             for consumer in list(self.consumers):
                 if consumer.options.ack_timeout_ms > 0:
