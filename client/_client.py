@@ -374,9 +374,28 @@ class Client:
             operation_timeout_s=self._operation_timeout_s,
         )
         consumer = await self._consumer(topic, subscription, config, params, partitions)
-        reader = Reader(consumer)
+        topics = _partition_topics(full_topic_name(topic), partitions)
+        reader = Reader(
+            consumer, self.get_last_message_id, topics, start, start_message_id_inclusive
+        )
+        if start == MessageId.latest:
+            await reader.mark_latest()
         self._handles.add(reader)
         return reader
+
+    async def get_last_message_id(self, topic: str) -> MessageId | None:
+        """The id of the newest message of a topic or of one partition; None when empty.
+
+        >>> await client.get_last_message_id("my-topic")
+        MessageId(ledger_id=3, entry_id=41, batch_index=99, partition=-1)
+        """
+        _, (target, tls) = await self._lookup(topic)
+        request = pb.GetLastMessageIdRequest(topic=topic)
+        response = await self._unary(self._stub(target, tls).GetLastMessageId, request, topic)
+        if not response.HasField("last_message_id"):
+            return None
+        last = response.last_message_id
+        return MessageId(last.ledger_id, last.entry_id, last.batch_index, last.partition)
 
     async def get_partitions_for_topic(self, topic: str) -> list[str]:
         """The partitions' full names, or the topic's own for a non-partitioned topic.

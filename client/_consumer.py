@@ -364,6 +364,10 @@ class Consumer:
         self._queue = queue
         self._closed = False
 
+    def queued(self) -> int:
+        """Messages received and not yet handed to the application."""
+        return len(self._queue)
+
     @property
     def topic(self) -> str:
         """The topic as given to ``subscribe``."""

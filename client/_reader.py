@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from ._consumer import Consumer
 from ._errors import AlreadyClosed
 from ._message import Message, MessageId
+
+LastMessageId = Callable[[str], Awaitable[MessageId | None]]
 
 
 class Reader:
@@ -16,8 +20,28 @@ class Reader:
     ...     print(msg.message_id(), msg.data())
     """
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        last_message_id: LastMessageId,
+        topics: list[str],
+        start: MessageId,
+        inclusive: bool,
+    ) -> None:
         self._consumer = consumer
+        self._last_message_id = last_message_id
+        self._topics = topics  # one per partition, in partition order
+        # Per partition: the id of the last message read (or, before any, the start point);
+        # None means "from the beginning". `inclusive` applies until the first read.
+        start_point = None if start == MessageId.earliest else start
+        self._read: list[MessageId | None] = [start_point] * len(topics)
+        self._inclusive = [inclusive] * len(topics)
+
+    async def mark_latest(self) -> None:
+        """A reader started at latest has read up to what each partition held then."""
+        for index, topic in enumerate(self._topics):
+            self._read[index] = await self._last_message_id(topic)
+            self._inclusive[index] = False
 
     @property
     def topic(self) -> str:
@@ -29,7 +53,31 @@ class Reader:
 
         >>> msg = await reader.read_next(timeout_ms=500)
         """
-        return await self._consumer.receive(timeout_ms)
+        message = await self._consumer.receive(timeout_ms)
+        index = max(message.partition, 0)
+        self._read[index] = message.message_id()
+        self._inclusive[index] = False
+        return message
+
+    async def has_message_available(self) -> bool:
+        """Whether :meth:`read_next` would return a message now or once it arrives: asks the
+        broker for each partition's last message id (Pulsar's hasMessageAvailable).
+
+        >>> while await reader.has_message_available():
+        ...     msg = await reader.read_next()
+        """
+        if self._consumer.queued():
+            return True
+        for index, topic in enumerate(self._topics):
+            last = await self._last_message_id(topic)
+            if last is None:
+                continue
+            seen = self._read[index]
+            if seen is None or _position(last) > _position(seen):
+                return True
+            if self._inclusive[index] and _position(last) == _position(seen):
+                return True
+        return False
 
     def has_reached_end_of_topic(self) -> bool:
         """Whether the topic was terminated and everything in it was read."""
@@ -41,6 +89,16 @@ class Reader:
         >>> await reader.seek(MessageId.earliest)
         """
         await self._consumer.seek(target)
+        n = len(self._topics)
+        if target == MessageId.latest:
+            await self.mark_latest()
+        elif isinstance(target, MessageId) and target != MessageId.earliest:
+            # The broker seeks to the entry: reading restarts at its first message.
+            index = max(target.partition, 0)
+            self._read[index] = MessageId(target.ledger_id, target.entry_id, -1, target.partition)
+            self._inclusive[index] = True
+        else:  # earliest, or a publish time: anything stored may come next
+            self._read, self._inclusive = [None] * n, [False] * n
 
     async def close(self) -> None:
         """Close the reader. Idempotent."""
@@ -60,3 +118,8 @@ class Reader:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+def _position(message_id: MessageId) -> tuple[int, int, int]:
+    """Order within a partition (the partition field aside)."""
+    return message_id.ledger_id, message_id.entry_id, message_id.batch_index

@@ -138,6 +138,11 @@ class GrpcProtocolHandler(ProtocolHandler):
                     request_deserializer=pb.LookupRequest.FromString,
                     response_serializer=pb.LookupResponse.SerializeToString,
                 ),
+                "GetLastMessageId": grpc.unary_unary_rpc_method_handler(
+                    self._last_message_id,
+                    request_deserializer=pb.GetLastMessageIdRequest.FromString,
+                    response_serializer=pb.GetLastMessageIdResponse.SerializeToString,
+                ),
                 "GetPartitionedTopicMetadata": grpc.unary_unary_rpc_method_handler(
                     self._partitioned_metadata,
                     request_deserializer=pb.PartitionedTopicMetadataRequest.FromString,
@@ -176,6 +181,26 @@ class GrpcProtocolHandler(ProtocolHandler):
             http_url_tls=result.http_url_tls or "",
             listener_name=result.listener,
         )
+
+    async def _last_message_id(
+        self, request: pb.GetLastMessageIdRequest, context: aio.ServicerContext
+    ) -> pb.GetLastMessageIdResponse:
+        assert self.service is not None
+        try:
+            topic = await self.service.get_topic(request.topic, create=False)
+            last = await topic.last_message()
+        except Exception as exc:
+            await abort(context, exc)
+        if last is None:
+            return pb.GetLastMessageIdResponse()
+        position, batch_index = last
+        message_id = pb.MessageId(
+            ledger_id=position.ledger_id,
+            entry_id=position.entry_id,
+            batch_index=batch_index,
+            partition=topic.partition,
+        )
+        return pb.GetLastMessageIdResponse(last_message_id=message_id)
 
     async def _partitioned_metadata(
         self, request: pb.PartitionedTopicMetadataRequest, context: aio.ServicerContext

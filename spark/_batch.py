@@ -53,7 +53,7 @@ async def plan_ranges(client: Client, options: SourceOptions) -> list[Range]:
         after = starts[partition]
         end: MessageId | None
         if ends[partition] == LATEST:
-            end = await last_id(client, partition, options.latest_idle_ms)
+            end = await last_id(client, partition)
         else:
             end = parse_id(ends[partition])
         if end is None:

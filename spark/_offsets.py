@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass
 
 from client import Client, MessageId, Timeout
@@ -136,32 +135,6 @@ async def first_id(client: Client, topic: str, idle_ms: int) -> MessageId | None
         await reader.close()
 
 
-async def last_id(client: Client, topic: str, idle_ms: int) -> MessageId | None:
-    """The newest message of a partition now, None if it holds none.
-
-    The protocol has no GetLastMessageId, so this reads the tail: seek to "published in the
-    last few seconds" and read to the end, widening the window (x30) until a message shows
-    up. Cost is the messages of the last window, not of the whole partition; messages
-    published after the call started are ignored so a busy producer cannot keep it running.
-    """
-    cut = int(time.time() * 1000)
-    reader = await client.create_reader(topic, MessageId.earliest)
-    try:
-        window = 2000
-        while True:
-            since = max(cut - window, 0)
-            await reader.seek(since)
-            last: MessageId | None = None
-            while True:
-                try:
-                    message = await reader.read_next(idle_ms)
-                except Timeout:
-                    break
-                if message.publish_timestamp() > cut:
-                    break
-                last = message.message_id()
-            if last is not None or since == 0:
-                return None if last is None else parse_id(str(last))
-            window *= 30
-    finally:
-        await reader.close()
+async def last_id(client: Client, topic: str) -> MessageId | None:
+    """The newest message of a partition now, None if it holds none (GetLastMessageId)."""
+    return await client.get_last_message_id(topic)

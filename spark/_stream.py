@@ -83,7 +83,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     async def _resolve(self, runner: LoopRunner, partition: str, value: str) -> str:
         if value != LATEST:
             return value
-        last = await last_id(runner.client, partition, self.options.latest_idle_ms)
+        last = await last_id(runner.client, partition)
         return EARLIEST if last is None else format_id(last, partition_index(partition))
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -182,7 +182,7 @@ def run(session: Any, args: argparse.Namespace, out: Any = None) -> tuple[Phase,
         async def starts() -> dict[str, str]:
             out_: dict[str, str] = {}
             for name in partitions:
-                last = await last_id(runner.client, name, 300)
+                last = await last_id(runner.client, name)
                 out_[name] = "earliest" if last is None else format_id(last, partition_index(name))
             return out_
 

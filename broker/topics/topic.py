@@ -132,6 +132,16 @@ class PersistentTopic:
         assert receipt.position is not None
         return receipt.position
 
+    async def last_message(self) -> tuple[Position, int] | None:
+        """The newest entry and the index of its last message; None when there is none."""
+        position = self.ledger.last_confirmed_entry
+        if position is None:
+            return None
+        entry = await self.ledger.read_entry(position)
+        if entry is None:
+            return None
+        return position, entry_format.info(entry.data).num_messages - 1
+
     # ------------------------------------------------------------ subscriptions
 
     async def subscribe(

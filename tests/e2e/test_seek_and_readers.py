@@ -268,3 +268,34 @@ async def test_seek_while_messages_flow_restarts_cleanly(broker: BrokerThread) -
             after.append(await consumer.receive(RECEIVE_MS))
         await assert_nothing_more(consumer, 200)
         assert [m.data().decode() for m in after] == [f"x{i}" for i in range(5, total)]
+
+
+async def test_last_message_id_and_has_message_available(broker: BrokerThread) -> None:
+    """Pulsar's getLastMessageId / hasMessageAvailable: a reader can tell when it has read
+    everything without waiting on a timeout."""
+    topic = "persistent://public/default/last-id"
+    async with Client(broker.service_url) as client:
+        producer = await client.create_producer(topic, batching_max_messages=10)
+        assert await client.get_last_message_id(topic) is None
+        futures = [await producer.send_async(b"m%d" % i) for i in range(25)]
+        await producer.flush()
+        ids = [f.result() for f in futures]
+        assert await client.get_last_message_id(topic) == ids[-1]  # (ledger, entry 2, index 4)
+
+        reader = await client.create_reader(topic, "earliest")
+        read = []
+        while await reader.has_message_available():
+            read.append((await reader.read_next(timeout_ms=5000)).data())
+        assert read == [b"m%d" % i for i in range(25)]
+
+        latest = await client.create_reader(topic, "latest")
+        assert not await latest.has_message_available()
+        await producer.send(b"new")
+        assert await latest.has_message_available()
+        assert (await latest.read_next(timeout_ms=5000)).data() == b"new"
+        assert not await latest.has_message_available()
+
+        from_id = await client.create_reader(topic, ids[24])
+        assert await from_id.has_message_available()  # "new" comes after ids[24]
+        at_last = await client.create_reader(topic, ids[-1], start_message_id_inclusive=True)
+        assert await at_last.has_message_available()

@@ -927,3 +927,45 @@ class PartitionedTopicMetadataResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionedTopicMetadataResponse: _TypeAlias = PartitionedTopicMetadataResponse  # noqa: Y015
+
+@_typing.final
+class GetLastMessageIdRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """a non-partitioned topic or one partition"""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLastMessageIdRequest: _TypeAlias = GetLastMessageIdRequest  # noqa: Y015
+
+@_typing.final
+class GetLastMessageIdResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LAST_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def last_message_id(self) -> Global___MessageId:
+        """unset when the topic holds no message"""
+
+    def __init__(
+        self,
+        *,
+        last_message_id: Global___MessageId | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_message_id", b"last_message_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_message_id", b"last_message_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLastMessageIdResponse: _TypeAlias = GetLastMessageIdResponse  # noqa: Y015

@@ -54,6 +54,11 @@ class PulsarServiceStub:
                 request_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.PartitionedTopicMetadataRequest.SerializeToString,
                 response_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.PartitionedTopicMetadataResponse.FromString,
                 _registered_method=True)
+        self.GetLastMessageId = channel.unary_unary(
+                '/pulsargrpc.v1.PulsarService/GetLastMessageId',
+                request_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdRequest.SerializeToString,
+                response_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdResponse.FromString,
+                _registered_method=True)
 
 
 class PulsarServiceServicer:
@@ -88,6 +93,14 @@ class PulsarServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLastMessageId(self, request, context):
+        """The id of the newest message of a topic (or of one partition), as Pulsar's
+        CommandGetLastMessageId: readers use it to tell whether a message is available.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PulsarServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +123,11 @@ def add_PulsarServiceServicer_to_server(servicer, server):
                     servicer.GetPartitionedTopicMetadata,
                     request_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.PartitionedTopicMetadataRequest.FromString,
                     response_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.PartitionedTopicMetadataResponse.SerializeToString,
+            ),
+            'GetLastMessageId': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLastMessageId,
+                    request_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdRequest.FromString,
+                    response_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +238,33 @@ class PulsarService:
             '/pulsargrpc.v1.PulsarService/GetPartitionedTopicMetadata',
             pulsargrpc_dot_v1_dot_pulsar__pb2.PartitionedTopicMetadataRequest.SerializeToString,
             pulsargrpc_dot_v1_dot_pulsar__pb2.PartitionedTopicMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLastMessageId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pulsargrpc.v1.PulsarService/GetLastMessageId',
+            pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdRequest.SerializeToString,
+            pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdResponse.FromString,
             options,
             channel_credentials,
             insecure,
