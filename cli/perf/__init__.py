@@ -1,9 +1,14 @@
 """`pulsar-grpc perf`: throughput and latency of a broker, in the spirit of pulsar-perf.
 
-``produce`` / ``consume`` load a running broker; ``ceiling`` measures a bare grpc.aio stream
-with the same batching and no broker behind it; ``all`` starts its own standalone broker (and
-the bare server) as child processes, so the broker and the load each get a core, and reports
+``produce`` / ``consume`` load a running broker; ``e2e`` runs producers and consumers at once
+and measures publish -> receive; ``ceiling`` measures a bare grpc.aio stream with the same
+batching and no broker behind it; ``all`` starts its own standalone broker (and the bare
+server) as child processes, so the broker and the load each get a core, and reports
 everything in one table. Progress lines go to stderr, the summary (table or --json) to stdout.
+
+Modules: ``spec`` (settings), ``stats`` (recorder, HDR histograms, budget, pacing), ``load``
+(SDK producers and consumers), ``raw`` (hand-driven streams, the bare server), ``procs``
+(child processes), ``report`` (machine, table, plot).
 """
 
 from __future__ import annotations
@@ -11,31 +16,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import re
-import subprocess
 import sys
-import tempfile
-import threading
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
-from cli.perf.load import (
-    CEILING_READY,
-    LoadSpec,
-    Recorder,
-    consume_raw,
-    consume_sdk,
-    produce_raw,
-    produce_sdk,
-)
+from cli.perf.load import STAMP_BYTES, consume_sdk, e2e, produce_sdk
+from cli.perf.procs import ceiling_server, standalone
+from cli.perf.raw import consume_raw, produce_raw
+from cli.perf.report import machine, plot, table
+from cli.perf.spec import LoadSpec
+from cli.perf.stats import Recorder
 
 Runner = Callable[[LoadSpec, Recorder], Coroutine[Any, Any, None]]
-READY = re.compile(r"pulsar-grpc standalone ready grpc=(grpc://\S+) http=")
-CEILING = re.compile(re.escape(CEILING_READY) + r"(\d+)")
-MODES = {"page-cache": (), "fsync": ("--set", "journalSyncData=true")}
+MODES: dict[str, tuple[str, ...]] = {
+    "page-cache": (),
+    "fsync": ("--set", "journalSyncData=true"),
+}
+SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -44,18 +45,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     produce = verbs.add_parser("produce", help="produce to a running broker")
     _add_load_flags(produce, topic=True)
     produce.add_argument(
-        "--raw", action="store_true", help="hand-built ProduceRequests on one stream, no SDK"
+        "--raw", action="store_true", help="hand-built ProduceRequests, one stream each, no SDK"
     )
     consume = verbs.add_parser("consume", help="consume (and ack) from a running broker")
     _add_load_flags(consume, topic=True)
+    _add_consumer_flags(consume)
     consume.add_argument(
-        "--raw", action="store_true", help="hand-driven Consume stream (permits, acks), no SDK"
+        "--raw", action="store_true", help="hand-driven Consume streams (permits, acks), no SDK"
     )
-    consume.add_argument("--subscription", "-s", default="perf-sub")
-    consume.add_argument("--receiver-queue", type=int, default=10_000)
-    consume.add_argument(
-        "--idle-timeout", type=float, default=10.0, help="stop after this long without a message"
+    both = verbs.add_parser(
+        "e2e", help="producers and consumers at once; end-to-end latency publish -> receive"
     )
+    _add_load_flags(both, topic=True)
+    _add_consumer_flags(both)
     ceiling = verbs.add_parser("ceiling", help="a bare grpc.aio stream, same batching, no broker")
     _add_load_flags(ceiling, topic=False)
     everything = verbs.add_parser(
@@ -74,15 +76,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def _add_load_flags(p: argparse.ArgumentParser, topic: bool) -> None:
     if topic:
         p.add_argument("--service-url", "-u", default="grpc://127.0.0.1:50051")
-        p.add_argument("--topic", "-t", default="perf")
+        p.add_argument("--topic", "-t", default="perf", help="a topic, or the base of --topics N")
+        p.add_argument(
+            "--topics",
+            metavar="N|T1,T2",
+            help="N topics named <topic>-0..N-1, or a comma list of topics",
+        )
+        p.add_argument(
+            "--partitions",
+            type=int,
+            default=0,
+            help="create each topic with N partitions first (admin HTTP); 0 = as it is",
+        )
+        p.add_argument("--admin-url", default="http://127.0.0.1:8080", help="broker web address")
+        p.add_argument("--rate", "-r", type=float, default=0, help="msg/s, 0 = as fast as possible")
+        p.add_argument("--plot", metavar="FILE.png", help="draw throughput and latency over time")
     p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     p.add_argument("--batch", type=int, default=100, help="messages per batch (default 100)")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--messages", "-m", type=int, default=0, help="messages per run")
     budget.add_argument("--duration", "-d", type=float, default=0, help="seconds per run")
-    if topic:
-        p.add_argument("--rate", "-r", type=float, default=0, help="msg/s, 0 = as fast as possible")
-    p.add_argument("--producers", "-p", type=int, default=1, help="producers (streams)")
+    p.add_argument("--producers", "-p", type=int, default=1, help="producers per topic")
     p.add_argument(
         "--max-pending", type=int, default=10_000, help="messages in flight per producer"
     )
@@ -93,98 +107,216 @@ def _add_load_flags(p: argparse.ArgumentParser, topic: bool) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
+def _add_consumer_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--subscription", "-s", default="perf-sub")
+    p.add_argument(
+        "--subscription-type",
+        choices=SUBSCRIPTION_TYPES,
+        help="default: Exclusive with one consumer per topic, Shared with more",
+    )
+    p.add_argument("--consumers", "-c", type=int, default=1, help="consumers per topic")
+    p.add_argument("--receiver-queue", type=int, default=10_000)
+    p.add_argument(
+        "--idle-timeout", type=float, default=10.0, help="stop after this long without a message"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.size < 1 or args.batch < 1 or args.producers < 1 or args.max_pending < args.batch:
-        print("pulsar-grpc perf: --size, --batch, --producers must be >= 1 and "
-              "--max-pending >= --batch", file=sys.stderr)  # fmt: skip
+    problem = _check(args)
+    if problem:
+        print(f"pulsar-grpc perf: {problem}", file=sys.stderr)
         return 2
     if args.verb == "all":
         return _run_all(args)
-    spec = _spec(args, getattr(args, "service_url", ""), getattr(args, "topic", "ceiling"))
     if args.verb == "ceiling":
-        with _ceiling_server() as url:
-            result = _measure("ceiling", produce_raw, replace(spec, service_url=url))
-    elif args.verb == "produce":
-        runner = produce_raw if args.raw else produce_sdk
-        result = _measure("produce raw" if args.raw else "produce", runner, spec)
-    else:
-        runner = consume_raw if args.raw else consume_sdk
-        result = _measure("consume raw" if args.raw else "consume", runner, spec)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(_table([result]))
-    return 0 if result["messages"] and not result["errors"] else 1
+        spec = _spec(args, "", ("ceiling",))
+        with ceiling_server() as url:
+            result, rec = _measure("ceiling", produce_raw, replace(spec, service_url=url))
+        return _finish(args, [result], [rec], ok=_ok(result))
+    spec = _spec(args, args.service_url, _topics(args))
+    if args.partitions:
+        for topic in spec.topics:
+            create_partitioned_topic(args.admin_url, topic, args.partitions)
+    if args.verb == "e2e":
+        return _run_e2e(args, spec)
+    raw = "raw" if args.raw else ""
+    runners: dict[tuple[str, str], Runner] = {
+        ("produce", ""): produce_sdk,
+        ("produce", "raw"): produce_raw,
+        ("consume", ""): consume_sdk,
+        ("consume", "raw"): consume_raw,
+    }
+    result, rec = _measure(f"{args.verb} {raw}".strip(), runners[args.verb, raw], spec)
+    return _finish(args, [result], [rec], ok=_ok(result))
 
 
-def _spec(args: argparse.Namespace, service_url: str, topic: str) -> LoadSpec:
+def _check(args: argparse.Namespace) -> str:
+    """What is wrong with the flags, or ''."""
+    if args.size < 1 or args.batch < 1 or args.producers < 1 or args.max_pending < args.batch:
+        return "--size, --batch, --producers must be >= 1 and --max-pending >= --batch"
+    if getattr(args, "consumers", 1) < 1 or getattr(args, "partitions", 0) < 0:
+        return "--consumers must be >= 1 and --partitions >= 0"
+    if getattr(args, "raw", False) and args.partitions:
+        return "--raw streams go to one topic each: list the partitions with --topics instead"
+    if args.verb == "e2e" and args.size < STAMP_BYTES:
+        return f"e2e payloads carry an {STAMP_BYTES}-byte send time: --size must be >= 8"
+    if getattr(args, "subscription_type", None) == "Exclusive" and args.consumers > 1:
+        return "an Exclusive subscription takes one consumer per topic"
+    return ""
+
+
+def _topics(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.topics is None:
+        return (args.topic,)
+    if args.topics.isdigit():
+        return tuple(f"{args.topic}-{i}" for i in range(int(args.topics)))
+    return tuple(t.strip() for t in args.topics.split(",") if t.strip())
+
+
+def _spec(args: argparse.Namespace, service_url: str, topics: tuple[str, ...]) -> LoadSpec:
     """The run's settings; with no budget at all, 10 s."""
+    consumers = getattr(args, "consumers", 1)
     return LoadSpec(
         service_url=service_url,
-        topic=topic,
+        topics=topics,
         size=args.size,
         batch=args.batch,
         messages=args.messages,
         duration=args.duration or (0 if args.messages else 10.0),
         rate=getattr(args, "rate", 0),
         producers=args.producers,
+        consumers=consumers,
+        partitions=getattr(args, "partitions", 0),
         max_pending=args.max_pending,
         batch_delay_ms=args.batch_delay_ms,
         subscription=getattr(args, "subscription", "perf-sub"),
+        subscription_type=getattr(args, "subscription_type", None)
+        or ("Exclusive" if consumers == 1 else "Shared"),
         receiver_queue=getattr(args, "receiver_queue", 10_000),
         idle_timeout=getattr(args, "idle_timeout", 10.0),
         interval=args.interval,
     )
 
 
-def _measure(label: str, runner: Runner, spec: LoadSpec) -> dict[str, Any]:
-    """Run one load on a fresh uvloop and return its summary."""
+def create_partitioned_topic(admin_url: str, topic: str, partitions: int) -> None:
+    """``PUT {admin}/admin/v2/persistent/<tenant>/<ns>/<topic>/partitions`` with the count
+    as body (Pulsar's admin API; the gRPC contract has no create call). A topic that already
+    has that many partitions is fine; another count is an error, as numbers would mislead."""
+    full = (
+        topic
+        if "://" in topic
+        else "persistent://" + (topic if "/" in topic else f"public/default/{topic}")
+    )
+    domain, _, rest = full.partition("://")
+    path = "/".join([domain, *(urllib.parse.quote(p, safe="") for p in rest.split("/"))])
+    url = f"{admin_url.rstrip('/')}/admin/v2/{path}/partitions"
+    request = urllib.request.Request(url, data=str(partitions).encode(), method="PUT")
+    request.add_header("Content-Type", "application/json")
+    try:
+        urllib.request.urlopen(request, timeout=30).close()
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:
+            raise RuntimeError(f"PUT {url}: HTTP {exc.code} {exc.read().decode()}") from None
+        with urllib.request.urlopen(url, timeout=30) as response:
+            existing = json.loads(response.read())["partitions"]
+    else:
+        return
+    if existing != partitions:
+        raise RuntimeError(f"{full} exists with {existing} partitions, not {partitions}")
+
+
+def _measure(label: str, runner: Runner, spec: LoadSpec) -> tuple[dict[str, Any], Recorder]:
+    """Run one load on a fresh uvloop and return its summary (and recorder, for a plot)."""
     import uvloop
 
     rec = Recorder(label, spec.size)
     uvloop.run(runner(spec, rec))
-    return {"run": label, "topic": spec.topic, "rate_limit": spec.rate, **rec.summary()}
+    return _result(label, spec, rec), rec
+
+
+def _result(label: str, spec: LoadSpec, rec: Recorder) -> dict[str, Any]:
+    return {
+        "run": label,
+        "topic": ",".join(spec.topics),
+        "partitions": spec.partitions,
+        "rate_limit": spec.rate,
+        **rec.summary(),
+    }
+
+
+def _ok(result: dict[str, Any]) -> bool:
+    return bool(result["messages"]) and not result["errors"]
+
+
+def _finish(
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    recorders: list[Recorder],
+    ok: bool,
+    report: dict[str, Any] | None = None,
+) -> int:
+    """Print the summary (table or JSON), draw the plot if asked; the exit code."""
+    if getattr(args, "plot", None):
+        title = f"pulsar-grpc perf {args.verb}: {rows[0]['topic']}, {args.size} B"
+        plot(args.plot, recorders, title)
+    if args.json:
+        print(json.dumps(report if report is not None else rows[0], indent=2))
+    else:
+        print(table(rows))
+    return 0 if ok else 1
+
+
+def _run_e2e(args: argparse.Namespace, spec: LoadSpec) -> int:
+    import uvloop
+
+    produced = Recorder("e2e publish", spec.size)
+    received = Recorder("e2e receive", spec.size)
+    counts = uvloop.run(e2e(spec, produced, received))
+    publish = _result("e2e publish", spec, produced)
+    end_to_end = _result("e2e receive", spec, received)
+    report = {"run": "e2e", "topic": publish["topic"], **counts}
+    report.update(publish=publish, end_to_end=end_to_end)
+    ok = counts["sent"] > 0 and counts["sent"] == counts["received"] and not publish["errors"]
+    if not ok:
+        print(f"pulsar-grpc perf e2e: sent {counts['sent']}, received {counts['received']}, "
+              f"errors {publish['errors']}", file=sys.stderr)  # fmt: skip
+    return _finish(args, [publish, end_to_end], [produced, received], ok, report)
 
 
 # ---------------------------------------------------------------- perf all
 
 
 def _run_all(args: argparse.Namespace) -> int:
-    spec = _spec(args, "", "")
+    spec = _spec(args, "", ("",))
     report: dict[str, Any] = {"machine": machine(), "settings": _settings(args, spec)}
-    with _ceiling_server() as url:
-        ceiling = _measure("ceiling", produce_raw, replace(spec, service_url=url, topic="c"))
+    with ceiling_server() as url:
+        ceiling, _ = _measure("ceiling", produce_raw, replace(spec, service_url=url, topics=("c",)))
     report["ceiling"] = ceiling
     rows = [{**ceiling, "durability": "none (no broker)"}]
     report["runs"] = {}
     for mode in ("page-cache", "fsync") if args.sync else ("page-cache",):
-        with _broker(MODES[mode]) as url:
-            runs = _broker_runs(replace(spec, service_url=url), args.latency_rate)
+        with standalone(*MODES[mode]) as broker:
+            runs = _broker_runs(replace(spec, service_url=broker.service_url), args.latency_rate)
         report["runs"][mode] = runs
         rows += [{**r, "durability": mode} for r in runs.values()]
     report["machine"]["load_after"] = os.getloadavg()
     ceiling_rate = ceiling["msg_per_s"]
     for row in rows:
         row["pct_of_ceiling"] = round(100 * row["msg_per_s"] / ceiling_rate, 1)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(_table(rows))
-    ok = all(r["messages"] and not r["errors"] for r in rows)
-    return 0 if ok else 1
+    return _finish(args, rows, [], all(_ok(r) for r in rows), report)
 
 
 def _broker_runs(spec: LoadSpec, latency_rate: float) -> dict[str, dict[str, Any]]:
     """Produce (SDK, then raw); consume what the SDK produced (SDK, then raw, on a second
-    subscription); then latency at a fixed rate."""
-    sdk = _measure("produce", produce_sdk, replace(spec, topic="perf-sdk"))
-    raw = _measure("produce raw", produce_raw, replace(spec, topic="perf-raw"))
-    drain = replace(spec, topic="perf-sdk", messages=sdk["messages"], duration=0)
-    consume = _measure("consume", consume_sdk, drain)
+    subscription); then publish latency at a fixed rate."""
+    sdk, _ = _measure("produce", produce_sdk, replace(spec, topics=("perf-sdk",)))
+    raw, _ = _measure("produce raw", produce_raw, replace(spec, topics=("perf-raw",)))
+    drain = replace(spec, topics=("perf-sdk",), messages=sdk["messages"], duration=0)
+    consume, _ = _measure("consume", consume_sdk, drain)
     drain_raw = replace(drain, subscription="perf-raw-sub")
-    consume_raw_result = _measure("consume raw", consume_raw, drain_raw)
-    paced = replace(spec, topic="perf-latency", rate=latency_rate)
-    latency = _measure(f"latency@{latency_rate:,.0f}", produce_sdk, paced)
+    consume_raw_result, _ = _measure("consume raw", consume_raw, drain_raw)
+    paced = replace(spec, topics=("perf-latency",), rate=latency_rate)
+    latency, _ = _measure(f"latency@{latency_rate:,.0f}", produce_sdk, paced)
     return {
         "produce_sdk": sdk,
         "produce_raw": raw,
@@ -199,100 +331,3 @@ def _settings(args: argparse.Namespace, spec: LoadSpec) -> dict[str, Any]:
     out = {k: getattr(spec, k) for k in keep}
     out.update(latency_rate=args.latency_rate, receiver_queue=spec.receiver_queue)
     return out
-
-
-@contextmanager
-def _child(cmd: list[str], ready: re.Pattern[str], what: str) -> Iterator[re.Match[str]]:
-    """A child process that prints a ready line; stopped (SIGTERM, then kill) on exit."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    timer = threading.Timer(30, proc.kill)
-    timer.start()
-    lines: list[str] = []
-    match = None
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if match := ready.search(line):
-                break
-    finally:
-        timer.cancel()
-    if match is None:
-        proc.kill()
-        proc.wait()
-        raise RuntimeError(f"{what} did not start:\n{''.join(lines)}")
-    print(f"{what} pid {proc.pid}", file=sys.stderr, flush=True)
-    drain = threading.Thread(target=proc.stdout.read, daemon=True)  # keep its pipe drained
-    drain.start()
-    try:
-        yield match
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        drain.join(5)
-        proc.stdout.close()
-
-
-@contextmanager
-def _broker(extra: tuple[str, ...]) -> Iterator[str]:
-    """A standalone broker on free ports with a temporary data directory."""
-    with tempfile.TemporaryDirectory(prefix="pulsar-grpc-perf-") as data:
-        cmd = [
-            sys.executable, "-m", "cli.main", "standalone", "--data", data,
-            "--set", "grpcServicePort=0", "--set", "webServicePort=0",
-            "--log-level", "WARNING", *extra,
-        ]  # fmt: skip
-        with _child(cmd, READY, "broker " + " ".join(extra)) as match:
-            yield match.group(1)
-
-
-@contextmanager
-def _ceiling_server() -> Iterator[str]:
-    """The bare-stream server in its own process, like the broker."""
-    code = "from cli.perf.load import serve_ceiling; serve_ceiling()"
-    with _child([sys.executable, "-c", code], CEILING, "ceiling server") as match:
-        yield f"grpc://127.0.0.1:{match.group(1)}"
-
-
-# ---------------------------------------------------------------- reporting
-
-
-def machine() -> dict[str, Any]:
-    """What the figures depend on, to print next to them."""
-    import grpc
-    import uvloop
-    from google import protobuf
-
-    cpu = mem = ""
-    with open("/proc/cpuinfo") as f:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    with open("/proc/meminfo") as f:
-        mem = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("MemTotal")), "")
-    return {
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "memory": mem,
-        "python": platform.python_version(),
-        "grpcio": grpc.__version__,
-        "protobuf": protobuf.__version__,
-        "uvloop": uvloop.__version__,
-        "load_before": os.getloadavg(),
-    }
-
-
-def _table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'run':<18}{'durability':<18}{'messages':>10}{'msg/s':>11}{'MB/s':>7}{'%ceil':>7}"
-    head += "".join(f"{k:>9}" for k in ("mean", "p50", "p95", "p99", "p99.9", "max"))
-    lines = [head + "  (latency ms)"]
-    for r in rows:
-        pct = f"{r['pct_of_ceiling']:.1f}" if "pct_of_ceiling" in r else "-"
-        line = f"{r['run']:<18}{r.get('durability', ''):<18}{r['messages']:>10,}"
-        line += f"{r['msg_per_s']:>11,.0f}{r['mb_per_s']:>7.1f}{pct:>7}"
-        lat = r["latency_ms"] or {}
-        line += "".join(f"{v:>9.2f}" for v in lat.values())
-        lines.append(line + (f"  errors {r['errors']}" if r["errors"] else ""))
-    return "\n".join(lines)

@@ -13,11 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from client import AlreadyClosed, Client, Consumer, InitialPosition, Producer
 from cli.perf.spec import LoadSpec, chunk_of, payload_of
 from cli.perf.stats import Budget, Pacer, Recorder, now_us, wall_us, with_reporters
+from client import AlreadyClosed, Client, Consumer, InitialPosition, Producer
 
 STAMP_BYTES = 8  # e2e payloads start with the send time, µs since the epoch, big endian
+_DRY_S = 0.5  # consumers that got nothing for this long at the deadline had run dry
 
 
 async def produce_sdk(spec: LoadSpec, rec: Recorder) -> None:
@@ -81,7 +82,7 @@ async def _create_producers(client: Client, spec: LoadSpec) -> list[Producer]:
 async def _send_all(producers: list[Producer], spec: LoadSpec, rec: Recorder, stamp: bool) -> None:
     """Every producer sends from one shared budget (and pace) until it is spent."""
     budget = Budget(spec.messages, spec.duration)
-    pacer = Pacer(spec.rate / len(producers)) if spec.rate > 0 else None
+    pacer = Pacer(spec.rate) if spec.rate > 0 else None  # shared: the rate is the total
     chunk = chunk_of(spec, len(producers))
     await asyncio.gather(
         *(_send_loop(p, spec, chunk, budget, pacer, rec, stamp) for p in producers)
@@ -232,8 +233,9 @@ class _ConsumerGroup:
 
     async def _watch(self, duration: float) -> None:
         """Close every consumer once the expected count is in, at the deadline, or when no
-        message came for ``idle_timeout``; in the first and last case the run's clock stops
-        at the last message."""
+        message came for ``idle_timeout``. The run's clock stops at the last message unless
+        messages were still flowing at the deadline: a consumer that drained a backlog early
+        reports the rate it drained it at, not the backlog spread over the whole duration."""
         deadline = time.perf_counter() + duration if duration > 0 else None
         while True:
             await asyncio.sleep(0.02)
@@ -245,5 +247,7 @@ class _ConsumerGroup:
                 self.rec.finish(at=self.last)
                 break
             if deadline is not None and now >= deadline:
+                if now - self.last >= _DRY_S:  # drained the backlog before the deadline
+                    self.rec.finish(at=self.last)
                 break
         await asyncio.gather(*(c.close() for c in self.consumers), return_exceptions=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,6 +59,36 @@ def test_produce_at_a_fixed_rate_with_several_producers(
         "--messages", "2000", "--rate", "4000", "--producers", "2",
     )  # fmt: skip
     assert_consistent(run, 2000)
+
+
+def test_e2e_receives_everything_it_sent_and_plots_it(
+    broker: BrokerThread, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    png = tmp_path / "e2e.png"
+    report = perf(
+        capsys, "e2e", "-u", broker.service_url, "-t", "e2e", "--duration", "1.5",
+        "--rate", "5000", "--plot", str(png),
+    )  # fmt: skip
+    assert report["sent"] == report["received"] > 0
+    assert report["stale"] == 0
+    assert_consistent(report["publish"], report["sent"])
+    assert_consistent(report["end_to_end"], report["received"])
+    assert report["end_to_end"]["series"], "one point per stats interval, for the plot"
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_e2e_on_partitioned_topics_with_shared_consumers(
+    broker: BrokerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = perf(
+        capsys, "e2e", "-u", broker.service_url, "--admin-url", broker.http_url,
+        "-t", "parts", "--topics", "2", "--partitions", "3", "--consumers", "2",
+        "--producers", "2", "--messages", "6000",
+    )  # fmt: skip
+    assert report["topic"] == "parts-0,parts-1"
+    assert report["sent"] == report["received"] == 6000
+    assert_consistent(report["publish"], 6000)
+    assert_consistent(report["end_to_end"], 6000)
 
 
 def test_all_starts_its_own_broker_and_ceiling(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,43 @@
+"""What one perf run does: the settings every load generator takes."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """The produce/consume flags of `perf`, resolved (topics named, budget defaulted)."""
+
+    service_url: str
+    topics: tuple[str, ...]
+    size: int = 100
+    batch: int = 100
+    messages: int = 0  # over all producers; 0: until the duration is over
+    duration: float = 0.0  # 0: until the message count is reached
+    rate: float = 0.0  # messages/s over all producers, 0: as fast as possible
+    producers: int = 1  # per topic
+    consumers: int = 1  # per topic, all on one subscription
+    partitions: int = 0  # of each topic; 0: not partitioned
+    max_pending: int = 10_000  # per producer: messages sent and not receipted
+    batch_delay_ms: float = 1.0
+    subscription: str = "perf-sub"
+    subscription_type: str = "Exclusive"
+    receiver_queue: int = 10_000
+    idle_timeout: float = 10.0  # a consumer stops after this long without a message
+    interval: float = 2.0  # seconds between stats lines
+
+
+def payload_of(size: int) -> bytes:
+    """Incompressible bytes, so nothing on the path gets an unfair shortcut."""
+    return random.Random(size).randbytes(size)
+
+
+def chunk_of(spec: LoadSpec, streams: int) -> int:
+    """Messages sent back to back, without yielding to the loop: a batch when unlimited,
+    ~1 ms worth when paced (``streams`` producers share the rate). Batches then hold whole
+    chunks: a full batch is one chunk, and the SDK's batch timer fires only between chunks."""
+    if spec.rate <= 0:
+        return spec.batch
+    return max(1, min(spec.batch, int(spec.rate / streams / 1000)))

@@ -1,0 +1,193 @@
+"""Measuring a perf run: counts, HDR latency histograms, stats lines, budgets and pacing.
+
+Everything here runs on the one event loop of the load process, next to the load itself, so
+the measuring must cost little per message: latencies are counted in a plain dict (µs ->
+count) and folded into HDR histograms only when a stats line is printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+# Latencies are recorded in µs, up to 10 minutes, with 3 significant digits.
+_HDR_MAX_US = 600_000_000
+PERCENTILES = (50.0, 95.0, 99.0, 99.9)
+
+
+def now_us() -> int:
+    """Monotonic µs: for latencies measured within this process."""
+    return time.perf_counter_ns() // 1000
+
+
+def wall_us() -> int:
+    """Wall-clock µs since the epoch: the send stamp carried in e2e payloads, comparable
+    across processes on one host."""
+    return time.time_ns() // 1000
+
+
+def _bucket(us: int) -> int:
+    """``us`` cut to the 11 significant bits an HDR histogram with 3 digits keeps anyway,
+    so the dict of pending latencies stays small."""
+    shift = us.bit_length() - 11
+    return us if shift <= 0 else (us >> shift) << shift
+
+
+@dataclass(slots=True)
+class Recorder:
+    """Counts completed messages and their latencies; prints a stats line per interval and
+    keeps each interval's figures (``series``) for ``--plot`` and ``--json``."""
+
+    label: str
+    size: int
+    count: int = 0
+    errors: int = 0
+    pending: dict[int, int] = field(default_factory=dict)  # latency µs -> count, not yet folded
+    total: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, _HDR_MAX_US, 3))
+    series: list[dict[str, Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+    finished: float = 0.0
+    _last_count: int = 0
+    _last_time: float = 0.0
+
+    def add(self, latency_us: int, n: int = 1) -> None:
+        """``n`` messages completed, each after ``latency_us``."""
+        self.count += n
+        key = _bucket(latency_us)
+        self.pending[key] = self.pending.get(key, 0) + n
+
+    def add_group(self, sent_us: list[int], ok: bool) -> None:
+        """Messages sent at ``sent_us`` got their receipt now (or failed, if not ``ok``)."""
+        if not ok:
+            self.errors += len(sent_us)
+            return
+        received = now_us()
+        pending = self.pending
+        for sent in sent_us:
+            key = _bucket(received - sent)
+            pending[key] = pending.get(key, 0) + 1
+        self.count += len(sent_us)
+
+    def start(self) -> None:
+        self.started = self._last_time = time.perf_counter()
+
+    def finish(self, at: float | None = None) -> None:
+        """Stop the clock (at ``at``: a consumer that waited in vain stops at its last message)."""
+        if not self.finished:
+            self.finished = at or time.perf_counter()
+
+    def line(self) -> str:
+        """The stats line of the interval since the previous one (latencies of that interval)."""
+        interval = HdrHistogram(1, _HDR_MAX_US, 3)
+        for value, n in self.pending.items():
+            interval.record_value(max(1, value), n)
+        self.pending.clear()
+        self.total.add(interval)
+        # Not past the end of the run, nor before the previous line (a consumer's clock may
+        # stop at its last message, before the line that follows it).
+        now = max(self._last_time, min(time.perf_counter(), self.finished or float("inf")))
+        rate = (self.count - self._last_count) / max(now - self._last_time, 1e-9)
+        self._last_count, self._last_time = self.count, now
+        lat = latency_ms(interval) if interval.get_total_count() else None
+        point = {"t": round(now - self.started, 3), "msg_per_s": round(rate, 1)}
+        self.series.append(
+            {**point, "mb_per_s": round(rate * self.size / 1e6, 3), "latency_ms": lat}
+        )
+        text = (
+            f"{self.label:<12} {now - self.started:6.1f}s  {rate:>11,.0f} msg/s "
+            f"{rate * self.size / 1e6:7.1f} MB/s"
+        )
+        if lat:
+            text += "  latency ms " + format_latency(lat)
+        return text + (f"  errors {self.errors}" if self.errors else "")
+
+    def summary(self) -> dict[str, Any]:
+        """Totals of the whole run; folds what the last interval left."""
+        if self.pending or self.count > self._last_count:
+            self.line()
+        elapsed = max((self.finished or time.perf_counter()) - self.started, 1e-9)
+        return {
+            "messages": self.count,
+            "errors": self.errors,
+            "seconds": round(elapsed, 3),
+            "msg_per_s": round(self.count / elapsed, 1),
+            "mb_per_s": round(self.count * self.size / elapsed / 1e6, 2),
+            "latency_ms": latency_ms(self.total) if self.total.get_total_count() else None,
+            "series": self.series,
+        }
+
+    async def report_every(self, seconds: float) -> None:
+        """Print a stats line every ``seconds`` until cancelled."""
+        while True:
+            await asyncio.sleep(seconds)
+            print(self.line(), file=sys.stderr, flush=True)
+
+
+def latency_ms(h: HdrHistogram) -> dict[str, float]:
+    """mean, percentiles and max of a histogram of µs, in ms."""
+    out = {"mean": round(h.get_mean_value() / 1000, 3)}
+    for p in PERCENTILES:
+        out[f"p{p:g}"] = round(h.get_value_at_percentile(p) / 1000, 3)
+    out["max"] = round(h.get_max_value() / 1000, 3)
+    return out
+
+
+def format_latency(lat: dict[str, float]) -> str:
+    return " ".join(f"{k} {v:.2f}" for k, v in lat.items())
+
+
+class Budget:
+    """Messages the producers of one run may still send: a count and/or a deadline."""
+
+    def __init__(self, messages: int, duration: float) -> None:
+        self._left = messages if messages > 0 else None
+        self._deadline = time.monotonic() + duration if duration > 0 else None
+
+    def take(self, wanted: int) -> int:
+        """Up to ``wanted`` messages to send now; 0 means the run is over."""
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            return 0
+        if self._left is None:
+            return wanted
+        n = min(wanted, self._left)
+        self._left -= n
+        return n
+
+
+class Pacer:
+    """Spreads sends evenly at ``rate`` messages/s (no catching up after a stall)."""
+
+    def __init__(self, rate: float) -> None:
+        self._interval = 1.0 / rate
+        self._next = time.monotonic()
+
+    async def wait(self, n: int) -> None:
+        now = time.monotonic()
+        self._next = max(self._next, now - 0.1) + n * self._interval
+        delay = self._next - now
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+async def with_reporters(recorders: list[Recorder], interval: float, work: list[Any]) -> None:
+    """Run ``work`` (coroutines) while printing stats lines; stop every clock still running
+    when it ends (a consumer may have stopped its own earlier, at its last message)."""
+    loop = asyncio.get_running_loop()
+    for rec in recorders:
+        rec.start()
+    reporters = [loop.create_task(rec.report_every(interval)) for rec in recorders]
+    try:
+        await asyncio.gather(*work)
+    finally:
+        for rec in recorders:
+            rec.finish()
+        for reporter in reporters:
+            reporter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reporter
