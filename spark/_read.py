@@ -97,7 +97,8 @@ async def _check_trimmed(
         return
     text = (
         f"{part.topic}: the start offset {part.after} is older than the first available "
-        f"message {first}: messages in between were trimmed"
+        f"message {first}: messages in between may have been trimmed "
+        "(set failOnDataLoss=false to read on)"
     )
     if options.fail_on_data_loss:
         raise DataLossError(text + "; set failOnDataLoss=false to skip them")
