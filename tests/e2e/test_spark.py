@@ -1,55 +1,27 @@
 """The pulsar-grpc Spark data source end to end: Spark local mode against a real broker.
 
-One SparkSession for the module (JVM start-up is the expensive part); a fresh broker per test.
+One SparkSession for all Spark tests (tests/e2e/conftest.py); a fresh broker per test.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-pyspark = pytest.importorskip("pyspark")
+import spark as pulsar_grpc_spark
+from client import MessageId, SyncClient
+from spark import _admin
+from tests.support import BrokerThread
 
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-
-import spark as pulsar_grpc_spark  # noqa: E402
-from client import MessageId, SyncClient  # noqa: E402
-from spark import _admin  # noqa: E402
-from tests.support import BrokerThread  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
 FMT = pulsar_grpc_spark.FORMAT
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture(scope="module")
-def session() -> Iterator[SparkSession]:
-    # Python workers must use this venv and import spark/ and client/ from this checkout.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("test_spark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.streaming.pollingDelay", "10ms")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    pulsar_grpc_spark.register(spark)
-    yield spark
-    spark.stop()
 
 
 def _topic(name: str) -> str:

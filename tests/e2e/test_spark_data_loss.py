@@ -10,51 +10,23 @@ available message. Like Spark's Kafka source: ``failOnDataLoss=true`` fails the 
 from __future__ import annotations
 
 import json
-import os
 import re
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
-pyspark = pytest.importorskip("pyspark")
+import spark as pulsar_grpc_spark
+from client import MessageId, SyncClient, Timeout
+from tests.support import BrokerThread
 
-from pyspark.sql import SparkSession  # noqa: E402
-
-import spark as pulsar_grpc_spark  # noqa: E402
-from client import MessageId, SyncClient, Timeout  # noqa: E402
-from tests.support import BrokerThread  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
 FMT = pulsar_grpc_spark.FORMAT
 ENTRIES_PER_LEDGER = 5
 LOSS = r"DataLossError: .* is older than the first available message .* trimmed"
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture(scope="module")
-def session() -> Iterator[SparkSession]:
-    # As in test_spark.py: workers use this venv and import spark/ and client/ from here.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("test_spark_data_loss")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.streaming.pollingDelay", "10ms")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    pulsar_grpc_spark.register(spark)
-    yield spark
-    spark.stop()
 
 
 @pytest.fixture
