@@ -98,10 +98,14 @@ async def test_rollover_and_metadata(env: Env) -> None:
     ids = sorted({p.ledger_id for p in positions})
     assert len(ids) == 3
     assert [p.entry_id for p in positions] == [0, 1, 2, 3, 4] * 2 + [0, 1]
-    await asyncio.sleep(0.05)  # rollover registration runs in the background
-    got = await env.metadata.get(ledger_path(NAME))
-    assert got is not None
-    infos = decode_ledgers(got.value)
+    # Rollover registration runs in the background: wait until the metadata lists them.
+    for _ in range(500):
+        got = await env.metadata.get(ledger_path(NAME))
+        assert got is not None
+        infos = decode_ledgers(got.value)
+        if [i.ledger_id for i in infos][:3] == ids and infos[0].entries == 5:
+            break
+        await asyncio.sleep(0.01)
     assert [i.ledger_id for i in infos][:3] == ids
     assert infos[0].entries == 5 and infos[0].size == sum(len(b"e%d" % i) for i in range(5))
     cursor = ml.new_non_durable_cursor("earliest")
@@ -315,7 +319,7 @@ async def test_trim_runs_in_background_after_mark_delete(env: Env) -> None:
     cursor = await ml.open_cursor("sub", "earliest")
     positions = await add_all(ml, [b"%d" % i for i in range(11)])
     await cursor.mark_delete(positions[-1])
-    for _ in range(50):
+    for _ in range(500):
         if len(ml.ledgers) == 1:
             break
         await asyncio.sleep(0.01)
