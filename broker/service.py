@@ -84,7 +84,13 @@ class BrokerService:
             self.web = web
         for handler in self.handlers:
             await handler.start(self)
-        log.info("broker started: %s", self.broker_data().listeners)
+        listeners = self.broker_data().listeners.values()
+        log.info(
+            "broker started: %s",
+            "; ".join(
+                f"{lst.name} {' '.join(filter(None, map(lst.url, lst.urls)))}" for lst in listeners
+            ),
+        )
 
     async def close(self) -> None:
         if self._closing:
