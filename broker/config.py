@@ -74,18 +74,13 @@ class ServiceConfiguration:
 
     # --- dispatch ---
     dispatcherMaxReadBatchSize: int = 100
-    # 0 means no limit, as in Pulsar.
+    # Shared and Key_Shared only; 0 means no limit, as in Pulsar.
     maxUnackedMessagesPerConsumer: int = 50000
-    maxUnackedMessagesPerSubscription: int = 4 * 50000
-    subscriptionKeySharedUseConsistentHashing: bool = True
-
-    # --- lifecycle ---
-    brokerShutdownTimeoutMs: int = 60000
 
     # --- security ---
+    # Recognised so that a broker.conf asking for it is refused clearly: no authentication
+    # provider exists in this version yet.
     authenticationEnabled: bool = False
-    authorizationEnabled: bool = False
-    superUserRoles: list[str] = field(default_factory=list)
     tlsCertificateFilePath: str | None = None
     tlsKeyFilePath: str | None = None
     tlsTrustCertsFilePath: str | None = None
@@ -270,8 +265,6 @@ _AT_LEAST: dict[str, int] = {
     "managedLedgerCacheSizeMB": 0,
     "dispatcherMaxReadBatchSize": 1,
     "maxUnackedMessagesPerConsumer": 0,
-    "maxUnackedMessagesPerSubscription": 0,
-    "brokerShutdownTimeoutMs": 0,
     "defaultRetentionTimeInMinutes": -1,
     "defaultRetentionSizeInMB": -1,
 }
@@ -288,6 +281,14 @@ def _check_not_empty(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
     for name in ("clusterName", "bindAddress", "dataDirectory", "messagingProtocols"):
         if not getattr(config, name):
             yield name, "must not be empty"
+
+
+def _check_unsupported(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    if config.authenticationEnabled:
+        yield (
+            "authenticationEnabled",
+            "true is not supported yet: this broker has no authentication providers",
+        )
 
 
 def _check_tls_files(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
@@ -315,6 +316,7 @@ RULES: list[Rule] = [
     _check_minimums,
     _check_not_empty,
     _check_tls_files,
+    _check_unsupported,
     *LISTENER_RULES,
 ]
 

@@ -265,7 +265,7 @@ class SharedDispatcher(Dispatcher):
         self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
     ) -> None:
         super().__init__(subscription, cursor, max_read_batch)
-        self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer
+        self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer or None
         self._next = 0
 
     def _dispatch(self, entries: list[Entry]) -> None:

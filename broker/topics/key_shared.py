@@ -84,7 +84,7 @@ class KeySharedDispatcher(Dispatcher):
         self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
     ) -> None:
         super().__init__(subscription, cursor, max_read_batch)
-        self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer
+        self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer or None
         self.selector = AutoSplitSelector()
 
     def add_consumer(self, consumer: Consumer) -> None:

@@ -48,15 +48,16 @@ def test_defaults() -> None:
     assert config.allowAutoTopicCreationType == "non-partitioned"
     assert config.maxMessageSize == 5242880
     assert config.defaultNumberOfNamespaceBundles == 4
-    assert config.maxUnackedMessagesPerSubscription == 200000
-    assert config.superUserRoles == []
+    assert config.maxUnackedMessagesPerConsumer == 50000
     assert validate(config) == []
 
 
 def test_property_names_are_pulsars() -> None:
     for name in ("clusterName", "advertisedListeners", "internalListenerName", "bindAddresses"):
         assert name in PROPERTY_NAMES
-    assert ServiceConfiguration().superUserRoles is not ServiceConfiguration().superUserRoles
+    assert (
+        ServiceConfiguration().messagingProtocols is not ServiceConfiguration().messagingProtocols
+    )
 
 
 @pytest.mark.parametrize(
@@ -76,7 +77,7 @@ def test_property_names_are_pulsars() -> None:
         ("allowAutoTopicCreationType", "partitioned", "partitioned"),
         ("messagingProtocols", "grpc, kafka ,", ["grpc", "kafka"]),
         ("messagingProtocols", "", ["grpc"]),
-        ("superUserRoles", "admin,ops", ["admin", "ops"]),
+        ("maxUnackedMessagesPerConsumer", "0", 0),
         ("defaultRetentionTimeInMinutes", "-1", -1),
         ("internalListenerName", "internal", "internal"),
     ],
@@ -151,7 +152,8 @@ def test_empty_later_value_resets_to_default(tmp_path: Path) -> None:
         ("defaultNumPartitions", "0", "0 is less than the minimum 1"),
         ("dispatcherMaxReadBatchSize", "0", "0 is less than the minimum 1"),
         ("defaultRetentionSizeInMB", "-2", "-2 is less than the minimum -1"),
-        ("brokerShutdownTimeoutMs", "-1", "-1 is less than the minimum 0"),
+        ("maxUnackedMessagesPerConsumer", "-1", "-1 is less than the minimum 0"),
+        ("authenticationEnabled", "true", "authenticationEnabled: true is not supported yet"),
         ("messagingProtocols", ",", "messagingProtocols: must not be empty"),
         ("clusterName", " ", None),  # empty -> default, which is valid
         ("webServicePort", "50051", "webServicePort: 50051 is already used by grpcServicePort"),
