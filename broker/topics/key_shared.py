@@ -78,6 +78,10 @@ class KeySharedDispatcher(Dispatcher):
     An entry whose consumer has no permits waits in the replay set, and the entries read
     after it that hash to the same consumer wait too, so per-key order holds. The replay set is
     bounded: while it holds ``max_read_batch`` entries per consumer, no new entries are read.
+
+    A consumer that joins takes keys whose earlier messages may still be unacked at another
+    consumer. As in Pulsar (recently joined consumers), it gets no entry read after its join
+    until every entry read before it is acked, so it can never overtake them.
     """
 
     def __init__(
@@ -86,24 +90,43 @@ class KeySharedDispatcher(Dispatcher):
         super().__init__(subscription, cursor, max_read_batch)
         self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer or None
         self.selector = AutoSplitSelector()
+        # consumer -> the read position when it joined (Pulsar's recentlyJoinedConsumers)
+        self.recently_joined: dict[Consumer, Position] = {}
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.selector.add(consumer)
+        if self.consumers:
+            self.recently_joined[consumer] = self.cursor.read_position
         super().add_consumer(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         self.selector.remove(consumer)
+        self.recently_joined.pop(consumer, None)
         super().remove_consumer(consumer)
+
+    def _may_take(self, consumer: Consumer, position: Position) -> bool:
+        """The join guard: entries at or after the join position wait until everything
+        before it is acked (then the guard is dropped)."""
+        joined_at = self.recently_joined.get(consumer)
+        if joined_at is None or position < joined_at:
+            return True
+        if (
+            self.subscription.topic.ledger.next_position(self.cursor.mark_delete_position)
+            >= joined_at
+        ):
+            del self.recently_joined[consumer]
+            return True
+        return False
 
     def _replay_positions(self, n: int) -> list[Position]:
         ready = [
-            pos for pos, h in sorted(self.replay.items()) if h is None or self._ready_for_hash(h)
+            pos for pos, h in sorted(self.replay.items()) if h is None or self._ready_for(h, pos)
         ]
         return ready[:n]
 
-    def _ready_for_hash(self, key_hash: int) -> bool:
+    def _ready_for(self, key_hash: int, position: Position) -> bool:
         consumer = self.selector.select(key_hash)
-        return consumer is not None and self.ready(consumer)
+        return consumer is not None and self.ready(consumer) and self._may_take(consumer, position)
 
     def _may_read_new(self) -> bool:
         return len(self.replay) < self.max_read_batch * max(1, len(self.consumers))
@@ -122,7 +145,12 @@ class KeySharedDispatcher(Dispatcher):
             earlier_waiting = key_hash in blocked_hashes and any(
                 p < delivery.position and h == key_hash for p, h in self.replay.items()
             )
-            if budget > 0 and self.ready(consumer) and not earlier_waiting:
+            if (
+                budget > 0
+                and self.ready(consumer)
+                and not earlier_waiting
+                and self._may_take(consumer, delivery.position)
+            ):
                 planned.append(delivery)
                 hashes.append(key_hash)
             else:

@@ -308,6 +308,43 @@ async def test_key_shared_keeps_each_key_on_one_consumer_in_order(client: Client
     assert all(got[c.consumer_name] for c in consumers), {n: len(m) for n, m in got.items()}
 
 
+async def test_key_shared_newcomer_never_overtakes_unacked_messages_of_its_keys(
+    client: Client,
+) -> None:
+    """Pulsar's recently-joined-consumer rule: c2 joins and takes half of c1's keys while c1
+    still holds unacked messages of them; c2 gets no later message until c1 has acked what it
+    was given before the join, so no key is ever processed out of order."""
+    topic = "key-shared-join"
+    c1 = await client.subscribe(topic, "sub", "Key_Shared", "c1")
+    producer = await client.create_producer(topic)
+    keys = [f"key-{k}" for k in range(20)]
+
+    async def send_round(round_: int) -> None:
+        for key in keys:  # one key per batch (see the test above)
+            await producer.send_async(f"{key}|{round_}".encode(), key=key)
+            await producer.flush()
+
+    await send_round(0)
+    first = await receive_n(c1, len(keys))  # held, not acked yet
+    c2 = await client.subscribe(topic, "sub", "Key_Shared", "c2")
+    await send_round(1)
+    # c1 keeps getting round 1 for the keys it still owns; c2 must wait for c1's acks.
+    c1_round1 = []
+    with pytest.raises(Timeout):
+        while True:
+            c1_round1.append(await c1.receive(timeout_ms=QUIET_MS))  # bounded: nothing more
+    await assert_nothing_more(c2)
+    moved = {m.data().decode().split("|")[0] for m in first} - {
+        m.data().decode().split("|")[0] for m in c1_round1
+    }
+    assert moved, "the new consumer took no key: the test proves nothing"
+
+    for message in first:
+        await c1.acknowledge(message)
+    c2_round1 = await receive_n(c2, len(moved))
+    assert {m.data().decode() for m in c2_round1} == {f"{key}|1" for key in moved}
+
+
 # ---------------------------------------------------------------------------- initial position
 
 
