@@ -8,27 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from client import Client, Consumer, Message, MessageId, Producer, Timeout
+from client import Client, MessageId, Producer
+from tests.e2e.messaging import RECEIVE_MS, assert_nothing_more, receive_n
 from tests.support import BrokerThread
-
-RECEIVE_MS = 5000
-NOTHING_MS = 300
-
-
-async def receive_n(consumer: Consumer, n: int) -> list[Message]:
-    """Exactly ``n`` messages, each within RECEIVE_MS."""
-    return [await consumer.receive(RECEIVE_MS) for _ in range(n)]
-
-
-async def assert_nothing_more(consumer: Consumer, within_ms: int = NOTHING_MS) -> None:
-    """No message arrives within ``within_ms`` (a bounded wait, not a proof of absence)."""
-    try:
-        extra = await consumer.receive(within_ms)
-    except Timeout:
-        return
-    pytest.fail(f"unexpected message {extra.data()!r} id={extra.message_id()}")
 
 
 async def send_each_alone(producer: Producer, payloads: list[bytes]) -> list[MessageId]:

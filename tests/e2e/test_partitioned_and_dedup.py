@@ -13,28 +13,14 @@ import aiohttp
 import grpc
 import pytest
 
-from client import Client, Consumer, Message, MessageId, Timeout
+from client import Client, MessageId
 from client._routing import partition_for_key
 from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.e2e.messaging import assert_nothing_more, receive_n
 from tests.e2e.wire import batch, error_code, stub
 from tests.support import BrokerThread, StandaloneProcess
 
-RECEIVE_MS = 5000
-NOTHING_MS = 300
 DEDUP = ("--set", "brokerDeduplicationEnabled=true")
-
-
-async def receive_n(consumer: Consumer, n: int) -> list[Message]:
-    return [await consumer.receive(RECEIVE_MS) for _ in range(n)]
-
-
-async def assert_nothing_more(consumer: Consumer, within_ms: int = NOTHING_MS) -> None:
-    """No message arrives within ``within_ms`` (a bounded wait)."""
-    try:
-        extra = await consumer.receive(within_ms)
-    except Timeout:
-        return
-    pytest.fail(f"unexpected message {extra.data()!r} id={extra.message_id()}")
 
 
 async def create_partitioned(http_url: str, topic: str, partitions: int) -> None:

@@ -10,29 +10,16 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
-
-from client import Client, Consumer, DeadLetterPolicy, Message, MessageId, Timeout
+from client import Client, DeadLetterPolicy, Message, MessageId
+from tests.e2e.messaging import (
+    RECEIVE_MS,
+    LivePublisher,
+    assert_nothing_more,
+    receive_n,
+)
 from tests.support import BrokerThread
 
-RECEIVE_MS = 5000
 SLACK_S = 0.05  # scheduling slack allowed below a broker-side delay
-
-
-async def receive_n(consumer: Consumer, n: int, timeout_ms: int = RECEIVE_MS) -> list[Message]:
-    return [await consumer.receive(timeout_ms) for _ in range(n)]
-
-
-async def assert_nothing_more(consumer: Consumer, within_ms: int) -> None:
-    """No message arrives within ``within_ms`` (a bounded wait)."""
-    try:
-        extra = await consumer.receive(within_ms)
-    except Timeout:
-        return
-    pytest.fail(
-        f"unexpected message {extra.data()!r} id={extra.message_id()} "
-        f"redelivery_count={extra.redelivery_count()}"
-    )
 
 
 async def test_nacked_messages_go_to_the_other_consumer_after_the_delay(
@@ -245,24 +232,12 @@ async def test_redeliver_unacknowledged_on_exclusive_restarts_in_order_without_d
     async with Client(broker.service_url) as client:
         consumer = await client.subscribe(topic, "sub", "Exclusive", initial_position="Earliest")
         producer = await client.create_producer(topic, batching_max_messages=1)
-        stop = asyncio.Event()
-
-        async def pump() -> int:
-            sent = 0
-            while not stop.is_set() or sent < 50:
-                await producer.send(f"x{sent}".encode())
-                sent += 1
-            return sent
-
-        pumping = asyncio.create_task(pump())
-        try:
+        async with LivePublisher(producer) as live:
             heads = []
             for _ in range(6):
                 heads.append([m.data().decode() for m in await receive_n(consumer, 5)])
                 await consumer.redeliver_unacknowledged_messages()
-        finally:
-            stop.set()
-            total = await pumping
+        total = live.sent
 
         # After each redelivery request the stream restarts at x0.
         assert heads == [first_five] * 6, f"first five after each redelivery: {heads}"

@@ -10,31 +10,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
-
-from client import Client, Consumer, Message, MessageId, Producer, Reader, Timeout
+from client import Client, Message, MessageId, Producer
+from tests.e2e.messaging import (
+    RECEIVE_MS,
+    LivePublisher,
+    assert_nothing_more,
+    receive_n,
+)
 from tests.support import BrokerThread
-
-RECEIVE_MS = 5000
-NOTHING_MS = 300
-
-
-async def receive_n(source: Consumer | Reader, n: int) -> list[Message]:
-    if isinstance(source, Reader):
-        return [await source.read_next(RECEIVE_MS) for _ in range(n)]
-    return [await source.receive(RECEIVE_MS) for _ in range(n)]
-
-
-async def assert_nothing_more(source: Consumer | Reader, within_ms: int = NOTHING_MS) -> None:
-    """No message arrives within ``within_ms`` (a bounded wait)."""
-    try:
-        if isinstance(source, Reader):
-            extra = await source.read_next(within_ms)
-        else:
-            extra = await source.receive(within_ms)
-    except Timeout:
-        return
-    pytest.fail(f"unexpected message {extra.data()!r} id={extra.message_id()}")
 
 
 async def produce(client: Client, topic: str, payloads: list[bytes]) -> list[MessageId]:
@@ -241,26 +224,14 @@ async def test_seek_while_messages_flow_restarts_cleanly(broker: BrokerThread) -
     async with Client(broker.service_url) as client:
         consumer = await client.subscribe(topic, "sub", initial_position="Earliest")
         producer = await client.create_producer(topic, batching_max_messages=1)
-        stop = asyncio.Event()
-
-        async def pump() -> int:
-            sent = 0
-            while not stop.is_set() or sent < 50:
-                await producer.send(f"x{sent}".encode())
-                sent += 1
-            return sent
-
-        pumping = asyncio.create_task(pump())
-        try:
+        async with LivePublisher(producer) as live:
             head = await receive_n(consumer, 5)
             assert [m.data() for m in head] == [f"x{i}".encode() for i in range(5)]
             heads = []
             for _ in range(5):
                 await consumer.seek(head[2].message_id())
                 heads.append([m.data().decode() for m in await receive_n(consumer, 3)])
-        finally:
-            stop.set()
-            total = await pumping
+        total = live.sent
         assert heads == [["x2", "x3", "x4"]] * 5, f"first three after each seek: {heads}"
 
         after: list[Message] = []

@@ -1,7 +1,7 @@
 """Subscription types, initial position and unsubscribe, end to end through the SDK.
 
 A real broker on loopback, real gRPC, the Python SDK; Apache Pulsar is the reference for what
-a user sees. "Nothing else arrives" is checked with a short bounded receive (``QUIET_MS``):
+a user sees. "Nothing else arrives" is checked with a short bounded receive (``NOTHING_MS``):
 the broker pushes whatever it has as soon as permits allow, so a message that was going to
 arrive would arrive well within it on loopback.
 """
@@ -23,10 +23,8 @@ from client import (
     PulsarError,
     Timeout,
 )
+from tests.e2e.messaging import NOTHING_MS, RECEIVE_MS, assert_nothing_more, receive_n
 from tests.support import BrokerThread
-
-QUIET_MS = 400  # bounded wait for "no (more) messages"
-RECEIVE_MS = 5000  # a message that must arrive
 
 
 @pytest.fixture
@@ -40,19 +38,9 @@ async def send_all(producer: Producer, payloads: Sequence[bytes], key: str | Non
     await asyncio.gather(*futures)
 
 
-async def receive_n(consumer: Consumer, n: int) -> list[Message]:
-    return [await consumer.receive(timeout_ms=RECEIVE_MS) for _ in range(n)]
-
-
-async def assert_nothing_more(consumer: Consumer, quiet_ms: int = QUIET_MS) -> None:
-    with pytest.raises(Timeout):
-        extra = await consumer.receive(timeout_ms=quiet_ms)
-        pytest.fail(f"unexpected message {extra.data()!r} for {consumer.consumer_name}")
-
-
 async def drain(consumers: Sequence[Consumer], total: int) -> dict[str, list[Message]]:
     """Receive from all consumers at once until ``total`` messages arrived in all, then make
-    sure none has more (``QUIET_MS``). Fails if they don't add up within ``RECEIVE_MS``."""
+    sure none has more (``NOTHING_MS``). Fails if they don't add up within ``RECEIVE_MS``."""
     got: dict[str, list[Message]] = {c.consumer_name: [] for c in consumers}
     done = asyncio.Event()
 
@@ -332,7 +320,7 @@ async def test_key_shared_newcomer_never_overtakes_unacked_messages_of_its_keys(
     c1_round1 = []
     with pytest.raises(Timeout):
         while True:
-            c1_round1.append(await c1.receive(timeout_ms=QUIET_MS))  # bounded: nothing more
+            c1_round1.append(await c1.receive(timeout_ms=NOTHING_MS))  # bounded: nothing more
     await assert_nothing_more(c2)
     moved = {m.data().decode().split("|")[0] for m in first} - {
         m.data().decode().split("|")[0] for m in c1_round1

@@ -15,6 +15,7 @@ from client._producer import PartitionProducer, Producer, ProducerConfig
 from client._routing import Router
 from client._wire import encode_message, encode_request
 from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.unit.fake_stream import FakeCall
 
 
 def msg(payload: bytes) -> bytes:
@@ -86,43 +87,6 @@ def test_container_validates_limits():
 
 
 # ---------------------------------------------------------------- producer on a fake stream
-
-
-class FakeCall:
-    """A grpc.aio stream-stream call: records writes, replays queued responses."""
-
-    def __init__(self) -> None:
-        self.written: list = []
-        self.responses: asyncio.Queue = asyncio.Queue()
-        self.half_closed = False
-        self.cancelled = False
-        self.metadata = None
-
-    async def write(self, request) -> None:
-        if isinstance(request, bytes):  # the producer hand-encodes its requests
-            request = pb.ProduceRequest.FromString(request)
-        self.written.append(request)
-
-    async def done_writing(self) -> None:
-        self.half_closed = True
-        self.responses.put_nowait(grpc.aio.EOF)
-
-    async def read(self):
-        item = await self.responses.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def cancel(self) -> bool:
-        self.cancelled = True
-        return True
-
-    def push(self, response) -> None:
-        self.responses.put_nowait(response)
-
-    def open(self, metadata):
-        self.metadata = metadata
-        return self
 
 
 def ready(last_sequence_id=0, name="p-1"):

@@ -17,6 +17,7 @@ from client._consumer import (
 )
 from client._flow import PermitTracker
 from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.unit.fake_stream import FakeCall
 
 # ---------------------------------------------------------------- permits
 
@@ -91,35 +92,6 @@ def test_seek_request_targets():
 
 
 # ---------------------------------------------------------------- consumer on a fake stream
-
-
-class FakeCall:
-    def __init__(self) -> None:
-        self.written: list = []
-        self.responses: asyncio.Queue = asyncio.Queue()
-        self.cancelled = False
-
-    async def write(self, request) -> None:
-        self.written.append(request)
-
-    async def done_writing(self) -> None:
-        self.responses.put_nowait(grpc.aio.EOF)
-
-    async def read(self):
-        item = await self.responses.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def cancel(self) -> bool:
-        self.cancelled = True
-        return True
-
-    def push(self, response) -> None:
-        self.responses.put_nowait(response)
-
-    def of(self, kind):
-        return [getattr(r, kind) for r in self.written if r.WhichOneof("request") == kind]
 
 
 def subscribed(topic="persistent://public/default/t"):
