@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 from pathlib import Path
+from urllib.parse import unquote
 
 from broker.config import ConfigError, ServiceConfiguration
 from broker.errors import (
@@ -281,11 +282,11 @@ class BrokerService:
         await self._check_namespace(ns)
         prefix = f"{ns}/persistent/"
         names = [
-            TopicName.get(f"persistent://{ns}/{_url_decode(n[len(prefix) :])}").full_name
+            TopicName.get(f"persistent://{ns}/{unquote(n[len(prefix) :])}").full_name
             for n in await self.ledgers.list_names(prefix)
         ]
         partitioned = await self.store.get_children(f"{PARTITIONED_ROOT}/{ns}/persistent")
-        names += [f"persistent://{ns}/{_url_decode(n)}" for n in partitioned]
+        names += [f"persistent://{ns}/{unquote(n)}" for n in partitioned]
         return sorted(set(names))
 
     async def delete_topic(self, name: str) -> None:
@@ -299,9 +300,3 @@ class BrokerService:
 
     def loaded_topics(self) -> list[PersistentTopic]:
         return [f.result() for f in self.topics.values() if f.done() and f.exception() is None]
-
-
-def _url_decode(value: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(value)

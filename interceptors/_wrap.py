@@ -9,7 +9,8 @@ serving it, before the servicer runs.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable
+from abc import abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -76,6 +77,25 @@ def wrap_handler(
     return handler
 
 
-def headers_of(details: grpc.HandlerCallDetails) -> dict[str, str]:
-    metadata = details.invocation_metadata or ()  # type: ignore[attr-defined]
-    return {k: v for k, v in metadata if isinstance(v, str)}
+class PreparingInterceptor(aio.ServerInterceptor):
+    """An interceptor that only fills the call context: subclasses say how, per call."""
+
+    def __init__(self, status_for: StatusFor) -> None:
+        self._status_for = status_for
+
+    @abstractmethod
+    def preparer(self, method: str, headers: dict[str, str]) -> Prepare | None:
+        """How to prepare a call to ``method`` (its full name); None leaves it untouched."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        metadata = details.invocation_metadata or ()  # type: ignore[attr-defined]
+        headers = {k: v for k, v in metadata if isinstance(v, str)}
+        prepare = self.preparer(details.method, headers)  # type: ignore[attr-defined]
+        return handler if prepare is None else wrap_handler(handler, prepare, self._status_for)

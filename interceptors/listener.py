@@ -3,35 +3,25 @@ names one in the ``x-pulsar-listenername`` header. An unknown name ends the call
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection
-
-import grpc
-from grpc import aio
+from collections.abc import Collection
 
 from broker.errors import InvalidArgumentError
-from interceptors._wrap import StatusFor, headers_of, wrap_handler
+from interceptors._wrap import Prepare, PreparingInterceptor, StatusFor
 from interceptors.context import CallContext
 
 H_LISTENER = "x-pulsar-listenername"
 
 
-class ListenerInterceptor(aio.ServerInterceptor):
+class ListenerInterceptor(PreparingInterceptor):
     def __init__(
         self, bind_listener: str | None, known: Collection[str], status_for: StatusFor
     ) -> None:
+        super().__init__(status_for)
         self._bind_listener = bind_listener
         self._known = frozenset(known)
-        self._status_for = status_for
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None:
-            return handler
-        requested = headers_of(details).get(H_LISTENER) or None
+    def preparer(self, method: str, headers: dict[str, str]) -> Prepare:
+        requested = headers.get(H_LISTENER) or None
         bind_listener = self._bind_listener
         known = self._known
 
@@ -44,4 +34,4 @@ class ListenerInterceptor(aio.ServerInterceptor):
             ctx.listener_name = requested
             ctx.bind_listener = bind_listener
 
-        return wrap_handler(handler, prepare, self._status_for)
+        return prepare

@@ -6,41 +6,27 @@ before the servicer runs, so the broker never sees a half-specified producer or 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
-
-import grpc
-from grpc import aio
 
 from broker.errors import BrokerError, InvalidArgumentError, InvalidTopicNameError
 from broker.ledger import Position
 from broker.naming import TopicName
 from broker.topics import SubType
-from interceptors._wrap import Prepare, StatusFor, headers_of, wrap_handler
+from interceptors._wrap import Prepare, PreparingInterceptor
 from interceptors.context import CallContext, ConsumerParams, ProducerParams
 
 SERVICE = "/pulsargrpc.v1.PulsarService/"
 H_TOPIC = "x-pulsar-topic"
 
 
-class ParametersInterceptor(aio.ServerInterceptor):
+class ParametersInterceptor(PreparingInterceptor):
     """Parses the parameters of Produce and Consume calls into the call context."""
 
-    def __init__(self, status_for: StatusFor) -> None:
-        self._status_for = status_for
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        method: str = details.method  # type: ignore[attr-defined]
-        if handler is None or not method.startswith(SERVICE):
-            return handler
-        return wrap_handler(
-            handler, _preparer(method[len(SERVICE) :], headers_of(details)), self._status_for
-        )
+    def preparer(self, method: str, headers: dict[str, str]) -> Prepare | None:
+        if not method.startswith(SERVICE):
+            return None
+        return _preparer(method[len(SERVICE) :], headers)
 
 
 def _preparer(method: str, headers: Mapping[str, str]) -> Prepare:
