@@ -239,7 +239,6 @@ class PersistentTopic:
             "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
             "bytesOutCounter": sum(s.bytes_out_counter for s in self.subscriptions.values()),
             "storageSize": self.ledger.total_size,
-            "backlogSize": sum(s.backlog() for s in self.subscriptions.values()),
             "publishers": [
                 {
                     "producerName": p.name,
