@@ -196,8 +196,12 @@ class Dispatcher(ABC):
 class SingleActiveConsumerDispatcher(Dispatcher):
     """Exclusive and Failover: every entry goes to the one active consumer.
 
-    The active consumer is the first by priority level, then by name (Pulsar's rule for a
-    non-partitioned topic). When it changes, everything unacked is redelivered to the new one.
+    The active consumer is chosen among those of the highest priority (the lowest
+    ``priority_level``), sorted by name (Pulsar's AbstractDispatcherSingleActiveConsumer). On a
+    non-partitioned topic it is the first of them; on partition ``p`` of a partitioned topic it
+    is number ``p % n`` of the ``n`` of them, so a Failover subscription's consumers share the
+    partitions instead of one consumer taking all. When it changes, everything unacked is
+    redelivered to the new one.
     """
 
     def __init__(
@@ -208,31 +212,38 @@ class SingleActiveConsumerDispatcher(Dispatcher):
 
     def add_consumer(self, consumer: Consumer) -> None:
         super().add_consumer(consumer)
-        self._elect()
+        self._elect(newcomer=consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         super().remove_consumer(consumer)
-        self._elect()
+        self._elect(newcomer=None)
 
-    def _elect(self) -> None:
+    def _choose_active(self) -> Consumer | None:
+        if not self.consumers:
+            return None
         ordered = sorted(self.consumers, key=lambda c: (c.options.priority_level, c.name))
-        new_active = ordered[0] if ordered else None
+        partition = self.subscription.topic.partition
+        if partition < 0:
+            return ordered[0]
+        top = ordered[0].options.priority_level
+        highest = [c for c in ordered if c.options.priority_level == top]
+        return highest[partition % len(highest)]
+
+    def _elect(self, newcomer: Consumer | None) -> None:
+        """Choose the active consumer again after a join or a departure and tell the
+        consumers (Pulsar's ActiveConsumerChange): all of them when the active one changes,
+        else only a newcomer, which learns that it is a standby."""
+        new_active = self._choose_active()
         if new_active is self.active:
-            if self.consumers and self.consumers[-1] is not new_active:
-                self.consumers[-1].transport.send_active_change(False)  # the newcomer
+            if newcomer is not None and newcomer is not new_active:
+                newcomer.transport.send_active_change(False)
             return
         previous, self.active = self.active, new_active
         if previous is not None and previous in self.consumers:
-            previous.transport.send_active_change(False)
             for position in list(previous.pending):
-                entry = previous.release(position)
-                if entry is not None:
-                    self.replay[position] = None
-        if new_active is not None:
-            new_active.transport.send_active_change(True)
+                previous.release(position)
         for consumer in self.consumers:
-            if consumer is not new_active and consumer is not previous:
-                consumer.transport.send_active_change(False)
+            consumer.transport.send_active_change(consumer is new_active)
         self._epoch += 1
         self.cursor.rewind()
         self.replay.clear()
@@ -259,31 +270,54 @@ class SingleActiveConsumerDispatcher(Dispatcher):
 
 
 class SharedDispatcher(Dispatcher):
-    """Shared: entries go round robin to consumers that have permits."""
+    """Shared: entries go round robin to the consumers that have permits, highest priority
+    first (Pulsar's PersistentDispatcherMultipleConsumers): a consumer of a lower priority
+    (a higher ``priority_level``) gets an entry only when no consumer of a higher one can
+    take it."""
 
     def __init__(
         self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
     ) -> None:
         super().__init__(subscription, cursor, max_read_batch)
         self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer or None
-        self._next = 0
+        # priority level -> the consumer served last at that level (where round robin resumes)
+        self._last_served: dict[int, Consumer] = {}
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        level = consumer.options.priority_level
+        if self._last_served.get(level) is consumer:
+            del self._last_served[level]
+        super().remove_consumer(consumer)
 
     def _dispatch(self, entries: list[Entry]) -> None:
-        batches: dict[int, list[Delivery]] = {}
-        planned: dict[int, int] = {}
-        owners: dict[int, Consumer] = {}
-        count = len(self.consumers)
+        budgets = {c: c.permits for c in self.consumers if self.ready(c) and c.permits > 0}
+        batches: dict[Consumer, list[Delivery]] = {}
+        order = {c: i for i, c in enumerate(self.consumers)}
         for delivery, _ in self._deliveries(entries):
-            for step in range(count):
-                consumer = self.consumers[(self._next + step) % count]
-                key = id(consumer)
-                if consumer.permits - planned.get(key, 0) > 0 and self.ready(consumer):
-                    batches.setdefault(key, []).append(delivery)
-                    planned[key] = planned.get(key, 0) + delivery.num_messages
-                    owners[key] = consumer
-                    self._next = (self._next + step + 1) % count
-                    break
-            else:
+            consumer = self._next_consumer(budgets, order)
+            if consumer is None:
                 self.replay[delivery.position] = None
-        for key, batch in batches.items():
-            self._send(owners[key], batch, [None] * len(batch))
+                continue
+            batches.setdefault(consumer, []).append(delivery)
+            budgets[consumer] -= delivery.num_messages
+            if budgets[consumer] <= 0:
+                del budgets[consumer]
+        for consumer, batch in batches.items():
+            self._send(consumer, batch, [None] * len(batch))
+
+    def _next_consumer(
+        self, budgets: dict[Consumer, int], order: dict[Consumer, int]
+    ) -> Consumer | None:
+        """At the highest priority level that still has permits, the next consumer in join
+        order (``order``) after the one served last at that level."""
+        if not budgets:
+            return None
+        level = min(c.options.priority_level for c in budgets)
+        group = sorted(
+            (c for c in budgets if c.options.priority_level == level), key=order.__getitem__
+        )
+        last = self._last_served.get(level)
+        after = order.get(last, -1) if last is not None else -1
+        chosen = next((c for c in group if order[c] > after), group[0])
+        self._last_served[level] = chosen
+        return chosen

@@ -12,6 +12,7 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker.entry_format import EntryInfo
 from broker.ledger import Entry, ManagedCursor, Position
 from broker.topics.consumer import Consumer
 from broker.topics.dispatcher import Dispatcher
@@ -26,6 +27,15 @@ RANGE_SIZE = 1 << 16
 def sticky_key_hash(key: bytes) -> int:
     """Hash of a message key into 0..65535; stable across restarts and languages (CRC32)."""
     return zlib.crc32(key) % RANGE_SIZE
+
+
+def sticky_key(info: EntryInfo) -> bytes:
+    """The key an entry is routed by (Pulsar's Commands.resolveStickyKey): its ordering key,
+    else its partition key, else "<producer name>-<sequence id>", so that messages without a
+    key spread over the consumers instead of all hashing to one."""
+    if info.sticky_key:
+        return info.sticky_key
+    return f"{info.producer_name}-{info.sequence_id}".encode()
 
 
 @dataclass(slots=True)
@@ -73,7 +83,7 @@ class AutoSplitSelector:
 
 
 class KeySharedDispatcher(Dispatcher):
-    """Routes each entry by the hash of its key (ordering key, else partition key).
+    """Routes each entry by the hash of its key (:func:`sticky_key`).
 
     An entry whose consumer has no permits waits in the replay set, and the entries read
     after it that hash to the same consumer wait too, so per-key order holds. The replay set is
@@ -135,7 +145,7 @@ class KeySharedDispatcher(Dispatcher):
         batches: dict[int, tuple[Consumer, list[Delivery], list[int | None]]] = {}
         blocked_hashes: set[int] = {h for h in self.replay.values() if h is not None}
         for delivery, info in self._deliveries(entries):
-            key_hash = sticky_key_hash(info.sticky_key)
+            key_hash = sticky_key_hash(sticky_key(info))
             consumer = self.selector.select(key_hash)
             if consumer is None:
                 self.replay[delivery.position] = key_hash

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from broker.topics.key_shared import RANGE_SIZE, AutoSplitSelector, sticky_key_hash
+from broker.entry_format import EntryInfo
+from broker.topics.key_shared import RANGE_SIZE, AutoSplitSelector, sticky_key, sticky_key_hash
 
 
 class FakeConsumer:
@@ -71,3 +72,22 @@ def test_departed_consumer_range_goes_to_a_neighbour() -> None:
 def test_same_key_same_hash_and_in_range() -> None:
     assert sticky_key_hash(b"user-42") == sticky_key_hash(b"user-42")
     assert all(0 <= sticky_key_hash(f"k{i}".encode()) < RANGE_SIZE for i in range(1000))
+
+
+def info(key: bytes, producer: str = "p", sequence_id: int = 7) -> EntryInfo:
+    return EntryInfo(
+        num_messages=1,
+        publish_time=0,
+        producer_name=producer,
+        sequence_id=sequence_id,
+        sticky_key=key,
+    )
+
+
+def test_sticky_key_is_the_message_key_else_producer_and_sequence_id() -> None:
+    """Pulsar's resolveStickyKey: a keyless entry is routed by "<producer>-<sequence id>", so
+    keyless messages spread over the hash ranges instead of all sharing one key."""
+    assert sticky_key(info(b"user-42")) == b"user-42"
+    assert sticky_key(info(b"", "prod", 12)) == b"prod-12"
+    hashes = {sticky_key_hash(sticky_key(info(b"", "prod", s))) for s in range(100)}
+    assert len(hashes) > 90 and min(hashes) < RANGE_SIZE // 2 <= max(hashes)
