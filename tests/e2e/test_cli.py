@@ -423,6 +423,8 @@ def config_file_broker(tmp_path: Path) -> Iterator[tuple[str, str]]:
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
+        assert proc.stdout is not None
+        proc.stdout.close()  # waits for the draining thread to reach the end of the output
     assert code == 0  # SIGTERM is a clean shutdown
 
 

@@ -7,10 +7,12 @@ their failures are asserted on here and never fail this suite.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
+from tests.escaped import LoopErrors
 from tests.waiting import eventually, eventually_sync
 
 INNER_TESTS = """
@@ -138,3 +140,26 @@ async def test_eventually_does_not_swallow_other_errors() -> None:
     empty: dict[str, int] = {}
     with pytest.raises(KeyError):
         await eventually(lambda: empty["missing"])
+
+
+def test_a_grpc_completion_forwarded_to_a_closed_loop_is_not_recorded() -> None:
+    """The one tolerated context (see ``is_grpc_completion_for_a_closed_loop``); a different
+    error from the same callback, or the same error from elsewhere, is still recorded."""
+    errors = LoopErrors("a test loop")
+    loop = errors.install(asyncio.new_event_loop())
+    grpc_callback = "Exception in callback PollerCompletionQueue._handle_events(<loop>)()"
+    try:
+        loop.call_exception_handler(
+            {"message": grpc_callback, "exception": RuntimeError("Event loop is closed")}
+        )
+        assert errors.take() == []
+        loop.call_exception_handler({"message": grpc_callback, "exception": ValueError("bug")})
+        loop.call_exception_handler(
+            {
+                "message": "Exception in callback f()",
+                "exception": RuntimeError("Event loop is closed"),
+            }
+        )
+        assert len(errors.take()) == 2
+    finally:
+        loop.close()

@@ -397,6 +397,7 @@ async def test_closed_ledger_refuses_appends(env: Env) -> None:
         await ml.add_entry(b"late")
 
 
+@pytest.mark.allow_broker_errors  # the failed commit is logged with its traceback
 async def test_failed_commit_fails_futures_and_moves_to_new_ledger(env: Env) -> None:
     ml = await env.factory.open(NAME)
     await ml.open_cursor("holds-ledgers", "earliest")
