@@ -13,12 +13,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
+from enum import Enum
 from typing import Any
 
 import pytest
 
 # Loggers of the broker side; errors logged by the SDK (client) are for its application.
 BROKER_LOGGERS = ("broker", "handler", "interceptors")
+
+# Errors that reached a loop after its test was checked (typically "Task exception was never
+# retrieved" for a task the garbage collector freed later); reported at the end of the session.
+LATE: list[str] = []
+
+
+class Phase(Enum):
+    RECORDING = "recording"  # the loop's test is in progress: errors are its own
+    CHECKED = "checked"  # its test has been checked: later errors go to LATE
 
 
 class LoopErrors:
@@ -28,21 +38,29 @@ class LoopErrors:
     def __init__(self, where: str) -> None:
         self.where = where
         self._contexts: list[dict[str, Any]] = []
+        self._phase = Phase.RECORDING
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if is_grpc_completion_for_a_closed_loop(context):
             return
-        self._contexts.append(context)
+        if self._phase is Phase.CHECKED:
+            LATE.append(f"after its test ended, {self._describe(context)}")
+        else:
+            self._contexts.append(context)
         loop.default_exception_handler(context)
 
     def install(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
         loop.set_exception_handler(self)
         return loop
 
-    def take(self) -> list[str]:
-        """What was recorded since the last call, described; forgets it."""
+    def check(self) -> list[str]:
+        """What was recorded, described; what comes later goes to ``LATE``."""
+        self._phase = Phase.CHECKED
         taken, self._contexts = self._contexts, []
-        return [f"on {self.where}: {describe_context(context)}" for context in taken]
+        return [self._describe(context) for context in taken]
+
+    def _describe(self, context: dict[str, Any]) -> str:
+        return f"on {self.where}: {describe_context(context)}"
 
 
 def is_grpc_completion_for_a_closed_loop(context: dict[str, Any]) -> bool:

@@ -17,6 +17,7 @@ from tests.waiting import eventually, eventually_sync
 
 INNER_TESTS = """
 import asyncio
+import gc
 import logging
 
 import pytest
@@ -62,6 +63,17 @@ def test_error_without_traceback_is_only_a_log():
 
 async def test_clean(broker):
     await broker.call(asyncio.sleep(0))
+
+
+async def test_zz_failed_task_freed_only_after_the_test():
+    gc.disable()  # the session's final collection finds it, not one in between (stays off: last)
+
+    async def boom():
+        raise ValueError("found by the collector")
+
+    cycle = [asyncio.get_running_loop().create_task(boom())]
+    cycle.append(cycle)
+    await asyncio.sleep(0.05)
 """
 
 
@@ -73,6 +85,7 @@ EXPECTED = {  # inner test: (outcome, what its report must show)
     "test_broker_logs_an_exception_on_purpose": ("passed", ""),
     "test_error_without_traceback_is_only_a_log": ("passed", ""),
     "test_clean": ("passed", ""),
+    "test_zz_failed_task_freed_only_after_the_test": ("passed", "found by the collector"),
 }
 
 
@@ -95,6 +108,9 @@ def test_escaped_errors_fail_the_test_that_let_them_escape(pytester: pytest.Pyte
     assert outcomes == {test: outcome for test, (outcome, _) in EXPECTED.items()}, output
     for test, (_, shown) in EXPECTED.items():
         assert shown in output, f"{test}: {shown!r} not in the report"
+    late = output.partition("errors that escaped after their test ended")[2]
+    assert "on the event loop of test_inner.py::test_zz_failed" in late, output
+    assert "found by the collector" in late
 
 
 async def test_eventually_returns_the_first_result_that_holds() -> None:
@@ -152,7 +168,6 @@ def test_a_grpc_completion_forwarded_to_a_closed_loop_is_not_recorded() -> None:
         loop.call_exception_handler(
             {"message": grpc_callback, "exception": RuntimeError("Event loop is closed")}
         )
-        assert errors.take() == []
         loop.call_exception_handler({"message": grpc_callback, "exception": ValueError("bug")})
         loop.call_exception_handler(
             {
@@ -160,6 +175,11 @@ def test_a_grpc_completion_forwarded_to_a_closed_loop_is_not_recorded() -> None:
                 "exception": RuntimeError("Event loop is closed"),
             }
         )
-        assert len(errors.take()) == 2
+        recorded = errors.check()
+        assert [error.splitlines()[0] for error in recorded] == [
+            f"on a test loop: {grpc_callback}",
+            "on a test loop: Exception in callback f()",
+        ]
+        assert "ValueError: bug" in recorded[0] and "Event loop is closed" in recorded[1]
     finally:
         loop.close()
