@@ -28,6 +28,11 @@ def test_callback_raising_on_the_broker_loop(broker):
     broker.run(asyncio.sleep(0.05))
 
 
+def test_task_left_running_on_the_broker_loop(broker):
+    broker.loop.call_soon_threadsafe(lambda: broker.loop.create_task(asyncio.sleep(3600)))
+    broker.run(asyncio.sleep(0))
+
+
 async def test_task_exception_never_retrieved_on_the_test_loop():
     async def boom():
         raise ValueError("lost in a task")
@@ -79,6 +84,10 @@ async def test_zz_failed_task_freed_only_after_the_test():
 
 EXPECTED = {  # inner test: (outcome, what its report must show)
     "test_callback_raising_on_the_broker_loop": ("error", "ZeroDivisionError"),
+    "test_task_left_running_on_the_broker_loop": (
+        "error",
+        "task still running after BrokerService.close()",
+    ),
     "test_task_exception_never_retrieved_on_the_test_loop": ("error", "lost in a task"),
     "test_callback_raising_on_the_test_loop": ("error", "KeyError: 'missing'"),
     "test_broker_logs_an_exception": ("error", "swallowed by a read loop"),
