@@ -2,7 +2,8 @@
 
 ``BrokerThread`` runs an in-process broker on its own event loop in a thread, so tests (sync or
 async, and subprocesses such as the Node.js client) talk to it over real gRPC without sharing
-the test's loop. ``StandaloneProcess`` runs `pulsar-grpc standalone` as a child process for what
+the test's loop; whatever escapes on that loop is recorded in ``errors`` for the fixtures to
+fail the test with. ``StandaloneProcess`` runs `pulsar-grpc standalone` as a child process for what
 only a process can show: kill -9 and restart on the same data directory.
 """
 
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 
 from broker.config import ServiceConfiguration, load_config
 from broker.service import BrokerService
+from tests.escaped import LoopErrors
 
 T = TypeVar("T")
 
@@ -42,7 +44,8 @@ def broker_config(data_dir: Path, **overrides: Any) -> ServiceConfiguration:
 class BrokerThread:
     def __init__(self, config: ServiceConfiguration) -> None:
         self.config = config
-        self.loop = asyncio.new_event_loop()
+        self.errors = LoopErrors("the broker's event loop")
+        self.loop = self.errors.install(asyncio.new_event_loop())
         self._thread = threading.Thread(target=self.loop.run_forever, name="broker", daemon=True)
         self.service: BrokerService | None = None
 
@@ -82,12 +85,26 @@ class BrokerThread:
         return self.service.web.http_url
 
     def stop(self) -> None:
+        """Close the service, then the loop; a task the service left running is recorded in
+        ``errors`` (it would otherwise be destroyed pending, after the test has ended)."""
         if self.service is not None:
             self.run(self.service.close())
             self.service = None
+            self.run(self._cancel_leftover_tasks())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()
+
+    async def _cancel_leftover_tasks(self) -> None:
+        current = asyncio.current_task()
+        leftover = [task for task in asyncio.all_tasks() if task is not current]
+        for task in leftover:
+            self.loop.call_exception_handler(
+                {"message": "task still running after BrokerService.close()", "task": task}
+            )
+            task.cancel()
+        await asyncio.gather(*leftover, return_exceptions=True)
 
 
 @dataclass

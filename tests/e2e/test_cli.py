@@ -10,20 +10,19 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from tests.support import READY, BrokerThread, StandaloneProcess
+from tests.waiting import eventually_sync
 
 ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 
 
 def cli(
@@ -47,18 +46,6 @@ def unique(prefix: str) -> str:
 def http_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.loads(resp.read())
-
-
-def eventually(check: Callable[[], T], timeout: float = 10, interval: float = 0.05) -> T:
-    """Call ``check`` until it stops raising AssertionError; re-raise the last one on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(interval)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -101,7 +88,7 @@ def test_produce_then_consume_prints_payloads_keys_and_properties(broker: Broker
         assert stats["msgInCounter"] == 6
         assert stats["subscriptions"]["sub"]["msgBacklog"] == 0, stats
 
-    eventually(backlog_is_empty)
+    eventually_sync(backlog_is_empty)
 
 
 def test_produce_verbose_prints_every_message_id(broker: BrokerThread) -> None:
@@ -173,7 +160,7 @@ def test_consume_forever_stops_cleanly_on_ctrl_c(broker: BrokerThread) -> None:
             assert "s" in stats["subscriptions"], stats
             assert len(stats["subscriptions"]["s"]["consumers"]) == 1
 
-        eventually(subscribed, timeout=20)
+        eventually_sync(subscribed, timeout=20)
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=20)
     finally:
@@ -187,7 +174,7 @@ def test_consume_forever_stops_cleanly_on_ctrl_c(broker: BrokerThread) -> None:
     def consumer_gone() -> None:
         assert http_json(stats_url)["subscriptions"]["s"]["consumers"] == []
 
-    eventually(consumer_gone)
+    eventually_sync(consumer_gone)
 
 
 # ------------------------------------------------------------------------------- bad input
@@ -423,6 +410,8 @@ def config_file_broker(tmp_path: Path) -> Iterator[tuple[str, str]]:
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
+        assert proc.stdout is not None
+        proc.stdout.close()  # waits for the draining thread to reach the end of the output
     assert code == 0  # SIGTERM is a clean shutdown
 
 

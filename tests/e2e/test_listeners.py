@@ -384,6 +384,10 @@ class Gateway:
                 await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
             finally:
                 up_writer.close()
+        except asyncio.CancelledError:
+            # Ended by close(). Return normally: on Python 3.11 asyncio.start_server's done
+            # callback raises (on the loop) for a handler task that ends cancelled.
+            return
         finally:
             writer.close()
             self._tasks.discard(task)

@@ -18,6 +18,7 @@ from tests.e2e.messaging import (
     receive_n,
 )
 from tests.support import BrokerThread
+from tests.waiting import eventually
 
 
 async def produce(client: Client, topic: str, payloads: list[bytes]) -> list[MessageId]:
@@ -62,7 +63,7 @@ async def test_seek_by_publish_time_delivers_messages_published_at_or_after_it(
         # Let the clock pass the last early publish time (a few ms at most) so every later
         # message is published strictly after the early ones.
         last_early = max(m.publish_timestamp() for m in first)
-        await asyncio.sleep(max(0.0, (last_early + 2) / 1000 - time.time()))
+        await eventually(lambda: time.time() * 1000 >= last_early + 2)
         await produce(client, topic, late)
         second = await receive_n(consumer, 5)
         assert [m.data() for m in second] == late

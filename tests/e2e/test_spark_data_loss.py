@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 import spark as pulsar_grpc_spark
 from client import MessageId, SyncClient, Timeout
 from tests.support import BrokerThread
+from tests.waiting import eventually_sync
 
 FMT = pulsar_grpc_spark.FORMAT
 ENTRIES_PER_LEDGER = 5
@@ -62,13 +63,12 @@ def first_available(broker: BrokerThread, topic: str) -> MessageId | None:
 
 def wait_trimmed_to(broker: BrokerThread, topic: str, ledger_id: int) -> None:
     """Until the oldest message left is in ``ledger_id`` (trimming runs in the background)."""
-    deadline = time.monotonic() + 15
-    while True:
+
+    def trimmed() -> None:
         first = first_available(broker, topic)
-        if first is not None and first.ledger_id == ledger_id:
-            return
-        assert time.monotonic() < deadline, f"not trimmed to ledger {ledger_id}: first={first}"
-        time.sleep(0.05)
+        assert first is not None and first.ledger_id == ledger_id, f"first={first}"
+
+    eventually_sync(trimmed, timeout=15, interval=0.05)
 
 
 def values(rows) -> list[bytes]:  # type: ignore[no-untyped-def]

@@ -9,7 +9,7 @@ arrive would arrive well within it on loopback.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
@@ -25,6 +25,7 @@ from client import (
 )
 from tests.e2e.messaging import NOTHING_MS, RECEIVE_MS, assert_nothing_more, receive_n
 from tests.support import BrokerThread
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -67,22 +68,14 @@ async def drain(consumers: Sequence[Consumer], total: int) -> dict[str, list[Mes
     return got
 
 
-async def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 5) -> None:
-    """Poll a client-side state the SDK updates from broker pushes (no event to await)."""
-    async with asyncio.timeout(timeout_s):
-        while not predicate():  # noqa: ASYNC110 - is_active is a plain attribute, no event
-            await asyncio.sleep(0.01)
-    assert predicate(), what
-
-
 async def wait_active(consumers: dict[str, Consumer], expected: dict[str, bool]) -> None:
-    try:
-        await wait_until(
-            lambda: {n: c.is_active for n, c in consumers.items()} == expected, "active"
-        )
-    except TimeoutError:
+    """Polls a client-side state the SDK updates from broker pushes (no event to await)."""
+
+    def active_as_expected() -> None:
         actual = {n: c.is_active for n, c in consumers.items()}
-        pytest.fail(f"is_active should become {expected}, is {actual}")
+        assert actual == expected, f"is_active should become {expected}, is {actual}"
+
+    await eventually(active_as_expected, timeout=5)
 
 
 def payloads(prefix: str, n: int) -> list[bytes]:

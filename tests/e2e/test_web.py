@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -14,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from client import Client, PulsarError, TopicNotFound
 from tests.support import BrokerThread
+from tests.waiting import eventually
 
 CLUSTER = "standalone"
 
@@ -34,20 +34,6 @@ async def http(broker: BrokerThread) -> AsyncIterator[aiohttp.ClientSession]:
 async def pulsar(broker: BrokerThread) -> AsyncIterator[Client]:
     async with Client(broker.service_url) as client:
         yield client
-
-
-async def eventually(
-    check: Callable[[], Awaitable[Any]], within: float = 10, interval: float = 0.05
-) -> Any:
-    """Await ``check`` until it stops raising AssertionError, for at most ``within`` s."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            return await check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(interval)
 
 
 # ------------------------------------------------------------------------------- /metrics
@@ -119,7 +105,7 @@ async def test_metrics_count_messages_storage_and_backlog_per_subscription(
         assert later[("pulsar_rate_in", labels)] > 0
 
     await producer.send(b"one more")
-    await eventually(rate_is_positive, within=5, interval=0.25)
+    await eventually(rate_is_positive, timeout=5, interval=0.25)
     await producer.close()
     await acking.close()
     await idle.close()

@@ -16,6 +16,7 @@ from client._routing import Router
 from client._wire import encode_message, encode_request
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.unit.fake_stream import FakeCall
+from tests.waiting import eventually
 
 
 def msg(payload: bytes) -> bytes:
@@ -148,7 +149,7 @@ async def test_batch_sent_by_delay():
     await producer.send_async(b"b")
     await settle()
     assert call.written == []
-    await asyncio.sleep(0.05)
+    await eventually(lambda: call.written)
     assert len(call.written) == 1 and len(call.written[0].messages) == 2
 
 
@@ -171,7 +172,7 @@ async def test_send_awaits_receipt_and_fields_reach_the_wire():
     task = asyncio.ensure_future(
         producer.send(b"p", key="k", ordering_key=b"o", properties={"a": "b"}, event_time=77)
     )
-    await asyncio.sleep(0.02)
+    await eventually(lambda: call.written)
     (request,) = call.written
     data = request.messages[0]
     assert (data.payload, data.key, data.ordering_key, dict(data.properties), data.event_time) == (

@@ -18,6 +18,7 @@ from client._consumer import (
 from client._flow import PermitTracker
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.unit.fake_stream import FakeCall
+from tests.waiting import eventually
 
 # ---------------------------------------------------------------- permits
 
@@ -161,7 +162,7 @@ async def test_acks_are_grouped_into_one_request():
     await consumer.negative_acknowledge(MessageId(1, 9, 0, -1))
     await settle()
     assert call.of("ack") == []
-    await asyncio.sleep(0.03)
+    await eventually(lambda: call.of("ack"))
     (ack,) = call.of("ack")
     # Entry 0 is fully acked: one id for the whole batch; entry 1 only in part.
     assert sorted((i.entry_id, i.batch_index) for i in ack.ids) == [(0, -1), (1, 0)]
@@ -170,7 +171,7 @@ async def test_acks_are_grouped_into_one_request():
     assert [i.entry_id for i in nack.ids] == [9]
     for m in msgs[4:]:
         await consumer.acknowledge(m)
-    await asyncio.sleep(0.03)
+    await eventually(lambda: len(call.of("ack")) == 2)
     ack = call.of("ack")[-1]
     assert [(i.entry_id, i.batch_index) for i in ack.ids] == [(1, -1)]
 
@@ -275,7 +276,7 @@ async def test_partitioned_consumer_merges_and_credits_the_right_partition():
     assert [f.permits for f in calls[1].of("flow")] == [2, 1]
     assert [f.permits for f in calls[0].of("flow")] == [2]
     await consumer.acknowledge(msg, wait=False)
-    await asyncio.sleep(0.01)
+    await eventually(lambda: calls[1].of("ack"))
     assert len(calls[1].of("ack")) == 1 and calls[0].of("ack") == []
     with pytest.raises(ValueError):
         await consumer.acknowledge(MessageId(1, 1, 0, 7))

@@ -18,9 +18,10 @@ from broker.ledger import (
     Position,
     SqliteLedgerStore,
 )
-from broker.ledger.info import cursor_path, decode_ledgers, ledger_path
+from broker.ledger.info import LedgerInfo, cursor_path, decode_ledgers, ledger_path
 from broker.ledger.store import CursorKey, EntrySpan, EntryWrite
 from broker.metadata import EmbeddedMetadataStore
+from tests.waiting import eventually
 
 NAME = "public/default/persistent/t1"
 P = Position
@@ -98,15 +99,16 @@ async def test_rollover_and_metadata(env: Env) -> None:
     ids = sorted({p.ledger_id for p in positions})
     assert len(ids) == 3
     assert [p.entry_id for p in positions] == [0, 1, 2, 3, 4] * 2 + [0, 1]
+
     # Rollover registration runs in the background: wait until the metadata lists them.
-    for _ in range(500):
+    async def registered() -> list[LedgerInfo]:
         got = await env.metadata.get(ledger_path(NAME))
         assert got is not None
         infos = decode_ledgers(got.value)
-        if [i.ledger_id for i in infos][:3] == ids and infos[0].entries == 5:
-            break
-        await asyncio.sleep(0.01)
-    assert [i.ledger_id for i in infos][:3] == ids
+        assert [i.ledger_id for i in infos][:3] == ids and infos[0].entries == 5, infos
+        return infos
+
+    infos = await eventually(registered, timeout=5)
     assert infos[0].entries == 5 and infos[0].size == sum(len(b"e%d" % i) for i in range(5))
     cursor = ml.new_non_durable_cursor("earliest")
     entries = await cursor.read_entries(100)
@@ -319,11 +321,7 @@ async def test_trim_runs_in_background_after_mark_delete(env: Env) -> None:
     cursor = await ml.open_cursor("sub", "earliest")
     positions = await add_all(ml, [b"%d" % i for i in range(11)])
     await cursor.mark_delete(positions[-1])
-    for _ in range(500):
-        if len(ml.ledgers) == 1:
-            break
-        await asyncio.sleep(0.01)
-    assert [i.ledger_id for i in ml.ledgers] == [ml.current_ledger_id]
+    await eventually(lambda: [i.ledger_id for i in ml.ledgers] == [ml.current_ledger_id], 5)
     assert cursor.get_number_of_entries_in_backlog() == 0
 
 
@@ -397,6 +395,7 @@ async def test_closed_ledger_refuses_appends(env: Env) -> None:
         await ml.add_entry(b"late")
 
 
+@pytest.mark.allow_broker_errors  # the failed commit is logged with its traceback
 async def test_failed_commit_fails_futures_and_moves_to_new_ledger(env: Env) -> None:
     ml = await env.factory.open(NAME)
     await ml.open_cursor("holds-ledgers", "earliest")
