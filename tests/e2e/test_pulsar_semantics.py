@@ -23,10 +23,11 @@ import pytest
 
 from client import Client, Consumer, Message, Timeout
 from pulsargrpc.v1 import pulsar_pb2 as pb
-from tests.e2e.messaging import RECEIVE_MS, assert_nothing_more, receive_n
+from tests.e2e.messaging import NOTHING_MS, RECEIVE_MS, assert_nothing_more, receive_n
 from tests.e2e.test_partitioned_and_dedup import create_partitioned
 from tests.e2e.wire import stub
 from tests.support import BrokerThread
+from tests.waiting import eventually
 
 PARTITIONS = 4
 PER_PARTITION = 3
@@ -236,10 +237,8 @@ async def test_failover_active_change_notices_follow_the_partition_rule(
                 def seen() -> dict[str, list[list[bool]]]:
                     return {n: [s.notices for s in ss] for n, ss in streams.items()}
 
-                async with asyncio.timeout(RECEIVE_MS / 1000):
-                    while seen() != expected:  # noqa: ASYNC110 - notices land in plain lists
-                        await asyncio.sleep(0.01)
-                await asyncio.sleep(0.2)  # and nothing more arrives
+                await eventually(lambda want=expected: seen() == want, timeout=RECEIVE_MS / 1000)
+                await asyncio.sleep(NOTHING_MS / 1000)  # and nothing more arrives
                 assert seen() == expected, f"after {action} {name}"
         finally:
             for ss in streams.values():
