@@ -57,12 +57,14 @@ def test_drain_builds_one_request_and_empties():
     c = BatchContainer[str](max_messages=10, max_bytes=1000)
     c.add(msg(b"a"), "fa")
     c.add(msg(b"b"), "fb")
-    raw, tokens = c.drain(sequence_id=41)
+    [(sequence_id, raw, tokens)] = c.drain(sequence_id=41)
+    assert sequence_id == 41
     request = pb.ProduceRequest.FromString(raw)
     assert request.sequence_id == 41
     assert [m.payload for m in request.messages] == [b"a", b"b"]
     assert tokens == ["fa", "fb"]
     assert len(c) == 0 and c.num_bytes == 0
+    assert c.drain(sequence_id=43) == []
 
 
 @pytest.mark.parametrize(
@@ -118,7 +120,7 @@ async def start_producer(call: FakeCall, last_sequence_id=0, **conf) -> Producer
     config = ProducerConfig(**conf)
     part = PartitionProducer(config)
     call.push(ready(last_sequence_id))
-    await part.start(call.open, (("x-pulsar-topic", "t"),))
+    await part.start(call.connect)
     return Producer("t", [part], None, config.max_pending_messages)
 
 
@@ -288,7 +290,7 @@ async def test_ready_error_maps_to_specific_error():
     trailers = grpc.aio.Metadata(("pulsar-error-code", "16"))
     call.push(grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, None, trailers, "busy"))
     with pytest.raises(client.ProducerBusy):
-        await PartitionProducer(ProducerConfig()).start(call.open, ())
+        await PartitionProducer(ProducerConfig()).start(call.connect)
 
 
 async def test_partitioned_producer_routes_keys_by_hash_and_ids_carry_partition():
@@ -298,7 +300,7 @@ async def test_partitioned_producer_routes_keys_by_hash_and_ids_carry_partition(
     for i, call in enumerate(calls):
         part = PartitionProducer(config, partition=i)
         call.push(ready())
-        await part.start(call.open, ())
+        await part.start(call.connect)
         parts.append(part)
     producer = Producer("t", parts, Router(3, "round_robin"), 100)
     future = await producer.send_async(b"v", key="user-42")
