@@ -165,8 +165,7 @@ class PartitionConsumer:
         """Open the stream, wait for ConsumerSubscribed, grant the first permits; later
         streams reopen with ``connect``."""
         self._connect = connect
-        await self._open()
-        self.connection.connected()
+        await self.connection.connect_first(self.config.operation_timeout_s)
 
     async def _open(self) -> None:
         assert self._connect is not None

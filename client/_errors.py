@@ -195,18 +195,18 @@ def is_retryable(error: PulsarError, reconnecting: bool = False) -> bool:
     it) is worth another attempt, as Pulsar's ``isRetriableError``.
 
     Retryable: the broker unreachable or gone (ConnectError: UNAVAILABLE, ServiceNotReady, a
-    dropped connection), timeouts, lookups that found no owner yet, and broker-side faults
-    (metadata, persistence). Not retryable: what the same request would get again (topic not
-    found, bad name, not allowed, too big, auth). While *reconnecting*, ProducerBusy and
-    ConsumerBusy are retried as well: the broker may not have noticed yet that the old stream
-    is gone (Pulsar's producer and consumer retry them once created).
+    dropped connection), timeouts, and broker-side faults (metadata, persistence). Not
+    retryable: what the same request would get again (topic not found, bad name, not allowed,
+    too big, auth). While *reconnecting*, ProducerBusy, ConsumerBusy and a lookup without a
+    usable answer are retried as well: the broker may not have noticed yet that the old stream
+    is gone, or the topic is moving (Pulsar's producer and consumer retry them once created).
 
     >>> is_retryable(ConnectError("gone")), is_retryable(TopicNotFound("no", 11))
     (True, False)
     """
-    if isinstance(error, (ConnectError, Timeout, LookupFailed)):
+    if isinstance(error, (ConnectError, Timeout)):
         return True
-    if isinstance(error, (ProducerBusy, ConsumerBusy)):
+    if isinstance(error, (ProducerBusy, ConsumerBusy, LookupFailed)):
         return reconnecting
     if type(error) is not PulsarError:
         return False  # a specific error: the same request gets it again

@@ -79,7 +79,7 @@ S = grpc.StatusCode
         (rpc_error(S.INTERNAL, "2"), True, True),  # PersistenceError
         (rpc_error(S.DEADLINE_EXCEEDED), True, True),
         (client.ConnectError("the broker ended the produce stream"), True, True),
-        (client.LookupFailed("no owner"), True, True),
+        (client.LookupFailed("no owner"), False, True),
         (rpc_error(S.FAILED_PRECONDITION, "16"), False, True),  # ProducerBusy
         (rpc_error(S.FAILED_PRECONDITION, "5"), False, True),  # ConsumerBusy
         (rpc_error(S.NOT_FOUND, "11"), False, False),  # TopicNotFound
@@ -130,15 +130,16 @@ def handler(recorder: Recorder) -> ConnectionHandler:
 
 
 async def test_state_machine_reconnects_with_growing_delays_then_resets():
-    rec = Recorder([client.ConnectError("refused")] * 4 + [rpc_error(S.FAILED_PRECONDITION, "16")])
+    rec = Recorder([])
     h = handler(rec)
     assert h.state is HandleState.CONNECTING
-    h.connected()
-    assert h.state is HandleState.READY
+    await h.connect_first(1)
+    assert h.state is HandleState.READY and rec.opened == 1
+    rec.failures = [client.ConnectError("refused")] * 4 + [rpc_error(S.FAILED_PRECONDITION, "16")]
     h.lost(client.ConnectError("gone"))
     assert h.state is HandleState.CONNECTING
     assert await h.wait_ready(5)
-    assert h.state is HandleState.READY and h.reconnects == 1 and rec.opened == 1
+    assert h.state is HandleState.READY and h.reconnects == 1 and rec.opened == 2
     # Five refusals (the last a ProducerBusy, retried while reconnecting), then success.
     assert rec.delays == [0.1, 0.2, 0.4, 0.5, 0.5, 0.5]
     assert rec.given_up == []
@@ -150,23 +151,42 @@ async def test_state_machine_reconnects_with_growing_delays_then_resets():
 async def test_state_machine_gives_up_on_non_retryable_errors():
     rec = Recorder([])
     h = handler(rec)
-    h.connected()
+    await h.connect_first(1)
     not_found = rpc_error(S.NOT_FOUND, "11")
     h.lost(not_found)  # the stream itself ended with it: no attempt at all
     assert rec.given_up == [not_found] and rec.delays == []
-    rec2 = Recorder([client.ConnectError("refused"), not_found])
+    rec2 = Recorder([])
     h2 = handler(rec2)
-    h2.connected()
+    await h2.connect_first(1)
+    rec2.failures = [client.ConnectError("refused"), not_found]
     h2.lost(client.ConnectError("gone"))
     await settle()
     assert rec2.given_up == [not_found] and len(rec2.delays) == 2
     assert not await h2.wait_ready(0.01)
 
 
-async def test_closing_stops_reconnecting():
+async def test_first_connect_retries_within_the_timeout_but_not_busy_names():
+    rec = Recorder([client.ConnectError("refused")] * 2)
+    h = handler(rec)
+    await h.connect_first(1)
+    assert h.state is HandleState.READY and rec.delays == [0.1, 0.2]
+    busy = rpc_error(S.FAILED_PRECONDITION, "16")
+    rec = Recorder([busy])
+    with pytest.raises(client.ProducerBusy):
+        await handler(rec).connect_first(1)
+    assert rec.delays == []  # a name taken at creation is the caller's error
     rec = Recorder([client.ConnectError("refused")] * 100)
     h = handler(rec)
-    h.connected()
+    with pytest.raises(client.ConnectError):
+        await h.connect_first(0.35)  # sleeps are recorded, not taken: the attempt budget
+    assert h.state is HandleState.CONNECTING
+
+
+async def test_closing_stops_reconnecting():
+    rec = Recorder([])
+    h = handler(rec)
+    await h.connect_first(1)
+    rec.failures = [client.ConnectError("refused")] * 100
     h.lost(client.ConnectError("gone"))
     await settle()
     h.closing()
