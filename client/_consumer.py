@@ -147,7 +147,10 @@ class PartitionConsumer:
         self._writer: StreamWriter | None = None
         self._reader: asyncio.Task[None] | None = None
         self._connect: Connect | None = None
-        self._last_dequeued: Message | None = None  # where a reader resumes
+        # Where a reader resumes: after the last message the application took, else from
+        # its start position (the one it was created with, or the one it last sought).
+        self._last_dequeued: Message | None = None
+        self._start = (config.start_message_id, config.start_inclusive)
         self._error: PulsarError | None = None
         self.connection = ConnectionHandler(
             f"consumer partition {partition}",
@@ -194,8 +197,8 @@ class PartitionConsumer:
                 params["x-pulsar-start-message-id"] = str(self._last_dequeued.message_id())
                 params["x-pulsar-start-message-id-inclusive"] = False
             else:
-                params["x-pulsar-start-message-id"] = str(self.config.start_message_id)
-                params["x-pulsar-start-message-id-inclusive"] = self.config.start_inclusive
+                params["x-pulsar-start-message-id"] = str(self._start[0])
+                params["x-pulsar-start-message-id-inclusive"] = self._start[1]
         return params
 
     def dequeued(self, message: Message) -> None:
@@ -256,6 +259,12 @@ class PartitionConsumer:
         request_id = next(self._request_ids)
         seek = seek_request(target, request_id)
         await self._request_dropping(request_id, pb.ConsumeRequest(seek=seek))
+        # A publish time has no message id to resume from: a reader reconnecting before it
+        # read anything starts over from the earliest message, as Pulsar's does.
+        self._start = (
+            (target, True) if isinstance(target, MessageId) else (MessageId.earliest, False)
+        )
+        self._last_dequeued = None
 
     async def _request_dropping(self, request_id: int, request: pb.ConsumeRequest) -> None:
         """Send a request whose answer separates stale messages from fresh ones: what is

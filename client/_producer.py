@@ -153,10 +153,8 @@ class PartitionProducer:
         """Batch a message; the future resolves with its id once the broker stored it.
 
         ``key`` (the ordering key, else the key) matters only to key-based batching."""
-        if self._error is not None:
+        if self._error is not None:  # set when closed or failed for good
             raise self._error
-        if self.connection.state in (HandleState.CLOSING, HandleState.CLOSED):
-            raise AlreadyClosed("the producer is closed")
         future: asyncio.Future[MessageId] = self._loop.create_future()
         if not self._container.fits(message, key):
             self.send_batch()

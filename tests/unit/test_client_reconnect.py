@@ -422,3 +422,19 @@ def test_channels_take_messages_of_any_size_and_redial_quickly():
     assert options["grpc.max_reconnect_backoff_ms"] <= 1000
     c = client.Client("grpc://h:1", max_message_size=8 << 20)
     assert dict(c._pool._options)["grpc.max_receive_message_length"] == 8 << 20
+
+
+async def test_reader_reconnecting_after_a_seek_resumes_at_the_sought_message():
+    dialer = FakeDialer()
+    consumer, _ = await start_consumer(dialer, durable=False, start_message_id=MessageId.earliest)
+    dialer.last.push(batch(4, 2))
+    await consumer.receive(timeout_ms=1000)
+    seeking = asyncio.ensure_future(consumer.seek(MessageId(1, 2, -1, -1)))
+    await settle()
+    (seek,) = dialer.last.of("seek")
+    dialer.last.push(pb.ConsumeResponse(seek_done=pb.SeekDone(request_id=seek.request_id)))
+    await asyncio.wait_for(seeking, 1)
+    dialer.last.fail()
+    await reconnected(dialer, 2)
+    assert dialer.params[1]["x-pulsar-start-message-id"] == "1:2:-1:-1"
+    assert dialer.params[1]["x-pulsar-start-message-id-inclusive"] is True
