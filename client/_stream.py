@@ -61,6 +61,9 @@ async def open_expecting(
         raise Timeout(f"timed out waiting for the broker's {first!r} answer") from None
     except grpc.aio.AioRpcError as exc:
         raise error_from_rpc(exc) from None
+    except asyncio.CancelledError:  # the handle closed while (re)connecting
+        call.cancel()
+        raise
     if response is grpc.aio.EOF or response.WhichOneof("response") != first:
         call.cancel()
         raise ConnectError(f"the broker did not answer {first!r}")
