@@ -17,7 +17,7 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
 from ._batching import BatchingType
-from ._connection import DEFAULT_INITIAL_BACKOFF_MS, DEFAULT_MAX_BACKOFF_MS, Backoff
+from ._connection import DEFAULT_INITIAL_BACKOFF_MS, DEFAULT_MAX_BACKOFF_MS
 from ._consumer import Consumer, ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
 from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
 from ._message import MessageId
@@ -513,21 +513,20 @@ class Client:
         return call_metadata({**base, **params})
 
     async def _unary(self, method: Callable[..., Awaitable[Any]], request: Any, topic: str) -> Any:
-        """One unary call. While the broker cannot be reached (UNAVAILABLE: restarting, a
-        connection just cut, the topic not served yet) it is tried again with backoff within
-        the operation timeout, as Pulsar's client retries lookups."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._operation_timeout_s
-        backoff = Backoff(*self._backoff_s)
+        """One unary call, tried a second time at once when it found the broker unreachable:
+        a connection that was cut silently fails the first call made on it, and the second
+        dials afresh. A broker that is really down (or refuses the TLS handshake) still fails
+        promptly; reconnecting handles add their own backoff."""
         metadata = self._metadata(topic, {})
-        while True:
+        try:
             try:
-                return await method(request, metadata=metadata, timeout=deadline - loop.time())
+                return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
             except grpc.aio.AioRpcError as exc:
-                delay = backoff.next()
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or loop.time() + delay >= deadline:
-                    raise error_from_rpc(exc) from None
-            await asyncio.sleep(delay)
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+            return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
 
     async def _partition_count(self, topic: str) -> int:
         request = pb.PartitionedTopicMetadataRequest(topic=topic)

@@ -109,23 +109,10 @@ class ConnectionHandler:
         else:
             self._ready.clear()
 
-    async def connect_first(self, timeout_s: float) -> None:
-        """Open the first stream. Retryable failures (the broker restarting, a connection just
-        cut) are tried again with backoff within ``timeout_s``, as Pulsar retries a producer's
-        or consumer's creation within the operation timeout; anything else is raised."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
-            try:
-                await self.reopen()
-                break
-            except PulsarError as exc:
-                delay = self.backoff.next()
-                if not is_retryable(exc) or loop.time() + delay >= deadline:
-                    raise
-                log.info("%s: connecting failed (%s); retrying", self.name, exc.message)
-            await self._sleep(delay)
-        self.backoff.reset()
+    async def connect_first(self) -> None:
+        """Open the first stream; its failure is the caller's (creating a producer or consumer
+        fails at once with the broker's answer, as the tests of TLS refusals expect)."""
+        await self.reopen()
         self._set(HandleState.READY)
 
     def lost(self, error: PulsarError) -> None:

@@ -168,7 +168,7 @@ class PartitionConsumer:
         """Open the stream, wait for ConsumerSubscribed, grant the first permits; later
         streams reopen with ``connect``."""
         self._connect = connect
-        await self.connection.connect_first(self.config.operation_timeout_s)
+        await self.connection.connect_first()
 
     async def _open(self) -> None:
         assert self._connect is not None

@@ -102,7 +102,7 @@ class PartitionProducer:
     async def start(self, connect: Connect) -> None:
         """Open the stream and wait for ProducerReady; later streams reopen with ``connect``."""
         self._connect = connect
-        await self.connection.connect_first(self.config.operation_timeout_s)
+        await self.connection.connect_first()
 
     async def _open(self) -> None:
         """Open a stream (the first, or a reconnect under the name the broker gave)."""

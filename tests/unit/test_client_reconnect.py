@@ -133,7 +133,7 @@ async def test_state_machine_reconnects_with_growing_delays_then_resets():
     rec = Recorder([])
     h = handler(rec)
     assert h.state is HandleState.CONNECTING
-    await h.connect_first(1)
+    await h.connect_first()
     assert h.state is HandleState.READY and rec.opened == 1
     rec.failures = [client.ConnectError("refused")] * 4 + [rpc_error(S.FAILED_PRECONDITION, "16")]
     h.lost(client.ConnectError("gone"))
@@ -151,13 +151,13 @@ async def test_state_machine_reconnects_with_growing_delays_then_resets():
 async def test_state_machine_gives_up_on_non_retryable_errors():
     rec = Recorder([])
     h = handler(rec)
-    await h.connect_first(1)
+    await h.connect_first()
     not_found = rpc_error(S.NOT_FOUND, "11")
     h.lost(not_found)  # the stream itself ended with it: no attempt at all
     assert rec.given_up == [not_found] and rec.delays == []
     rec2 = Recorder([])
     h2 = handler(rec2)
-    await h2.connect_first(1)
+    await h2.connect_first()
     rec2.failures = [client.ConnectError("refused"), not_found]
     h2.lost(client.ConnectError("gone"))
     await settle()
@@ -165,27 +165,23 @@ async def test_state_machine_gives_up_on_non_retryable_errors():
     assert not await h2.wait_ready(0.01)
 
 
-async def test_first_connect_retries_within_the_timeout_but_not_busy_names():
-    rec = Recorder([client.ConnectError("refused")] * 2)
-    h = handler(rec)
-    await h.connect_first(1)
-    assert h.state is HandleState.READY and rec.delays == [0.1, 0.2]
+async def test_first_connect_is_not_retried():
     busy = rpc_error(S.FAILED_PRECONDITION, "16")
     rec = Recorder([busy])
+    h = handler(rec)
     with pytest.raises(client.ProducerBusy):
-        await handler(rec).connect_first(1)
-    assert rec.delays == []  # a name taken at creation is the caller's error
-    rec = Recorder([client.ConnectError("refused")] * 100)
+        await h.connect_first()  # a name taken at creation is the caller's error
+    rec = Recorder([client.ConnectError("refused")])
     h = handler(rec)
     with pytest.raises(client.ConnectError):
-        await h.connect_first(0.35)  # sleeps are recorded, not taken: the attempt budget
-    assert h.state is HandleState.CONNECTING
+        await h.connect_first()  # creating fails promptly; reconnects come after
+    assert rec.delays == [] and h.state is HandleState.CONNECTING
 
 
 async def test_closing_stops_reconnecting():
     rec = Recorder([])
     h = handler(rec)
-    await h.connect_first(1)
+    await h.connect_first()
     rec.failures = [client.ConnectError("refused")] * 100
     h.lost(client.ConnectError("gone"))
     await settle()
