@@ -17,6 +17,7 @@ import pytest
 
 from client import Client, Consumer, HandleState, MessageId, Producer, Timeout
 from tests.e2e.messaging import receive_n
+from tests.e2e.test_partitioned_and_dedup import create_partitioned
 from tests.faultproxy import FaultProxy, free_port
 from tests.support import BrokerThread, StandaloneProcess
 
@@ -244,3 +245,29 @@ async def test_graceful_broker_restart_unloads_topics_and_clients_resubscribe(
         await asyncio.wait_for(producing, 60)
         assert set(await asyncio.wait_for(consuming, 60)) == set(expected(TOTAL))
         assert await read_all(client, topic, TOTAL) == expected(TOTAL)
+
+
+async def test_two_kill_9_cycles_on_a_partitioned_topic(
+    standalone_factory: Callable[..., StandaloneProcess], tmp_path: Path
+) -> None:
+    broker = standalone_factory(tmp_path / "data", "--set", "brokerDeduplicationEnabled=true")
+    topic = "kill9-partitioned"
+    async with fast_client(broker.service_url) as client:
+        await create_partitioned(broker.http_url, topic, 3)
+        consumer = await client.subscribe(topic, "sub", "Shared", initial_position="earliest")
+        producer = await client.create_producer(topic, batching_max_publish_delay_ms=5)
+        progress = asyncio.Event()
+        producing = asyncio.ensure_future(produce_all(producer, 2 * TOTAL, progress, TOTAL // 3))
+        consuming = asyncio.ensure_future(consume_until(consumer, set(expected(2 * TOTAL))))
+        await asyncio.wait_for(progress.wait(), 30)
+        for _ in range(2):
+            await asyncio.to_thread(broker.kill9)
+            await asyncio.sleep(0.2)
+            await asyncio.to_thread(broker.start)
+            await asyncio.sleep(0.3)
+        await asyncio.wait_for(producing, 60)
+        assert set(await asyncio.wait_for(consuming, 60)) == set(expected(2 * TOTAL))
+        stored = await read_all(client, topic, 2 * TOTAL)
+        assert sorted(stored) == sorted(expected(2 * TOTAL))  # each once
+        for partition in producer._partitions:
+            assert partition.connection.reconnects >= 1
