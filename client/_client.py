@@ -207,9 +207,10 @@ class Client:
     delay: producers resend what has no receipt yet, consumers resubscribe. Sends fail with
     :class:`~client.Timeout` only after ``send_timeout_ms`` without a receipt.
 
-    Message size: the channels accept messages of any size (``max_message_size`` bytes, -1
-    for no limit, the default), so an entry the broker accepted (up to its maxMessageSize,
-    5 MB by default) is never refused by gRPC's 4 MB default.
+    Message size: the channels accept messages up to ``max_message_size`` bytes (-1, the
+    default: any size), so an entry the broker accepted (up to its maxMessageSize, 5 MB by
+    default) is never refused by gRPC's 4 MiB default. With a limit set, a producer refuses a
+    larger message with :class:`~client.MessageTooBig` before sending it.
     """
 
     def __init__(
@@ -234,6 +235,7 @@ class Client:
                 "backoff needs 0 < initial_backoff_interval_ms <= max_backoff_interval_ms"
             )
         self._backoff_s = (initial_backoff_interval_ms / 1000, max_backoff_interval_ms / 1000)
+        self._max_message_size = max_message_size
         self._listener_name = listener_name
         self._auth_token = auth_token
         self._operation_timeout_s = operation_timeout_ms / 1000
@@ -304,6 +306,7 @@ class Client:
             batching_type=BatchingType(batching_type),
             initial_backoff_s=self._backoff_s[0],
             max_backoff_s=self._backoff_s[1],
+            max_message_size=self._max_message_size,
         )
         mode = RoutingMode(routing_mode)
         partitions = await self._partition_count(topic)

@@ -28,7 +28,14 @@ from ._connection import (
     ConnectionHandler,
     HandleState,
 )
-from ._errors import AlreadyClosed, ConnectError, PulsarError, Timeout, is_retryable
+from ._errors import (
+    AlreadyClosed,
+    ConnectError,
+    MessageTooBig,
+    PulsarError,
+    Timeout,
+    is_retryable,
+)
 from ._message import MessageId, ids_of_receipt
 from ._routing import Router
 from ._stream import Connect, Params, StreamCall, StreamWriter, as_pulsar_error, open_expecting
@@ -52,6 +59,9 @@ class ProducerConfig:
     operation_timeout_s: float = 30.0
     initial_backoff_s: float = DEFAULT_INITIAL_BACKOFF_MS / 1000
     max_backoff_s: float = DEFAULT_MAX_BACKOFF_MS / 1000
+    # The channel's send limit (-1: none). A message over it is refused here: sent, it would
+    # break the stream on every reconnect.
+    max_message_size: int = -1
 
 
 @dataclass(slots=True)
@@ -155,6 +165,11 @@ class PartitionProducer:
         ``key`` (the ordering key, else the key) matters only to key-based batching."""
         if self._error is not None:  # set when closed or failed for good
             raise self._error
+        if 0 < self.config.max_message_size < len(message):
+            raise MessageTooBig(
+                f"a message of {len(message)} bytes is over max_message_size="
+                f"{self.config.max_message_size}"
+            )
         future: asyncio.Future[MessageId] = self._loop.create_future()
         if not self._container.fits(message, key):
             self.send_batch()

@@ -434,3 +434,15 @@ async def test_reader_reconnecting_after_a_seek_resumes_at_the_sought_message():
     await reconnected(dialer, 2)
     assert dialer.params[1]["x-pulsar-start-message-id"] == "1:2:-1:-1"
     assert dialer.params[1]["x-pulsar-start-message-id-inclusive"] is True
+
+
+async def test_a_message_over_the_channel_limit_is_refused_before_sending():
+    dialer = FakeDialer()
+    producer, part = await start_producer(dialer, max_message_size=1000)
+    with pytest.raises(client.MessageTooBig, match="max_message_size=1000"):
+        await producer.send_async(b"x" * 2000)
+    future = await producer.send_async(b"x" * 900)
+    part.send_batch()
+    await settle()
+    assert [len(r.messages[0].payload) for r in dialer.last.written] == [900]
+    assert not future.done() and part.state is HandleState.READY
