@@ -446,3 +446,21 @@ async def test_a_message_over_the_channel_limit_is_refused_before_sending():
     await settle()
     assert [len(r.messages[0].payload) for r in dialer.last.written] == [900]
     assert not future.done() and part.state is HandleState.READY
+
+
+async def test_a_seek_pending_on_a_lost_stream_fails_clearly_and_close_while_reconnecting():
+    dialer = FakeDialer()
+    consumer, part = await start_consumer(dialer)
+    seeking = asyncio.ensure_future(consumer.seek(MessageId.earliest))
+    await settle()
+    assert len(dialer.last.of("seek")) == 1
+    dialer.refusals = [client.ConnectError("refused")] * 10_000  # the broker stays away
+    dialer.last.fail()
+    with pytest.raises(client.ConnectError, match="connection to the broker was lost"):
+        await asyncio.wait_for(seeking, 1)
+    assert part.state is HandleState.CONNECTING
+    receiving = asyncio.ensure_future(consumer.receive())
+    await asyncio.wait_for(consumer.close(), 1)
+    assert part.state is HandleState.CLOSED
+    with pytest.raises(client.AlreadyClosed):
+        await asyncio.wait_for(receiving, 1)
