@@ -6,20 +6,22 @@
 ...     await producer.send(b"hello")
 """
 
+from ._batching import BatchingType
 from ._client import (
     Client,
-    ConsumerType,
     DeadLetterPolicy,
     InitialPosition,
     LookupResult,
 )
-from ._consumer import Consumer
+from ._connection import HandleState
+from ._consumer import Consumer, ConsumerType
 from ._errors import (
     AlreadyClosed,
     AuthenticationError,
     AuthorizationError,
     ConnectError,
     ConsumerBusy,
+    InvalidConfiguration,
     InvalidTopicName,
     LookupFailed,
     MessageTooBig,
@@ -40,13 +42,16 @@ __all__ = [
     "AlreadyClosed",
     "AuthenticationError",
     "AuthorizationError",
+    "BatchingType",
     "Client",
     "ConnectError",
     "Consumer",
     "ConsumerBusy",
     "ConsumerType",
     "DeadLetterPolicy",
+    "HandleState",
     "InitialPosition",
+    "InvalidConfiguration",
     "InvalidTopicName",
     "LookupFailed",
     "LookupResult",

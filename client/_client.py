@@ -16,13 +16,15 @@ import grpc
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
-from ._consumer import Consumer, ConsumerConfig, MessageQueue, PartitionConsumer
+from ._batching import BatchingType
+from ._connection import DEFAULT_INITIAL_BACKOFF_MS, DEFAULT_MAX_BACKOFF_MS
+from ._consumer import Consumer, ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
 from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
 from ._message import MessageId
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
 from ._routing import Router, RoutingMode
-from ._stream import Metadata, call_metadata
+from ._stream import Connect, Metadata, Params, StreamCall, call_metadata
 from ._wire import serialize as serialize_produce_request
 
 _SCHEMES = {"grpc": False, "grpc+ssl": True}
@@ -30,15 +32,7 @@ _SCHEMES = {"grpc": False, "grpc+ssl": True}
 # Lookups answered with Redirect that the client follows before giving up (Pulsar's
 # maxLookupRedirects; a redirect loop between brokers ends with a clear error).
 DEFAULT_MAX_LOOKUP_REDIRECTS = 3
-
-
-class ConsumerType(StrEnum):
-    """Subscription types, spelled as ``x-pulsar-subscription-type`` expects."""
-
-    Exclusive = "Exclusive"
-    Shared = "Shared"
-    Failover = "Failover"
-    KeyShared = "Key_Shared"
+_MAX_CHANNEL_BACKOFF_MS = 1000
 
 
 class InitialPosition(StrEnum):
@@ -120,7 +114,7 @@ def full_topic_name(topic: str) -> str:
 
 
 class _Startable(Protocol):
-    async def start(self, open_stream: Any, metadata: Metadata) -> None: ...
+    async def start(self, connect: Connect) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -204,6 +198,19 @@ class Client:
     verify the server's certificate against another name than the address's host. The same
     options apply when a plaintext service URL's lookup answers only a ``grpc+ssl`` address.
     ``auth_token`` is sent as ``authorization: Bearer <token>`` on every call.
+
+    Reconnection: producers, consumers and readers (each partition on its own) survive the
+    broker going away: when a stream ends with a retryable error (broker restart, dropped
+    connection, topic unloaded: UNAVAILABLE or ServiceNotReady) they look the topic up again
+    and reopen it, waiting between attempts from ``initial_backoff_interval_ms`` (100 ms),
+    doubling up to ``max_backoff_interval_ms`` (60 s), with jitter. The application sees a
+    delay: producers resend what has no receipt yet, consumers resubscribe. Sends fail with
+    :class:`~client.Timeout` only after ``send_timeout_ms`` without a receipt.
+
+    Message size: the channels accept messages up to ``max_message_size`` bytes (-1, the
+    default: any size), so an entry the broker accepted (up to its maxMessageSize, 5 MB by
+    default) is never refused by gRPC's 4 MiB default. With a limit set, a producer refuses a
+    larger message with :class:`~client.MessageTooBig` before sending it.
     """
 
     def __init__(
@@ -218,8 +225,17 @@ class Client:
         auth_token: str | None = None,
         operation_timeout_ms: int = 30000,
         max_lookup_redirects: int = DEFAULT_MAX_LOOKUP_REDIRECTS,
+        initial_backoff_interval_ms: int = DEFAULT_INITIAL_BACKOFF_MS,
+        max_backoff_interval_ms: int = DEFAULT_MAX_BACKOFF_MS,
+        max_message_size: int = -1,
     ) -> None:
         self._target, self._tls = parse_service_url(service_url)
+        if not 0 < initial_backoff_interval_ms <= max_backoff_interval_ms:
+            raise ValueError(
+                "backoff needs 0 < initial_backoff_interval_ms <= max_backoff_interval_ms"
+            )
+        self._backoff_s = (initial_backoff_interval_ms / 1000, max_backoff_interval_ms / 1000)
+        self._max_message_size = max_message_size
         self._listener_name = listener_name
         self._auth_token = auth_token
         self._operation_timeout_s = operation_timeout_ms / 1000
@@ -244,12 +260,11 @@ class Client:
                 )
             return credentials[0]
 
-        # Consume responses carry many entries: the broker bounds them, not the 4 MiB default.
-        options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", -1)]
-        tls_options: list[tuple[str, Any]] = []
-        if tls_server_name:
-            tls_options.append(("grpc.ssl_target_name_override", tls_server_name))
-        self._pool = _ChannelPool(tls_credentials, options, tls_options)
+        self._pool = _ChannelPool(
+            tls_credentials,
+            channel_options(max_message_size, initial_backoff_interval_ms),
+            [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else [],
+        )
         self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
         self._closed = False
 
@@ -265,12 +280,18 @@ class Client:
         max_pending_messages: int = 1000,
         routing_mode: RoutingMode | str = RoutingMode.ROUND_ROBIN,
         initial_sequence_id: int | None = None,
+        batching_type: BatchingType | str = BatchingType.Default,
     ) -> Producer:
         """Create a producer; on a partitioned topic, one stream per partition.
 
         Messages with a key go to the partition of the key's hash; the others follow
         ``routing_mode`` ("round_robin" or "single"). With ``initial_sequence_id`` the first
         message gets that sequence id; otherwise the one after the broker's last stored id.
+
+        ``batching_type="key_based"`` (:attr:`BatchingType.KeyBased`, Pulsar's KEY_BASED
+        batcher) keeps one batch per key (the ordering key if set, else the key), so each
+        stored entry holds one key: use it when a Key_Shared subscription reads the topic,
+        which dispatches a whole entry by the key of its first message.
 
         >>> producer = await client.create_producer("my-topic", batching_max_publish_delay_ms=5)
         """
@@ -282,6 +303,10 @@ class Client:
             max_pending_messages=max_pending_messages,
             initial_sequence_id=initial_sequence_id,
             operation_timeout_s=self._operation_timeout_s,
+            batching_type=BatchingType(batching_type),
+            initial_backoff_s=self._backoff_s[0],
+            max_backoff_s=self._backoff_s[1],
+            max_message_size=self._max_message_size,
         )
         mode = RoutingMode(routing_mode)
         partitions = await self._partition_count(topic)
@@ -319,9 +344,10 @@ class Client:
         ...     "my-topic", "sub", "Shared", initial_position="earliest",
         ...     dead_letter_policy=DeadLetterPolicy(max_redeliver_count=3))
         """
+        sub_type = _consumer_type(subscription_type)
         params: dict[str, str | int | bool | None] = {
             "x-pulsar-subscription": subscription_name,
-            "x-pulsar-subscription-type": _consumer_type(subscription_type).value,
+            "x-pulsar-subscription-type": sub_type.value,
             "x-pulsar-consumer-name": consumer_name,
             "x-pulsar-initial-position": _initial_position(initial_position).value,
             "x-pulsar-priority-level": priority_level,
@@ -335,6 +361,9 @@ class Client:
             receiver_queue_size=receiver_queue_size,
             ack_group_time_ms=ack_group_time_ms,
             operation_timeout_s=self._operation_timeout_s,
+            subscription_type=sub_type,
+            initial_backoff_s=self._backoff_s[0],
+            max_backoff_s=self._backoff_s[1],
         )
         consumer = await self._consumer(topic, subscription_name, config, params)
         self._handles.add(consumer)
@@ -372,6 +401,11 @@ class Client:
         config = ConsumerConfig(
             receiver_queue_size=receiver_queue_size,
             operation_timeout_s=self._operation_timeout_s,
+            durable=False,
+            start_message_id=start,
+            start_inclusive=start_message_id_inclusive,
+            initial_backoff_s=self._backoff_s[0],
+            max_backoff_s=self._backoff_s[1],
         )
         consumer = await self._consumer(topic, subscription, config, params, partitions)
         topics = _partition_topics(full_topic_name(topic), partitions)
@@ -482,10 +516,18 @@ class Client:
         return call_metadata({**base, **params})
 
     async def _unary(self, method: Callable[..., Awaitable[Any]], request: Any, topic: str) -> Any:
+        """One unary call, tried a second time at once when it found the broker unreachable:
+        a connection that was cut silently fails the first call made on it, and the second
+        dials afresh. A broker that is really down (or refuses the TLS handshake) still fails
+        promptly; reconnecting handles add their own backoff."""
+        metadata = self._metadata(topic, {})
         try:
-            return await method(
-                request, metadata=self._metadata(topic, {}), timeout=self._operation_timeout_s
-            )
+            try:
+                return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+            return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
 
@@ -516,14 +558,17 @@ class Client:
         method: str,
         params: dict[str, str | int | bool | None],
     ) -> None:
-        """Look ``topic`` up, then open its ``method`` stream on the answered broker."""
-        _, (target, tls) = await self._lookup(topic)
-        stub = self._stub(target, tls)
+        """Start ``stream`` with a way to (re)open its ``method`` stream on ``topic``: each
+        opening looks the topic up afresh and connects where the answer says."""
 
-        def open_stream(metadata: Metadata) -> Any:
-            return getattr(stub, method)(metadata=metadata)
+        async def connect(overrides: Params) -> StreamCall:
+            _, (target, tls) = await self._lookup(topic)
+            call: StreamCall = getattr(self._stub(target, tls), method)(
+                metadata=self._metadata(topic, {**params, **overrides})
+            )
+            return call
 
-        await stream.start(open_stream, self._metadata(topic, params))
+        await stream.start(connect)
 
     async def _start_all(
         self,
@@ -545,6 +590,27 @@ class Client:
                 return_exceptions=True,
             )
             raise errors[0]
+
+
+def channel_options(max_message_size: int, initial_backoff_ms: int) -> list[tuple[str, Any]]:
+    """gRPC channel options: message size limits, and reconnect backoff.
+
+    gRPC's default 4 MiB receive limit would strand an entry the broker accepted under its
+    maxMessageSize (5 MB by default) and a consume response carrying several entries; -1
+    lifts the limit. The channel's own reconnect backoff is capped at a second so that once
+    the broker is back, the stream's reconnect attempts (which follow the client's backoff)
+    are not refused for up to two minutes by a channel still waiting to redial.
+
+    >>> dict(channel_options(-1, 100))["grpc.max_receive_message_length"]
+    -1
+    """
+    return [
+        ("grpc.max_receive_message_length", max_message_size),
+        ("grpc.max_send_message_length", max_message_size),
+        ("grpc.initial_reconnect_backoff_ms", initial_backoff_ms),
+        ("grpc.min_reconnect_backoff_ms", initial_backoff_ms),
+        ("grpc.max_reconnect_backoff_ms", max(initial_backoff_ms, _MAX_CHANNEL_BACKOFF_MS)),
+    ]
 
 
 def _url(target: str, tls: bool) -> str:

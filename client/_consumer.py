@@ -1,4 +1,5 @@
-"""Consumers: subscribing, flow control, a merged receive queue, grouped acks, seek."""
+"""Consumers: subscribing, flow control, a merged receive queue, grouped acks, seek,
+resubscribing after a lost stream."""
 
 from __future__ import annotations
 
@@ -8,29 +9,32 @@ import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 import grpc
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._acks import AckGroup
+from ._connection import (
+    DEFAULT_INITIAL_BACKOFF_MS,
+    DEFAULT_MAX_BACKOFF_MS,
+    Backoff,
+    ConnectionHandler,
+    HandleState,
+)
 from ._errors import (
     AlreadyClosed,
     ConnectError,
+    InvalidConfiguration,
     PulsarError,
     Timeout,
     error_from_code,
+    is_retryable,
 )
 from ._flow import PermitTracker
 from ._message import Message, MessageId, messages_of_entry
-from ._stream import (
-    Metadata,
-    OpenStream,
-    StreamCall,
-    StreamWriter,
-    as_pulsar_error,
-    open_expecting,
-)
+from ._stream import Connect, Params, StreamCall, StreamWriter, as_pulsar_error, open_expecting
 
 _CLOSE_GRACE_S = 2.0
 _MAX_LONG = 2**63 - 1
@@ -86,6 +90,15 @@ class MessageQueue:
         return self._items.popleft()
 
 
+class ConsumerType(StrEnum):
+    """Subscription types, spelled as ``x-pulsar-subscription-type`` expects."""
+
+    Exclusive = "Exclusive"
+    Shared = "Shared"
+    Failover = "Failover"
+    KeyShared = "Key_Shared"
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerConfig:
     """Consumer settings the client keeps (the rest travel as call metadata)."""
@@ -94,10 +107,25 @@ class ConsumerConfig:
     ack_group_time_ms: float = 1.0
     max_pending_acks: int = 1000
     operation_timeout_s: float = 30.0
+    subscription_type: ConsumerType = ConsumerType.Exclusive
+    # Readers: a non-durable subscription, reopened where the application stopped reading.
+    durable: bool = True
+    start_message_id: MessageId = MessageId.latest
+    start_inclusive: bool = False
+    initial_backoff_s: float = DEFAULT_INITIAL_BACKOFF_MS / 1000
+    max_backoff_s: float = DEFAULT_MAX_BACKOFF_MS / 1000
 
 
 class PartitionConsumer:
-    """One Consume stream: a consumer of one topic or of one partition of a topic."""
+    """One Consume stream: a consumer of one topic or of one partition of a topic.
+
+    On a retryable stream failure it resubscribes (``_connection``) with the same subscription,
+    name and options, as Pulsar's ConsumerImpl: what the old stream queued and the application
+    did not take yet is dropped (the broker redelivers what was not acked), permits are granted
+    afresh on the new stream, grouped acks not sent yet go out on it, and requests that waited
+    for an answer on the old stream fail with :class:`ConnectError`. A reader resumes after the
+    last message the application read.
+    """
 
     def __init__(self, config: ConsumerConfig, queue: MessageQueue, partition: int = -1) -> None:
         self.config = config
@@ -118,21 +146,65 @@ class PartitionConsumer:
         self._call: StreamCall | None = None
         self._writer: StreamWriter | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._connect: Connect | None = None
+        # Where a reader resumes: after the last message the application took, else from
+        # its start position (the one it was created with, or the one it last sought).
+        self._last_dequeued: Message | None = None
+        self._start = (config.start_message_id, config.start_inclusive)
         self._error: PulsarError | None = None
-        self._closing = False
+        self.connection = ConnectionHandler(
+            f"consumer partition {partition}",
+            Backoff(config.initial_backoff_s, config.max_backoff_s),
+            self._open,
+            self._fail,
+        )
 
-    async def start(self, open_stream: OpenStream, metadata: Metadata) -> None:
-        """Open the stream, wait for ConsumerSubscribed, grant the first permits."""
+    @property
+    def state(self) -> HandleState:
+        """Connecting, ready, closing or closed."""
+        return self.connection.state
+
+    async def start(self, connect: Connect) -> None:
+        """Open the stream, wait for ConsumerSubscribed, grant the first permits; later
+        streams reopen with ``connect``."""
+        self._connect = connect
+        await self.connection.connect_first()
+
+    async def _open(self) -> None:
+        assert self._connect is not None
         call, subscribed = await open_expecting(
-            open_stream, metadata, "subscribed", self.config.operation_timeout_s
+            self._connect, self._resubscribe_params(), "subscribed", self.config.operation_timeout_s
         )
         self._call = call
         self.consumer_name = subscribed.consumer_name
         self.topic = subscribed.topic
         self.subscription = subscribed.subscription
-        self._writer = StreamWriter(call, self._fail)
-        self._send(pb.ConsumeRequest(flow=pb.Flow(permits=self._permits.initial_permits())))
+        self._writer = writer = StreamWriter(call, lambda error: self._lost(call, error))
+        self._permits = PermitTracker(self.config.receiver_queue_size)
+        writer.send(pb.ConsumeRequest(flow=pb.Flow(permits=self._permits.initial_permits())))
+        for request in self._acks.take():  # acked while disconnected
+            writer.send(request)
         self._reader = self._loop.create_task(self._read_loop(call))
+
+    def _resubscribe_params(self) -> Params:
+        """What a reopened stream says beyond the first one's parameters: the consumer's name,
+        and for a reader the position after the last message read."""
+        if not self.consumer_name:
+            return {}
+        params: Params = {"x-pulsar-consumer-name": self.consumer_name}
+        if not self.config.durable:
+            if self._last_dequeued is not None:
+                params["x-pulsar-start-message-id"] = str(self._last_dequeued.message_id())
+                params["x-pulsar-start-message-id-inclusive"] = False
+            else:
+                params["x-pulsar-start-message-id"] = str(self._start[0])
+                params["x-pulsar-start-message-id-inclusive"] = self._start[1]
+        return params
+
+    def dequeued(self, message: Message) -> None:
+        """The application took ``message`` of this stream."""
+        self._last_dequeued = message
+        self.consumed(1)
 
     def consumed(self, count: int = 1) -> None:
         """The application took (or the client dropped) ``count`` messages of this stream."""
@@ -141,7 +213,7 @@ class PartitionConsumer:
             self._send(pb.ConsumeRequest(flow=pb.Flow(permits=permits)))
 
     def acknowledge(self, message_id: MessageId, cumulative: bool = False) -> None:
-        """Group an ack; it goes out within ``ack_group_time_ms``."""
+        """Group an ack; it goes out within ``ack_group_time_ms`` (or once reconnected)."""
         self._check_open()
         if cumulative:
             self._acks.cumulative(message_id)
@@ -157,7 +229,6 @@ class PartitionConsumer:
 
     async def acknowledge_and_wait(self, message_ids: list[MessageId], cumulative: bool) -> None:
         """Ack now and wait for the broker's AckReceipt (the ack is durable)."""
-        self.flush_acks()
         request_id = next(self._request_ids)
         ack = pb.Ack(
             type=pb.Cumulative if cumulative else pb.Individual,
@@ -167,32 +238,41 @@ class PartitionConsumer:
         await self._request(request_id, pb.ConsumeRequest(ack=ack))
 
     def flush_acks(self) -> None:
-        """Send grouped acks and nacks now."""
+        """Send grouped acks and nacks now (kept for the next stream while reconnecting)."""
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
+        if self.connection.state is not HandleState.READY:
+            return
         for request in self._acks.take():
             self._send(request)
 
     async def redeliver_unacknowledged(self) -> None:
         """Ask for every unacked message again, and wait for RedeliverDone."""
         self._check_open()
-        self.flush_acks()
         request_id = next(self._request_ids)
         redeliver = pb.RedeliverUnacknowledged(request_id=request_id)
         await self._request_dropping(request_id, pb.ConsumeRequest(redeliver=redeliver))
 
     async def seek(self, target: MessageId | int) -> None:
         """Move the cursor to a message id or a publish time (ms), and wait for SeekDone."""
-        self.flush_acks()
         request_id = next(self._request_ids)
         seek = seek_request(target, request_id)
         await self._request_dropping(request_id, pb.ConsumeRequest(seek=seek))
+        # A publish time has no message id to resume from: a reader reconnecting before it
+        # read anything starts over from the earliest message, as Pulsar's does.
+        self._start = (
+            (target, True) if isinstance(target, MessageId) else (MessageId.earliest, False)
+        )
+        self._last_dequeued = None
 
     async def _request_dropping(self, request_id: int, request: pb.ConsumeRequest) -> None:
         """Send a request whose answer separates stale messages from fresh ones: what is
         queued now, and what arrives before the answer, is dropped (its permits returned)."""
-        self._drop_queued()
+        await self._wait_ready()
+        dropped = self._drop_queued()
+        if dropped:
+            self.consumed(dropped)
         self._acks.forget_deliveries()
         self._dropping.add(request_id)
         try:
@@ -208,11 +288,10 @@ class PartitionConsumer:
 
     async def close(self) -> None:
         """Send grouped acks, half-close the stream and let the broker end it."""
-        if self._closing:
+        if self.connection.state in (HandleState.CLOSING, HandleState.CLOSED):
             return
-        if self._error is None:
-            self.flush_acks()
-        self._closing = True
+        self.flush_acks()
+        self.connection.closing()
         if self._writer is not None:
             await self._writer.close()
         if self._reader is not None:
@@ -251,19 +330,18 @@ class PartitionConsumer:
         elif kind == "reached_end_of_topic":
             self.reached_end_of_topic = True
 
-    def _drop_queued(self) -> None:
-        dropped = self._queue.remove_if(lambda m: m.message_id().partition == self.partition)
-        if dropped:
-            self.consumed(dropped)
+    def _drop_queued(self) -> int:
+        """Drop this stream's messages the application has not taken; return how many."""
+        return self._queue.remove_if(lambda m: m.partition == self.partition)
 
     def _check_open(self) -> None:
         if self._error is not None:
             raise self._error
-        if self._closing:
+        if self.connection.state is HandleState.CLOSING:
             raise AlreadyClosed("the consumer is closed")
 
     def _send(self, request: pb.ConsumeRequest) -> None:
-        if self._writer is not None and self._error is None:
+        if self._writer is not None and self.connection.state is HandleState.READY:
             self._writer.send(request)
 
     def _schedule_acks(self) -> None:
@@ -273,8 +351,16 @@ class PartitionConsumer:
             delay_s = self.config.ack_group_time_ms / 1000
             self._ack_timer = self._loop.call_later(delay_s, self.flush_acks)
 
-    async def _request(self, request_id: int, request: pb.ConsumeRequest) -> None:
+    async def _wait_ready(self) -> None:
+        """Requests need a stream: wait for a reconnect, at most the operation timeout."""
         self._check_open()
+        if not await self.connection.wait_ready(self.config.operation_timeout_s):
+            self._check_open()
+            raise Timeout("not reconnected to the broker within the operation timeout")
+
+    async def _request(self, request_id: int, request: pb.ConsumeRequest) -> None:
+        await self._wait_ready()
+        self.flush_acks()
         future: asyncio.Future[None] = self._loop.create_future()
         self._requests[request_id] = future
         self._send(request)
@@ -285,9 +371,40 @@ class PartitionConsumer:
         finally:
             self._requests.pop(request_id, None)
 
+    def _lost(self, call: StreamCall, error: PulsarError) -> None:
+        """A stream ended: reconnect (retryable error) or fail (not retryable)."""
+        if call is not self._call or self.connection.state is not HandleState.READY:
+            return  # an older stream, already replaced; or close() is ending this one
+        if not is_retryable(error):
+            self._fail(error)
+            return
+        self._drop_stream()
+        # Requests sent on the lost stream may or may not have been applied: say so.
+        lost = ConnectError(f"the connection to the broker was lost: {error.message}")
+        for future in self._requests.values():
+            if not future.done():
+                future.set_exception(lost)
+        self._requests.clear()
+        self._dropping.clear()
+        # The broker redelivers what it sent and was not acked: drop what is still queued.
+        self._drop_queued()
+        self._acks.forget_deliveries()
+        self.connection.lost(error)
+
+    def _drop_stream(self) -> None:
+        if self._reader is not None and self._reader is not asyncio.current_task():
+            self._reader.cancel()
+        if self._writer is not None:
+            self._writer.cancel()
+        if self._call is not None:
+            self._call.cancel()
+        self._reader = self._writer = self._call = None
+
     def _fail(self, error: PulsarError) -> None:
+        """Close for good: requests and receivers get ``error`` (first error wins)."""
         if self._error is None:
             self._error = error
+        self.connection.closed()
         if self._ack_timer is not None:
             self._ack_timer.cancel()
         for future in self._requests.values():
@@ -295,26 +412,21 @@ class PartitionConsumer:
                 future.set_exception(self._error)
         self._requests.clear()
         self._queue.fail(self._error)
-        if self._reader is not None and self._reader is not asyncio.current_task():
-            self._reader.cancel()
-        if self._writer is not None:
-            self._writer.cancel()
-        if self._call is not None:
-            self._call.cancel()
+        self._drop_stream()
 
     async def _read_loop(self, call: StreamCall) -> None:
         try:
             while True:
                 response = await call.read()
                 if response is grpc.aio.EOF:
-                    if not self._closing:
-                        self._fail(ConnectError("the broker ended the consume stream"))
+                    if self.connection.state is HandleState.READY:
+                        self._lost(call, ConnectError("the broker ended the consume stream"))
                     return
                 self.on_response(response)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._fail(as_pulsar_error(exc))
+            self._lost(call, as_pulsar_error(exc))
 
 
 def seek_request(target: MessageId | int, request_id: int) -> pb.Seek:
@@ -361,6 +473,7 @@ class Consumer:
         self._topic = topic
         self._subscription = subscription_name
         self._partitions = {p.partition: p for p in partitions}
+        self._subscription_type = partitions[0].config.subscription_type
         self._queue = queue
         self._closed = False
 
@@ -401,7 +514,7 @@ class Consumer:
             raise AlreadyClosed("the consumer is closed")
         timeout_s = None if timeout_ms is None else timeout_ms / 1000
         message = await self._queue.get(timeout_s)
-        self._partitions[message.partition].consumed(1)
+        self._partitions[message.partition].dequeued(message)
         return message
 
     async def acknowledge(self, message: MessageTarget, *, wait: bool = False) -> None:
@@ -420,6 +533,10 @@ class Consumer:
 
         >>> await consumer.acknowledge_cumulative(last_msg)
         """
+        if self._subscription_type in (ConsumerType.Shared, ConsumerType.KeyShared):
+            raise InvalidConfiguration(
+                "Cannot use cumulative acks with a Shared or Key_Shared subscription"
+            )
         await self._ack(_id_of(message), cumulative=True, wait=wait)
 
     async def negative_acknowledge(self, message: MessageTarget) -> None:

@@ -25,6 +25,10 @@ _UNKNOWN_ERROR = 0
 _AUTHENTICATION_ERROR = 3
 _AUTHORIZATION_ERROR = 4
 _CONSUMER_BUSY = 5
+_METADATA_ERROR = 1
+_PERSISTENCE_ERROR = 2
+_SERVICE_NOT_READY = 6
+_TOO_MANY_REQUESTS = 14
 _TOPIC_NOT_FOUND = 11
 _PRODUCER_BUSY = 16
 _INVALID_TOPIC_NAME = 17
@@ -89,6 +93,11 @@ class ConnectError(PulsarError):
 class LookupFailed(PulsarError):
     """A topic lookup gave no usable answer: no gRPC address for the listener, or more
     redirects than the client follows."""
+
+
+class InvalidConfiguration(PulsarError):
+    """The application asked for something its settings rule out (e.g. a cumulative ack on a
+    Shared subscription); nothing was sent to the broker."""
 
 
 class AuthenticationError(PulsarError):
@@ -166,3 +175,41 @@ def error_from_rpc(err: RpcErrorLike) -> PulsarError:
     else:
         cls = _BY_STATUS.get(status, PulsarError)
     return cls(message, code if code is not None else _UNKNOWN_ERROR, status)
+
+
+# Broker faults that pass: the broker restarts, loads the topic elsewhere, or catches up.
+_RETRYABLE_CODES = {_SERVICE_NOT_READY, _TOO_MANY_REQUESTS, _METADATA_ERROR, _PERSISTENCE_ERROR}
+# Statuses that say nothing about the request itself when no Pulsar code comes with them.
+_RETRYABLE_STATUSES = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+
+def is_retryable(error: PulsarError, reconnecting: bool = False) -> bool:
+    """Whether a stream that ended with ``error`` (or an attempt to reopen it that failed with
+    it) is worth another attempt, as Pulsar's ``isRetriableError``.
+
+    Retryable: the broker unreachable or gone (ConnectError: UNAVAILABLE, ServiceNotReady, a
+    dropped connection), timeouts, and broker-side faults (metadata, persistence). Not
+    retryable: what the same request would get again (topic not found, bad name, not allowed,
+    too big, auth). While *reconnecting*, ProducerBusy, ConsumerBusy and a lookup without a
+    usable answer are retried as well: the broker may not have noticed yet that the old stream
+    is gone, or the topic is moving (Pulsar's producer and consumer retry them once created).
+
+    >>> is_retryable(ConnectError("gone")), is_retryable(TopicNotFound("no", 11))
+    (True, False)
+    """
+    if isinstance(error, (ConnectError, Timeout)):
+        return True
+    if isinstance(error, (ProducerBusy, ConsumerBusy, LookupFailed)):
+        return reconnecting
+    if type(error) is not PulsarError:
+        return False  # a specific error: the same request gets it again
+    if error.code in _RETRYABLE_CODES:
+        return True
+    return error.code == _UNKNOWN_ERROR and error.status in _RETRYABLE_STATUSES

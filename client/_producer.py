@@ -1,4 +1,12 @@
-"""Producers: batching, sequence ids, receipts, backpressure and send timeouts."""
+"""Producers: batching, sequence ids, receipts, backpressure, send timeouts, reconnection.
+
+A partition producer keeps every batch it sent until the broker's receipt for it. When the
+stream breaks with a retryable error it reconnects (see ``_connection``) under the same producer
+name and resends those batches, in order and with their sequence ids, before any new one: with
+deduplication on the broker, nothing is stored twice. Meanwhile the application can keep
+sending (bounded by ``max_pending_messages``); it sees a delay, and a :class:`Timeout` only
+for sends without a receipt after ``send_timeout_ms``.
+"""
 
 from __future__ import annotations
 
@@ -12,18 +20,25 @@ import grpc
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
-from ._batching import BatchContainer
-from ._errors import AlreadyClosed, ConnectError, PulsarError, Timeout
+from ._batching import BatchingType, BatchKey, Container, batch_container
+from ._connection import (
+    DEFAULT_INITIAL_BACKOFF_MS,
+    DEFAULT_MAX_BACKOFF_MS,
+    Backoff,
+    ConnectionHandler,
+    HandleState,
+)
+from ._errors import (
+    AlreadyClosed,
+    ConnectError,
+    MessageTooBig,
+    PulsarError,
+    Timeout,
+    is_retryable,
+)
 from ._message import MessageId, ids_of_receipt
 from ._routing import Router
-from ._stream import (
-    Metadata,
-    OpenStream,
-    StreamCall,
-    StreamWriter,
-    as_pulsar_error,
-    open_expecting,
-)
+from ._stream import Connect, Params, StreamCall, StreamWriter, as_pulsar_error, open_expecting
 from ._wire import encode_message
 
 # How long close() gives the broker to end the stream after the last receipt.
@@ -37,15 +52,22 @@ class ProducerConfig:
     batching_max_messages: int = 100
     batching_max_bytes: int = 128 * 1024
     batching_max_publish_delay_ms: float = 10
+    batching_type: BatchingType = BatchingType.Default
     send_timeout_ms: int = 30000
     max_pending_messages: int = 1000
     initial_sequence_id: int | None = None
     operation_timeout_s: float = 30.0
+    initial_backoff_s: float = DEFAULT_INITIAL_BACKOFF_MS / 1000
+    max_backoff_s: float = DEFAULT_MAX_BACKOFF_MS / 1000
+    # The channel's send limit (-1: none). A message over it is refused here: sent, it would
+    # break the stream on every reconnect.
+    max_message_size: int = -1
 
 
 @dataclass(slots=True)
 class _InFlight:
     sequence_id: int
+    request: bytes  # kept until the receipt: a reconnect resends it as it was
     futures: list[asyncio.Future[MessageId]]
     deadline: float
 
@@ -61,8 +83,8 @@ class PartitionProducer:
         self.last_sequence_id = -1
         self._next_sequence_id = 0
         self._loop = asyncio.get_running_loop()
-        self._container = BatchContainer[asyncio.Future[MessageId]](
-            config.batching_max_messages, config.batching_max_bytes
+        self._container: Container[asyncio.Future[MessageId]] = batch_container(
+            config.batching_type, config.batching_max_messages, config.batching_max_bytes
         )
         self._inflight: deque[_InFlight] = deque()
         self._timer: asyncio.TimerHandle | None = None
@@ -70,26 +92,58 @@ class PartitionProducer:
         self._reader: asyncio.Task[None] | None = None
         self._call: StreamCall | None = None
         self._writer: StreamWriter | None = None
+        self._connect: Connect | None = None
         self._error: PulsarError | None = None
-        self._closing = False
+        self.connection = ConnectionHandler(
+            f"producer partition {partition}",
+            Backoff(config.initial_backoff_s, config.max_backoff_s),
+            self._reopen,
+            self._fail,
+        )
         # Told how many sends settled (stored, failed or timed out), once per batch: the
         # owning Producer counts pending sends with it instead of a callback per message.
         self.on_settled: Callable[[int], None] = lambda count: None
 
-    async def start(self, open_stream: OpenStream, metadata: Metadata) -> None:
-        """Open the stream and wait for ProducerReady."""
+    @property
+    def state(self) -> HandleState:
+        """Connecting, ready, closing or closed."""
+        return self.connection.state
+
+    async def start(self, connect: Connect) -> None:
+        """Open the stream and wait for ProducerReady; later streams reopen with ``connect``."""
+        self._connect = connect
+        await self.connection.connect_first()
+
+    async def _open(self) -> None:
+        """Open a stream (the first, or a reconnect under the name the broker gave)."""
+        assert self._connect is not None
+        # Reconnecting under the same name keeps the broker's deduplication state ours.
+        params: Params = {}
+        if self.producer_name:
+            params["x-pulsar-producer-name"] = self.producer_name
         call, ready = await open_expecting(
-            open_stream, metadata, "ready", self.config.operation_timeout_s
+            self._connect, params, "ready", self.config.operation_timeout_s
         )
+        first = not self.producer_name
         self._call = call
-        self.on_ready(ready)
-        self._writer = StreamWriter(call, self._fail)
+        self.on_ready(ready, first)
+        self._writer = StreamWriter(call, lambda error: self._lost(call, error))
         self._reader = self._loop.create_task(self._read_loop(call))
 
-    def on_ready(self, ready: pb.ProducerReady) -> None:
-        """Take name, topic and the first sequence id from ProducerReady."""
+    async def _reopen(self) -> None:
+        """Reconnect, then resend every batch without a receipt, oldest first."""
+        await self._open()
+        assert self._writer is not None
+        for batch in self._inflight:
+            self._writer.send(batch.request)
+
+    def on_ready(self, ready: pb.ProducerReady, first: bool = True) -> None:
+        """Take name, topic and, on the first stream only, the first sequence id."""
         self.producer_name = ready.producer_name
         self.topic = ready.topic
+        if not first:  # reconnected: the client's own sequence ids go on
+            self.last_sequence_id = max(self.last_sequence_id, ready.last_sequence_id)
+            return
         initial = self.config.initial_sequence_id
         if initial is None:
             # -1 when nothing is stored (Python's protobuf reads the uint64 2**64-1 as -1).
@@ -105,16 +159,21 @@ class PartitionProducer:
         """Messages batched or sent and not yet receipted."""
         return len(self._container) + sum(len(b.futures) for b in self._inflight)
 
-    def add(self, message: bytes) -> asyncio.Future[MessageId]:
-        """Batch a message; the future resolves with its id once the broker stored it."""
-        if self._error is not None:
+    def add(self, message: bytes, key: BatchKey = None) -> asyncio.Future[MessageId]:
+        """Batch a message; the future resolves with its id once the broker stored it.
+
+        ``key`` (the ordering key, else the key) matters only to key-based batching."""
+        if self._error is not None:  # set when closed or failed for good
             raise self._error
-        if self._closing:
-            raise AlreadyClosed("the producer is closed")
+        if 0 < self.config.max_message_size < len(message):
+            raise MessageTooBig(
+                f"a message of {len(message)} bytes is over max_message_size="
+                f"{self.config.max_message_size}"
+            )
         future: asyncio.Future[MessageId] = self._loop.create_future()
-        if not self._container.fits(message):
+        if not self._container.fits(message, key):
             self.send_batch()
-        self._container.add(message, future)
+        self._container.add(message, future, key)
         if self._container.is_full():
             self.send_batch()
         elif len(self._container) == 1:
@@ -123,18 +182,20 @@ class PartitionProducer:
         return future
 
     def send_batch(self) -> None:
-        """Send the current batch as one ProduceRequest, if there is one."""
+        """Send what is batched (one ProduceRequest, or one per key). While reconnecting the
+        batches wait, with their sequence ids, for the new stream."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not len(self._container) or self._writer is None:
+        if not len(self._container):
             return
-        sequence_id = self._next_sequence_id
-        request, futures = self._container.drain(sequence_id)
-        self._next_sequence_id += len(futures)
         deadline = self._loop.time() + self.config.send_timeout_ms / 1000
-        self._inflight.append(_InFlight(sequence_id, futures, deadline))
-        self._writer.send(request)
+        writer = self._writer if self.connection.state is HandleState.READY else None
+        for sequence_id, request, futures in self._container.drain(self._next_sequence_id):
+            self._next_sequence_id += len(futures)
+            self._inflight.append(_InFlight(sequence_id, request, futures, deadline))
+            if writer is not None:
+                writer.send(request)
         if self.config.send_timeout_ms > 0 and (
             self._timeout_task is None or self._timeout_task.done()
         ):
@@ -170,15 +231,16 @@ class PartitionProducer:
             await asyncio.gather(*self._inflight[-1].futures)
 
     async def close(self) -> None:
-        """Send what is batched, wait for its receipts, then end the stream."""
-        if self._closing:
+        """Send what is batched, wait for its receipts (across reconnects, within the send
+        timeout), then end the stream."""
+        if self.connection.state in (HandleState.CLOSING, HandleState.CLOSED):
             return
         self.send_batch()
-        self._closing = True
         pending = [f for b in self._inflight for f in b.futures]
         if pending and self._error is None:
             timeout = self.config.send_timeout_ms / 1000 or None
             await asyncio.wait(pending, timeout=timeout)
+        self.connection.closing()
         if self._writer is not None:
             await self._writer.close()
         if self._reader is not None:
@@ -186,13 +248,36 @@ class PartitionProducer:
                 await asyncio.wait_for(asyncio.shield(self._reader), _CLOSE_GRACE_S)
         self._fail(AlreadyClosed("the producer is closed"))
 
+    def _lost(self, call: StreamCall, error: PulsarError) -> None:
+        """A stream ended: reconnect (retryable error) or fail (closing, or not retryable)."""
+        if call is not self._call:
+            return  # an older stream, already replaced
+        state = self.connection.state
+        if state is HandleState.READY and is_retryable(error):
+            self._drop_stream()
+            self.connection.lost(error)
+        elif state is HandleState.READY or (state is HandleState.CLOSING and self._inflight):
+            self._fail(error)
+
+    def _drop_stream(self) -> None:
+        for task in (self._reader,):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        if self._writer is not None:
+            self._writer.cancel()
+        if self._call is not None:
+            self._call.cancel()
+        self._reader = self._writer = self._call = None
+
     def _fail(self, error: PulsarError) -> None:
-        """Fail every pending send with ``error`` and stop the stream (first error wins)."""
+        """Fail every pending send with ``error`` and close for good (first error wins)."""
         if self._error is None:
             self._error = error
+        self.connection.closed()
         if self._timer is not None:
             self._timer.cancel()
-        _, futures = self._container.drain(self._next_sequence_id)
+        drained = self._container.drain(self._next_sequence_id)
+        futures = [f for _, _, tokens in drained for f in tokens]
         for batch in self._inflight:
             futures.extend(batch.futures)
         self._inflight.clear()
@@ -201,28 +286,24 @@ class PartitionProducer:
                 future.set_exception(self._error)
         if futures:
             self.on_settled(len(futures))
-        for task in (self._reader, self._timeout_task):
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-        if self._writer is not None:
-            self._writer.cancel()
-        if self._call is not None:
-            self._call.cancel()
+        if self._timeout_task is not None and self._timeout_task is not asyncio.current_task():
+            self._timeout_task.cancel()
+        self._drop_stream()
 
     async def _read_loop(self, call: StreamCall) -> None:
         try:
             while True:
                 response = await call.read()
                 if response is grpc.aio.EOF:
-                    if self._inflight or not self._closing:
-                        self._fail(ConnectError("the broker ended the produce stream"))
+                    if self._inflight or self.connection.state is HandleState.READY:
+                        self._lost(call, ConnectError("the broker ended the produce stream"))
                     return
                 if response.WhichOneof("response") == "receipt":
                     self.on_receipt(response.receipt)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._fail(as_pulsar_error(exc))
+            self._lost(call, as_pulsar_error(exc))
 
     async def _expire(self) -> None:
         """Fail every pending send once the oldest batch is older than the send timeout."""
@@ -231,7 +312,10 @@ class PartitionProducer:
             if delay > 0:
                 await asyncio.sleep(delay)
                 continue
-            error = Timeout(f"no receipt within send_timeout_ms={self.config.send_timeout_ms}")
+            error = Timeout(
+                f"no receipt within send_timeout_ms={self.config.send_timeout_ms} "
+                f"(connection {self.connection.state.value})"
+            )
             futures = [f for b in self._inflight for f in b.futures]
             self._inflight.clear()
             for future in futures:
@@ -322,7 +406,7 @@ class Producer:
             self._room.clear()
             await self._room.wait()
         index = self._router.choose(key) if self._router is not None else 0
-        future = self._partitions[index].add(message)
+        future = self._partitions[index].add(message, ordering_key or key)
         self._pending += 1
         return future
 

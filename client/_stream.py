@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import grpc
@@ -26,10 +26,14 @@ class StreamCall(Protocol):
     def cancel(self) -> bool: ...
 
 
-OpenStream = Callable[[Metadata], StreamCall]
+Params = dict[str, str | int | bool | None]
+# Looks the topic up and opens a stream on the broker that owns it; the parameters are merged
+# over those the handle was created with (a reconnecting producer names itself, a reader says
+# where to resume). The client makes one per handle; tests pass fakes.
+Connect = Callable[[Params], Awaitable[StreamCall]]
 
 
-def call_metadata(params: dict[str, str | int | bool | None]) -> Metadata:
+def call_metadata(params: Params) -> Metadata:
     """Call metadata from parameters: None values are left out, the rest become strings.
 
     >>> call_metadata({"x-pulsar-topic": "t", "x-pulsar-durable": False, "x-pulsar-x": None})
@@ -45,11 +49,11 @@ def call_metadata(params: dict[str, str | int | bool | None]) -> Metadata:
 
 
 async def open_expecting(
-    open_stream: OpenStream, metadata: Metadata, first: str, timeout_s: float
+    connect: Connect, params: Params, first: str, timeout_s: float
 ) -> tuple[StreamCall, Any]:
     """Open a stream and wait for its first response, which must be the ``first`` field of
     the response oneof (``ready`` for Produce, ``subscribed`` for Consume)."""
-    call = open_stream(metadata)
+    call = await connect(params)
     try:
         response = await asyncio.wait_for(call.read(), timeout_s)
     except TimeoutError:
@@ -57,6 +61,9 @@ async def open_expecting(
         raise Timeout(f"timed out waiting for the broker's {first!r} answer") from None
     except grpc.aio.AioRpcError as exc:
         raise error_from_rpc(exc) from None
+    except asyncio.CancelledError:  # the handle closed while (re)connecting
+        call.cancel()
+        raise
     if response is grpc.aio.EOF or response.WhichOneof("response") != first:
         call.cancel()
         raise ConnectError(f"the broker did not answer {first!r}")

@@ -114,12 +114,15 @@ class StandaloneProcess:
     proc: subprocess.Popen[str] | None = None
     grpc_address: str = ""
     http_url: str = ""
+    # 0: a free port. Set by start(), so that starting again (after kill9) reuses the port
+    # and clients reconnect to the address they had.
+    grpc_port: int = 0
 
     def start(self, timeout: float = 30) -> StandaloneProcess:
         cmd = [
             sys.executable, "-m", "cli.main", "standalone",
             "--data", str(self.data_dir),
-            "--set", "grpcServicePort=0", "--set", "webServicePort=0",
+            "--set", f"grpcServicePort={self.grpc_port}", "--set", "webServicePort=0",
             "--log-level", "WARNING", *self.extra,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
@@ -135,6 +138,7 @@ class StandaloneProcess:
                 match = READY.search(line)
                 if match:
                     self.grpc_address, self.http_url = match.group(1), match.group(2)
+                    self.grpc_port = int(self.grpc_address.rsplit(":", 1)[1])
                     break
         finally:
             timer.cancel()

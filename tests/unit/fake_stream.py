@@ -41,11 +41,51 @@ class FakeCall:
     def push(self, response: Any) -> None:
         self.responses.put_nowait(response)
 
-    def open(self, metadata: Any) -> FakeCall:
-        """Usable as the client's ``open_stream``."""
-        self.metadata = metadata
+    async def connect(self, params: Any) -> FakeCall:
+        """Usable as a handle's ``connect``: records the parameters it opened with."""
+        self.metadata = params
         return self
+
+    def fail(self, status: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE, code: str = "") -> None:
+        """End the stream as the broker or the network would."""
+        trailers = grpc.aio.Metadata(("pulsar-error-code", code)) if code else None
+        self.push(grpc.aio.AioRpcError(status, None, trailers, "stream ended"))
 
     def of(self, kind: str) -> list[Any]:
         """The written ConsumeRequests of one kind (flow, ack, seek, ...)."""
         return [getattr(r, kind) for r in self.written if r.WhichOneof("request") == kind]
+
+
+class FakeDialer:
+    """A handle's ``connect`` that opens a new FakeCall each time (a reconnect), or raises
+    what ``refusals`` holds first (a failed attempt)."""
+
+    def __init__(self, first: Any = None) -> None:
+        self.calls: list[FakeCall] = []
+        self.params: list[Any] = []
+        self.refusals: list[BaseException] = []
+        self.prepare: Any = None  # called with each new call, to queue its first response
+        self.opened = asyncio.Event()
+
+    async def connect(self, params: Any) -> FakeCall:
+        self.params.append(params)
+        if self.refusals:
+            raise self.refusals.pop(0)
+        call = FakeCall()
+        call.metadata = params
+        if self.prepare is not None:
+            self.prepare(call)
+        self.calls.append(call)
+        self.opened.set()
+        return call
+
+    @property
+    def last(self) -> FakeCall:
+        return self.calls[-1]
+
+    async def wait_calls(self, count: int) -> FakeCall:
+        """Wait until ``count`` streams were opened; the last one."""
+        while len(self.calls) < count:
+            self.opened.clear()
+            await self.opened.wait()
+        return self.last

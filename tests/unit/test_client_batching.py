@@ -10,7 +10,7 @@ import pytest
 
 import client
 from client import MessageId
-from client._batching import BatchContainer
+from client._batching import BatchContainer, BatchingType, KeyBasedBatchContainer, batch_container
 from client._producer import PartitionProducer, Producer, ProducerConfig
 from client._routing import Router
 from client._wire import encode_message, encode_request
@@ -58,12 +58,14 @@ def test_drain_builds_one_request_and_empties():
     c = BatchContainer[str](max_messages=10, max_bytes=1000)
     c.add(msg(b"a"), "fa")
     c.add(msg(b"b"), "fb")
-    raw, tokens = c.drain(sequence_id=41)
+    [(sequence_id, raw, tokens)] = c.drain(sequence_id=41)
+    assert sequence_id == 41
     request = pb.ProduceRequest.FromString(raw)
     assert request.sequence_id == 41
     assert [m.payload for m in request.messages] == [b"a", b"b"]
     assert tokens == ["fa", "fb"]
     assert len(c) == 0 and c.num_bytes == 0
+    assert c.drain(sequence_id=43) == []
 
 
 @pytest.mark.parametrize(
@@ -119,7 +121,7 @@ async def start_producer(call: FakeCall, last_sequence_id=0, **conf) -> Producer
     config = ProducerConfig(**conf)
     part = PartitionProducer(config)
     call.push(ready(last_sequence_id))
-    await part.start(call.open, (("x-pulsar-topic", "t"),))
+    await part.start(call.connect)
     return Producer("t", [part], None, config.max_pending_messages)
 
 
@@ -289,7 +291,7 @@ async def test_ready_error_maps_to_specific_error():
     trailers = grpc.aio.Metadata(("pulsar-error-code", "16"))
     call.push(grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, None, trailers, "busy"))
     with pytest.raises(client.ProducerBusy):
-        await PartitionProducer(ProducerConfig()).start(call.open, ())
+        await PartitionProducer(ProducerConfig()).start(call.connect)
 
 
 async def test_partitioned_producer_routes_keys_by_hash_and_ids_carry_partition():
@@ -299,7 +301,7 @@ async def test_partitioned_producer_routes_keys_by_hash_and_ids_carry_partition(
     for i, call in enumerate(calls):
         part = PartitionProducer(config, partition=i)
         call.push(ready())
-        await part.start(call.open, ())
+        await part.start(call.connect)
         parts.append(part)
     producer = Producer("t", parts, Router(3, "round_robin"), 100)
     future = await producer.send_async(b"v", key="user-42")
@@ -308,3 +310,71 @@ async def test_partitioned_producer_routes_keys_by_hash_and_ids_carry_partition(
     assert [len(c.written) for c in calls] == [int(i == target) for i in range(3)]
     calls[target].push(receipt(calls[target].written[0], ledger=1, entry=2))
     assert await future == MessageId(1, 2, 0, target)
+
+
+# ---------------------------------------------------------------- key-based batching
+
+
+def test_key_based_container_keeps_one_batch_per_key_with_consecutive_ids():
+    c = KeyBasedBatchContainer[int](max_messages=5, max_bytes=10**6)
+    for i, key in enumerate(["a", "b", "a", None]):
+        assert c.fits(msg(b"%d" % i), key)
+        c.add(msg(b"%d" % i), i, key)
+    assert len(c) == 4 and not c.is_full()
+    c.add(msg(b"4"), 4, "b")
+    assert c.is_full() and not c.fits(msg(b"5"), "c")  # the limits count every key
+    drained = c.drain(sequence_id=100)
+    assert [(seq, tokens) for seq, _, tokens in drained] == [
+        (100, [0, 2]),
+        (102, [1, 4]),
+        (104, [3]),
+    ]
+    requests = [pb.ProduceRequest.FromString(raw) for _, raw, _ in drained]
+    payloads = [[m.payload for m in r.messages] for r in requests]
+    assert payloads == [[b"0", b"2"], [b"1", b"4"], [b"3"]]
+    assert len(c) == 0 and c.num_bytes == 0 and c.drain(sequence_id=105) == []
+
+
+def test_batching_type_chooses_the_container():
+    assert isinstance(batch_container("key_based", 10, 100), KeyBasedBatchContainer)
+    assert isinstance(batch_container(BatchingType.Default, 10, 100), BatchContainer)
+    with pytest.raises(ValueError):
+        batch_container("by_colour", 10, 100)
+
+
+async def test_key_based_producer_sends_one_request_per_key_ordering_key_first():
+    call = FakeCall()
+    producer = await start_producer(
+        call,
+        batching_type=BatchingType.KeyBased,
+        batching_max_messages=6,
+        batching_max_publish_delay_ms=10_000,
+    )
+    sends = [
+        (b"1", "k1", None),
+        (b"2", "k2", None),
+        (b"3", "k1", None),
+        (b"4", "k2", b"o1"),  # the ordering key wins over the key
+        (b"5", "k1", b"o1"),
+        (b"6", "k2", None),
+    ]
+    futures = [await producer.send_async(p, key=k, ordering_key=o) for p, k, o in sends]
+    await settle()
+    requests = [(r.sequence_id, [m.payload for m in r.messages]) for r in call.written]
+    assert requests == [(1, [b"1", b"3"]), (3, [b"2", b"6"]), (5, [b"4", b"5"])]
+    for entry, request in enumerate(call.written):
+        call.push(receipt(request, ledger=7, entry=entry))
+    ids = await asyncio.wait_for(asyncio.gather(*futures), 1)
+    assert ids[0] == MessageId(7, 0, 0, -1) and ids[2] == MessageId(7, 0, 1, -1)
+    assert ids[1] == MessageId(7, 1, 0, -1) and ids[4] == MessageId(7, 2, 1, -1)
+
+
+async def test_default_batching_mixes_keys_in_one_request():
+    call = FakeCall()
+    producer = await start_producer(
+        call, batching_max_messages=3, batching_max_publish_delay_ms=10_000
+    )
+    for i, key in enumerate(["a", "b", "a"]):
+        await producer.send_async(b"%d" % i, key=key)
+    await settle()
+    assert [len(r.messages) for r in call.written] == [3]

@@ -173,7 +173,7 @@ async def test_lookup_and_unreachable_broker(broker):
     async with Client(broker.url, listener_name="ext") as c:
         result = await c.lookup("t")
         assert result.grpc_url == "grpc://b:1" and result.listener_name == "ext"
-    async with Client("grpc://127.0.0.1:1", operation_timeout_ms=2000) as c:
+    async with Client("grpc://127.0.0.1:1", operation_timeout_ms=1000) as c:
         with pytest.raises(client.ConnectError):
             await c.create_producer("t")
 

@@ -122,7 +122,7 @@ async def start_consumer(call: FakeCall, **conf) -> Consumer:
     queue = MessageQueue()
     part = PartitionConsumer(ConsumerConfig(**conf), queue)
     call.push(subscribed())
-    await part.start(lambda md: call, ())
+    await part.start(call.connect)
     return Consumer("t", "s", [part], queue)
 
 
@@ -226,16 +226,16 @@ async def test_redeliver_drops_queued_and_in_flight_messages_until_redeliver_don
         await consumer.receive(timeout_ms=10)
 
 
-async def test_stream_error_wakes_receivers_and_fails_requests():
+async def test_non_retryable_stream_error_wakes_receivers_and_fails_requests():
     call = FakeCall()
     consumer = await start_consumer(call)
     receiving = asyncio.ensure_future(consumer.receive())
     unsubscribing = asyncio.ensure_future(consumer.unsubscribe())
     await settle()
-    call.push(grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, None, None, "gone"))
-    with pytest.raises(client.ConnectError):
+    call.fail(grpc.StatusCode.FAILED_PRECONDITION, code="22")  # NotAllowed: no reconnect
+    with pytest.raises(client.NotAllowed):
         await asyncio.wait_for(receiving, 1)
-    with pytest.raises(client.ConnectError):
+    with pytest.raises(client.NotAllowed):
         await asyncio.wait_for(unsubscribing, 1)
 
 
@@ -257,7 +257,7 @@ async def test_subscribe_error_maps_to_specific_error():
     call.push(grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, None, trailers, "busy"))
     part = PartitionConsumer(ConsumerConfig(), MessageQueue())
     with pytest.raises(client.ConsumerBusy):
-        await part.start(lambda md: call, ())
+        await part.start(call.connect)
 
 
 async def test_partitioned_consumer_merges_and_credits_the_right_partition():
@@ -266,7 +266,7 @@ async def test_partitioned_consumer_merges_and_credits_the_right_partition():
     for i, call in enumerate(calls):
         part = PartitionConsumer(ConsumerConfig(receiver_queue_size=2), queue, partition=i)
         call.push(subscribed(f"t-partition-{i}"))
-        await part.start(lambda md, c=call: c, ())
+        await part.start(call.connect)
         parts.append(part)
     consumer = Consumer("t", "s", parts, queue)
     calls[1].push(batch(0, 1))

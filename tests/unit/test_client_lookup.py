@@ -206,7 +206,7 @@ async def test_plaintext_service_url_answered_with_tls_only_connects_over_tls(tl
         async with Client(
             service.url,
             tls_trust_certs_file_path=str(tls_files.other_ca),
-            operation_timeout_ms=5000,
+            operation_timeout_ms=1000,
         ) as c:
             with pytest.raises(client.ConnectError):
                 await c.create_producer("t")
@@ -226,7 +226,7 @@ async def test_tls_service_url_prefers_the_tls_address_and_server_name_override(
             grpc_url="grpc://127.0.0.1:1", grpc_url_tls=owner.url
         )
         async with Client(
-            owner.url, tls_trust_certs_file_path=str(files.ca), operation_timeout_ms=5000
+            owner.url, tls_trust_certs_file_path=str(files.ca), operation_timeout_ms=1000
         ) as c:
             with pytest.raises(client.ConnectError):
                 await c.lookup("t")

@@ -1,0 +1,174 @@
+"""Reconnection: the state of one stream handle, the backoff between attempts, and the loop
+that reopens a broken stream (Pulsar's ConnectionHandler and Backoff).
+
+A producer or consumer stream (one per partition) is READY while its gRPC stream is open. When
+the stream ends with a retryable error (broker restart, dropped connection, topic unloaded: see
+:func:`~client._errors.is_retryable`) the handle goes back to CONNECTING and a task reopens it:
+each attempt looks the topic up afresh and opens a new stream, after a delay that doubles from
+``initial_backoff_interval_ms`` up to ``max_backoff_interval_ms`` (100 ms and 60 s, Pulsar's
+defaults), less up to 10 % of random jitter so that clients restarted together spread out. A
+non-retryable error fails the handle for good, as before.
+
+Ownership: the handle (PartitionProducer, PartitionConsumer) owns its stream objects and says
+what reopening means (:attr:`ConnectionHandler.reopen`); the handler owns the state and the
+reconnect task, and nothing else changes the state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from enum import Enum
+
+from ._errors import PulsarError, is_retryable
+
+log = logging.getLogger("client")
+
+DEFAULT_INITIAL_BACKOFF_MS = 100
+DEFAULT_MAX_BACKOFF_MS = 60_000
+
+
+class Backoff:
+    """Pulsar's Backoff: ``initial``, then doubling up to ``maximum``, each delay reduced by a
+    random part of up to 10 % but never below ``initial``. ``rand`` returns a float in
+    [0, 1); tests pass a fixed one.
+
+    >>> b = Backoff(0.1, 1.0, rand=lambda: 0.0)
+    >>> [b.next() for _ in range(6)]
+    [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    >>> b.reset(); b.next()
+    0.1
+    """
+
+    def __init__(
+        self, initial_s: float, maximum_s: float, rand: Callable[[], float] = random.random
+    ) -> None:
+        if initial_s <= 0 or maximum_s < initial_s:
+            raise ValueError("backoff needs 0 < initial_backoff_interval <= max_backoff_interval")
+        self.initial_s = initial_s
+        self.maximum_s = maximum_s
+        self._rand = rand
+        self._next_s = initial_s
+
+    def next(self) -> float:
+        """The delay before the next attempt, in seconds."""
+        current = self._next_s
+        self._next_s = min(current * 2, self.maximum_s)
+        return max(self.initial_s, current - current * 0.1 * self._rand())
+
+    def reset(self) -> None:
+        """A connection succeeded: the next failure starts over from ``initial``."""
+        self._next_s = self.initial_s
+
+
+class HandleState(Enum):
+    """Where a producer's or consumer's stream stands."""
+
+    CONNECTING = "connecting"  # no stream: the first open, or reconnecting after a failure
+    READY = "ready"  # the stream is open; requests go out at once
+    CLOSING = "closing"  # close() runs: no reconnect, no new work
+    CLOSED = "closed"  # closed by the application or failed for good
+
+
+class ConnectionHandler:
+    """The state of one handle and its reconnect loop.
+
+    ``reopen`` opens a new stream (fresh lookup included) and makes it the handle's current
+    one, raising a :class:`PulsarError` when it cannot; ``give_up`` fails the handle with a
+    non-retryable error. ``clock_sleep`` is ``asyncio.sleep`` unless a test drives time.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        backoff: Backoff,
+        reopen: Callable[[], Awaitable[None]],
+        give_up: Callable[[PulsarError], None],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.name = name
+        self.backoff = backoff
+        self.reopen = reopen
+        self._give_up = give_up
+        self._sleep = sleep
+        self._state = HandleState.CONNECTING
+        self._ready = asyncio.Event()  # mirrors READY, so requests can wait for a reconnect
+        self._task: asyncio.Task[None] | None = None
+        self.reconnects = 0  # successful reconnections, for tests and stats
+
+    @property
+    def state(self) -> HandleState:
+        return self._state
+
+    def _set(self, state: HandleState) -> None:
+        self._state = state
+        if state is HandleState.READY:
+            self._ready.set()
+        else:
+            self._ready.clear()
+
+    async def connect_first(self) -> None:
+        """Open the first stream; its failure is the caller's (creating a producer or consumer
+        fails at once with the broker's answer, as the tests of TLS refusals expect)."""
+        await self.reopen()
+        self._set(HandleState.READY)
+
+    def lost(self, error: PulsarError) -> None:
+        """The current stream ended with ``error``: reconnect if it is retryable."""
+        if self._state is not HandleState.READY:
+            return
+        if not is_retryable(error):
+            self._give_up(error)
+            return
+        log.warning("%s: connection lost (%s); reconnecting", self.name, error.message)
+        self._set(HandleState.CONNECTING)
+        self._task = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until the handle is READY (False when it is not within ``timeout_s``)."""
+        if self._state is HandleState.READY:
+            return True
+        if self._state is not HandleState.CONNECTING:
+            return False
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._ready.wait()
+        except TimeoutError:
+            return False
+        return self._state is HandleState.READY
+
+    def closing(self) -> None:
+        """close() began: stop reconnecting."""
+        self._set(HandleState.CLOSING)
+        self._cancel_task()
+
+    def closed(self) -> None:
+        """The handle is closed or failed for good."""
+        self._set(HandleState.CLOSED)
+        self._cancel_task()
+
+    def _cancel_task(self) -> None:
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+        self._task = None
+
+    async def _reconnect(self) -> None:
+        while self._state is HandleState.CONNECTING:
+            await self._sleep(self.backoff.next())
+            if self._state is not HandleState.CONNECTING:
+                return
+            try:
+                await self.reopen()
+            except PulsarError as exc:
+                if not is_retryable(exc, reconnecting=True):
+                    log.warning("%s: reconnect refused for good: %s", self.name, exc.message)
+                    self._give_up(exc)
+                    return
+                log.info("%s: reconnect failed (%s); retrying", self.name, exc.message)
+                continue
+            self.backoff.reset()
+            self.reconnects += 1
+            self._set(HandleState.READY)
+            log.info("%s: reconnected", self.name)
