@@ -108,11 +108,3 @@ def standalone_factory(tmp_path: Path) -> Iterator[Callable[..., StandaloneProce
     yield make
     for process in started:
         process.stop()
-        close_output(process)
-
-
-def close_output(process: StandaloneProcess) -> None:
-    """Close the pipe of the process's output once it has ended (else it is left to the garbage
-    collector, which warns). Closing waits for the thread that drains it to reach the end."""
-    if process.proc is not None and process.proc.stdout is not None:
-        process.proc.stdout.close()

@@ -20,7 +20,7 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from broker.config import ServiceConfiguration, load_config
 from broker.service import BrokerService
@@ -145,7 +145,7 @@ class StandaloneProcess:
         if not self.grpc_address:
             self.proc.kill()
             raise RuntimeError("standalone did not start:\n" + "".join(lines))
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()  # drain output
+        threading.Thread(target=_drain_and_close, args=(self.proc.stdout,), daemon=True).start()
         return self
 
     @property
@@ -167,3 +167,10 @@ class StandaloneProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait(5)
+
+
+def _drain_and_close(output: IO[str]) -> None:
+    """Read a process's output to its end, then close the pipe: the process may be killed and
+    started again (a new pipe), so each pipe is closed by the thread that drains it."""
+    with output:
+        output.read()

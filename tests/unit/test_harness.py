@@ -8,12 +8,16 @@ their failures are asserted on here and never fail this suite.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.escaped import LoopErrors
 from tests.waiting import eventually, eventually_sync
+
+ROOT = Path(__file__).resolve().parents[2]
 
 INNER_TESTS = """
 import asyncio
@@ -98,7 +102,14 @@ EXPECTED = {  # inner test: (outcome, what its report must show)
 }
 
 
-def test_escaped_errors_fail_the_test_that_let_them_escape(pytester: pytest.Pytester) -> None:
+def test_escaped_errors_fail_the_test_that_let_them_escape(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The inner run starts in a temporary directory: it finds this checkout's tests package
+    # through PYTHONPATH, whether or not the outer run was given one.
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    )
     pytester.makeconftest("from tests.conftest import *  # noqa: F403\n")
     pytester.makepyprojecttoml(
         '[tool.pytest.ini_options]\nasyncio_mode = "auto"\n'
