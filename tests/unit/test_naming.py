@@ -75,6 +75,13 @@ def test_topic_name_parts() -> None:
         ("persistent://ten ant/ns/topic", "invalid tenant name 'ten ant'"),
         ("persistent://tenant/n$/topic", "invalid namespace name 'n$'"),
         ("persistent://tenänt/ns/topic", "invalid tenant name"),  # Java's \w is ASCII
+        # Dot segments would address another metadata node or ledger directory.
+        ("persistent://./ns/topic", "invalid tenant name '.'"),
+        ("persistent://../ns/topic", "invalid tenant name '..'"),
+        ("persistent://tenant/./topic", "invalid namespace name '.'"),
+        ("persistent://tenant/../topic", "invalid namespace name '..'"),
+        ("persistent://tenant/ns/.", "'.' and '..' are reserved"),
+        ("..", "'.' and '..' are reserved"),
     ],
 )
 def test_invalid_topic_names(given: str, rule: str) -> None:
@@ -191,6 +198,8 @@ def test_namespace_names(given: str) -> None:
         ("tenant/", "namespace name must not be empty"),
         ("ten ant/ns", "invalid tenant name 'ten ant'"),
         ("tenant/n#s", "invalid namespace name 'n#s'"),
+        ("../ns", "invalid tenant name '..'"),
+        ("tenant/.", "invalid namespace name '.'"),
     ],
 )
 def test_invalid_namespace_names(given: str, rule: str) -> None:
