@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from broker.config import ConfigError, ServiceConfiguration
+from broker.data_lock import DataDirectoryLock
 from broker.errors import (
     InvalidArgumentError,
     NotAllowedError,
@@ -54,6 +55,7 @@ class BrokerService:
         self._ledgers: ManagedLedgerFactory | None = None
         self.topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         self.web: WebService | None = None
+        self._lock = DataDirectoryLock(Path(config.dataDirectory))
         self._closing = False
 
     # ------------------------------------------------------------ lifecycle
@@ -63,6 +65,7 @@ class BrokerService:
             read_tls_files(self.config)  # unreadable TLS files: refuse before binding anything
         data_dir = Path(self.config.dataDirectory)
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
+        self._lock.acquire()  # before opening anything in it: another broker may own it
         self.metadata = EmbeddedMetadataStore(data_dir)
         self._store = SqliteLedgerStore(data_dir, sync=self.config.journalSyncData)
         self._ledgers = ManagedLedgerFactory(
@@ -111,6 +114,7 @@ class BrokerService:
             await self._store.close()
         if self.metadata is not None:
             await self.metadata.close()
+        self._lock.release()
 
     async def __aenter__(self) -> BrokerService:
         await self.start()
