@@ -68,6 +68,28 @@ def check_named_entity(kind: str, name: str) -> None:
         raise InvalidArgumentError(f"invalid {kind} name {name!r}: '.' and '..' are reserved")
 
 
+# The cursor MessageDeduplication keeps on every topic (Pulsar's DEDUPLICATION_CURSOR_NAME,
+# broker.topics.dedup.CURSOR_NAME): a subscription of that name would move its marks.
+DEDUPLICATION_CURSOR = "pulsar.dedup"
+
+
+def check_subscription_name(name: str) -> None:
+    """Pulsar's rules for a subscription name, plus the metadata path rule.
+
+    A subscription names a cursor node under its ledger's metadata path, so '.' and '..'
+    cannot be one; the broker's own cursors are reserved, as Pulsar's PersistentTopic refuses
+    them ("Subscription with reserved subscription name attempted").
+    """
+    if not name:
+        raise InvalidArgumentError("subscription name must not be empty")
+    if name in _DOT_SEGMENTS:
+        raise InvalidArgumentError(f"invalid subscription name {name!r}: '.' and '..' are reserved")
+    if name == DEDUPLICATION_CURSOR:
+        raise InvalidArgumentError(
+            f"invalid subscription name {name!r}: reserved for the broker's deduplication cursor"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class NamespaceName:
     """A V2 namespace ``<tenant>/<namespace>``; ``local_name`` is the part after the tenant."""

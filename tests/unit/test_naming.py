@@ -361,3 +361,14 @@ def test_topics_spread_over_all_bundles() -> None:
     bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE)
     hit = {bundles.bundle_for(TopicName.get(f"t-{i}")) for i in range(200)}
     assert hit == set(bundles)
+
+
+def test_reserved_subscription_name_is_the_deduplication_cursor() -> None:
+    from broker.naming import DEDUPLICATION_CURSOR, check_subscription_name
+    from broker.topics.dedup import CURSOR_NAME
+
+    assert DEDUPLICATION_CURSOR == CURSOR_NAME
+    for name in ("", ".", "..", CURSOR_NAME):
+        with pytest.raises(InvalidArgumentError):
+            check_subscription_name(name)
+    check_subscription_name("a/b")  # encoded in its cursor's path, as Pulsar does
