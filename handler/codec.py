@@ -19,7 +19,9 @@ from broker.errors import InvalidArgumentError
 from broker.topics import Delivery
 from pulsargrpc.v1 import pulsar_pb2
 
-# Split consume responses so each stays well below gRPC's default 4 MB message limit.
+# Split consume responses so each stays well below gRPC's default 4 MB message limit. An entry
+# larger than this goes alone in its response: an entry is never split, so a client receiving
+# entries near maxMessageSize must raise its channel's receive limit (docs/protocol.md).
 MAX_RESPONSE_BYTES = 1 << 20
 
 

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "pulsargrpc.v1.PulsarService"
 # Room for a batch of maxMessageSize plus its framing; larger gets gRPC's own RESOURCE_EXHAUSTED.
+# Outbound too: a consume response holds at most codec.MAX_RESPONSE_BYTES of entries, or one
+# entry alone (at most maxMessageSize plus the broker's fields), so it always fits.
 _FRAME_MARGIN = 1 << 20
 
 
@@ -95,14 +97,15 @@ class GrpcProtocolHandler(ProtocolHandler):
         self, listener: str | None, health_servicer: health.aio.HealthServicer
     ) -> aio.Server:
         assert self.config is not None and self.listeners is not None
+        max_frame = self.config.maxMessageSize + _FRAME_MARGIN
         server = aio.server(
             interceptors=[
                 ListenerInterceptor(listener, self.listeners.listeners, status_for),
                 ParametersInterceptor(status_for),
             ],
             options=[
-                ("grpc.max_receive_message_length", self.config.maxMessageSize + _FRAME_MARGIN),
-                ("grpc.max_send_message_length", -1),
+                ("grpc.max_receive_message_length", max_frame),
+                ("grpc.max_send_message_length", max_frame),
                 ("grpc.so_reuseport", 0),
             ],
         )
