@@ -50,6 +50,9 @@ class Dispatcher(ABC):
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
+        # A transport that filled up stops dispatch to its consumer (ready()); drained, it
+        # starts the read loop again.
+        consumer.transport.on_writable(self.trigger)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Hand the departed consumer's unacked entries to the others."""
@@ -79,7 +82,11 @@ class Dispatcher(ABC):
 
     def ready(self, consumer: Consumer) -> bool:
         limit = self.max_unacked_per_consumer
-        return consumer.permits > 0 and (limit is None or consumer.unacked_messages < limit)
+        return (
+            consumer.permits > 0
+            and (limit is None or consumer.unacked_messages < limit)
+            and consumer.transport.writable()
+        )
 
     # ------------------------------------------------------------- read loop
 
