@@ -70,6 +70,10 @@ def _response(chunk: list[bytes], size: int) -> bytes:
 
 M = TypeVar("M", bound=Message)
 
+# Sequence ids are Java longs in Pulsar, and ProducerReady.last_sequence_id is an int64: a
+# batch reaching past this could be stored but never answered (its receipt would not encode).
+MAX_SEQUENCE_ID = 2**63 - 1
+
 
 def parse(message_type: type[M], raw: bytes) -> M:
     """Decode a client's request; bytes that are not one are the client's error.
@@ -97,6 +101,11 @@ def parse_produce_request(raw: bytes) -> pulsar_pb2.ProduceRequest:
         raise InvalidArgumentError("ProduceRequest carries fields this broker does not know")
     if not request.messages:
         raise InvalidArgumentError("ProduceRequest carries no messages")
+    highest = request.sequence_id + len(request.messages) - 1
+    if highest > MAX_SEQUENCE_ID:
+        raise InvalidArgumentError(
+            f"sequence ids up to {highest} exceed {MAX_SEQUENCE_ID} (Pulsar's are Java longs)"
+        )
     return request
 
 

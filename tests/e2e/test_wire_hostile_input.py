@@ -4,7 +4,7 @@ keeps serving. Requests go out as raw bytes, so nothing client-side can validate
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 import pytest
@@ -180,3 +180,24 @@ async def test_empty_consume_request_is_invalid_argument(channel: grpc.aio.Chann
     error = await stream_error(channel, "Consume", CONSUMER, b"")
     assert_client_error(error)
     assert "empty ConsumeRequest" in (error.details() or "")
+
+
+@pytest.mark.parametrize(("sequence_id", "messages"), [(2**64 - 1, 2), (2**63, 1), (2**63 - 2, 3)])
+async def test_sequence_ids_beyond_a_java_long_are_refused_and_leave_the_name_usable(
+    broker_factory: Callable[..., BrokerThread], sequence_id: int, messages: int
+) -> None:
+    """A receipt carrying them could not be encoded, and with deduplication the producer name
+    would keep them as its last sequence id, breaking every later ProducerReady."""
+    broker = broker_factory(brokerDeduplicationEnabled=True)
+    metadata = (("x-pulsar-topic", "hostile-seq"), ("x-pulsar-producer-name", "p"))
+    async with grpc.aio.insecure_channel(broker.grpc_address) as ch:
+        request = batch(sequence_id, [b"m"] * messages).SerializeToString()
+        error = await stream_error(ch, "Produce", metadata, request)
+        assert_client_error(error)
+        assert "exceed" in (error.details() or "")
+        call = raw_stream(ch, "Produce", metadata)
+        ready = pb.ProduceResponse.FromString(await call.read()).ready
+        assert ready.last_sequence_id == -1
+        await call.write(batch(0, [b"ok"]).SerializeToString())
+        assert pb.ProduceResponse.FromString(await call.read()).receipt.sequence_id == 0
+        await call.done_writing()
