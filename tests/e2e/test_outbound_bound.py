@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import grpc
 import psutil
+import pytest
 
 from handler.consume import MAX_QUEUED_ANSWERS, OUTBOUND_HIGH_WATER_BYTES
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -165,3 +166,28 @@ async def test_answers_to_many_unread_requests_all_arrive_in_order(broker: Broke
         await sender
         assert answered == list(range(1, count + 1))
         call.cancel()
+
+
+async def test_a_broker_side_close_does_not_wait_behind_unread_messages(
+    broker: BrokerThread,
+) -> None:
+    """The topic closes (unload, shutdown) while the consumer's queue is full: the call ends
+    at once with UNAVAILABLE; what was queued and not yet written is dropped, not delivered
+    first (it is unacked, so it is redelivered on reconnect)."""
+    topic = "stalled-close"
+    await produce_backlog(broker.grpc_address, topic, 300)
+    async with grpc.aio.insecure_channel(broker.grpc_address) as ch:
+        call = stub(ch).Consume(metadata=consume_metadata(topic))
+        assert (await call.read()).HasField("subscribed")
+        await call.write(pb.ConsumeRequest(flow=pb.Flow(permits=MAX_PERMITS)))
+        dispatched = await settled(lambda: msg_out(broker.http_url, topic))
+        assert broker.service is not None
+        (name,) = [n for n in broker.service.topics if n.endswith(topic)]
+        await broker.call(broker.service.topics[name].result().close())
+        received = 0
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            while True:
+                response = await asyncio.wait_for(call.read(), 30)
+                received += sum(len(e.messages) for e in response.messages.entries)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert received < dispatched
