@@ -161,13 +161,12 @@ async def consume(
             await abort(context, transport.failed.result())
         await writer
     finally:
-        for task in (reader, writer):
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-        await consumer.subscription.remove_consumer(consumer)
+        reader.cancel()
+        writer.cancel()
+        try:  # the writer's own failure, if any, was raised above
+            await asyncio.gather(reader, writer, return_exceptions=True)
+        finally:
+            await consumer.subscription.remove_consumer(consumer)
 
 
 async def _write(
