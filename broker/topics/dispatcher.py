@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Pulsar's dispatcherMaxReadSizeBytes default: a read asks for no more entries than this many
+# bytes' worth at the average entry size seen, so huge permits never read (and queue) a hundred
+# entries of megabytes each at once.
+MAX_READ_BYTES = 5 << 20
+
 
 class Dispatcher(ABC):
     def __init__(
@@ -42,6 +47,7 @@ class Dispatcher(ABC):
         self._paused = False
         self._epoch = 0
         self._avg_messages_per_entry = 1.0
+        self._avg_entry_bytes: float | None = None  # unknown until the first read (of one)
         self._task: asyncio.Task[None] | None = None
         # New durable entries wake the read loop up (Pulsar's asyncReadOrWait).
         subscription.topic.ledger.add_entries_listener(self.trigger)
@@ -129,6 +135,8 @@ class Dispatcher(ABC):
                 if permits <= 0:
                     return
                 n = max(1, min(self.max_read_batch, int(permits / self._avg_messages_per_entry)))
+                size = self._avg_entry_bytes
+                n = 1 if size is None else max(1, min(n, int(MAX_READ_BYTES / max(size, 1))))
                 epoch = self._epoch
                 replay = self._replay_positions(n)
                 if replay:
@@ -178,6 +186,10 @@ class Dispatcher(ABC):
             self._avg_messages_per_entry = 0.8 * self._avg_messages_per_entry + 0.2 * (
                 total / len(entries)
             )
+            mean = sum(len(entry.data) for entry in entries) / len(entries)
+            size = self._avg_entry_bytes
+            # Up at once, down slowly: an underestimate is what makes a read too large.
+            self._avg_entry_bytes = mean if size is None or mean > size else 0.8 * size + 0.2 * mean
         return out
 
     def _send(self, consumer: Consumer, batch: list[Delivery], hashes: list[int | None]) -> None:

@@ -14,6 +14,7 @@ import grpc
 import psutil
 import pytest
 
+from broker.topics.dispatcher import MAX_READ_BYTES
 from handler.consume import MAX_QUEUED_ANSWERS, OUTBOUND_HIGH_WATER_BYTES
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import stub
@@ -33,11 +34,13 @@ def consume_metadata(topic: str) -> tuple[tuple[str, str], ...]:
     )
 
 
-def payload(i: int) -> bytes:
-    return b"%08d|" % i + b"x" * (MESSAGE_BYTES - 9)
+def payload(i: int, size: int = MESSAGE_BYTES) -> bytes:
+    return b"%08d|" % i + b"x" * (size - 9)
 
 
-async def produce_backlog(address: str, topic: str, entries: int) -> None:
+async def produce_backlog(
+    address: str, topic: str, entries: int, message_bytes: int = MESSAGE_BYTES
+) -> None:
     async with grpc.aio.insecure_channel(address) as ch:
         call = stub(ch).Produce(metadata=(("x-pulsar-topic", topic),))
         assert (await call.read()).HasField("ready")
@@ -46,7 +49,8 @@ async def produce_backlog(address: str, topic: str, entries: int) -> None:
             while sent < entries and sent - received < WINDOW:
                 first = sent * ENTRY_MESSAGES
                 messages = [
-                    pb.MessageData(payload=payload(first + i)) for i in range(ENTRY_MESSAGES)
+                    pb.MessageData(payload=payload(first + i, message_bytes))
+                    for i in range(ENTRY_MESSAGES)
                 ]
                 await call.write(pb.ProduceRequest(sequence_id=first, messages=messages))
                 sent += 1
@@ -191,3 +195,22 @@ async def test_a_broker_side_close_does_not_wait_behind_unread_messages(
                 received += sum(len(e.messages) for e in response.messages.entries)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert received < dispatched
+
+
+async def test_a_read_for_huge_permits_is_bounded_in_bytes_too(broker: BrokerThread) -> None:
+    """Entries of 1 MB: a read asks for about MAX_READ_BYTES of them, not a hundred entries
+    (a 100 MB read) because the permits would allow it."""
+    topic = "stalled-large"
+    entries = 60
+    await produce_backlog(broker.grpc_address, topic, entries, message_bytes=100_000)
+    async with grpc.aio.insecure_channel(broker.grpc_address) as ch:
+        call = stub(ch).Consume(metadata=consume_metadata(topic))
+        assert (await call.read()).HasField("subscribed")
+        await call.write(pb.ConsumeRequest(flow=pb.Flow(permits=MAX_PERMITS)))
+        dispatched = await settled(lambda: msg_out(broker.http_url, topic)) // ENTRY_MESSAGES
+        entry_bytes = ENTRY_MESSAGES * 100_000
+        bound = (MAX_READ_BYTES + OUTBOUND_HIGH_WATER_BYTES) // entry_bytes + 2
+        assert dispatched <= bound < entries
+        numbers = await read_all(call, entries * ENTRY_MESSAGES)
+        assert numbers == list(range(entries * ENTRY_MESSAGES))
+        call.cancel()
