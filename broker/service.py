@@ -61,6 +61,15 @@ class BrokerService:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        """Start everything or nothing: a failure part-way closes what had started, and gives
+        the data directory back for another broker (or a retry) in this process."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _start(self) -> None:
         if any(bind.tls for bind in self.listeners.bind_addresses):
             read_tls_files(self.config)  # unreadable TLS files: refuse before binding anything
         data_dir = Path(self.config.dataDirectory)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -79,3 +80,22 @@ async def test_restart_after_kill_9_and_after_a_clean_stop_is_not_blocked(
     assert restarted.stop() == 0
     again = standalone_factory(data)
     assert await drain(again.grpc_address, TOPIC, "sub", 2) == [b"before-kill", b"after-restart"]
+
+
+def test_a_broker_that_failed_to_start_gives_the_directory_back(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        failed = BrokerThread(broker_config(tmp_path / "data", grpcServicePort=port))
+        try:
+            try:
+                failed.start()
+            except Exception:
+                pass
+            else:
+                raise AssertionError("a broker started on a taken port")
+        finally:
+            failed.stop()
+    retry = BrokerThread(broker_config(tmp_path / "data")).start()
+    retry.stop()
