@@ -40,6 +40,12 @@ class Writability(Enum):
     FULL = "full"  # at the high-water mark: nothing more is dispatched until drained
 
 
+class StreamState(Enum):
+    OPEN = "open"
+    ENDING = "ending"  # a clean end is queued (unsubscribed, or the client half-closed)
+    FAILED = "failed"  # ends now with an error
+
+
 class GrpcConsumerTransport:
     """The broker pushes into ``outbound``; the call writes it out, in order.
 
@@ -47,6 +53,8 @@ class GrpcConsumerTransport:
     Answers to requests are always queued, behind the messages sent before them (a seek's
     answer must follow what was sent before the seek), and bounded by pacing the requests.
     A close with an error does not wait behind the queue: ``failed`` ends the call at once.
+    Once a clean end is queued, nothing more is read from the client and late errors (an
+    ack still in flight when the subscription went away) no longer matter.
     """
 
     def __init__(self, partition: int) -> None:
@@ -57,6 +65,7 @@ class GrpcConsumerTransport:
         self._answers = 0
         self._answers_drained = asyncio.Event()
         self._state = Writability.WRITABLE
+        self._stream = StreamState.OPEN
         self._on_writable: Callable[[], None] | None = None
 
     # ------------------------------------------------------------ broker side
@@ -79,9 +88,13 @@ class GrpcConsumerTransport:
         self.reply(pb.ConsumeResponse(active_consumer_change=change))
 
     def close(self, error: BrokerError | None = None) -> None:
+        if self._stream is not StreamState.OPEN:
+            return
         if error is None:
-            self.outbound.put_nowait(None)  # after everything queued: a clean end
-        elif not self.failed.done():
+            self._stream = StreamState.ENDING
+            self.outbound.put_nowait(None)  # after everything queued
+        else:
+            self._stream = StreamState.FAILED
             self.failed.set_result(error)
 
     def reply(self, response: pb.ConsumeResponse) -> None:
@@ -106,9 +119,12 @@ class GrpcConsumerTransport:
     async def paced(
         self, requests: AsyncIterator[pb.ConsumeRequest]
     ) -> AsyncIterator[pb.ConsumeRequest]:
-        """The client's requests, read only while their answers do not pile up unwritten."""
+        """The client's requests, read only while their answers do not pile up unwritten,
+        and only until the stream ends."""
         async for request in requests:
             yield request
+            if self._stream is not StreamState.OPEN:
+                return
             while self._answers >= MAX_QUEUED_ANSWERS:
                 self._answers_drained.clear()
                 await self._answers_drained.wait()
@@ -158,6 +174,8 @@ async def consume(
     try:
         await asyncio.wait((writer, transport.failed), return_when=asyncio.FIRST_COMPLETED)
         if transport.failed.done():  # not behind what is queued: a client may not be reading
+            writer.cancel()  # and no write in progress while the call aborts
+            await asyncio.gather(writer, return_exceptions=True)
             await abort(context, transport.failed.result())
         await writer
     finally:

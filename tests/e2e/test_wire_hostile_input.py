@@ -201,3 +201,33 @@ async def test_sequence_ids_beyond_a_java_long_are_refused_and_leave_the_name_us
         await call.write(batch(0, [b"ok"]).SerializeToString())
         assert pb.ProduceResponse.FromString(await call.read()).receipt.sequence_id == 0
         await call.done_writing()
+
+
+async def test_requests_behind_an_unsubscribe_are_not_applied(channel: grpc.aio.Channel) -> None:
+    """Acks sent behind an Unsubscribe would find the cursor closed: the call stops reading
+    at the Unsubscribe and ends cleanly, never with an INTERNAL "cursor is closed"."""
+    producer = raw_stream(channel, "Produce", (("x-pulsar-topic", "hostile-unsub"),))
+    await producer.read()
+    await producer.write(batch(0, [b"m"]).SerializeToString())
+    receipt = pb.ProduceResponse.FromString(await producer.read()).receipt
+    await producer.done_writing()
+    message_id = pb.MessageId(ledger_id=receipt.ledger_id, entry_id=receipt.entry_id)
+    unsubscribe = pb.ConsumeRequest(unsubscribe=pb.Unsubscribe(request_id=1))
+    ack = pb.ConsumeRequest(ack=pb.Ack(ids=[message_id], request_id=2))
+    for round_ in range(5):
+        call = raw_stream(
+            channel,
+            "Consume",
+            (("x-pulsar-topic", "hostile-unsub"), ("x-pulsar-subscription", f"s{round_}"),
+             ("x-pulsar-initial-position", "Earliest")),
+        )  # fmt: skip
+        await call.read()
+        try:
+            for request in (unsubscribe, *[ack] * 20):
+                await call.write(request.SerializeToString())
+            while await call.read() is not grpc.aio.EOF:
+                pass
+        except grpc.aio.AioRpcError:
+            pass  # grpc's Python client: a write after the end marks the call INTERNAL locally
+        code, details = await call.code(), await call.details()
+        assert code == grpc.StatusCode.OK or details == "Internal error from Core", details
