@@ -32,6 +32,9 @@ _NAMED_ENTITY = re.compile(r"[-=:.\w]*", re.ASCII)
 # ("+1", "01", "-0"), so only canonical non-negative ints that fit a Java int count.
 _PARTITION_INDEX = re.compile(r"0|[1-9][0-9]*")
 _JAVA_INT_MAX = 2**31 - 1
+# Names become segments of metadata paths and managed-ledger names, where "." and ".." would
+# point at another node (or none): no part of a name may be either.
+_DOT_SEGMENTS = frozenset({".", ".."})
 # java.net.URLEncoder keeps these bytes as they are; everything else is %XX (space is '+').
 _URL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-*_")
 
@@ -60,6 +63,30 @@ def check_named_entity(kind: str, name: str) -> None:
     if not _NAMED_ENTITY.fullmatch(name):
         raise InvalidArgumentError(
             f"invalid {kind} name {name!r}: only letters, digits, '_' and '-=:.' are allowed"
+        )
+    if name in _DOT_SEGMENTS:
+        raise InvalidArgumentError(f"invalid {kind} name {name!r}: '.' and '..' are reserved")
+
+
+# The cursor MessageDeduplication keeps on every topic (Pulsar's DEDUPLICATION_CURSOR_NAME,
+# broker.topics.dedup.CURSOR_NAME): a subscription of that name would move its marks.
+DEDUPLICATION_CURSOR = "pulsar.dedup"
+
+
+def check_subscription_name(name: str) -> None:
+    """Pulsar's rules for a subscription name, plus the metadata path rule.
+
+    A subscription names a cursor node under its ledger's metadata path, so '.' and '..'
+    cannot be one; the broker's own cursors are reserved, as Pulsar's PersistentTopic refuses
+    them ("Subscription with reserved subscription name attempted").
+    """
+    if not name:
+        raise InvalidArgumentError("subscription name must not be empty")
+    if name in _DOT_SEGMENTS:
+        raise InvalidArgumentError(f"invalid subscription name {name!r}: '.' and '..' are reserved")
+    if name == DEDUPLICATION_CURSOR:
+        raise InvalidArgumentError(
+            f"invalid subscription name {name!r}: reserved for the broker's deduplication cursor"
         )
 
 
@@ -139,6 +166,10 @@ class TopicName:
         if "/" in self.local_name:
             raise InvalidTopicNameError(
                 f"invalid topic name {self.full_name!r}: the topic part must not contain '/'"
+            )
+        if self.local_name in _DOT_SEGMENTS:
+            raise InvalidTopicNameError(
+                f"invalid topic name {self.full_name!r}: '.' and '..' are reserved"
             )
         object.__setattr__(self, "partition_index", _partition_index(self.local_name))
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from broker.config import ConfigError, ServiceConfiguration
+from broker.data_lock import DataDirectoryLock
 from broker.errors import (
     InvalidArgumentError,
     NotAllowedError,
@@ -54,15 +55,26 @@ class BrokerService:
         self._ledgers: ManagedLedgerFactory | None = None
         self.topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         self.web: WebService | None = None
+        self._lock = DataDirectoryLock(Path(config.dataDirectory))
         self._closing = False
 
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        """Start everything or nothing: a failure part-way closes what had started, and gives
+        the data directory back for another broker (or a retry) in this process."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _start(self) -> None:
         if any(bind.tls for bind in self.listeners.bind_addresses):
             read_tls_files(self.config)  # unreadable TLS files: refuse before binding anything
         data_dir = Path(self.config.dataDirectory)
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
+        self._lock.acquire()  # before opening anything in it: another broker may own it
         self.metadata = EmbeddedMetadataStore(data_dir)
         self._store = SqliteLedgerStore(data_dir, sync=self.config.journalSyncData)
         self._ledgers = ManagedLedgerFactory(
@@ -111,6 +123,7 @@ class BrokerService:
             await self._store.close()
         if self.metadata is not None:
             await self.metadata.close()
+        self._lock.release()
 
     async def __aenter__(self) -> BrokerService:
         await self.start()

@@ -11,8 +11,12 @@ import sys
 from pathlib import Path
 
 from broker.config import ConfigError, load_config, parse_set_flags
+from broker.data_lock import DataDirectoryInUseError
 
 log = logging.getLogger("pulsar_grpc.standalone")
+
+# Exit codes: 2 invalid configuration, 1 cannot start (port taken), 3 data directory in use.
+EXIT_DATA_DIRECTORY_IN_USE = 3
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -86,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"pulsar-grpc standalone: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
+    except DataDirectoryInUseError as exc:
+        print(f"pulsar-grpc standalone: cannot start: {exc}", file=sys.stderr)
+        return EXIT_DATA_DIRECTORY_IN_USE
     except (OSError, RuntimeError) as exc:  # grpc reports a port it cannot bind as RuntimeError
         print(f"pulsar-grpc standalone: cannot start: {exc}", file=sys.stderr)
         return 1

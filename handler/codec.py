@@ -8,16 +8,20 @@ ids a consumer sees are the broker's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import TypeVar
 
 from google.protobuf import unknown_fields
+from google.protobuf.message import Message
 
 from broker.entry_format import encode_varint
 from broker.errors import InvalidArgumentError
 from broker.topics import Delivery
 from pulsargrpc.v1 import pulsar_pb2
 
-# Split consume responses so each stays well below gRPC's default 4 MB message limit.
+# Split consume responses so each stays well below gRPC's default 4 MB message limit. An entry
+# larger than this goes alone in its response: an entry is never split, so a client receiving
+# entries near maxMessageSize must raise its channel's receive limit (docs/protocol.md).
 MAX_RESPONSE_BYTES = 1 << 20
 
 
@@ -64,16 +68,44 @@ def _response(chunk: list[bytes], size: int) -> bytes:
     return b"".join([b"\x12", encode_varint(size), *chunk])
 
 
+M = TypeVar("M", bound=Message)
+
+# Sequence ids are Java longs in Pulsar, and ProducerReady.last_sequence_id is an int64: a
+# batch reaching past this could be stored but never answered (its receipt would not encode).
+MAX_SEQUENCE_ID = 2**63 - 1
+
+
+def parse(message_type: type[M], raw: bytes) -> M:
+    """Decode a client's request; bytes that are not one are the client's error.
+
+    Every RPC takes raw bytes and decodes here rather than in a gRPC request deserializer: a
+    deserializer that fails ends the call with INTERNAL (or UNKNOWN), which blames the broker.
+    """
+    try:
+        return message_type.FromString(raw)
+    except Exception as exc:  # protobuf raises DecodeError, a plain Exception subclass
+        name = message_type.DESCRIPTOR.name
+        raise InvalidArgumentError(f"malformed {name}: {exc}") from None
+
+
+async def parse_stream(message_type: type[M], requests: AsyncIterator[bytes]) -> AsyncIterator[M]:
+    """:func:`parse` for each request of a stream, in order."""
+    async for raw in requests:
+        yield parse(message_type, raw)
+
+
 def parse_produce_request(raw: bytes) -> pulsar_pb2.ProduceRequest:
     """Parse a batch and refuse fields this version does not know (they would be stored)."""
-    try:
-        request = pulsar_pb2.ProduceRequest.FromString(raw)
-    except Exception as exc:  # protobuf raises DecodeError, a plain Exception subclass
-        raise InvalidArgumentError(f"malformed ProduceRequest: {exc}") from None
+    request = parse(pulsar_pb2.ProduceRequest, raw)
     if len(unknown_fields.UnknownFieldSet(request)):
         raise InvalidArgumentError("ProduceRequest carries fields this broker does not know")
     if not request.messages:
         raise InvalidArgumentError("ProduceRequest carries no messages")
+    highest = request.sequence_id + len(request.messages) - 1
+    if highest > MAX_SEQUENCE_ID:
+        raise InvalidArgumentError(
+            f"sequence ids up to {highest} exceed {MAX_SEQUENCE_ID} (Pulsar's are Java longs)"
+        )
     return request
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Callable
+from enum import Enum
+from typing import TypeAlias
 
 from grpc import aio
 
@@ -20,28 +22,112 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 _names = itertools.count(1)
 
 
+# Message bytes queued for one consumer and not yet written out: at the high-water mark the
+# dispatcher stops sending it more; once the stream has written down to the low-water mark,
+# dispatch resumes (Pulsar: the channel's write-buffer water marks and isWritable()). A send
+# may overshoot the high mark by one dispatcher read.
+OUTBOUND_HIGH_WATER_BYTES = 2 << 20
+OUTBOUND_LOW_WATER_BYTES = 1 << 20
+# Answers (receipts, seek and redeliver answers) queued and not yet written out: past this
+# the call stops reading the client's requests, whose answers would pile up otherwise.
+MAX_QUEUED_ANSWERS = 1000
+
+Outbound: TypeAlias = bytes | pb.ConsumeResponse | None
+
+
+class Writability(Enum):
+    WRITABLE = "writable"
+    FULL = "full"  # at the high-water mark: nothing more is dispatched until drained
+
+
+class StreamState(Enum):
+    OPEN = "open"
+    ENDING = "ending"  # a clean end is queued (unsubscribed, or the client half-closed)
+    FAILED = "failed"  # ends now with an error
+
+
 class GrpcConsumerTransport:
-    """The broker pushes into ``outbound``; the call writes it out. Permits bound its size."""
+    """The broker pushes into ``outbound``; the call writes it out, in order.
+
+    Messages are bounded in bytes (the dispatcher waits while :meth:`writable` is False).
+    Answers to requests are always queued, behind the messages sent before them (a seek's
+    answer must follow what was sent before the seek), and bounded by pacing the requests.
+    A close with an error does not wait behind the queue: ``failed`` ends the call at once.
+    Once a clean end is queued, nothing more is read from the client and late errors (an
+    ack still in flight when the subscription went away) no longer matter.
+    """
 
     def __init__(self, partition: int) -> None:
         self.partition = partition
-        self.outbound: asyncio.Queue[bytes | pb.ConsumeResponse | BrokerError | None] = (
-            asyncio.Queue()
-        )
+        self.outbound: asyncio.Queue[Outbound] = asyncio.Queue()
+        self.failed: asyncio.Future[BrokerError] = asyncio.get_running_loop().create_future()
+        self.queued_bytes = 0
+        self._answers = 0
+        self._answers_drained = asyncio.Event()
+        self._state = Writability.WRITABLE
+        self._stream = StreamState.OPEN
+        self._on_writable: Callable[[], None] | None = None
+
+    # ------------------------------------------------------------ broker side
 
     def send_messages(self, deliveries: list[Delivery]) -> None:
         for response in codec.encode_message_batches(deliveries, self.partition):
+            self.queued_bytes += len(response)
             self.outbound.put_nowait(response)
+        if self.queued_bytes >= OUTBOUND_HIGH_WATER_BYTES:
+            self._state = Writability.FULL
+
+    def writable(self) -> bool:
+        return self._state is Writability.WRITABLE
+
+    def on_writable(self, callback: Callable[[], None]) -> None:
+        self._on_writable = callback
 
     def send_active_change(self, is_active: bool) -> None:
         change = pb.ActiveConsumerChange(is_active=is_active)
-        self.outbound.put_nowait(pb.ConsumeResponse(active_consumer_change=change))
+        self.reply(pb.ConsumeResponse(active_consumer_change=change))
 
     def close(self, error: BrokerError | None = None) -> None:
-        self.outbound.put_nowait(error)
+        if self._stream is not StreamState.OPEN:
+            return
+        if error is None:
+            self._stream = StreamState.ENDING
+            self.outbound.put_nowait(None)  # after everything queued
+        else:
+            self._stream = StreamState.FAILED
+            self.failed.set_result(error)
 
     def reply(self, response: pb.ConsumeResponse) -> None:
+        self._answers += 1
         self.outbound.put_nowait(response)
+
+    # ------------------------------------------------------------ call side
+
+    def written(self, item: bytes | pb.ConsumeResponse) -> None:
+        """``item`` left the queue for the stream: account for it, wake what waited."""
+        if isinstance(item, bytes):
+            self.queued_bytes -= len(item)
+            if self._state is Writability.FULL and self.queued_bytes <= OUTBOUND_LOW_WATER_BYTES:
+                self._state = Writability.WRITABLE
+                if self._on_writable is not None:
+                    self._on_writable()
+        else:
+            self._answers -= 1
+            if self._answers < MAX_QUEUED_ANSWERS:
+                self._answers_drained.set()
+
+    async def paced(
+        self, requests: AsyncIterator[pb.ConsumeRequest]
+    ) -> AsyncIterator[pb.ConsumeRequest]:
+        """The client's requests, read only while their answers do not pile up unwritten,
+        and only until the stream ends."""
+        async for request in requests:
+            yield request
+            if self._stream is not StreamState.OPEN:
+                return
+            while self._answers >= MAX_QUEUED_ANSWERS:
+                self._answers_drained.clear()
+                await self._answers_drained.wait()
 
 
 def _options(params: ConsumerParams) -> ConsumerOptions:
@@ -82,23 +168,35 @@ async def consume(
     subscribed = pb.ConsumerSubscribed(
         consumer_name=consumer.name, topic=topic.name, subscription=subscription
     )
-    reader = asyncio.get_running_loop().create_task(_read(consumer, transport, requests))
+    loop = asyncio.get_running_loop()
+    reader = loop.create_task(_read(consumer, transport, transport.paced(requests)))
+    writer = loop.create_task(_write(transport, context, subscribed))
     try:
-        await context.write(pb.ConsumeResponse(subscribed=subscribed))
-        while True:
-            item = await transport.outbound.get()
-            if item is None:
-                break
-            if isinstance(item, BrokerError):
-                await abort(context, item)
-            await context.write(item)
+        await asyncio.wait((writer, transport.failed), return_when=asyncio.FIRST_COMPLETED)
+        if transport.failed.done():  # not behind what is queued: a client may not be reading
+            writer.cancel()  # and no write in progress while the call aborts
+            await asyncio.gather(writer, return_exceptions=True)
+            await abort(context, transport.failed.result())
+        await writer
     finally:
         reader.cancel()
-        try:
-            await reader
-        except asyncio.CancelledError:
-            pass
-        await consumer.subscription.remove_consumer(consumer)
+        writer.cancel()
+        try:  # the writer's own failure, if any, was raised above
+            await asyncio.gather(reader, writer, return_exceptions=True)
+        finally:
+            await consumer.subscription.remove_consumer(consumer)
+
+
+async def _write(
+    transport: GrpcConsumerTransport,
+    context: aio.ServicerContext,
+    subscribed: pb.ConsumerSubscribed,
+) -> None:
+    """Write the queue out until a clean close; each write waits for gRPC's flow control."""
+    await context.write(pb.ConsumeResponse(subscribed=subscribed))
+    while (item := await transport.outbound.get()) is not None:
+        await context.write(item)
+        transport.written(item)
 
 
 async def _read(

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "pulsargrpc.v1.PulsarService"
 # Room for a batch of maxMessageSize plus its framing; larger gets gRPC's own RESOURCE_EXHAUSTED.
+# Outbound too: a consume response holds at most codec.MAX_RESPONSE_BYTES of entries, or one
+# entry alone (at most maxMessageSize plus the broker's fields), so it always fits.
 _FRAME_MARGIN = 1 << 20
 
 
@@ -95,14 +97,15 @@ class GrpcProtocolHandler(ProtocolHandler):
         self, listener: str | None, health_servicer: health.aio.HealthServicer
     ) -> aio.Server:
         assert self.config is not None and self.listeners is not None
+        max_frame = self.config.maxMessageSize + _FRAME_MARGIN
         server = aio.server(
             interceptors=[
                 ListenerInterceptor(listener, self.listeners.listeners, status_for),
                 ParametersInterceptor(status_for),
             ],
             options=[
-                ("grpc.max_receive_message_length", self.config.maxMessageSize + _FRAME_MARGIN),
-                ("grpc.max_send_message_length", -1),
+                ("grpc.max_receive_message_length", max_frame),
+                ("grpc.max_send_message_length", max_frame),
                 ("grpc.so_reuseport", 0),
             ],
         )
@@ -130,22 +133,22 @@ class GrpcProtocolHandler(ProtocolHandler):
                 ),
                 "Consume": grpc.stream_stream_rpc_method_handler(
                     self._consume,
-                    request_deserializer=pb.ConsumeRequest.FromString,
+                    request_deserializer=codec.identity,
                     response_serializer=codec.serialize_response,
                 ),
                 "Lookup": grpc.unary_unary_rpc_method_handler(
                     self._lookup,
-                    request_deserializer=pb.LookupRequest.FromString,
+                    request_deserializer=codec.identity,
                     response_serializer=pb.LookupResponse.SerializeToString,
                 ),
                 "GetLastMessageId": grpc.unary_unary_rpc_method_handler(
                     self._last_message_id,
-                    request_deserializer=pb.GetLastMessageIdRequest.FromString,
+                    request_deserializer=codec.identity,
                     response_serializer=pb.GetLastMessageIdResponse.SerializeToString,
                 ),
                 "GetPartitionedTopicMetadata": grpc.unary_unary_rpc_method_handler(
                     self._partitioned_metadata,
-                    request_deserializer=pb.PartitionedTopicMetadataRequest.FromString,
+                    request_deserializer=codec.identity,
                     response_serializer=pb.PartitionedTopicMetadataResponse.SerializeToString,
                 ),
             },
@@ -155,18 +158,15 @@ class GrpcProtocolHandler(ProtocolHandler):
         assert self.service is not None
         await produce(self.service, requests, context)
 
-    async def _consume(
-        self, requests: AsyncIterator[pb.ConsumeRequest], context: aio.ServicerContext
-    ) -> None:
+    async def _consume(self, requests: AsyncIterator[bytes], context: aio.ServicerContext) -> None:
         assert self.service is not None
-        await consume(self.service, requests, context)
+        await consume(self.service, codec.parse_stream(pb.ConsumeRequest, requests), context)
 
-    async def _lookup(
-        self, request: pb.LookupRequest, context: aio.ServicerContext
-    ) -> pb.LookupResponse:
+    async def _lookup(self, raw: bytes, context: aio.ServicerContext) -> pb.LookupResponse:
         assert self.service is not None
         ctx = current()
         try:
+            request = codec.parse(pb.LookupRequest, raw)
             result = self.service.lookup_topic(
                 request.topic, request.listener_name or ctx.listener_name, ctx.bind_listener
             )
@@ -183,10 +183,11 @@ class GrpcProtocolHandler(ProtocolHandler):
         )
 
     async def _last_message_id(
-        self, request: pb.GetLastMessageIdRequest, context: aio.ServicerContext
+        self, raw: bytes, context: aio.ServicerContext
     ) -> pb.GetLastMessageIdResponse:
         assert self.service is not None
         try:
+            request = codec.parse(pb.GetLastMessageIdRequest, raw)
             topic = await self.service.get_topic(request.topic, create=False)
             last = await topic.last_message()
         except Exception as exc:
@@ -203,10 +204,11 @@ class GrpcProtocolHandler(ProtocolHandler):
         return pb.GetLastMessageIdResponse(last_message_id=message_id)
 
     async def _partitioned_metadata(
-        self, request: pb.PartitionedTopicMetadataRequest, context: aio.ServicerContext
+        self, raw: bytes, context: aio.ServicerContext
     ) -> pb.PartitionedTopicMetadataResponse:
         assert self.service is not None
         try:
+            request = codec.parse(pb.PartitionedTopicMetadataRequest, raw)
             partitions = await self.service.get_partitioned_metadata(request.topic)
         except Exception as exc:
             await abort(context, exc)

@@ -11,13 +11,17 @@ from typing import Any, Literal
 
 from broker.errors import BrokerError, InvalidArgumentError, InvalidTopicNameError
 from broker.ledger import Position
-from broker.naming import TopicName
+from broker.naming import TopicName, check_subscription_name
 from broker.topics import SubType
 from interceptors._wrap import Prepare, PreparingInterceptor
 from interceptors.context import CallContext, ConsumerParams, ProducerParams
 
 SERVICE = "/pulsargrpc.v1.PulsarService/"
 H_TOPIC = "x-pulsar-topic"
+# Pulsar's clients send these as Java ints and longs; larger values are refused here rather
+# than reaching timers and counters the broker would then have to defend.
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
 
 
 class ParametersInterceptor(PreparingInterceptor):
@@ -56,16 +60,20 @@ def _topic(headers: Mapping[str, str]) -> TopicName:
     return TopicName.get(raw)
 
 
-def _int(headers: Mapping[str, str], key: str, default: int, minimum: int = 0) -> int:
+def _int(
+    headers: Mapping[str, str], key: str, default: int, minimum: int = 0, maximum: int = LONG_MAX
+) -> int:
     raw = headers.get(key)
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
+        value = int(raw) if len(raw) <= 20 else None  # no long digit strings to convert
     except ValueError:
-        raise InvalidArgumentError(f"{key}: '{raw}' is not an integer") from None
-    if value < minimum:
-        raise InvalidArgumentError(f"{key}: {value} is below the minimum {minimum}")
+        value = None
+    if value is None:
+        raise InvalidArgumentError(f"{key}: '{raw[:40]}' is not an integer up to {maximum}")
+    if not minimum <= value <= maximum:
+        raise InvalidArgumentError(f"{key}: {value} is not between {minimum} and {maximum}")
     return value
 
 
@@ -114,7 +122,8 @@ def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
     if not subscription:
         if durable:
             raise InvalidArgumentError("missing call parameter x-pulsar-subscription")
-        subscription = ""
+    else:
+        check_subscription_name(subscription)
     start_raw = headers.get("x-pulsar-start-message-id")
     start: Position | Literal["earliest", "latest"] | None = None
     batch = -1
@@ -124,7 +133,7 @@ def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
                 "x-pulsar-start-message-id is for readers: set x-pulsar-durable=false"
             )
         start, batch = parse_message_id(start_raw)
-    max_redeliver = _int(headers, "x-pulsar-max-redeliver-count", 0)
+    max_redeliver = _int(headers, "x-pulsar-max-redeliver-count", 0, maximum=INT_MAX)
     return ConsumerParams(
         subscription=subscription,
         sub_type=_choice(
@@ -137,7 +146,7 @@ def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
             {"Latest": "latest", "Earliest": "earliest"},
             "Latest",
         ),
-        priority_level=_int(headers, "x-pulsar-priority-level", 0),
+        priority_level=_int(headers, "x-pulsar-priority-level", 0, maximum=INT_MAX),
         durable=durable,
         start_message_id=start,
         start_batch_index=batch,

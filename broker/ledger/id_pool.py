@@ -3,6 +3,11 @@
 ManagedLedger.add_entry assigns positions synchronously, so a rollover must get a new ledger
 id without awaiting. The pool reserves ids from the store in blocks and refills in the
 background when half empty; ids left over at shutdown are simply never used.
+
+Opening ledgers (many at once after a restart) awaits :meth:`LedgerIdPool.ensure`: a waiter
+that finds the pool emptied by others waits for the next refill instead of failing, and each
+refill is sized to the waiters it serves, so a thousand topics opening together cost a few
+store round trips, not a thousand.
 """
 
 from __future__ import annotations
@@ -25,18 +30,25 @@ class LedgerIdPool:
         self._block = block
         self._ranges: deque[range] = deque()
         self._refill: asyncio.Task[None] | None = None
+        self._waiters = 0  # ensure() calls waiting for ids: the next refill's demand
 
     def available(self) -> int:
         return sum(len(r) for r in self._ranges)
 
     async def ensure(self) -> None:
-        """Wait until ids are available (used by async paths such as opening a ledger)."""
-        if self.available() == 0:
-            self._start_refill()
-            assert self._refill is not None
-            await asyncio.shield(self._refill)
-        if self.available() == 0:
-            raise PersistenceError("cannot allocate ledger ids")
+        """Wait until an id is available; the caller takes it without awaiting in between.
+
+        Others may drain a refill before this waiter runs again, so it waits for as many
+        refills as that takes. Only the store failing ends the wait, with its error.
+        """
+        self._waiters += 1
+        try:
+            while self.available() == 0:
+                self._start_refill()
+                assert self._refill is not None
+                await asyncio.shield(self._refill)
+        finally:
+            self._waiters -= 1
 
     def take(self) -> int:
         """The next id; PersistenceError when the pool ran dry (a refill is then under way)."""
@@ -55,11 +67,15 @@ class LedgerIdPool:
     def _start_refill(self) -> None:
         if self._refill is None or self._refill.done():
             self._refill = asyncio.get_running_loop().create_task(self._do_refill())
+            self._refill.add_done_callback(_log_failure)
 
     async def _do_refill(self) -> None:
-        try:
-            first = await self._store.allocate_ledger_ids(self._block)
-        except Exception:
-            log.exception("cannot allocate ledger ids")
-            return
-        self._ranges.append(range(first, first + self._block))
+        count = max(self._block, self._waiters + self._block // 2)
+        first = await self._store.allocate_ledger_ids(count)
+        self._ranges.append(range(first, first + count))
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    """A background refill (from take()) has no awaiter: its failure is logged here."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("cannot allocate ledger ids: %s", exc)

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Pulsar's dispatcherMaxReadSizeBytes default: a read asks for no more entries than this many
+# bytes' worth at the average entry size seen, so huge permits never read (and queue) a hundred
+# entries of megabytes each at once.
+MAX_READ_BYTES = 5 << 20
+
 
 class Dispatcher(ABC):
     def __init__(
@@ -42,6 +47,7 @@ class Dispatcher(ABC):
         self._paused = False
         self._epoch = 0
         self._avg_messages_per_entry = 1.0
+        self._avg_entry_bytes: float | None = None  # unknown until the first read (of one)
         self._task: asyncio.Task[None] | None = None
         # New durable entries wake the read loop up (Pulsar's asyncReadOrWait).
         subscription.topic.ledger.add_entries_listener(self.trigger)
@@ -50,6 +56,9 @@ class Dispatcher(ABC):
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
+        # A transport that filled up stops dispatch to its consumer (ready()); drained, it
+        # starts the read loop again.
+        consumer.transport.on_writable(self.trigger)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Hand the departed consumer's unacked entries to the others."""
@@ -79,7 +88,11 @@ class Dispatcher(ABC):
 
     def ready(self, consumer: Consumer) -> bool:
         limit = self.max_unacked_per_consumer
-        return consumer.permits > 0 and (limit is None or consumer.unacked_messages < limit)
+        return (
+            consumer.permits > 0
+            and (limit is None or consumer.unacked_messages < limit)
+            and consumer.transport.writable()
+        )
 
     # ------------------------------------------------------------- read loop
 
@@ -122,6 +135,8 @@ class Dispatcher(ABC):
                 if permits <= 0:
                     return
                 n = max(1, min(self.max_read_batch, int(permits / self._avg_messages_per_entry)))
+                size = self._avg_entry_bytes
+                n = 1 if size is None else max(1, min(n, int(MAX_READ_BYTES / max(size, 1))))
                 epoch = self._epoch
                 replay = self._replay_positions(n)
                 if replay:
@@ -171,6 +186,10 @@ class Dispatcher(ABC):
             self._avg_messages_per_entry = 0.8 * self._avg_messages_per_entry + 0.2 * (
                 total / len(entries)
             )
+            mean = sum(len(entry.data) for entry in entries) / len(entries)
+            size = self._avg_entry_bytes
+            # Up at once, down slowly: an underestimate is what makes a read too large.
+            self._avg_entry_bytes = mean if size is None or mean > size else 0.8 * size + 0.2 * mean
         return out
 
     def _send(self, consumer: Consumer, batch: list[Delivery], hashes: list[int | None]) -> None:

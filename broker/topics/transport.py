@@ -1,12 +1,15 @@
 """The seam between the broker and a protocol handler's consumer stream (Pulsar's TransportCnx).
 
 A handler implements :class:`ConsumerTransport` for each consumer it opens; the broker calls it
-to push messages and state changes. Calls are synchronous and never block: permits bound what
-the broker sends, so the handler's outbound queue is bounded too.
+to push messages and state changes. Calls are synchronous and never block. Permits alone do not
+bound what a handler queues (a client may grant 2^32 and not read), so a transport also says
+whether it can take more messages now (:meth:`ConsumerTransport.writable`, Netty's
+``isWritable`` in Pulsar) and calls back when it has drained: dispatch waits for that.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,3 +38,10 @@ class ConsumerTransport(Protocol):
 
     def close(self, error: BrokerError | None = None) -> None:
         """The broker ends the consumer (topic unloaded, unsubscribed, fenced)."""
+
+    def writable(self) -> bool:
+        """False while the messages sent and not yet written out reach the transport's bound:
+        the dispatcher sends this consumer nothing more until it has drained."""
+
+    def on_writable(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` each time the transport becomes writable again."""

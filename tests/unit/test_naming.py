@@ -75,6 +75,13 @@ def test_topic_name_parts() -> None:
         ("persistent://ten ant/ns/topic", "invalid tenant name 'ten ant'"),
         ("persistent://tenant/n$/topic", "invalid namespace name 'n$'"),
         ("persistent://tenänt/ns/topic", "invalid tenant name"),  # Java's \w is ASCII
+        # Dot segments would address another metadata node or ledger directory.
+        ("persistent://./ns/topic", "invalid tenant name '.'"),
+        ("persistent://../ns/topic", "invalid tenant name '..'"),
+        ("persistent://tenant/./topic", "invalid namespace name '.'"),
+        ("persistent://tenant/../topic", "invalid namespace name '..'"),
+        ("persistent://tenant/ns/.", "'.' and '..' are reserved"),
+        ("..", "'.' and '..' are reserved"),
     ],
 )
 def test_invalid_topic_names(given: str, rule: str) -> None:
@@ -191,6 +198,8 @@ def test_namespace_names(given: str) -> None:
         ("tenant/", "namespace name must not be empty"),
         ("ten ant/ns", "invalid tenant name 'ten ant'"),
         ("tenant/n#s", "invalid namespace name 'n#s'"),
+        ("../ns", "invalid tenant name '..'"),
+        ("tenant/.", "invalid namespace name '.'"),
     ],
 )
 def test_invalid_namespace_names(given: str, rule: str) -> None:
@@ -352,3 +361,14 @@ def test_topics_spread_over_all_bundles() -> None:
     bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE)
     hit = {bundles.bundle_for(TopicName.get(f"t-{i}")) for i in range(200)}
     assert hit == set(bundles)
+
+
+def test_reserved_subscription_name_is_the_deduplication_cursor() -> None:
+    from broker.naming import DEDUPLICATION_CURSOR, check_subscription_name
+    from broker.topics.dedup import CURSOR_NAME
+
+    assert DEDUPLICATION_CURSOR == CURSOR_NAME
+    for name in ("", ".", "..", CURSOR_NAME):
+        with pytest.raises(InvalidArgumentError):
+            check_subscription_name(name)
+    check_subscription_name("a/b")  # encoded in its cursor's path, as Pulsar does
