@@ -401,11 +401,13 @@ async def test_cumulative_ack_refused_on_shared_and_key_shared_before_sending():
             await consumer.acknowledge_cumulative(MessageId(1, 1, 0, -1), wait=True)
         await asyncio.sleep(0.01)
         assert dialer.last.of("ack") == []
+        await consumer.close()
     dialer = FakeDialer()
     consumer, _ = await start_consumer(dialer, subscription_type=ConsumerType.Failover)
     await consumer.acknowledge_cumulative(MessageId(1, 1, 0, -1))
     await asyncio.sleep(0.01)
     assert len(dialer.last.of("ack")) == 1
+    await consumer.close()
 
 
 # ---------------------------------------------------------------- channel options
