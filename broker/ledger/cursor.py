@@ -283,15 +283,22 @@ class ManagedCursor:
         ).encode()
 
     def restore_state(self, state: bytes) -> None:
+        """Load a persisted state (at ledger recovery: every ledger but the new one is closed).
+
+        A state written before acks and seeks past the end were refused may name entries
+        that never came to be: those are dropped, so the cursor does not skip new entries.
+        """
         doc = json.loads(state)
+        ml = self._ledger
         self.mark_delete_position = Position.parse(doc["markDelete"])
         for ledger_id, first, last in doc["individuallyDeleted"]:
-            self.individually_deleted.add_range(ledger_id, first, last)
+            last = min(last, ml.entries_in(ledger_id) - 1)
+            if first <= last:
+                self.individually_deleted.add_range(ledger_id, first, last)
         self.batch_deleted = {Position.parse(p): set(i) for p, i in doc["batchDeleted"].items()}
         self.properties = {k: int(v) for k, v in doc["properties"].items()}
-        end = self._ledger.end_position()
+        end = ml.end_position()
         if self.mark_delete_position >= end:
-            # Written before acks and seeks past the end were refused: bring it back.
             self.mark_delete_position = Position(end.ledger_id, end.entry_id - 1)
             self.individually_deleted.clear()
             self.batch_deleted.clear()

@@ -175,14 +175,20 @@ async def test_a_persisted_position_past_the_end_is_brought_back_on_recovery(
     ml = await env.factory.open(NAME)
     cursor = await ml.open_cursor("sub", "earliest")
     await add_all(ml, [b"a"])
-    # A state written by an older broker that accepted acks past the end.
+    # States written by an older broker that accepted acks past the end.
     cursor.mark_delete_position = P(10**12, 10)
     await cursor._persist()
+    other = await ml.open_cursor("other", "earliest")
+    other.individually_deleted.add_range(ml.current_ledger_id, 1, 5)
+    await other._persist()
     await env.close()
 
     env = Env.open(tmp_path)
     ml = await env.factory.open(NAME)
-    cursor = ml.cursors["sub"]
     later = await add_all(ml, [b"b"])
-    assert [e.position for e in await cursor.read_entries(100)] == later
+    assert [e.position for e in await ml.cursors["sub"].read_entries(100)] == later
+    other = ml.cursors["other"]
+    assert not other.individually_deleted
+    assert other.get_number_of_entries_in_backlog() == 2
+    assert [e.data for e in await other.read_entries(100)] == [b"a", b"b"]
     await env.close()
