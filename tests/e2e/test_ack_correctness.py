@@ -147,14 +147,20 @@ def payloads_of(entries: list[pb.DeliveredEntry]) -> list[bytes]:
 # ---------------------------------------------------------------- receipts follow durability
 
 
+def store_committer(broker: BrokerThread) -> Any:
+    """The broker's group committer: tests swap its commit function to act as a slow or
+    failing disk."""
+    assert broker.service is not None
+    return broker.service.ledgers._shared.store._committer  # type: ignore[attr-defined]
+
+
 class HeldCommits:
     """Test instrumentation: while held, the broker's store commits wait (a slow disk), so
     what the broker answers before its writes are durable shows up."""
 
     def __init__(self, broker: BrokerThread) -> None:
-        assert broker.service is not None
         self._broker = broker
-        self._committer = broker.service.ledgers._shared.store._committer  # type: ignore[attr-defined]
+        self._committer = store_committer(broker)
         self._original = self._committer._commit
         self.release = asyncio.Event()  # set on the broker's loop
 
@@ -469,3 +475,30 @@ def test_a_duplicate_of_a_batch_not_yet_durable_waits_for_it(
     assert not original_done
     assert not resent_done, "the duplicate was answered before its original was durable"
     assert first.position is not None and second.duplicate
+
+
+def test_a_duplicate_of_a_failed_original_fails_and_the_resend_is_stored(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    broker = broker_factory(brokerDeduplicationEnabled=True)
+    data = batch(0, [b"once"]).SerializeToString()
+    committer = store_committer(broker)
+
+    async def failing(*args: object) -> None:
+        raise OSError("disk gone")
+
+    async def publish_while_the_disk_fails() -> tuple[list[object], PublishReceipt]:
+        assert broker.service is not None
+        topic = await broker.service.get_topic("dedup-failed")
+        producer = topic.add_producer("p")
+        working, committer._commit = committer._commit, failing
+        try:
+            attempts = [producer.publish(data, 0, 1), producer.publish(data, 0, 1)]
+            outcomes = await asyncio.gather(*attempts, return_exceptions=True)
+        finally:
+            committer._commit = working
+        return outcomes, await producer.publish(data, 0, 1)  # the client's retry
+
+    outcomes, retry = broker.run(publish_while_the_disk_fails())
+    assert all(isinstance(o, Exception) for o in outcomes), outcomes
+    assert retry.position is not None, "the retry was dropped as a duplicate of a lost batch"
