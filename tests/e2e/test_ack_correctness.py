@@ -487,7 +487,7 @@ def test_a_duplicate_of_a_failed_original_fails_and_the_resend_is_stored(
     async def failing(*args: object) -> None:
         raise OSError("disk gone")
 
-    async def publish_while_the_disk_fails() -> tuple[list[object], PublishReceipt]:
+    async def publish_while_the_disk_fails() -> tuple[list[Any], PublishReceipt]:
         assert broker.service is not None
         topic = await broker.service.get_topic("dedup-failed")
         producer = topic.add_producer("p")
