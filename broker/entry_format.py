@@ -75,11 +75,15 @@ def dead_letter(
     data: bytes,
     acked: set[int],
     real_topic: str,
+    real_subscription: str,
     origin_position: object,
     partition: int,
 ) -> bytes:
     """The batch to publish on a dead-letter topic: the entry's unacked messages, each with
-    Pulsar's REAL_TOPIC and ORIGIN_MESSAGE_ID properties added."""
+    Pulsar's REAL_TOPIC, REAL_SUBSCRIPTION and ORIGIN_MESSAGE_ID properties added (kept when
+    already there, as Pulsar's client does, so a message dead-lettered twice names its first
+    origin). ORIGIN_MESSAGE_ID is written as this product prints message ids,
+    ``ledger:entry:batch:partition``."""
     entry = parse(data)
     out = entry_pb2.StoredEntry(sequence_id=entry.sequence_id)
     for index, message in enumerate(entry.messages):
@@ -87,6 +91,11 @@ def dead_letter(
             continue
         copy = out.messages.add()
         copy.CopyFrom(message)
-        copy.properties["REAL_TOPIC"] = real_topic
-        copy.properties["ORIGIN_MESSAGE_ID"] = f"{origin_position}:{index}:{partition}"
+        origin = {
+            "REAL_TOPIC": real_topic,
+            "REAL_SUBSCRIPTION": real_subscription,
+            "ORIGIN_MESSAGE_ID": f"{origin_position}:{index}:{partition}",
+        }
+        for key, value in origin.items():
+            copy.properties.setdefault(key, value)
     return out.SerializeToString()

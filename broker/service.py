@@ -263,10 +263,15 @@ class BrokerService:
             raise
         return future.result()
 
-    async def _load_topic(self, topic: TopicName, create: bool, explicit: bool) -> PersistentTopic:
+    async def check_topic_can_exist(self, topic: TopicName) -> None:
+        """Refuse a topic whose name alone rules it out: another domain than persistent, or a
+        namespace that does not exist."""
         if topic.domain.value != "persistent":
             raise NotAllowedError(f"{topic}: only persistent topics are supported")
         await self._check_namespace(topic.namespace)
+
+    async def _load_topic(self, topic: TopicName, create: bool, explicit: bool) -> PersistentTopic:
+        await self.check_topic_can_exist(topic)
         ledger_name = topic.persistence_naming_encoding
         if topic.is_partitioned:
             base = TopicName.get(topic.partitioned_topic_name)

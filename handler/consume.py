@@ -251,7 +251,13 @@ async def _apply(
             (Position(i.ledger_id, i.entry_id), i.batch_index if i.batch_index >= 0 else -1)
             for i in ack.ids
         ]
-        done = subscription.acknowledge(consumer, ids, ack.type == pb.Cumulative)
+        try:
+            done = await subscription.acknowledge(consumer, ids, ack.type == pb.Cumulative)
+        except BrokerError as exc:
+            # A refused ack changes nothing; the consumer stays open (request_id 0 when the
+            # client asked for no receipt).
+            transport.reply(_request_error(ack.request_id, exc))
+            return
         done.add_done_callback(_ack_reply(transport, ack.request_id))
     elif kind == "negative_ack":
         positions = [Position(i.ledger_id, i.entry_id) for i in request.negative_ack.ids]
@@ -269,6 +275,7 @@ async def _apply(
                 await subscription.seek(
                     lambda: transport.reply(done),
                     position=Position(target.ledger_id, target.entry_id),
+                    batch_index=target.batch_index,
                 )
             elif seek.WhichOneof("target") == "publish_time":
                 await subscription.seek(

@@ -46,6 +46,9 @@ class ManagedCursor:
         self.read_position = ledger.next_position(mark_delete)
         self._epoch = 0  # bumped by seeks, so an in-flight read does not undo them
         self._waiters: list[asyncio.Future[None]] = []  # acks waiting for the next state write
+        # The waiters of the state write being committed, so an ack that changes nothing can
+        # still wait for the write that holds it (an earlier request made the change).
+        self._in_flight: list[asyncio.Future[None]] | None = None
         self._unresolved: set[asyncio.Future[None]] = set()  # acks not yet durable
         self._flush_scheduled = False
         self._closed = False
@@ -139,23 +142,55 @@ class ManagedCursor:
     def acked_batch_indexes(self, position: Position) -> set[int]:
         return set(self.batch_deleted.get(position, ()))
 
+    def check_ackable(self, position: Position) -> None:
+        """Refuse an ack of an entry that does not exist (yet): acking ahead of the last
+        confirmed entry would make the cursor skip those entries once they are written."""
+        if position <= self.mark_delete_position:
+            return  # already acked: a repeated ack is harmless
+        if not 0 <= position.entry_id < self._ledger.entries_in(position.ledger_id):
+            raise InvalidArgumentError(
+                f"cannot acknowledge {position} on {self._ledger.name}: no such entry, or "
+                f"beyond the last confirmed entry {self._ledger.last_confirmed_entry}"
+            )
+
     def mark_delete(
         self, position: Position, properties: dict[str, int] | None = None
     ) -> asyncio.Future[None]:
         """Cumulative ack of everything <= position; resolves once the new state is durable."""
-        lac = self._ledger.last_confirmed_entry
-        if lac is None or position > lac:
-            return self._failed(InvalidArgumentError(f"mark-delete {position} beyond {lac}"))
+        try:
+            self.check_ackable(position)
+        except InvalidArgumentError as exc:
+            return self._failed(exc)
         if properties is not None:
             self.properties = dict(properties)
         if position > self.mark_delete_position:
             self._move_mark_delete(position)
         elif properties is None:
-            return self._done()
+            return self._state_durable()
         return self._persist()
+
+    def mark_delete_before(
+        self, position: Position, indexes: Iterable[int], batch_size: int
+    ) -> asyncio.Future[None]:
+        """Cumulative ack up to a message inside a batch: every entry before ``position`` and
+        the given indexes of it."""
+        try:
+            self.check_ackable(position)
+        except InvalidArgumentError as exc:
+            return self._failed(exc)
+        before = Position(position.ledger_id, position.entry_id - 1)
+        if before > self.mark_delete_position:
+            self._move_mark_delete(before)
+        return self.ack_batch_indexes(position, indexes, batch_size)
 
     def delete(self, positions: Iterable[Position]) -> asyncio.Future[None]:
         """Individual acks; resolves once the new state is durable."""
+        positions = list(positions)
+        try:
+            for p in positions:
+                self.check_ackable(p)
+        except InvalidArgumentError as exc:
+            return self._failed(exc)
         changed = False
         for p in positions:
             if self.is_deleted(p):
@@ -164,7 +199,7 @@ class ManagedCursor:
             self.batch_deleted.pop(p, None)
             changed = True
         if not changed:
-            return self._done()
+            return self._state_durable()
         self._move_mark_delete(self.mark_delete_position)
         return self._persist()
 
@@ -173,11 +208,20 @@ class ManagedCursor:
     ) -> asyncio.Future[None]:
         """Ack messages inside an entry; once all batch_size are acked the entry is deleted."""
         if self.is_deleted(position):
-            return self._done()
+            return self._state_durable()
+        try:
+            self.check_ackable(position)
+        except InvalidArgumentError as exc:
+            return self._failed(exc)
         acked = self.batch_deleted.setdefault(position, set())
+        before = len(acked)
         acked.update(i for i in indexes if 0 <= i < batch_size)
         if len(acked) >= batch_size:
             return self.delete([position])
+        if len(acked) == before:
+            if not acked:
+                del self.batch_deleted[position]
+            return self._state_durable()
         return self._persist()
 
     def get_number_of_entries_in_backlog(self) -> int:
@@ -188,12 +232,27 @@ class ManagedCursor:
         total = self._ledger.count_entries(self.mark_delete_position, lac)
         return total - self.individually_deleted.count_up_to(lac)
 
-    async def reset_cursor(self, position: Position) -> None:
-        """Pulsar's resetCursor (Seek): everything before `position` acked, nothing after."""
+    async def reset_cursor(
+        self, position: Position, skip_indexes: int = 0, batch_size: int = 0
+    ) -> None:
+        """Pulsar's resetCursor (Seek): everything before `position` acked, nothing after.
+
+        A position past the end of the ledger lands at the end, as in Pulsar: the cursor then
+        gets what is written next instead of waiting for an entry that will never exist.
+        ``skip_indexes`` > 0 starts inside the batch at `position` (its first indexes acked).
+        """
+        end = self._ledger.end_position()
+        if position > end:
+            position, skip_indexes = end, 0
         self.mark_delete_position = Position(position.ledger_id, position.entry_id - 1)
         self.individually_deleted.clear()
         self.batch_deleted.clear()
-        self.read_position = self._ledger.normalize(position)
+        if skip_indexes > 0 and position < end:
+            self.batch_deleted[position] = set(range(min(skip_indexes, batch_size)))
+            if skip_indexes >= batch_size:
+                self.mark_delete_position = position
+                del self.batch_deleted[position]
+        self.read_position = self._ledger.next_position(self.mark_delete_position)
         self._epoch += 1
         await self._persist()
 
@@ -224,12 +283,25 @@ class ManagedCursor:
         ).encode()
 
     def restore_state(self, state: bytes) -> None:
+        """Load a persisted state (at ledger recovery: every ledger but the new one is closed).
+
+        A state written before acks and seeks past the end were refused may name entries
+        that never came to be: those are dropped, so the cursor does not skip new entries.
+        """
         doc = json.loads(state)
+        ml = self._ledger
         self.mark_delete_position = Position.parse(doc["markDelete"])
         for ledger_id, first, last in doc["individuallyDeleted"]:
-            self.individually_deleted.add_range(ledger_id, first, last)
+            last = min(last, ml.entries_in(ledger_id) - 1)
+            if first <= last:
+                self.individually_deleted.add_range(ledger_id, first, last)
         self.batch_deleted = {Position.parse(p): set(i) for p, i in doc["batchDeleted"].items()}
         self.properties = {k: int(v) for k, v in doc["properties"].items()}
+        end = ml.end_position()
+        if self.mark_delete_position >= end:
+            self.mark_delete_position = Position(end.ledger_id, end.entry_id - 1)
+            self.individually_deleted.clear()
+            self.batch_deleted.clear()
         self.persisted_mark_delete = self.mark_delete_position
         self.read_position = self._ledger.next_position(self.mark_delete_position)
 
@@ -256,6 +328,21 @@ class ManagedCursor:
             asyncio.get_running_loop().call_soon(self._flush)
         return fut
 
+    def _state_durable(self) -> asyncio.Future[None]:
+        """Resolves once the current state is durable: with the pending state write, else
+        with the one being committed, else at once."""
+        if not self.durable:
+            return self._done()
+        if self._flush_scheduled or self._closed:
+            return self._persist()
+        if self._in_flight is None:
+            return self._done()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._in_flight.append(fut)
+        self._unresolved.add(fut)
+        fut.add_done_callback(self._unresolved.discard)
+        return fut
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         waiters, self._waiters = self._waiters, []
@@ -264,12 +351,15 @@ class ManagedCursor:
                 if not w.done():
                     w.set_exception(PersistenceError(f"cursor {self.name} is closed"))
             return
+        self._in_flight = waiters
         key = (self._ledger.name, self.name)
         mark_delete = self.mark_delete_position
         committed = self._ledger.store.append((), {key: self.encode_state()})
 
         def resolve(f: asyncio.Future[None]) -> None:
             error = f.exception() if not f.cancelled() else PersistenceError("commit cancelled")
+            if self._in_flight is waiters:
+                self._in_flight = None
             if error is None:
                 old_ledger = self.persisted_mark_delete.ledger_id
                 self.persisted_mark_delete = mark_delete

@@ -385,6 +385,12 @@ class ManagedLedger:
     def first_position(self) -> Position:
         return self.normalize(Position(self._ledgers[0].ledger_id, 0))
 
+    def end_position(self) -> Position:
+        """Where the next entry will be confirmed: right after the last confirmed one. Seeks
+        and start positions past it land on it (Pulsar clamps them the same way)."""
+        lac = self.last_confirmed_entry
+        return self.next_position(lac) if lac is not None else self.first_position()
+
     def count_entries(self, after: Position, upto: Position) -> int:
         """Durable entries p with after < p <= upto, O(ledgers)."""
         total = 0
@@ -431,10 +437,11 @@ class ManagedLedger:
             mark_delete = Position(first.ledger_id, first.entry_id - 1)
         elif start == "latest":
             mark_delete = self.last_confirmed_entry or Position(self.current_ledger_id, -1)
-        elif inclusive:
-            mark_delete = Position(start.ledger_id, start.entry_id - 1)
         else:
-            mark_delete = start
+            end = self.end_position()
+            if start > end or (start == end and not inclusive):
+                start, inclusive = end, True
+            mark_delete = start if not inclusive else Position(start.ledger_id, start.entry_id - 1)
         name = name or f"reader-{next(self._shared.reader_ids)}"
         return ManagedCursor(self, name, False, mark_delete)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from broker import entry_format
 from broker.config import ServiceConfiguration
-from broker.errors import ConsumerBusyError, NotAllowedError
+from broker.errors import ConsumerBusyError, InvalidArgumentError, NotAllowedError
 from broker.ledger import ManagedCursor, Position
 from broker.topics.consumer import Consumer
 from broker.topics.dispatcher import Dispatcher, SharedDispatcher, SingleActiveConsumerDispatcher
@@ -57,6 +57,7 @@ class Subscription:
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
         self.msg_redeliver_counter = 0
+        self.dead_letter_failures = 0  # entries sent back because the dead-letter publish failed
 
     def __repr__(self) -> str:
         return f"{self.topic.name}/{self.name}"
@@ -113,31 +114,48 @@ class Subscription:
 
     # ------------------------------------------------------------ acks
 
-    def acknowledge(
+    async def acknowledge(
         self, consumer: Consumer, ids: Iterable[AckId], cumulative: bool
     ) -> asyncio.Future[None]:
-        """Apply acks now; the future resolves once they are durable."""
+        """Apply acks; the returned future resolves once the state holding them is durable.
+
+        A request the client may not send (cumulative on Shared or Key_Shared, an entry that
+        does not exist yet, a batch index outside its batch) raises a BrokerError and changes
+        nothing. Awaiting reads an entry only for a batch-index ack of an entry that no
+        consumer has pending (its batch size is not known otherwise).
+        """
         ids = list(ids)
         if not ids:
             return _gather([])
-        if cumulative:
-            if self.type in (SubType.Shared, SubType.Key_Shared):
-                raise NotAllowedError(
-                    f"cumulative ack is not allowed on a {self.type.value} subscription"
+        if cumulative and self.type in (SubType.Shared, SubType.Key_Shared):
+            raise NotAllowedError(
+                f"cumulative ack is not allowed on a {self.type.value} subscription"
+            )
+        for position, _ in ids:
+            self.cursor.check_ackable(position)
+        sizes = await self._batch_sizes(
+            consumer, {p for p, i in ids if i >= 0 and not self.cursor.is_deleted(p)}
+        )
+        for position, batch_index in ids:
+            size = sizes.get(position)
+            if size is not None and batch_index >= size:
+                raise InvalidArgumentError(
+                    f"batch index {batch_index} of {position} is outside its batch of {size}"
                 )
-            return self._ack_cumulative(consumer, max(ids))
+        if cumulative:
+            return self._ack_cumulative(consumer, max(ids), sizes)
         futures: list[asyncio.Future[None]] = []
         by_entry: dict[Position, set[int]] = {}
         whole: list[Position] = []
         for position, batch_index in ids:
-            if batch_index < 0:
-                whole.append(position)
+            if batch_index < 0 or position not in sizes:
+                whole.append(position)  # a whole entry, or one acked already
             else:
                 by_entry.setdefault(position, set()).add(batch_index)
         for position, indexes in by_entry.items():
-            size = self._batch_size(consumer, position)
+            size = sizes[position]
             acked = indexes | self.cursor.acked_batch_indexes(position)
-            if size is None or len(acked) >= size:
+            if len(acked) >= size:
                 whole.append(position)
             else:
                 futures.append(self.cursor.ack_batch_indexes(position, indexes, size))
@@ -147,30 +165,42 @@ class Subscription:
             self._forget(whole)
         return _gather(futures)
 
-    def _ack_cumulative(self, consumer: Consumer, ack: AckId) -> asyncio.Future[None]:
+    def _ack_cumulative(
+        self, consumer: Consumer, ack: AckId, sizes: dict[Position, int]
+    ) -> asyncio.Future[None]:
         position, batch_index = ack
-        size = self._batch_size(consumer, position)
-        futures: list[asyncio.Future[None]] = []
-        if batch_index >= 0 and size is not None and batch_index < size - 1:
-            # Part of a batch: ack the indexes up to it and everything before the entry.
-            earlier = [p for p in consumer.pending if p < position]
-            futures.append(self.cursor.ack_batch_indexes(position, range(batch_index + 1), size))
+        size = sizes.get(position)
+        if size is not None and batch_index < size - 1:
+            # Inside a batch: everything before the entry, and its indexes up to this one.
+            done = self.cursor.mark_delete_before(position, range(batch_index + 1), size)
             acked = self.cursor.acked_batch_indexes(position)
             self._partially_acked(position, size - len(acked))
-            if earlier:
-                futures.append(self.cursor.delete(earlier))
-                self._forget(earlier)
+            self._forget([p for p in consumer.pending if p < position])
         else:
-            futures.append(self.cursor.mark_delete(position))
+            done = self.cursor.mark_delete(position)
             self._forget([p for p in consumer.pending if p <= position])
-        return _gather(futures)
+        return done
 
-    def _batch_size(self, consumer: Consumer, position: Position) -> int | None:
-        for c in (consumer, *self.consumers):
-            pending = c.pending.get(position)
-            if pending is not None:
-                return pending.batch_size
-        return None
+    async def _batch_sizes(
+        self, consumer: Consumer, positions: set[Position]
+    ) -> dict[Position, int]:
+        """Messages in each entry: known for entries pending on a consumer, read from the
+        entry otherwise (after a reconnect, or while the entry waits for redelivery)."""
+        sizes: dict[Position, int] = {}
+        unknown: list[Position] = []
+        for position in positions:
+            for c in (consumer, *self.consumers):
+                pending = c.pending.get(position)
+                if pending is not None:
+                    sizes[position] = pending.batch_size
+                    break
+            else:
+                unknown.append(position)
+        for position in unknown:
+            entry = await self.topic.ledger.read_entry(position)
+            if entry is not None:
+                sizes[position] = entry_format.info(entry.data).num_messages
+        return sizes
 
     def _partially_acked(self, position: Position, still_unacked: int) -> None:
         for consumer in self.consumers:
@@ -219,7 +249,7 @@ class Subscription:
         entries over the dead-letter policy's limit go to the dead-letter topic instead."""
         chosen = list(consumer.pending) if positions is None else list(positions)
         back: list[tuple[Position, int | None]] = []
-        dead: list[tuple[Position, int]] = []
+        dead: list[tuple[Position, int | None]] = []
         policy = consumer.options
         for position in chosen:
             pending = consumer.release(position)
@@ -227,7 +257,7 @@ class Subscription:
                 continue
             count = self._redeliveries.get(position, 0)
             if policy.max_redeliver_count > 0 and count >= policy.max_redeliver_count:
-                dead.append((position, pending.num_messages))
+                dead.append((position, pending.sticky_hash))
                 continue
             self._redeliveries[position] = count + 1
             self.msg_redeliver_counter += pending.num_messages
@@ -235,26 +265,52 @@ class Subscription:
         if back and self.dispatcher is not None:
             self.dispatcher.redeliver(back)
         if dead:
-            task = asyncio.get_running_loop().create_task(self._dead_letter(consumer, dead))
+            topic_name = policy.dead_letter_topic or dead_letter_topic_name(self)
+            task = asyncio.get_running_loop().create_task(self._dead_letter(topic_name, dead))
             task.add_done_callback(_log_failure)
 
-    async def _dead_letter(self, consumer: Consumer, dead: list[tuple[Position, int]]) -> None:
-        topic_name = consumer.options.dead_letter_topic or (f"{self.topic.name}-{self.name}-DLQ")
-        dlq = await self.topic.service.get_topic(topic_name, create=True)
-        for position, _ in dead:
-            entries = await self.cursor.replay_entries([position])
-            if not entries:
+    async def _dead_letter(self, topic_name: str, dead: list[tuple[Position, int | None]]) -> None:
+        """Publish each entry's unacked messages to the dead-letter topic, then ack it. An
+        entry that cannot be dead-lettered goes back for redelivery (and is tried again on its
+        next negative ack or ack timeout), so it is never left neither delivered nor dead."""
+        try:
+            dlq = await self.topic.service.get_topic(topic_name, create=True)
+        except Exception as exc:
+            self._dead_letter_failed(topic_name, dead, exc)
+            return
+        for position, sticky_hash in dead:
+            try:
+                entries = await self.cursor.replay_entries([position])
+                if not entries:
+                    continue  # acked meanwhile
+                data = entry_format.dead_letter(
+                    entries[0].data,
+                    acked=self.cursor.acked_batch_indexes(position),
+                    real_topic=self.topic.name,
+                    real_subscription=self.name,
+                    origin_position=position,
+                    partition=self.topic.partition,
+                )
+                await dlq.publish_system(data)
+            except Exception as exc:
+                self._dead_letter_failed(topic_name, [(position, sticky_hash)], exc)
                 continue
-            data = entry_format.dead_letter(
-                entries[0].data,
-                acked=self.cursor.acked_batch_indexes(position),
-                real_topic=self.topic.name,
-                origin_position=position,
-                partition=self.topic.partition,
-            )
-            await dlq.publish_system(data)
-            await self.cursor.delete([position])
             self._redeliveries.pop(position, None)
+            await self.cursor.delete([position])
+
+    def _dead_letter_failed(
+        self, topic_name: str, dead: list[tuple[Position, int | None]], error: BaseException
+    ) -> None:
+        self.dead_letter_failures += len(dead)
+        log.warning(
+            "%s: cannot publish %d entries to dead-letter topic %s, redelivering them: %s",
+            self,
+            len(dead),
+            topic_name,
+            error,
+        )
+        if self.dispatcher is not None:
+            self.dispatcher.redeliver(dead)
 
     async def _ack_timeout_loop(self) -> None:
         """Pulsar's UnAckedMessageTracker: a tick of a quarter of the shortest timeout (at
@@ -290,9 +346,13 @@ class Subscription:
         on_reset: Callable[[], None],
         position: Position | None = None,
         publish_time: int | None = None,
+        batch_index: int = 0,
     ) -> None:
         """Reset the cursor (Pulsar's resetCursor): by message id, or to the first entry
         published at or after ``publish_time``.
+
+        A message id inside a batch (``batch_index`` > 0) starts at that message: the
+        batch's earlier messages count as acked. A position past the end lands at the end.
 
         Dispatch stops for the whole seek, and ``on_reset`` runs before it starts again, so a
         consumer's stream shows everything read before the seek, then the seek's answer, then
@@ -307,16 +367,21 @@ class Subscription:
                 if before is not None
                 else self.topic.ledger.first_position()
             )
+            skip, size = 0, 0
         else:
             assert position is not None
             target = position
+            skip, size = max(batch_index, 0), 0
+            if skip:
+                entry = await self.topic.ledger.read_entry(target)
+                size = entry_format.info(entry.data).num_messages if entry else 0
         dispatcher = self.dispatcher
         if dispatcher is not None:
             await dispatcher.pause()
             dispatcher.reset()
         self._redeliveries.clear()
         try:
-            await self.cursor.reset_cursor(target)
+            await self.cursor.reset_cursor(target, skip, size)
             on_reset()
         finally:
             if dispatcher is not None:
@@ -337,6 +402,11 @@ class Subscription:
 
     def backlog(self) -> int:
         return self.cursor.get_number_of_entries_in_backlog()
+
+
+def dead_letter_topic_name(subscription: Subscription) -> str:
+    """Pulsar's default dead-letter topic: ``<topic>-<subscription>-DLQ``."""
+    return f"{subscription.topic.name}-{subscription.name}-DLQ"
 
 
 def _gather(futures: list[asyncio.Future[None]]) -> asyncio.Future[None]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 from broker import entry_format
 from broker.config import ServiceConfiguration
 from broker.errors import (
+    BrokerError,
     NotAllowedError,
     ProducerBusyError,
     ServiceNotReadyError,
@@ -98,17 +99,21 @@ class PersistentTopic:
             )
         dedup = self._dedup
         if dedup is not None and dedup.is_duplicate(producer.name, sequence_id):
-            duplicate: asyncio.Future[PublishReceipt] = loop.create_future()
-            duplicate.set_result(PublishReceipt(sequence_id, highest, None, num_messages))
-            return duplicate
-        if dedup is not None:
-            dedup.accept(producer.name, highest)
+            return _duplicate_receipt(
+                dedup.original_stored(producer.name, sequence_id),
+                PublishReceipt(sequence_id, highest, None, num_messages),
+            )
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
         stored = self.ledger.add_entry(data)
+        if dedup is not None:
+            dedup.accept(producer.name, highest, stored)
         receipt: asyncio.Future[PublishReceipt] = loop.create_future()
 
         def done(f: asyncio.Future[Position]) -> None:
+            if f.cancelled() or f.exception() is not None:
+                if dedup is not None:
+                    dedup.failed()
             if receipt.done():
                 return
             if f.cancelled():
@@ -159,6 +164,8 @@ class PersistentTopic:
     ) -> Consumer:
         if self._closed:
             raise NotAllowedError(f"topic {self.name} is being closed")
+        if options.dead_letter_topic is not None:
+            await self._check_dead_letter_topic(options.dead_letter_topic)
         subscription = self.subscriptions.get(subscription_name)
         if subscription is None:
             if durable:
@@ -178,6 +185,15 @@ class PersistentTopic:
         )
         subscription.add_consumer(consumer, sub_type)
         return consumer
+
+    async def _check_dead_letter_topic(self, name: str) -> None:
+        """Refuse at subscribe time a dead-letter topic that can never be created: otherwise
+        every message over the redelivery limit would bounce between redelivery and a failed
+        dead-letter publish."""
+        try:
+            await self.service.check_topic_can_exist(TopicName.get(name))
+        except BrokerError as exc:
+            raise type(exc)(f"dead-letter topic {name}: {exc.message}") from exc
 
     async def _reader_cursor(
         self,
@@ -257,6 +273,7 @@ class PersistentTopic:
                     "msgOutCounter": s.msg_out_counter,
                     "bytesOutCounter": s.bytes_out_counter,
                     "msgRedeliverCounter": s.msg_redeliver_counter,
+                    "deadLetterPublishFailures": s.dead_letter_failures,
                     "isDurable": s.durable,
                     "unackedMessages": sum(c.unacked_messages for c in s.consumers),
                     "consumers": [
@@ -275,6 +292,30 @@ class PersistentTopic:
                 for name, s in self.subscriptions.items()
             },
         }
+
+
+def _duplicate_receipt(
+    original: asyncio.Future[Position] | None, receipt: PublishReceipt
+) -> asyncio.Future[PublishReceipt]:
+    """A duplicate is answered once its original is durable; if the original fails, so does
+    the duplicate, and the client's next resend is stored."""
+    answer: asyncio.Future[PublishReceipt] = asyncio.get_running_loop().create_future()
+    if original is None:
+        answer.set_result(receipt)
+        return answer
+
+    def follow(f: asyncio.Future[Position]) -> None:
+        if answer.done():
+            return
+        if f.cancelled():
+            answer.cancel()
+        elif (exc := f.exception()) is not None:
+            answer.set_exception(exc)
+        else:
+            answer.set_result(receipt)
+
+    original.add_done_callback(follow)
+    return answer
 
 
 def _iso(ts: float) -> str:

@@ -118,7 +118,9 @@ async def test_second_exclusive_consumer_is_consumer_busy(channel: grpc.aio.Chan
     first.cancel()
 
 
-async def test_cumulative_ack_on_shared_is_failed_precondition(channel: grpc.aio.Channel) -> None:
+async def test_cumulative_ack_on_shared_is_refused_and_the_consumer_stays_open(
+    channel: grpc.aio.Channel,
+) -> None:
     s = stub(channel)
     producer = s.Produce(metadata=(("x-pulsar-topic", "cumul"),))
     await producer.read()
@@ -134,12 +136,15 @@ async def test_cumulative_ack_on_shared_is_failed_precondition(channel: grpc.aio
     )
     await consumer.read()
     msg_id = pb.MessageId(ledger_id=receipt.ledger_id, entry_id=receipt.entry_id, batch_index=0)
-    await consumer.write(pb.ConsumeRequest(ack=pb.Ack(type=pb.Cumulative, ids=[msg_id])))
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        while True:
-            await consumer.read()
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert error_code(err.value) == pb.NotAllowedError
+    cumulative = pb.Ack(type=pb.Cumulative, ids=[msg_id], request_id=7)
+    await consumer.write(pb.ConsumeRequest(ack=cumulative))
+    refused = await consumer.read()
+    assert refused.request_error.request_id == 7, refused
+    assert refused.request_error.code == pb.NotAllowedError
+    # Still open: an individual ack of the same id is answered.
+    await consumer.write(pb.ConsumeRequest(ack=pb.Ack(ids=[msg_id], request_id=8)))
+    assert (await consumer.read()).ack_receipt.request_id == 8
+    consumer.cancel()
     producer.cancel()
 
 
