@@ -477,6 +477,7 @@ def test_a_duplicate_of_a_batch_not_yet_durable_waits_for_it(
     assert first.position is not None and second.duplicate
 
 
+@pytest.mark.allow_broker_errors  # the store failing on purpose is logged with its traceback
 def test_a_duplicate_of_a_failed_original_fails_and_the_resend_is_stored(
     broker_factory: Callable[..., BrokerThread],
 ) -> None:
