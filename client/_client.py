@@ -641,16 +641,20 @@ def channel_options(
     Keepalive (``keep_alive_s`` > 0) pings only while calls are open (an idle channel has
     nothing to lose, and servers refuse pings on idle connections unless told otherwise),
     without a limit on pings between data frames (gRPC sends at most 2 by default, which would
-    stop the pings on a stream waiting for messages).
+    stop the pings on a stream waiting for messages). Any ping unanswered within the timeout
+    closes the connection: gRPC sends one ping at a time, so a keepalive waits behind a
+    flow-control (BDP) ping sent just before the silence, whose own timeout is a minute.
 
     >>> dict(channel_options(-1, 100, 30))["grpc.keepalive_time_ms"]
     30000
     """
     keep_alive: list[tuple[str, Any]] = []
     if keep_alive_s > 0:
+        timeout_ms = int(min(keep_alive_s, _MAX_KEEP_ALIVE_TIMEOUT_S) * 1000)
         keep_alive = [
             ("grpc.keepalive_time_ms", int(keep_alive_s * 1000)),
-            ("grpc.keepalive_timeout_ms", int(min(keep_alive_s, _MAX_KEEP_ALIVE_TIMEOUT_S) * 1000)),
+            ("grpc.keepalive_timeout_ms", timeout_ms),
+            ("grpc.http2.ping_timeout_ms", timeout_ms),
             ("grpc.keepalive_permit_without_calls", 0),
             ("grpc.http2.max_pings_without_data", 0),
         ]

@@ -146,6 +146,8 @@ def test_channels_ping_while_calls_are_open_at_the_configured_interval():
     options = dict(channel_options(-1, 100, 1))
     assert options["grpc.keepalive_time_ms"] == 1000
     assert options["grpc.keepalive_timeout_ms"] == 1000
+    # A keepalive waits behind an unanswered flow-control ping: that one times out as soon.
+    assert options["grpc.http2.ping_timeout_ms"] == 1000
     assert options["grpc.keepalive_permit_without_calls"] == 0
     assert options["grpc.http2.max_pings_without_data"] == 0  # else pings stop after 2
     assert dict(channel_options(-1, 100, 600))["grpc.keepalive_timeout_ms"] == 20_000
