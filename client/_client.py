@@ -17,7 +17,12 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
 from ._batching import BatchingType
-from ._connection import DEFAULT_INITIAL_BACKOFF_MS, DEFAULT_MAX_BACKOFF_MS
+from ._connection import (
+    DEFAULT_INITIAL_BACKOFF_MS,
+    DEFAULT_MAX_BACKOFF_MS,
+    Backoff,
+    retry_creation,
+)
 from ._consumer import Consumer, ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
 from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
 from ._message import MessageId
@@ -33,6 +38,13 @@ _SCHEMES = {"grpc": False, "grpc+ssl": True}
 # maxLookupRedirects; a redirect loop between brokers ends with a clear error).
 DEFAULT_MAX_LOOKUP_REDIRECTS = 3
 _MAX_CHANNEL_BACKOFF_MS = 1000
+# Keepalive pings on channels with calls open. Pulsar's default is 30 s, but a gRPC server at
+# its defaults refuses pings more often than every 5 minutes (GOAWAY "too_many_pings", which
+# ends every stream of the connection): 300 s works with any server; lower it where the
+# brokers accept faster pings (see docs/protocol.md, "Staying connected").
+DEFAULT_KEEP_ALIVE_INTERVAL_S = 300
+# A ping unanswered this long means the peer is gone (Pulsar waits one interval; gRPC 20 s).
+_MAX_KEEP_ALIVE_TIMEOUT_S = 20
 
 
 class InitialPosition(StrEnum):
@@ -211,6 +223,17 @@ class Client:
     default: any size), so an entry the broker accepted (up to its maxMessageSize, 5 MB by
     default) is never refused by gRPC's 4 MiB default. With a limit set, a producer refuses a
     larger message with :class:`~client.MessageTooBig` before sending it.
+
+    Creating a producer, consumer or reader retries within ``operation_timeout_ms`` while
+    the broker is restarting (connection refused) or says it is not ready (ServiceNotReady,
+    e.g. the topic is being unloaded); TLS, credential and topic errors fail at once.
+
+    Keepalive: while streams are open, each connection is pinged every
+    ``keep_alive_interval_seconds`` (0: never), and a ping unanswered within that interval
+    (at most 20 s) closes it, so a broker that vanished without closing the connection (a
+    host gone, a network dropping packets) is noticed and reconnected instead of waiting
+    for TCP to give up. The default, 300 s, is the shortest that a gRPC server accepts at
+    its default settings; Pulsar's is 30 s (see docs/protocol.md, "Staying connected").
     """
 
     def __init__(
@@ -228,8 +251,11 @@ class Client:
         initial_backoff_interval_ms: int = DEFAULT_INITIAL_BACKOFF_MS,
         max_backoff_interval_ms: int = DEFAULT_MAX_BACKOFF_MS,
         max_message_size: int = -1,
+        keep_alive_interval_seconds: float = DEFAULT_KEEP_ALIVE_INTERVAL_S,
     ) -> None:
         self._target, self._tls = parse_service_url(service_url)
+        if keep_alive_interval_seconds < 0:
+            raise ValueError("keep_alive_interval_seconds must be >= 0 (0: no keepalive)")
         if not 0 < initial_backoff_interval_ms <= max_backoff_interval_ms:
             raise ValueError(
                 "backoff needs 0 < initial_backoff_interval_ms <= max_backoff_interval_ms"
@@ -262,7 +288,9 @@ class Client:
 
         self._pool = _ChannelPool(
             tls_credentials,
-            channel_options(max_message_size, initial_backoff_interval_ms),
+            channel_options(
+                max_message_size, initial_backoff_interval_ms, keep_alive_interval_seconds
+            ),
             [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else [],
         )
         self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
@@ -532,9 +560,16 @@ class Client:
             raise error_from_rpc(exc) from None
 
     async def _partition_count(self, topic: str) -> int:
+        """The topic's partition count (0: not partitioned). The first call of every
+        creation: retried while the broker is restarting, within the operation timeout."""
         request = pb.PartitionedTopicMetadataRequest(topic=topic)
-        response = await self._unary(self._stub().GetPartitionedTopicMetadata, request, topic)
-        return int(response.partitions)
+
+        async def attempt() -> int:
+            stub = self._stub()
+            response = await self._unary(stub.GetPartitionedTopicMetadata, request, topic)
+            return int(response.partitions)
+
+        return await retry_creation(attempt, Backoff(*self._backoff_s), self._operation_timeout_s)
 
     async def _consumer(
         self,
@@ -592,8 +627,10 @@ class Client:
             raise errors[0]
 
 
-def channel_options(max_message_size: int, initial_backoff_ms: int) -> list[tuple[str, Any]]:
-    """gRPC channel options: message size limits, and reconnect backoff.
+def channel_options(
+    max_message_size: int, initial_backoff_ms: int, keep_alive_s: float
+) -> list[tuple[str, Any]]:
+    """gRPC channel options: message size limits, reconnect backoff, keepalive.
 
     gRPC's default 4 MiB receive limit would strand an entry the broker accepted under its
     maxMessageSize (5 MB by default) and a consume response carrying several entries; -1
@@ -601,10 +638,28 @@ def channel_options(max_message_size: int, initial_backoff_ms: int) -> list[tupl
     the broker is back, the stream's reconnect attempts (which follow the client's backoff)
     are not refused for up to two minutes by a channel still waiting to redial.
 
-    >>> dict(channel_options(-1, 100))["grpc.max_receive_message_length"]
-    -1
+    Keepalive (``keep_alive_s`` > 0) pings only while calls are open (an idle channel has
+    nothing to lose, and servers refuse pings on idle connections unless told otherwise),
+    without a limit on pings between data frames (gRPC sends at most 2 by default, which would
+    stop the pings on a stream waiting for messages). Any ping unanswered within the timeout
+    closes the connection: gRPC sends one ping at a time, so a keepalive waits behind a
+    flow-control (BDP) ping sent just before the silence, whose own timeout is a minute.
+
+    >>> dict(channel_options(-1, 100, 30))["grpc.keepalive_time_ms"]
+    30000
     """
+    keep_alive: list[tuple[str, Any]] = []
+    if keep_alive_s > 0:
+        timeout_ms = int(min(keep_alive_s, _MAX_KEEP_ALIVE_TIMEOUT_S) * 1000)
+        keep_alive = [
+            ("grpc.keepalive_time_ms", int(keep_alive_s * 1000)),
+            ("grpc.keepalive_timeout_ms", timeout_ms),
+            ("grpc.http2.ping_timeout_ms", timeout_ms),
+            ("grpc.keepalive_permit_without_calls", 0),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
     return [
+        *keep_alive,
         ("grpc.max_receive_message_length", max_message_size),
         ("grpc.max_send_message_length", max_message_size),
         ("grpc.initial_reconnect_backoff_ms", initial_backoff_ms),

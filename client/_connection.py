@@ -21,8 +21,11 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from enum import Enum
+from typing import TypeVar
 
-from ._errors import PulsarError, is_retryable
+from ._errors import PulsarError, is_retryable, is_retryable_at_creation
+
+T = TypeVar("T")
 
 log = logging.getLogger("client")
 
@@ -61,6 +64,30 @@ class Backoff:
     def reset(self) -> None:
         """A connection succeeded: the next failure starts over from ``initial``."""
         self._next_s = self.initial_s
+
+
+async def retry_creation(
+    attempt: Callable[[], Awaitable[T]],
+    backoff: Backoff,
+    timeout_s: float,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """Run ``attempt`` until it succeeds, retrying what :func:`is_retryable_at_creation`
+    allows with ``backoff`` between attempts, until ``timeout_s`` has passed (Pulsar's
+    client retries creating a producer or consumer until its operation timeout). The last
+    error is raised; what is not retryable (TLS, credentials, a bad topic) at once.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            return await attempt()
+        except PulsarError as exc:
+            delay = backoff.next()
+            if not is_retryable_at_creation(exc) or loop.time() + delay >= deadline:
+                raise
+            log.info("creation failed (%s); retrying in %.2f s", exc.message, delay)
+        await sleep(delay)
 
 
 class HandleState(Enum):
@@ -109,10 +136,12 @@ class ConnectionHandler:
         else:
             self._ready.clear()
 
-    async def connect_first(self) -> None:
-        """Open the first stream; its failure is the caller's (creating a producer or consumer
-        fails at once with the broker's answer, as the tests of TLS refusals expect)."""
-        await self.reopen()
+    async def connect_first(self, timeout_s: float) -> None:
+        """Open the first stream, retrying within ``timeout_s`` while the broker is only
+        restarting or busy (:func:`retry_creation`); any other failure is the caller's at
+        once (a TLS refusal, a bad topic, a name in use)."""
+        await retry_creation(self.reopen, self.backoff, timeout_s, self._sleep)
+        self.backoff.reset()
         self._set(HandleState.READY)
 
     def lost(self, error: PulsarError) -> None:

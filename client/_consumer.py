@@ -168,7 +168,7 @@ class PartitionConsumer:
         """Open the stream, wait for ConsumerSubscribed, grant the first permits; later
         streams reopen with ``connect``."""
         self._connect = connect
-        await self.connection.connect_first()
+        await self.connection.connect_first(self.config.operation_timeout_s)
 
     async def _open(self) -> None:
         assert self._connect is not None
@@ -386,6 +386,8 @@ class PartitionConsumer:
                 future.set_exception(lost)
         self._requests.clear()
         self._dropping.clear()
+        # Failover: unknown until the new stream's broker says who is active.
+        self.is_active = None
         # The broker redelivers what it sent and was not acked: drop what is still queued.
         self._drop_queued()
         self._acks.forget_deliveries()

@@ -190,6 +190,32 @@ _RETRYABLE_STATUSES = {
 }
 
 
+# gRPC's words for a TCP connect refused: nothing listens on the port (yet), as while a broker
+# restarts. A refused TLS handshake or credentials read otherwise ("Tls handshake failed",
+# "Socket closed", UNAUTHENTICATED), and fail at once.
+_CONNECTION_REFUSED = "connection refused"
+
+
+def is_retryable_at_creation(error: PulsarError) -> bool:
+    """Whether creating a producer, consumer or reader retries after ``error`` (within the
+    operation timeout), as Pulsar's client retries creation on retriable errors.
+
+    Retried: the broker said so (ServiceNotReady while a topic is unloaded or the broker
+    starts, TooManyRequests, a metadata or persistence fault) or nothing listened at the
+    address (the broker is restarting). Anything else fails at once, in particular TLS and
+    credential problems: unlike Pulsar's Java client, which retries them until the operation
+    timeout, a misconfiguration should say so promptly.
+
+    >>> is_retryable_at_creation(ConnectError("...: Connection refused", 0))
+    True
+    >>> is_retryable_at_creation(ConnectError("...: Tls handshake failed (TSI_PROTOCOL_FAILURE)"))
+    False
+    """
+    if error.code in _RETRYABLE_CODES and type(error) in (PulsarError, ConnectError):
+        return True
+    return isinstance(error, ConnectError) and _CONNECTION_REFUSED in error.message.lower()
+
+
 def is_retryable(error: PulsarError, reconnecting: bool = False) -> bool:
     """Whether a stream that ended with ``error`` (or an attempt to reopen it that failed with
     it) is worth another attempt, as Pulsar's ``isRetriableError``.

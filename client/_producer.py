@@ -112,7 +112,7 @@ class PartitionProducer:
     async def start(self, connect: Connect) -> None:
         """Open the stream and wait for ProducerReady; later streams reopen with ``connect``."""
         self._connect = connect
-        await self.connection.connect_first()
+        await self.connection.connect_first(self.config.operation_timeout_s)
 
     async def _open(self) -> None:
         """Open a stream (the first, or a reconnect under the name the broker gave)."""
@@ -231,9 +231,20 @@ class PartitionProducer:
             await asyncio.gather(*self._inflight[-1].futures)
 
     async def close(self) -> None:
-        """Send what is batched, wait for its receipts (across reconnects, within the send
-        timeout), then end the stream."""
-        if self.connection.state in (HandleState.CLOSING, HandleState.CLOSED):
+        """Connected: send what is batched, wait for its receipts (across reconnects, within
+        the send timeout), then end the stream. Reconnecting: fail what is pending at once
+        with :class:`AlreadyClosed`, as Pulsar's producer does when it is not connected."""
+        state = self.connection.state
+        if state in (HandleState.CLOSING, HandleState.CLOSED):
+            return
+        if state is HandleState.CONNECTING:
+            self.connection.closing()
+            self._fail(
+                AlreadyClosed(
+                    "the producer was closed while reconnecting: sends without a receipt "
+                    "failed (they may or may not have been stored)"
+                )
+            )
             return
         self.send_batch()
         pending = [f for b in self._inflight for f in b.futures]

@@ -7,7 +7,12 @@ send streams through it too) and then:
 - :meth:`FaultProxy.cut` aborts every open connection mid-stream, as a network failure or a
   broker crash would look to the client;
 - :attr:`FaultProxy.delay_s` holds each chunk of data back for a while, in both directions;
-- :attr:`FaultProxy.refusing` closes new connections at once (the broker is unreachable).
+- :attr:`FaultProxy.refusing` closes new connections at once (the broker is unreachable);
+- :meth:`FaultProxy.blackhole` makes the network silent: open connections, and those made
+  while it lasts, stay open but nothing passes in either direction (a host gone, a dropped
+  route: no reset reaches anyone); :meth:`FaultProxy.heal` ends it by resetting those
+  connections, as each end's kernel answers the other's packets once they get through again,
+  and new connections forward normally.
 
 It runs on the event loop of the test that starts it.
 """
@@ -32,9 +37,13 @@ class FaultProxy:
         self.port = port
         self.delay_s = 0.0
         self.refusing = False
+        self.silent = False  # blackholed: new connections forward nothing until heal()
         self.accepted = 0  # connections accepted, cut ones included
         self._server: asyncio.Server | None = None
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._silenced: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._healed = asyncio.Event()  # clear while a blackhole lasts
+        self._healed.set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -47,13 +56,37 @@ class FaultProxy:
         return self
 
     def cut(self) -> int:
-        """Abort every open connection (both sides see a reset); return how many."""
+        """Abort every open connection (both sides see a reset; a blackhole ends); return how
+        many."""
         pairs = list(self._pairs)
         for client, upstream in pairs:
             client.transport.abort()
             upstream.transport.abort()
         self._pairs.clear()
+        self._silenced.clear()
+        self.silent = False
+        self._healed.set()
         return len(pairs)
+
+    def blackhole(self) -> int:
+        """Stop forwarding on every open connection and on new ones, without closing any;
+        return how many were open."""
+        self.silent = True
+        self._healed.clear()
+        self._silenced.update(self._pairs)
+        return len(self._pairs)
+
+    def heal(self) -> int:
+        """Forward again: reset the connections the blackhole held (their ends gave up on
+        them or will, on the first packet); return how many."""
+        self.silent = False
+        self._healed.set()
+        held, self._silenced = list(self._silenced), set()
+        for client, upstream in held:
+            client.transport.abort()
+            upstream.transport.abort()
+            self._pairs.discard((client, upstream))
+        return len(held)
 
     @property
     def open_connections(self) -> int:
@@ -87,13 +120,17 @@ class FaultProxy:
             return
         pair = (writer, up_writer)
         self._pairs.add(pair)
+        if self.silent:
+            self._silenced.add(pair)
         pumps = [
-            asyncio.ensure_future(self._pump(reader, up_writer)),
-            asyncio.ensure_future(self._pump(up_reader, writer)),
+            asyncio.ensure_future(self._pump(reader, up_writer, pair)),
+            asyncio.ensure_future(self._pump(up_reader, writer, pair)),
         ]
         self._tasks.update(pumps)
         try:
             await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            if pair in self._silenced:  # one end closed: the other cannot know yet
+                await self._healed.wait()
         finally:
             for pump in pumps:
                 pump.cancel()
@@ -102,10 +139,17 @@ class FaultProxy:
             for w in pair:
                 w.transport.abort()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter],
+    ) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while data := await reader.read(65536):
                 if self.delay_s:
                     await asyncio.sleep(self.delay_s)
+                if pair in self._silenced:
+                    continue  # lost on the way
                 writer.write(data)
                 await writer.drain()

@@ -133,7 +133,7 @@ async def test_state_machine_reconnects_with_growing_delays_then_resets():
     rec = Recorder([])
     h = handler(rec)
     assert h.state is HandleState.CONNECTING
-    await h.connect_first()
+    await h.connect_first(5)
     assert h.state is HandleState.READY and rec.opened == 1
     rec.failures = [client.ConnectError("refused")] * 4 + [rpc_error(S.FAILED_PRECONDITION, "16")]
     h.lost(client.ConnectError("gone"))
@@ -151,13 +151,13 @@ async def test_state_machine_reconnects_with_growing_delays_then_resets():
 async def test_state_machine_gives_up_on_non_retryable_errors():
     rec = Recorder([])
     h = handler(rec)
-    await h.connect_first()
+    await h.connect_first(5)
     not_found = rpc_error(S.NOT_FOUND, "11")
     h.lost(not_found)  # the stream itself ended with it: no attempt at all
     assert rec.given_up == [not_found] and rec.delays == []
     rec2 = Recorder([])
     h2 = handler(rec2)
-    await h2.connect_first()
+    await h2.connect_first(5)
     rec2.failures = [client.ConnectError("refused"), not_found]
     h2.lost(client.ConnectError("gone"))
     await settle()
@@ -165,23 +165,39 @@ async def test_state_machine_gives_up_on_non_retryable_errors():
     assert not await h2.wait_ready(0.01)
 
 
-async def test_first_connect_is_not_retried():
+REFUSED = "failed to connect to all addresses; ...: Connection refused"
+TLS_REFUSED = "...: Tls handshake failed (TSI_PROTOCOL_FAILURE): ...CERTIFICATE_VERIFY_FAILED"
+
+
+async def test_first_connect_retries_only_a_broker_that_is_restarting():
     busy = rpc_error(S.FAILED_PRECONDITION, "16")
-    rec = Recorder([busy])
+    for refusal in (busy, client.ConnectError(TLS_REFUSED), client.ConnectError("Socket closed")):
+        rec = Recorder([refusal])
+        h = handler(rec)
+        with pytest.raises(type(refusal)):
+            await h.connect_first(30)  # a name taken, a TLS refusal: the caller's, at once
+        assert rec.delays == [] and h.state is HandleState.CONNECTING
+    # Nothing listening yet, then a broker still loading the topic: retried, then opened.
+    rec = Recorder([client.ConnectError(REFUSED)] * 3 + [rpc_error(S.UNAVAILABLE, "6")])
     h = handler(rec)
-    with pytest.raises(client.ProducerBusy):
-        await h.connect_first()  # a name taken at creation is the caller's error
-    rec = Recorder([client.ConnectError("refused")])
+    await h.connect_first(30)
+    assert h.state is HandleState.READY and rec.opened == 1
+    assert rec.delays == [0.1, 0.2, 0.4, 0.5]
+    assert h.backoff.next() == 0.1  # reconnects later start from the initial delay
+
+
+async def test_first_connect_gives_up_at_the_operation_timeout():
+    rec = Recorder([client.ConnectError(REFUSED)] * 1000)
     h = handler(rec)
-    with pytest.raises(client.ConnectError):
-        await h.connect_first()  # creating fails promptly; reconnects come after
-    assert rec.delays == [] and h.state is HandleState.CONNECTING
+    with pytest.raises(client.ConnectError, match="Connection refused"):
+        await h.connect_first(0.35)  # the recorder's sleep takes no time: the deadline does
+    assert rec.delays == [0.1, 0.2]  # the next delay, 0.4 s, would end past the deadline
 
 
 async def test_closing_stops_reconnecting():
     rec = Recorder([])
     h = handler(rec)
-    await h.connect_first()
+    await h.connect_first(5)
     rec.failures = [client.ConnectError("refused")] * 100
     h.lost(client.ConnectError("gone"))
     await settle()
@@ -414,7 +430,7 @@ async def test_cumulative_ack_refused_on_shared_and_key_shared_before_sending():
 
 
 def test_channels_take_messages_of_any_size_and_redial_quickly():
-    options = dict(channel_options(-1, 100))
+    options = dict(channel_options(-1, 100, 300))
     assert options["grpc.max_receive_message_length"] == -1
     assert options["grpc.max_send_message_length"] == -1
     assert options["grpc.max_reconnect_backoff_ms"] <= 1000
