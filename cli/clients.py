@@ -102,6 +102,11 @@ def _connection_args(parser: argparse.ArgumentParser) -> None:
         help=f"broker gRPC URL, grpc:// or grpc+ssl:// (default {DEFAULT_SERVICE_URL})",
     )  # fmt: skip
     parser.add_argument("--listener-name", help="advertised listener to look topics up through")
+    parser.add_argument(
+        "--operation-timeout-ms", type=_positive_int, default=30000, metavar="MS",
+        help="how long to keep trying to reach a broker that is down or restarting before "
+        "giving up (Pulsar's operationTimeoutMs; default 30000)",
+    )  # fmt: skip
 
 
 def _positive_int(text: str) -> int:
@@ -195,7 +200,9 @@ def run_produce(args: argparse.Namespace) -> int:
 async def _produce(
     args: argparse.Namespace, topic: str, payloads: list[bytes], properties: dict[str, str]
 ) -> int:
-    async with Client(args.service_url, args.listener_name) as client:
+    async with Client(
+        args.service_url, args.listener_name, operation_timeout_ms=args.operation_timeout_ms
+    ) as client:
         producer = await client.create_producer(topic)
         try:
             futures: list[asyncio.Future[MessageId]] = []
@@ -231,7 +238,9 @@ async def _consume(args: argparse.Namespace, topic: str) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with Client(args.service_url, args.listener_name) as client:
+    async with Client(
+        args.service_url, args.listener_name, operation_timeout_ms=args.operation_timeout_ms
+    ) as client:
         consumer = await client.subscribe(
             topic,
             args.subscription_name,
