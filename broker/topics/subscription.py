@@ -86,8 +86,10 @@ class Subscription:
                 self.dispatcher.detach()
             self.dispatcher = self._new_dispatcher(sub_type)
             self.type = sub_type
-        self.consumers.append(consumer)
+        # The dispatcher first: when it refuses the consumer (Key_Shared with no hash range
+        # left), the subscription does not list a consumer that gets nothing.
         self.dispatcher.add_consumer(consumer)
+        self.consumers.append(consumer)
         if consumer.options.ack_timeout_ms > 0 and self._ack_timeout_task is None:
             self._ack_timeout_task = asyncio.get_running_loop().create_task(
                 self._ack_timeout_loop()
