@@ -51,6 +51,10 @@ class ServiceConfiguration:
     bindAddresses: str = ""
     # PIP-338: the listener answering lookups that name none and came through a primary address.
     lookupListenerName: str | None = None
+    # Pulsar's name: the broker pings each client connection this often and drops one that
+    # does not answer within as long again, so a vanished client's consumers are removed and
+    # their unacked messages go to the others.
+    keepAliveIntervalSeconds: int = 30
 
     # --- storage ---
     # Embedded metadata and ledger data for standalone (Pulsar standalone uses data/).
@@ -258,6 +262,7 @@ def _check_grpc_listener(config: ServiceConfiguration) -> Iterator[tuple[str, st
 
 _AT_LEAST: dict[str, int] = {
     "maxMessageSize": 1,
+    "keepAliveIntervalSeconds": 1,
     "defaultNumPartitions": 1,
     "defaultNumberOfNamespaceBundles": 1,
     "managedLedgerMaxEntriesPerLedger": 1,

@@ -11,6 +11,7 @@ The tree::
     ├── PreconditionError                                            -> FAILED_PRECONDITION
     │   ├── ProducerBusyError         (ProducerBusy)
     │   ├── ConsumerBusyError         (ConsumerBusy)
+    │   ├── ConsumerAssignError       (ConsumerAssignError)
     │   └── NotAllowedError           (NotAllowedError)
     ├── TooLargeError                 (NotAllowedError)              -> RESOURCE_EXHAUSTED
     ├── AuthenticationError           (AuthenticationError)          -> UNAUTHENTICATED
@@ -94,6 +95,14 @@ class ProducerBusyError(PreconditionError):
 
 class ConsumerBusyError(PreconditionError):
     code = ServerError.ConsumerBusy
+
+
+class ConsumerAssignError(PreconditionError):
+    """No Key_Shared hash range is left for another consumer (every consumer of the
+    subscription already owns a single hash). As in Pulsar, not retryable as such: the
+    subscription must lose a consumer first."""
+
+    code = ServerError.ConsumerAssignError
 
 
 class NotAllowedError(PreconditionError):

@@ -1,13 +1,17 @@
 """The broker service: lifecycle, the topic registry, namespaces and partitioned metadata.
 
 Start-up order: metadata store, ledger storage, built-in namespace, web service, protocol
-handlers (last, so nothing reaches a half-built broker). Shutdown runs the other way round:
-handlers stop accepting and end their streams, then topics close, then storage.
+handlers (last, so nothing reaches a half-built broker). Shutdown: new calls are refused with
+ServiceNotReady at once, then topics close (each ends its producers' and consumers' streams with
+ServiceNotReady, a status every client retries, once what it accepted is durable), then the
+handlers' servers stop (their streams have ended: nothing is left for gRPC to cancel), then the
+web service and storage.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 from pathlib import Path
@@ -19,6 +23,7 @@ from broker.errors import (
     InvalidArgumentError,
     NotAllowedError,
     NotFoundError,
+    ServiceNotReadyError,
     TopicNotFoundError,
 )
 from broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -36,6 +41,11 @@ log = logging.getLogger(__name__)
 
 POLICIES_ROOT = "/admin/policies"
 PARTITIONED_ROOT = "/admin/partitioned-topics"
+
+
+class ServiceState(enum.Enum):
+    OPEN = "open"
+    CLOSING = "closing"  # close() has begun: every new request is refused with ServiceNotReady
 
 
 class BrokerService:
@@ -56,7 +66,7 @@ class BrokerService:
         self.topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         self.web: WebService | None = None
         self._lock = DataDirectoryLock(Path(config.dataDirectory))
-        self._closing = False
+        self.state = ServiceState.OPEN
 
     # ------------------------------------------------------------ lifecycle
 
@@ -106,17 +116,15 @@ class BrokerService:
         )
 
     async def close(self) -> None:
-        if self._closing:
+        """Stop in the order the module docstring gives; a second call does nothing."""
+        if self.state is ServiceState.CLOSING:
             return
-        self._closing = True
+        self.state = ServiceState.CLOSING
+        await self._close_topics()
         for handler in self.handlers:
             await handler.close()
         if self.web is not None:
             await self.web.close()
-        for future in list(self.topics.values()):
-            if future.done() and not future.exception():
-                await future.result().close()
-        self.topics.clear()
         if self._ledgers is not None:
             await self._ledgers.close()
         if self._store is not None:
@@ -124,6 +132,23 @@ class BrokerService:
         if self.metadata is not None:
             await self.metadata.close()
         self._lock.release()
+
+    async def _close_topics(self) -> None:
+        """Close every topic, those still loading too (once loaded): a topic left open would
+        keep its streams open until the server cancels them."""
+        while self.topics:
+            futures = list(self.topics.values())
+            self.topics.clear()
+            await asyncio.wait(futures)
+            for future in futures:
+                if not future.cancelled() and future.exception() is None:
+                    await future.result().close()
+
+    def check_open(self) -> None:
+        """Refuse a request once the broker is closing, with a status clients retry (on this
+        broker after its restart, or wherever a lookup sends them)."""
+        if self.state is ServiceState.CLOSING:
+            raise ServiceNotReadyError("broker is shutting down")
 
     async def __aenter__(self) -> BrokerService:
         await self.start()
@@ -241,8 +266,7 @@ class BrokerService:
 
         ``explicit`` is an admin's create: allowAutoTopicCreation does not apply to it.
         """
-        if self._closing:
-            raise NotAllowedError("broker is shutting down")
+        self.check_open()
         topic_name = name if isinstance(name, TopicName) else TopicName.get(name)
         key = topic_name.full_name
         while (future := self.topics.get(key)) is not None:
@@ -257,7 +281,8 @@ class BrokerService:
         try:
             future.set_result(await self._load_topic(topic_name, create, explicit))
         except BaseException as exc:
-            del self.topics[key]
+            if self.topics.get(key) is future:  # close() may have taken it already
+                del self.topics[key]
             future.set_exception(exc)
             future.exception()  # retrieved: waiting callers get it from their own await
             raise

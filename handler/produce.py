@@ -45,9 +45,12 @@ async def produce(
 async def _serve(
     producer: Producer, requests: AsyncIterator[bytes], context: aio.ServicerContext
 ) -> None:
-    pending: asyncio.Queue[asyncio.Future[PublishReceipt] | object] = asyncio.Queue(
-        MAX_PENDING_BATCHES
-    )
+    """Publish each request and write its receipt once durable, in order. When the broker ends
+    the producer (``producer.ended``), reading stops, the receipts of what was already accepted
+    are written, and the call ends with the broker's error: a client then resends only what
+    has no receipt."""
+    pending: asyncio.Queue[asyncio.Future[PublishReceipt] | object] = asyncio.Queue()
+    room = asyncio.Semaphore(MAX_PENDING_BATCHES)  # taken before publishing: never lost
     partition = producer.topic.partition
     failure: list[BaseException] = []
 
@@ -55,19 +58,23 @@ async def _serve(
         try:
             async for raw in requests:
                 request = codec.parse_produce_request(raw)
-                future = producer.publish(raw, request.sequence_id, len(request.messages))
-                await pending.put(future)
+                await room.acquire()
+                pending.put_nowait(
+                    producer.publish(raw, request.sequence_id, len(request.messages))
+                )
         except Exception as exc:
             failure.append(exc)
         finally:
-            await pending.put(_END)
+            pending.put_nowait(_END)
 
     reader = asyncio.get_running_loop().create_task(read())
+    producer.ended.add_done_callback(lambda _: reader.cancel())
     try:
         while True:
             item = await pending.get()
             if item is _END:
                 break
+            room.release()
             assert isinstance(item, asyncio.Future)
             try:
                 receipt = await item
@@ -94,5 +101,7 @@ async def _serve(
             await reader
         except asyncio.CancelledError:
             pass
+    if producer.ended.done():  # whatever else failed, the client must retry elsewhere
+        await abort(context, producer.ended.result())
     if failure:
         await abort(context, failure[0])

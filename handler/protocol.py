@@ -32,6 +32,9 @@ SERVICE_NAME = "pulsargrpc.v1.PulsarService"
 # Outbound too: a consume response holds at most codec.MAX_RESPONSE_BYTES of entries, or one
 # entry alone (at most maxMessageSize plus the broker's fields), so it always fits.
 _FRAME_MARGIN = 1 << 20
+# After close() has ended every stream (topics closed), how long the servers wait for calls to
+# finish writing what they had queued before gRPC cancels them.
+_STOP_GRACE_S = 2.0
 
 
 class GrpcProtocolHandler(ProtocolHandler):
@@ -98,6 +101,7 @@ class GrpcProtocolHandler(ProtocolHandler):
     ) -> aio.Server:
         assert self.config is not None and self.listeners is not None
         max_frame = self.config.maxMessageSize + _FRAME_MARGIN
+        keepalive_ms = self.config.keepAliveIntervalSeconds * 1000
         server = aio.server(
             interceptors=[
                 ListenerInterceptor(listener, self.listeners.listeners, status_for),
@@ -107,6 +111,21 @@ class GrpcProtocolHandler(ProtocolHandler):
                 ("grpc.max_receive_message_length", max_frame),
                 ("grpc.max_send_message_length", max_frame),
                 ("grpc.so_reuseport", 0),
+                # The broker's own pings find dead clients (Pulsar's keepAliveIntervalSeconds):
+                # one every interval, with or without calls and data, and a connection whose
+                # ping has no answer within as long again is closed, ending its calls (a
+                # consumer's unacked messages go to the others). grpc core applies the keepalive
+                # timeout or the ping timeout depending on its version: both are set.
+                ("grpc.keepalive_time_ms", keepalive_ms),
+                ("grpc.keepalive_timeout_ms", keepalive_ms),
+                ("grpc.http2.ping_timeout_ms", keepalive_ms),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.max_pings_without_data", 0),
+                # Clients' pings are always answered, however often (as a Pulsar broker answers
+                # every ping): grpc's default policy answers more than two pings under 5 minutes
+                # apart without data with GOAWAY too_many_pings, cutting off idle consumers of
+                # any client with keepalive on (the SDK pings every 30 s while it has calls).
+                ("grpc.http2.max_ping_strikes", 0),
             ],
         )
         server.add_generic_rpc_handlers((self._rpc_handlers(),))
@@ -117,8 +136,11 @@ class GrpcProtocolHandler(ProtocolHandler):
         return server
 
     async def close(self) -> None:
+        """Stop the servers. The broker has closed its topics first, so every Produce and
+        Consume stream is already ending with ServiceNotReady, and calls arriving meanwhile
+        were refused with it: the grace only bounds a call still writing to a slow reader."""
         servers, self.servers = self.servers, []
-        await asyncio.gather(*(server.stop(grace=1.0) for server in servers))
+        await asyncio.gather(*(server.stop(grace=_STOP_GRACE_S) for server in servers))
 
     # ------------------------------------------------------------ RPCs
 
@@ -166,6 +188,7 @@ class GrpcProtocolHandler(ProtocolHandler):
         assert self.service is not None
         ctx = current()
         try:
+            self.service.check_open()
             request = codec.parse(pb.LookupRequest, raw)
             result = self.service.lookup_topic(
                 request.topic, request.listener_name or ctx.listener_name, ctx.bind_listener
@@ -208,6 +231,7 @@ class GrpcProtocolHandler(ProtocolHandler):
     ) -> pb.PartitionedTopicMetadataResponse:
         assert self.service is not None
         try:
+            self.service.check_open()
             request = codec.parse(pb.PartitionedTopicMetadataRequest, raw)
             partitions = await self.service.get_partitioned_metadata(request.topic)
         except Exception as exc:

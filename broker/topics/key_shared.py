@@ -8,11 +8,14 @@ for the last range).
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.entry_format import EntryInfo
+from broker.errors import ConsumerAssignError
 from broker.ledger import Entry, ManagedCursor, Position
 from broker.topics.consumer import Consumer
 from broker.topics.dispatcher import Dispatcher
@@ -38,7 +41,7 @@ def sticky_key(info: EntryInfo) -> bytes:
     return f"{info.producer_name}-{info.sequence_id}".encode()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class HashRange:
     start: int  # inclusive
     end: int  # inclusive
@@ -46,40 +49,90 @@ class HashRange:
 
 
 class AutoSplitSelector:
-    """Maps a key hash to a consumer. Pure state: no I/O, easy to test."""
+    """Maps a key hash to a consumer. Pure state: no I/O, easy to test.
+
+    Up to 65,536 consumers (one hash each), so every operation stays logarithmic: ranges are
+    found by their start and by their end, the largest by a heap (entries that no longer
+    match a range are dropped when they surface), and a key's range by bisecting the starts,
+    sorted again only after the ranges changed.
+    """
 
     def __init__(self) -> None:
-        self.ranges: list[HashRange] = []  # sorted by start, covering 0..65535 when not empty
+        self._by_start: dict[int, HashRange] = {}
+        self._by_end: dict[int, HashRange] = {}
+        self._by_consumer: dict[int, HashRange] = {}  # id(consumer) -> its range
+        self._largest: list[tuple[int, int, int]] = []  # (-size, start, end): largest first
+        self._sorted: list[HashRange] | None = []
+        self._starts: list[int] = []
+
+    @property
+    def ranges(self) -> list[HashRange]:
+        """The ranges sorted by start, covering 0..65535 when not empty."""
+        if self._sorted is None:
+            self._sorted = sorted(self._by_start.values(), key=lambda r: r.start)
+            self._starts = [r.start for r in self._sorted]
+        return self._sorted
 
     def add(self, consumer: Consumer) -> None:
-        if not self.ranges:
-            self.ranges.append(HashRange(0, RANGE_SIZE - 1, consumer))
+        """Give ``consumer`` the upper half of the largest range (the lowest of equals), as
+        Pulsar does; refuse it, changing nothing, when every range is a single hash."""
+        if not self._by_start:
+            self._put(HashRange(0, RANGE_SIZE - 1, consumer))
             return
-        largest = max(self.ranges, key=lambda r: (r.end - r.start, -r.start))
+        largest = self._peek_largest()
         if largest.start == largest.end:
-            raise ValueError("no hash range left to split for a new Key_Shared consumer")
+            raise ConsumerAssignError(
+                f"no hash range left to split: all {RANGE_SIZE} key hashes already have a "
+                "Key_Shared consumer of their own"
+            )
         middle = (largest.start + largest.end) // 2
         upper = HashRange(middle + 1, largest.end, consumer)
+        del self._by_end[largest.end]
         largest.end = middle
-        self.ranges.insert(self.ranges.index(largest) + 1, upper)
+        self._index(largest)
+        self._put(upper)
 
     def remove(self, consumer: Consumer) -> None:
-        for i, r in enumerate(self.ranges):
-            if r.consumer is consumer:
-                del self.ranges[i]
-                if not self.ranges:
-                    return
-                if i < len(self.ranges):
-                    self.ranges[i].start = r.start
-                else:
-                    self.ranges[i - 1].end = r.end
-                return
+        """The departing range goes to the neighbour above it, or below for the last one."""
+        gone = self._by_consumer.pop(id(consumer), None)
+        if gone is None:
+            return
+        del self._by_start[gone.start], self._by_end[gone.end]
+        self._sorted = None
+        if (above := self._by_start.pop(gone.end + 1, None)) is not None:
+            above.start = gone.start
+            self._index(above)
+        elif (below := self._by_end.pop(gone.start - 1, None)) is not None:
+            below.end = gone.end
+            self._index(below)
 
     def select(self, key_hash: int) -> Consumer | None:
-        for r in self.ranges:
-            if r.start <= key_hash <= r.end:
-                return r.consumer
-        return None
+        ranges = self.ranges
+        i = bisect.bisect_right(self._starts, key_hash) - 1
+        return ranges[i].consumer if i >= 0 else None
+
+    def _put(self, r: HashRange) -> None:
+        self._by_consumer[id(r.consumer)] = r
+        self._index(r)
+
+    def _index(self, r: HashRange) -> None:
+        """(Re-)register a new or resized range."""
+        self._by_start[r.start] = r
+        self._by_end[r.end] = r
+        self._sorted = None
+        if len(self._largest) > 2 * len(self._by_start) + 16:  # mostly stale: rebuild
+            self._largest = [(q.start - q.end, q.start, q.end) for q in self._by_start.values()]
+            heapq.heapify(self._largest)
+        else:
+            heapq.heappush(self._largest, (r.start - r.end, r.start, r.end))
+
+    def _peek_largest(self) -> HashRange:
+        while True:
+            _, start, end = self._largest[0]
+            r = self._by_start.get(start)
+            if r is not None and r.end == end:
+                return r
+            heapq.heappop(self._largest)
 
 
 class KeySharedDispatcher(Dispatcher):

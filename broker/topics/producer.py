@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from broker import entry_format
+from broker.errors import BrokerError
 from broker.ledger import Position
 
 if TYPE_CHECKING:
@@ -36,6 +37,11 @@ class Producer:
     msg_in_counter: int = 0
     bytes_in_counter: int = 0
     _name_field: bytes = b""
+    # Resolved when the broker ends this producer (its topic unloaded): the protocol handler
+    # stops reading the stream, writes the receipts still due, then ends it with this error.
+    ended: asyncio.Future[BrokerError] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future(), repr=False
+    )
 
     def __post_init__(self) -> None:
         self._name_field = entry_format.producer_name_field(self.name)
@@ -53,6 +59,10 @@ class Producer:
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
         return self.topic.publish(self, data, sequence_id, num_messages)
+
+    def end(self, error: BrokerError) -> None:
+        if not self.ended.done():
+            self.ended.set_result(error)
 
     async def close(self) -> None:
         self.topic.remove_producer(self)

@@ -31,6 +31,11 @@ class SubType(enum.Enum):
     Key_Shared = "Key_Shared"
 
 
+class SubscriptionState(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"  # topic unloaded or subscription deleted: its dispatcher is stopped
+
+
 # A message id as acked by a client: the entry's position and a batch index (-1 = whole entry).
 AckId = tuple[Position, int]
 
@@ -50,6 +55,7 @@ class Subscription:
         self.type: SubType | None = None
         self.dispatcher: Dispatcher | None = None
         self.consumers: list[Consumer] = []
+        self.state = SubscriptionState.OPEN
         # Pulsar's InMemoryRedeliveryTracker: how often each entry was redelivered.
         self._redeliveries: dict[Position, int] = {}
         self._timers: set[asyncio.TimerHandle] = set()
@@ -80,8 +86,10 @@ class Subscription:
                 self.dispatcher.detach()
             self.dispatcher = self._new_dispatcher(sub_type)
             self.type = sub_type
-        self.consumers.append(consumer)
+        # The dispatcher first: when it refuses the consumer (Key_Shared with no hash range
+        # left), the subscription does not list a consumer that gets nothing.
         self.dispatcher.add_consumer(consumer)
+        self.consumers.append(consumer)
         if consumer.options.ack_timeout_ms > 0 and self._ack_timeout_task is None:
             self._ack_timeout_task = asyncio.get_running_loop().create_task(
                 self._ack_timeout_loop()
@@ -99,6 +107,8 @@ class Subscription:
         if consumer not in self.consumers:
             return
         self.consumers.remove(consumer)
+        if self.state is SubscriptionState.CLOSED:
+            return  # the closed dispatcher hands nothing over (it would read a closed ledger)
         assert self.dispatcher is not None
         self.dispatcher.remove_consumer(consumer)
         if not self.consumers:
@@ -394,6 +404,7 @@ class Subscription:
         await self.topic.delete_subscription(self)
 
     async def close(self) -> None:
+        self.state = SubscriptionState.CLOSED
         await self._stop_timers()
         if self.dispatcher is not None:
             await self.dispatcher.close()

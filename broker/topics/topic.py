@@ -11,7 +11,6 @@ from broker import entry_format
 from broker.config import ServiceConfiguration
 from broker.errors import (
     BrokerError,
-    NotAllowedError,
     ProducerBusyError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
@@ -69,8 +68,7 @@ class PersistentTopic:
     # ------------------------------------------------------------ producers
 
     def add_producer(self, name: str | None, client_address: str = "") -> Producer:
-        if self._closed:
-            raise NotAllowedError(f"topic {self.name} is being closed")
+        self._check_open()
         if name is None:
             name = f"{self.config.clusterName}-{next(_ids)}-{int(time.time() * 1000) % 100000}"
         if name in self.producers:
@@ -162,8 +160,7 @@ class PersistentTopic:
         start_batch_index: int = -1,
         client_address: str = "",
     ) -> Consumer:
-        if self._closed:
-            raise NotAllowedError(f"topic {self.name} is being closed")
+        self._check_open()
         if options.dead_letter_topic is not None:
             await self._check_dead_letter_topic(options.dead_letter_topic)
         subscription = self.subscriptions.get(subscription_name)
@@ -180,6 +177,7 @@ class PersistentTopic:
                 self, subscription_name, cursor, self.config
             )
             self.subscriptions[subscription_name] = subscription
+        self._check_open()  # again: the topic may have begun closing while this waited
         consumer = Consumer(
             subscription, options, transport, client_address, consumer_id=next(_ids)
         )
@@ -237,11 +235,23 @@ class PersistentTopic:
 
     # ------------------------------------------------------------ lifecycle
 
+    def _check_open(self) -> None:
+        """A closing topic refuses new producers and consumers with ServiceNotReady (Pulsar's
+        fenced topic): retryable, the client comes back once the topic is loaded again."""
+        if self._closed:
+            raise ServiceNotReadyError(f"topic {self.name} is being closed")
+
     async def close(self) -> None:
+        """Unload: every producer's and consumer's stream ends with ServiceNotReady (the
+        producers' after the receipts of what was accepted), then the ledger closes once what
+        it accepted is durable."""
         self._closed = True
+        unloaded = ServiceNotReadyError(f"topic {self.name} was unloaded")
+        for producer in list(self.producers.values()):
+            producer.end(unloaded)
         for subscription in list(self.subscriptions.values()):
             for consumer in list(subscription.consumers):
-                consumer.transport.close(ServiceNotReadyError(f"topic {self.name} was unloaded"))
+                consumer.transport.close(unloaded)
             await subscription.close()
         await self.ledger.close()
 
