@@ -38,11 +38,11 @@ _SCHEMES = {"grpc": False, "grpc+ssl": True}
 # maxLookupRedirects; a redirect loop between brokers ends with a clear error).
 DEFAULT_MAX_LOOKUP_REDIRECTS = 3
 _MAX_CHANNEL_BACKOFF_MS = 1000
-# Keepalive pings on channels with calls open. Pulsar's default is 30 s, but a gRPC server at
-# its defaults refuses pings more often than every 5 minutes (GOAWAY "too_many_pings", which
-# ends every stream of the connection): 300 s works with any server; lower it where the
-# brokers accept faster pings (see docs/protocol.md, "Staying connected").
-DEFAULT_KEEP_ALIVE_INTERVAL_S = 300
+# Keepalive pings on channels with calls open: Pulsar's keepAliveIntervalSeconds. The broker
+# answers pings at any rate; a gRPC server at its defaults (another service behind the same
+# URL, a proxy) refuses more than one per 5 minutes on a connection without data (GOAWAY
+# "too_many_pings"): raise the interval to 300 s for such a server (docs/protocol.md).
+DEFAULT_KEEP_ALIVE_INTERVAL_S = 30
 # A ping unanswered this long means the peer is gone (Pulsar waits one interval; gRPC 20 s).
 _MAX_KEEP_ALIVE_TIMEOUT_S = 20
 
@@ -232,8 +232,8 @@ class Client:
     ``keep_alive_interval_seconds`` (0: never), and a ping unanswered within that interval
     (at most 20 s) closes it, so a broker that vanished without closing the connection (a
     host gone, a network dropping packets) is noticed and reconnected instead of waiting
-    for TCP to give up. The default, 300 s, is the shortest that a gRPC server accepts at
-    its default settings; Pulsar's is 30 s (see docs/protocol.md, "Staying connected").
+    for TCP to give up. The default is Pulsar's 30 s; the broker accepts pings at any rate
+    (see docs/protocol.md, "Staying connected").
     """
 
     def __init__(

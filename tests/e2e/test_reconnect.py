@@ -320,14 +320,6 @@ async def test_a_silent_connection_is_noticed_by_keepalive_and_nothing_is_lost(
         assert await read_all(client, topic, 100) == expected(100)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the broker's gRPC server keeps its default ping policy (a ping per 5 minutes on a "
-    "connection without data, GOAWAY too_many_pings after 2 strikes); it needs "
-    "grpc.http2.max_ping_strikes=0, or grpc.http2.min_ping_interval_without_data_ms at or "
-    "below the client's interval, plus grpc.keepalive_permit_without_calls=1 "
-    "(handler/protocol.py). Remove this mark once it does.",
-)
 async def test_idle_streams_with_a_short_keepalive_are_not_disrupted(broker: BrokerThread) -> None:
     """Pulsar's brokers answer every ping: a client pinging every second keeps its idle
     producer and consumer on their first streams."""

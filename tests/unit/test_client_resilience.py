@@ -13,7 +13,7 @@ import pytest
 
 import client
 from client import HandleState, MessageId
-from client._client import DEFAULT_KEEP_ALIVE_INTERVAL_S, channel_options
+from client._client import channel_options
 from client._errors import is_retryable_at_creation
 from client._reader import Reader
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -152,11 +152,10 @@ def test_channels_ping_while_calls_are_open_at_the_configured_interval():
     assert options["grpc.http2.max_pings_without_data"] == 0  # else pings stop after 2
     assert dict(channel_options(-1, 100, 600))["grpc.keepalive_timeout_ms"] == 20_000
     assert "grpc.keepalive_time_ms" not in dict(channel_options(-1, 100, 0))
-    # The default is what a gRPC server accepts at its defaults (a ping per 5 minutes).
+    # The default is Pulsar's keepAliveIntervalSeconds.
     c = client.Client("grpc://h:1")
-    assert dict(c._pool._options)["grpc.keepalive_time_ms"] == DEFAULT_KEEP_ALIVE_INTERVAL_S * 1000
-    assert DEFAULT_KEEP_ALIVE_INTERVAL_S >= 300
-    c = client.Client("grpc://h:1", keep_alive_interval_seconds=30)
     assert dict(c._pool._options)["grpc.keepalive_time_ms"] == 30_000
+    c = client.Client("grpc://h:1", keep_alive_interval_seconds=300)
+    assert dict(c._pool._options)["grpc.keepalive_time_ms"] == 300_000
     with pytest.raises(ValueError, match="keep_alive"):
         client.Client("grpc://h:1", keep_alive_interval_seconds=-1)
