@@ -196,6 +196,9 @@ class Prober:
             findings = ["no answer (hang)"] if expect_answer else []
             self.record(case, rpc, f"answers {seen}; open, silent {wait_s}s", findings)
         except grpc.aio.AioRpcError as err:
+            if err.details() == CLIENT_SIDE_METADATA:
+                self.record(case, rpc, "client-side: grpc refuses a non-ASCII metadata value", [])
+                return
             self.record(
                 case, rpc, f"answers {seen}; {status_text(err)}", status_findings(err.code())
             )
@@ -361,11 +364,12 @@ async def probe_produce_requests(p: Prober) -> None:
 
 
 async def still_delivers_after(
-    p: Prober, client: Client, label: str, request: Callable[[MessageId], bytes]
+    p: Prober, client: Client, label: str, request: Callable[[MessageId], bytes], keeps: bool
 ) -> None:
     """Behaviour, not status: after a hostile request on a subscription (sent raw), messages
     published next still reach it. The topic holds b"before"; then b"after-1", b"after-2"
-    are published and a fresh SDK consumer on the subscription must receive both."""
+    are published and a fresh SDK consumer on the subscription must receive both, and also
+    b"before" when the request (``keeps``) should not have acked it."""
     topic = f"persistent://public/default/probe-behaviour-{label}"
     producer = await client.create_producer(topic)
     last = await producer.send(b"before")
@@ -395,8 +399,9 @@ async def still_delivers_after(
                 received.append((await consumer.receive(timeout_ms=3000)).data())
             except Timeout:
                 break
-    missing = [m for m in (b"after-1", b"after-2") if m not in received]
-    findings = [f"later messages never delivered: {missing}"] if missing else []
+    wanted = (b"before", b"after-1", b"after-2") if keeps else (b"after-1", b"after-2")
+    missing = [m for m in wanted if m not in received]
+    findings = [f"never delivered: {missing}"] if missing else []
     p.record(f"behaviour:{label}", "Consume+SDK", f"answers {answers}; received {received}",
              findings)  # fmt: skip
 
@@ -405,15 +410,18 @@ def _seek_to(message_id: pb.MessageId) -> bytes:
     return consume_req(seek=pb.Seek(message_id=message_id, request_id=9))
 
 
-BEHAVIOUR: tuple[tuple[str, Callable[[MessageId], bytes]], ...] = (
+BEHAVIOUR: tuple[tuple[str, Callable[[MessageId], bytes], bool], ...] = (
     ("ack-next-entries", lambda m: ack([mid(m.ledger_id, m.entry_id + 1),
-                                        mid(m.ledger_id, m.entry_id + 2)])),
-    ("batch-ack-next-entry", lambda m: ack([mid(m.ledger_id, m.entry_id + 1, 0)])),
-    ("ack-2^64-1", lambda m: ack([mid(U64, U64)])),
-    ("ack-next-ledger", lambda m: ack([mid(m.ledger_id + 1, 0)])),
-    ("seek-past-end", lambda m: _seek_to(mid(m.ledger_id, m.entry_id + 1000))),
-    ("seek-ledger-2^64-1", lambda m: _seek_to(mid(U64, 0))),
-    ("seek-time-2^64-1", lambda m: consume_req(seek=pb.Seek(publish_time=U64, request_id=9))),
+                                        mid(m.ledger_id, m.entry_id + 2)]), True),
+    ("batch-ack-next-entry", lambda m: ack([mid(m.ledger_id, m.entry_id + 1, 0)]), True),
+    ("ack-2^64-1", lambda m: ack([mid(U64, U64)]), True),
+    ("ack-next-ledger", lambda m: ack([mid(m.ledger_id + 1, 0)]), True),
+    ("batch-index-out-of-range", lambda m: ack([mid(m.ledger_id, m.entry_id, 5)]), True),
+    ("batch-index-2^31-1", lambda m: ack([mid(m.ledger_id, m.entry_id, 2**31 - 1)]), True),
+    ("seek-past-end", lambda m: _seek_to(mid(m.ledger_id, m.entry_id + 1000)), False),
+    ("seek-ledger-2^64-1", lambda m: _seek_to(mid(U64, 0)), False),
+    ("seek-time-2^64-1", lambda m: consume_req(seek=pb.Seek(publish_time=U64, request_id=9)),
+     False),
 )  # fmt: skip
 
 
@@ -447,8 +455,8 @@ async def run(broker: Broker) -> list[Result]:
             await probe_consume_metadata(prober)
             await probe_consume_requests(prober, topic, last)
             await probe_produce_requests(prober)
-            for label, request in BEHAVIOUR:
-                await still_delivers_after(prober, client, label, request)
+            for label, request, keeps in BEHAVIOUR:
+                await still_delivers_after(prober, client, label, request, keeps)
             await reader_past_end(prober, client)
             # Still serving?
             producer = await client.create_producer("probe-alive")
