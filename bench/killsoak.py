@@ -19,7 +19,8 @@ Checks (each failure is a violation; the exit status is 1 if there is any):
 
 a. every payload whose send resolved (receipted) is in the topic (a reader from earliest),
    unless it is before the first entry kept in its partition (ledgers every subscription
-   consumed are trimmed, as in Pulsar without retention; check d covers those);
+   consumed are trimmed, as in Pulsar without retention; check d covers those; with
+   ``--retain`` an unread subscription keeps them all);
 b. with ``--dedup`` (brokerDeduplicationEnabled=true), each stored payload is stored once;
 c. a message id whose ack receipt arrived is never delivered again to that subscription
    (during the soak, after a restart, or when the subscription is drained at the end);
@@ -34,7 +35,7 @@ f. the broker always restarts (ready line within the timeout), and its log has n
 Usage::
 
     PYTHONPATH=$PWD:$PWD/protos python -m bench.killsoak --cycles 20 --data /tmp/soak \\
-        [--dedup] [--sync] [--rate 100] [--seed 1]
+        [--dedup] [--sync] [--retain] [--rate 100] [--seed 1]
 """
 
 from __future__ import annotations
@@ -388,6 +389,10 @@ class Soak:
     async def _subscribe_all(self, client: Client) -> list[tuple[Consumer, SubscriptionRecord]]:
         consumers = []
         for topic in self.topics:
+            if self.args.retain:
+                # A subscription nobody reads keeps every ledger, so the final reader sees
+                # everything ever stored and check a covers every receipted message.
+                await (await client.subscribe(topic.name, "retain-all")).close()
             for name, sub_type, count in SUBSCRIPTIONS:
                 sub = SubscriptionRecord(f"{topic.name.rsplit('/', 1)[1]}/{name}", sub_type)
                 topic.subscriptions[name] = sub
@@ -541,6 +546,9 @@ def main() -> int:
     parser.add_argument("--sync", action="store_true", help="journalSyncData=true")
     parser.add_argument("--rate", type=float, default=100, help="messages/s per producer")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--retain", action="store_true", help="an unread subscription keeps every ledger"
+    )
     parser.add_argument("--max-backoff-ms", type=int, default=60000)
     args = parser.parse_args()
     if args.seed is None:
