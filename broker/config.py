@@ -75,6 +75,11 @@ class ServiceConfiguration:
     defaultNumberOfNamespaceBundles: int = 4
     maxMessageSize: int = 5 * 1024 * 1024
     brokerDeduplicationEnabled: bool = False
+    # Pulsar's names and defaults: the deduplication state is snapshotted (and the ledgers
+    # before it freed) every this many entries, every this many seconds (0: no timer) and at
+    # topic close, each time only if an entry was stored since the last snapshot.
+    brokerDeduplicationEntriesInterval: int = 1000
+    brokerDeduplicationSnapshotFrequencyInSeconds: int = 120
 
     # --- dispatch ---
     dispatcherMaxReadBatchSize: int = 100
@@ -270,6 +275,8 @@ _AT_LEAST: dict[str, int] = {
     "managedLedgerCacheSizeMB": 0,
     "dispatcherMaxReadBatchSize": 1,
     "maxUnackedMessagesPerConsumer": 0,
+    "brokerDeduplicationEntriesInterval": 1,
+    "brokerDeduplicationSnapshotFrequencyInSeconds": 0,
     "defaultRetentionTimeInMinutes": -1,
     "defaultRetentionSizeInMB": -1,
 }

@@ -58,11 +58,18 @@ class PersistentTopic:
     ) -> PersistentTopic:
         dedup = None
         if service.config.brokerDeduplicationEnabled:
-            dedup = await Deduplication.recover(ledger)
+            dedup = await Deduplication.recover(
+                ledger,
+                service.config.brokerDeduplicationEntriesInterval,
+                service.config.brokerDeduplicationSnapshotFrequencyInSeconds,
+            )
         topic = cls(service, topic_name, ledger, dedup)
         for name, cursor in ledger.cursors.items():
             if name != "pulsar.dedup":
                 topic.subscriptions[name] = Subscription(topic, name, cursor, service.config)
+        # Ledgers every cursor had consumed before the restart (the dedup cursor's snapshot at
+        # close moves it to the end) would otherwise wait for the next rollover or ack.
+        ledger.schedule_trim()
         return topic
 
     # ------------------------------------------------------------ producers
@@ -243,8 +250,8 @@ class PersistentTopic:
 
     async def close(self) -> None:
         """Unload: every producer's and consumer's stream ends with ServiceNotReady (the
-        producers' after the receipts of what was accepted), then the ledger closes once what
-        it accepted is durable."""
+        producers' after the receipts of what was accepted), deduplication takes its snapshot,
+        then the ledger closes once what it accepted is durable."""
         self._closed = True
         unloaded = ServiceNotReadyError(f"topic {self.name} was unloaded")
         for producer in list(self.producers.values()):
@@ -253,6 +260,8 @@ class PersistentTopic:
             for consumer in list(subscription.consumers):
                 consumer.transport.close(unloaded)
             await subscription.close()
+        if self._dedup is not None:
+            await self._dedup.close()
         await self.ledger.close()
 
     # ------------------------------------------------------------ stats
