@@ -7,6 +7,11 @@ canonical forms, the hash and the bundle boundaries mirror Pulsar's ``TopicName`
 
 Only V2 names (``<domain>://<tenant>/<namespace>/<topic>``) are supported: the legacy V1 form
 with a cluster segment is rejected with a message that says so.
+
+One deliberate difference: a topic's local name must be printable ASCII (0x20-0x7E), where
+Pulsar allows any character. Produce and Consume carry the topic in gRPC call metadata, and
+gRPC refuses any other byte in a metadata value, so such a topic could be created and looked up
+but never produced to or consumed from; every entry point refuses it alike instead.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ _JAVA_INT_MAX = 2**31 - 1
 # Names become segments of metadata paths and managed-ledger names, where "." and ".." would
 # point at another node (or none): no part of a name may be either.
 _DOT_SEGMENTS = frozenset({".", ".."})
+# What a gRPC metadata value can carry (printable ASCII): Produce and Consume name their topic
+# in the x-pulsar-topic header, so a topic outside it could be looked up but never used.
+_METADATA_VALUE = re.compile(r"[\x20-\x7e]*")
 # java.net.URLEncoder keeps these bytes as they are; everything else is %XX (space is '+').
 _URL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-*_")
 
@@ -170,6 +178,11 @@ class TopicName:
         if self.local_name in _DOT_SEGMENTS:
             raise InvalidTopicNameError(
                 f"invalid topic name {self.full_name!r}: '.' and '..' are reserved"
+            )
+        if not _METADATA_VALUE.fullmatch(self.local_name):
+            raise InvalidTopicNameError(
+                f"invalid topic name {self.full_name!r}: only printable ASCII characters are "
+                "allowed (a topic is named in gRPC call metadata, which carries nothing else)"
             )
         object.__setattr__(self, "partition_index", _partition_index(self.local_name))
 
