@@ -77,7 +77,9 @@ class ServiceConfiguration:
     brokerDeduplicationEnabled: bool = False
     # Pulsar's names and defaults: the deduplication state is snapshotted (and the ledgers
     # before it freed) every this many entries, every this many seconds (0: no timer) and at
-    # topic close, each time only if an entry was stored since the last snapshot.
+    # topic close, each time only if an entry was stored since the last snapshot. (Pulsar's
+    # timer also waits for brokerDeduplicationSnapshotIntervalSeconds since the last snapshot;
+    # here each tick of the timer is that interval.)
     brokerDeduplicationEntriesInterval: int = 1000
     brokerDeduplicationSnapshotFrequencyInSeconds: int = 120
 
