@@ -324,8 +324,10 @@ class BrokerService:
         ns = NamespaceName.get(namespace)
         await self._check_namespace(ns)
         prefix = f"{ns}/persistent/"
+        # Listed as stored, not parsed again: a name that an older version accepted and the
+        # naming rules refuse now is still listed rather than failing the whole listing.
         names = [
-            TopicName.get(f"persistent://{ns}/{unquote(n[len(prefix) :])}").full_name
+            f"persistent://{ns}/{unquote(n[len(prefix) :])}"
             for n in await self.ledgers.list_names(prefix)
         ]
         partitioned = await self.store.get_children(f"{PARTITIONED_ROOT}/{ns}/persistent")
