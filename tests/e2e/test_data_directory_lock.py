@@ -70,15 +70,18 @@ async def test_restart_after_kill_9_and_after_a_clean_stop_is_not_blocked(
     standalone_factory: Callable[..., StandaloneProcess], tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    first = standalone_factory(data)
+    # Kept without a subscription: with Pulsar's default retention a topic nobody subscribes
+    # to keeps only its current ledger, and each restart starts a new one.
+    keep = ("--set", "defaultRetentionTimeInMinutes=-1", "--set", "defaultRetentionSizeInMB=-1")
+    first = standalone_factory(data, *keep)
     await produce(first.grpc_address, [b"before-kill"])
     first.kill9()
     assert (data / "LOCK").exists()  # the file stays; the kernel dropped the lock
 
-    restarted = standalone_factory(data)
+    restarted = standalone_factory(data, *keep)
     await produce(restarted.grpc_address, [b"after-restart"])
     assert restarted.stop() == 0
-    again = standalone_factory(data)
+    again = standalone_factory(data, *keep)
     assert await drain(again.grpc_address, TOPIC, "sub", 2) == [b"before-kill", b"after-restart"]
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import grpc
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.e2e.messaging import RECEIVE_MS
 from tests.e2e.wire import batch, stub
 from tests.support import StandaloneProcess
 
@@ -20,9 +22,9 @@ def consume_metadata(topic: str, sub: str) -> tuple[tuple[str, str], ...]:
 
 
 async def drain(address: str, topic: str, sub: str, expect: int) -> list[bytes]:
-    """Receive ``expect`` messages (fails on timeout), acking none."""
+    """Receive ``expect`` messages (fails after ``RECEIVE_MS``), acking none."""
     payloads: list[bytes] = []
-    async with grpc.aio.insecure_channel(address) as ch:
+    async with asyncio.timeout(RECEIVE_MS / 1000), grpc.aio.insecure_channel(address) as ch:
         call = stub(ch).Consume(metadata=consume_metadata(topic, sub))
         await call.read()
         await call.write(pb.ConsumeRequest(flow=pb.Flow(permits=100_000)))
