@@ -11,7 +11,8 @@ one consumer with ``ack_group_time_ms=3000``; one producer sends m0..m9 as one b
 consumer receives all ten and acks m0 without waiting (the ack sits in the 3 s group); the
 broker is killed with SIGKILL at once and restarted on the same port and directory; the
 consumer then receives until idle. Expected: m1..m9 are delivered again (m0 may or may not
-be: its ack was never receipted).
+be: its ack was never receipted). With ``--receipted`` the ack of m0 waits for its AckReceipt
+before the kill, and m0 must then not come back (an ack stays acked once receipted).
 
 Usage::
 
@@ -47,7 +48,7 @@ def fresh_broker(data: Path) -> Broker:
     return broker
 
 
-async def run_one(sub_type: ConsumerType, data: Path) -> tuple[bool, str]:
+async def run_one(sub_type: ConsumerType, data: Path, receipted: bool) -> tuple[bool, str]:
     """One scenario; (passed, line to print)."""
     broker = await asyncio.to_thread(fresh_broker, data)
     topic = f"persistent://public/default/bar-{sub_type.value.lower()}"
@@ -63,7 +64,7 @@ async def run_one(sub_type: ConsumerType, data: Path) -> tuple[bool, str]:
             ids = [await f for f in futures]
             entries = {(m.ledger_id, m.entry_id) for m in ids}
             msgs = [await consumer.receive(timeout_ms=10000) for _ in range(10)]
-            await consumer.acknowledge(msgs[0].message_id())
+            await consumer.acknowledge(msgs[0].message_id(), wait=receipted)
             await asyncio.to_thread(broker.kill9)
             await asyncio.to_thread(broker.start)
             again: list[bytes] = []
@@ -81,11 +82,13 @@ async def run_one(sub_type: ConsumerType, data: Path) -> tuple[bool, str]:
     problems = await asyncio.to_thread(broker.log_problems)
     expected = {f"m{i}".encode() for i in range(1, 10)}
     missing = sorted(expected - set(again))
-    passed = not missing and not problems
+    acked_back = receipted and b"m0" in again
+    passed = not missing and not acked_back and not problems
     line = (
         f"{sub_type.value:<10} batch entries={sorted(entries)} first delivery "
         f"{[m.data().decode() for m in msgs]} after restart {[p.decode() for p in again]} "
-        f"missing {[p.decode() for p in missing]} log problems {problems} "
+        f"missing {[p.decode() for p in missing]} receipted m0 back {acked_back} "
+        f"log problems {problems} "
         f"-> {'PASS' if passed else 'FAIL'}"
     )
     return passed, line
@@ -95,11 +98,14 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, type=Path, help="emptied first")
     parser.add_argument("--rounds", type=int, default=1, help="repeat every type this often")
+    parser.add_argument(
+        "--receipted", action="store_true", help="m0's ack waits for its receipt before the kill"
+    )
     args = parser.parse_args()
     failed = 0
     for round_no in range(1, args.rounds + 1):
         for sub_type in TYPES:
-            passed, line = await run_one(sub_type, args.data / sub_type.value)
+            passed, line = await run_one(sub_type, args.data / sub_type.value, args.receipted)
             print(f"round {round_no}: {line}", flush=True)
             failed += not passed
     print(f"{failed} failed")
