@@ -66,6 +66,12 @@ async def main() -> int:
                 except Timeout:
                     break
                 again.append(msg.data())
+            stale = []  # what the inactive c-b still hands to its application
+            while True:
+                try:
+                    stale.append((await later.receive(timeout_ms=1000)).data())
+                except Timeout:
+                    break
             await first.close()
             await later.close()
             await producer.close()
@@ -76,7 +82,8 @@ async def main() -> int:
         f"batch entries {sorted({(m.ledger_id, m.entry_id) for m in ids})}; c-b held "
         f"{held.data()!r} {held.message_id()}; ack first: {args.ack_first}; "
         f"switched to c-a: {switched}; c-b's ack of it "
-        f"receipted; c-a then received {again}; acked message delivered again: {back}"
+        f"receipted; c-a then received {again}; acked message delivered again: {back}; "
+        f"inactive c-b still handed out {stale}"
     )
     return 1 if back else 0
 
