@@ -183,6 +183,19 @@ class AckMode(StrEnum):
     NONE = "never ack"
 
 
+@dataclass(frozen=True)
+class AckRecord:
+    """When an ack with ``wait=True`` was receipted, and by which broker incarnation: a copy
+    redelivered by a later incarnation means the ack was lost across the restart; one from
+    the same incarnation may have been dispatched before the ack was applied."""
+
+    event: int
+    cycle: int
+    consumer: str
+    delivered_in: int
+    receipted_in: int
+
+
 @dataclass
 class SubscriptionRecord:
     """Everything one subscription saw; the checks read it at the end."""
@@ -193,8 +206,10 @@ class SubscriptionRecord:
     delivered: dict[MessageId, bytes] = field(default_factory=dict)
     deliveries: int = 0
     ack_attempted: set[MessageId] = field(default_factory=set)
-    # message id -> (event number, cycle) when its AckReceipt arrived.
-    ack_receipted: dict[MessageId, tuple[int, int]] = field(default_factory=dict)
+    # message id -> (consumer, broker incarnation) of its latest delivery.
+    delivered_by: dict[MessageId, tuple[str, int]] = field(default_factory=dict)
+    # message id -> when and where its AckReceipt arrived.
+    ack_receipted: dict[MessageId, AckRecord] = field(default_factory=dict)
     ack_wait_failures: Counter[str] = field(default_factory=Counter)
     drained: dict[MessageId, bytes] = field(default_factory=dict)
     last_event: int = 0
@@ -225,6 +240,7 @@ class Soak:
         self.last_receipt: dict[str, int] = {}
         self.stopping = asyncio.Event()
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.broker: Broker | None = None
         run = uuid.uuid4().hex[:6]
         self.topics = [
             TopicRecord(f"persistent://public/default/soak-plain-{run}", 0),
@@ -281,7 +297,12 @@ class Soak:
 
     # ---------------------------------------------------------------- consuming
 
-    async def consume(self, consumer: Consumer, sub: SubscriptionRecord) -> None:
+    @property
+    def incarnation(self) -> int:
+        """The broker incarnation now running (or last killed)."""
+        return self.broker.incarnation if self.broker is not None else 0
+
+    async def consume(self, consumer: Consumer, sub: SubscriptionRecord, label: str) -> None:
         while not self.stopping.is_set():
             try:
                 msg = await consumer.receive(timeout_ms=500)
@@ -293,8 +314,9 @@ class Soak:
                 continue
             message_id = msg.message_id()
             event = next(self.events)
-            self._check_not_acked(sub, message_id, msg.data(), "during the soak")
+            self._check_not_acked(sub, message_id, msg.data(), f"during the soak to {label}")
             sub.delivered[message_id] = msg.data()
+            sub.delivered_by[message_id] = (label, self.incarnation)
             sub.deliveries += 1
             sub.last_event = event
             mode = self.rng.choices(list(AckMode), weights=(5, 4, 1))[0]
@@ -305,12 +327,17 @@ class Soak:
                 if mode is AckMode.GROUPED:
                     await consumer.acknowledge(message_id)
                 else:
-                    self._spawn(self._ack_and_wait(consumer, sub, message_id))
+                    delivery = sub.delivered_by[message_id]
+                    self._spawn(self._ack_and_wait(consumer, sub, message_id, delivery))
             except Exception as exc:
                 self.violation("e", f"acknowledge({message_id}) on {sub.name} raised {exc!r}")
 
     async def _ack_and_wait(
-        self, consumer: Consumer, sub: SubscriptionRecord, message_id: MessageId
+        self,
+        consumer: Consumer,
+        sub: SubscriptionRecord,
+        message_id: MessageId,
+        delivery: tuple[str, int],
     ) -> None:
         try:
             await consumer.acknowledge(message_id, wait=True)
@@ -320,22 +347,34 @@ class Soak:
         except Exception as exc:
             self.violation("e", f"acknowledge({message_id}, wait=True) on {sub.name}: {exc!r}")
             return
-        sub.ack_receipted[message_id] = (next(self.events), self.cycle)
+        consumer_label, delivered_in = delivery
+        sub.ack_receipted[message_id] = AckRecord(
+            next(self.events), self.cycle, consumer_label, delivered_in, self.incarnation
+        )
 
     def _check_not_acked(
         self, sub: SubscriptionRecord, message_id: MessageId, payload: bytes, when: str
     ) -> None:
         receipt = sub.ack_receipted.get(message_id)
         if receipt is not None:
+            now = self.incarnation
+            kind = (
+                "ack lost across a restart"
+                if now > receipt.receipted_in
+                else "same incarnation: the copy may have been dispatched before the ack applied"
+            )
             self.violation(
                 "c",
-                f"{sub.name}: {message_id} ({payload!r}) delivered again {when} although its "
-                f"AckReceipt arrived in cycle {receipt[1]}",
+                f"{sub.name}: {message_id} ({payload!r}) delivered again {when} (broker "
+                f"incarnation {now}) although its AckReceipt arrived in cycle {receipt.cycle} "
+                f"(acked copy delivered to {receipt.consumer} by incarnation "
+                f"{receipt.delivered_in}, receipt from incarnation {receipt.receipted_in}; {kind})",
             )
 
     # ---------------------------------------------------------------- the run
 
     async def run(self, broker: Broker) -> None:
+        self.broker = broker
         broker.start()
         parted = self.topics[1]
         await create_partitioned(broker.http_url, parted.name, PARTITIONS)
@@ -357,8 +396,8 @@ class Soak:
                     )
                     producers.append(producer)
                     self._spawn(self.produce(producer, topic, name, keyed))
-            for consumer, sub in consumers:
-                self._spawn(self.consume(consumer, sub))
+            for consumer, sub, label in consumers:
+                self._spawn(self.consume(consumer, sub, label))
             for cycle in range(1, self.args.cycles + 1):
                 self.cycle = cycle
                 await asyncio.sleep(self.rng.uniform(1.5, 4.0))
@@ -378,7 +417,7 @@ class Soak:
             await asyncio.sleep(0.2)
             if self.tasks:
                 await asyncio.wait(list(self.tasks), timeout=60)
-            await asyncio.gather(*(c.close() for c, _ in consumers))
+            await asyncio.gather(*(c.close() for c, _, _ in consumers))
             for producer in producers:
                 await producer.close()
             for topic in self.topics:
@@ -386,7 +425,9 @@ class Soak:
                     await self._drain(cc, topic, sub)
                 await self._read_all(cc, topic)
 
-    async def _subscribe_all(self, client: Client) -> list[tuple[Consumer, SubscriptionRecord]]:
+    async def _subscribe_all(
+        self, client: Client
+    ) -> list[tuple[Consumer, SubscriptionRecord, str]]:
         consumers = []
         for topic in self.topics:
             if self.args.retain:
@@ -400,7 +441,7 @@ class Soak:
                     consumer = await client.subscribe(
                         topic.name, name, sub_type, f"{name}-{i}", initial_position="earliest"
                     )
-                    consumers.append((consumer, sub))
+                    consumers.append((consumer, sub, f"{name}-{i}"))
         return consumers
 
     async def _wait_for_progress(self, timeout_s: float = 90) -> None:
