@@ -87,6 +87,10 @@ class ServiceConfiguration:
     dispatcherMaxReadBatchSize: int = 100
     # Shared and Key_Shared only; 0 means no limit, as in Pulsar.
     maxUnackedMessagesPerConsumer: int = 50000
+    # Pulsar's name and default: when a Failover subscription's active consumer changes, the
+    # new one is sent the unacked messages only after this many milliseconds, so that acks the
+    # previous one still had in flight land first and are not delivered again (0: at once).
+    activeConsumerFailoverDelayTimeMillis: int = 1000
 
     # --- security ---
     # Recognised so that a broker.conf asking for it is refused clearly: no authentication
@@ -277,6 +281,7 @@ _AT_LEAST: dict[str, int] = {
     "managedLedgerCacheSizeMB": 0,
     "dispatcherMaxReadBatchSize": 1,
     "maxUnackedMessagesPerConsumer": 0,
+    "activeConsumerFailoverDelayTimeMillis": 0,
     "brokerDeduplicationEntriesInterval": 1,
     "brokerDeduplicationSnapshotFrequencyInSeconds": 0,
     "defaultRetentionTimeInMinutes": -1,

@@ -270,10 +270,7 @@ class PartitionConsumer:
         """Send a request whose answer separates stale messages from fresh ones: what is
         queued now, and what arrives before the answer, is dropped (its permits returned)."""
         await self._wait_ready()
-        dropped = self._drop_queued()
-        if dropped:
-            self.consumed(dropped)
-        self._acks.forget_deliveries()
+        self._drop_stale()
         self._dropping.add(request_id)
         try:
             await self._request(request_id, request)
@@ -327,12 +324,24 @@ class PartitionConsumer:
                 future.set_exception(error_from_code(failure.code, failure.message))
         elif kind == "active_consumer_change":
             self.is_active = response.active_consumer_change.is_active
+            if not self.is_active:
+                # The broker hands what this stream was sent to the new active consumer:
+                # what the application has not taken would only be duplicates.
+                self._drop_stale()
         elif kind == "reached_end_of_topic":
             self.reached_end_of_topic = True
 
     def _drop_queued(self) -> int:
         """Drop this stream's messages the application has not taken; return how many."""
         return self._queue.remove_if(lambda m: m.partition == self.partition)
+
+    def _drop_stale(self) -> None:
+        """On a live stream, drop what the broker will deliver anew (after a seek, a
+        redelivery request, or to another consumer) and grant its permits again."""
+        dropped = self._drop_queued()
+        if dropped:
+            self.consumed(dropped)
+        self._acks.forget_deliveries()
 
     def _check_open(self) -> None:
         if self._error is not None:

@@ -220,14 +220,23 @@ class SingleActiveConsumerDispatcher(Dispatcher):
     non-partitioned topic it is the first of them; on partition ``p`` of a partitioned topic it
     is number ``p % n`` of the ``n`` of them, so a Failover subscription's consumers share the
     partitions instead of one consumer taking all. When it changes, everything unacked is
-    redelivered to the new one.
+    redelivered to the new one: on Failover only after ``switch_delay_s`` (Pulsar's
+    activeConsumerFailoverDelayTimeMillis), during which nothing is dispatched and the acks
+    the previous consumer still sends are applied, so the redelivery skips what they acked.
     """
 
     def __init__(
-        self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
+        self,
+        subscription: Subscription,
+        cursor: ManagedCursor,
+        max_read_batch: int,
+        switch_delay_s: float = 0.0,
     ) -> None:
         super().__init__(subscription, cursor, max_read_batch)
         self.active: Consumer | None = None
+        self.switch_delay_s = switch_delay_s
+        # Pending while a switch waits out the delay; the one owner of that waiting state.
+        self._switch_timer: asyncio.TimerHandle | None = None
 
     def add_consumer(self, consumer: Consumer) -> None:
         super().add_consumer(consumer)
@@ -236,6 +245,10 @@ class SingleActiveConsumerDispatcher(Dispatcher):
     def remove_consumer(self, consumer: Consumer) -> None:
         super().remove_consumer(consumer)
         self._elect(newcomer=None)
+
+    def detach(self) -> None:
+        self._cancel_switch()
+        super().detach()
 
     def _choose_active(self) -> Consumer | None:
         if not self.consumers:
@@ -251,18 +264,40 @@ class SingleActiveConsumerDispatcher(Dispatcher):
     def _elect(self, newcomer: Consumer | None) -> None:
         """Choose the active consumer again after a join or a departure and tell the
         consumers (Pulsar's ActiveConsumerChange): all of them when the active one changes,
-        else only a newcomer, which learns that it is a standby."""
+        else only a newcomer, which learns that it is a standby.
+
+        A change of a Failover subscription from one active consumer to another waits
+        ``switch_delay_s`` before the redelivery (as Pulsar's scheduleReadOnActiveConsumer,
+        whether the previous one left or a higher one joined); a first active consumer has
+        nothing in flight to wait for and is served at once."""
         new_active = self._choose_active()
         if new_active is self.active:
             if newcomer is not None and newcomer is not new_active:
                 newcomer.transport.send_active_change(False)
             return
         previous, self.active = self.active, new_active
-        if previous is not None and previous in self.consumers:
-            for position in list(previous.pending):
-                previous.release(position)
         for consumer in self.consumers:
             consumer.transport.send_active_change(consumer is new_active)
+        self._epoch += 1  # a read in flight was for the previous consumer
+        self._cancel_switch()
+        if self.switch_delay_s > 0 and previous is not None and new_active is not None:
+            loop = asyncio.get_running_loop()
+            self._switch_timer = loop.call_later(self.switch_delay_s, self._complete_switch)
+        else:
+            self._complete_switch()
+
+    def _cancel_switch(self) -> None:
+        if self._switch_timer is not None:
+            self._switch_timer.cancel()
+            self._switch_timer = None
+
+    def _complete_switch(self) -> None:
+        """Hand everything unacked to the active consumer: forget what any consumer still
+        holds and read again from the first unacked entry."""
+        self._switch_timer = None
+        for consumer in self.consumers:
+            for position in list(consumer.pending):
+                consumer.release(position)
         self._epoch += 1
         self.cursor.rewind()
         self.replay.clear()
@@ -270,7 +305,9 @@ class SingleActiveConsumerDispatcher(Dispatcher):
 
     def _permits_for_read(self) -> int:
         active = self.active
-        return active.permits if active is not None and self.ready(active) else 0
+        if active is None or self._switch_timer is not None or not self.ready(active):
+            return 0
+        return active.permits
 
     def _dispatch(self, entries: list[Entry]) -> None:
         active = self.active

@@ -97,8 +97,11 @@ class Subscription:
 
     def _new_dispatcher(self, sub_type: SubType) -> Dispatcher:
         batch = self.config.dispatcherMaxReadBatchSize
-        if sub_type in (SubType.Exclusive, SubType.Failover):
+        if sub_type is SubType.Exclusive:
             return SingleActiveConsumerDispatcher(self, self.cursor, batch)
+        if sub_type is SubType.Failover:
+            delay_s = self.config.activeConsumerFailoverDelayTimeMillis / 1000
+            return SingleActiveConsumerDispatcher(self, self.cursor, batch, delay_s)
         if sub_type is SubType.Shared:
             return SharedDispatcher(self, self.cursor, batch)
         return KeySharedDispatcher(self, self.cursor, batch)

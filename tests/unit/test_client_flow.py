@@ -280,3 +280,34 @@ async def test_partitioned_consumer_merges_and_credits_the_right_partition():
     assert len(calls[1].of("ack")) == 1 and calls[0].of("ack") == []
     with pytest.raises(ValueError):
         await consumer.acknowledge(MessageId(1, 1, 0, 7))
+
+
+async def test_inactive_stream_drops_only_its_queued_messages_and_regrants_their_permits():
+    """Failover: a partition's stream told it is no longer active drops what it queued (the
+    broker hands it to the new active consumer) and returns the permits; another
+    partition's queued messages stay."""
+    queue = MessageQueue()
+    calls, parts = [FakeCall(), FakeCall()], []
+    for i, call in enumerate(calls):
+        part = PartitionConsumer(ConsumerConfig(receiver_queue_size=4), queue, partition=i)
+        call.push(subscribed(f"t-partition-{i}"))
+        await part.start(call.connect)
+        parts.append(part)
+    consumer = Consumer("t", "s", parts, queue)
+    calls[0].push(batch(0, 3))
+    calls[1].push(batch(0, 2))
+    await eventually(lambda: len(queue) == 5)
+    change = pb.ActiveConsumerChange(is_active=False)
+    calls[0].push(pb.ConsumeResponse(active_consumer_change=change))
+    await eventually(lambda: parts[0].is_active is False)
+    received = [await consumer.receive(timeout_ms=1000) for _ in range(2)]
+    assert [m.message_id().partition for m in received] == [1, 1]
+    with pytest.raises(client.Timeout):
+        await consumer.receive(timeout_ms=20)
+    assert [f.permits for f in calls[0].of("flow")] == [4, 3]  # the 3 dropped, granted again
+    # Told it is active again, the stream keeps what arrives.
+    calls[0].push(
+        pb.ConsumeResponse(active_consumer_change=pb.ActiveConsumerChange(is_active=True))
+    )
+    calls[0].push(batch(1, 1))
+    assert (await consumer.receive(timeout_ms=1000)).message_id().partition == 0
