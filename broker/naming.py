@@ -76,8 +76,8 @@ def check_named_entity(kind: str, name: str) -> None:
         raise InvalidArgumentError(f"invalid {kind} name {name!r}: '.' and '..' are reserved")
 
 
-# The cursor MessageDeduplication keeps on every topic (Pulsar's DEDUPLICATION_CURSOR_NAME,
-# broker.topics.dedup.CURSOR_NAME): a subscription of that name would move its marks.
+# The cursor MessageDeduplication keeps on every topic (Pulsar's DEDUPLICATION_CURSOR_NAME):
+# a subscription of that name would move its marks.
 DEDUPLICATION_CURSOR = "pulsar.dedup"
 
 

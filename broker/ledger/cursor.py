@@ -157,10 +157,8 @@ class ManagedCursor:
         self, position: Position, properties: dict[str, int] | None = None
     ) -> asyncio.Future[None]:
         """Cumulative ack of everything <= position; resolves once the new state is durable."""
-        try:
-            self.check_ackable(position)
-        except InvalidArgumentError as exc:
-            return self._failed(exc)
+        if (refused := self._refusal([position])) is not None:
+            return refused
         if properties is not None:
             self.properties = dict(properties)
         if position > self.mark_delete_position:
@@ -174,10 +172,8 @@ class ManagedCursor:
     ) -> asyncio.Future[None]:
         """Cumulative ack up to a message inside a batch: every entry before ``position`` and
         the given indexes of it."""
-        try:
-            self.check_ackable(position)
-        except InvalidArgumentError as exc:
-            return self._failed(exc)
+        if (refused := self._refusal([position])) is not None:
+            return refused
         before = Position(position.ledger_id, position.entry_id - 1)
         if before > self.mark_delete_position:
             self._move_mark_delete(before)
@@ -186,11 +182,8 @@ class ManagedCursor:
     def delete(self, positions: Iterable[Position]) -> asyncio.Future[None]:
         """Individual acks; resolves once the new state is durable."""
         positions = list(positions)
-        try:
-            for p in positions:
-                self.check_ackable(p)
-        except InvalidArgumentError as exc:
-            return self._failed(exc)
+        if (refused := self._refusal(positions)) is not None:
+            return refused
         changed = False
         for p in positions:
             if self.is_deleted(p):
@@ -209,10 +202,8 @@ class ManagedCursor:
         """Ack messages inside an entry; once all batch_size are acked the entry is deleted."""
         if self.is_deleted(position):
             return self._state_durable()
-        try:
-            self.check_ackable(position)
-        except InvalidArgumentError as exc:
-            return self._failed(exc)
+        if (refused := self._refusal([position])) is not None:
+            return refused
         acked = self.batch_deleted.setdefault(position, set())
         before = len(acked)
         acked.update(i for i in indexes if 0 <= i < batch_size)
@@ -319,10 +310,7 @@ class ManagedCursor:
             return self._done()
         if self._closed:
             return self._failed(PersistenceError(f"cursor {self.name} is closed"))
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        self._unresolved.add(fut)
-        fut.add_done_callback(self._unresolved.discard)
+        fut = self._waiter(self._waiters)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -337,11 +325,24 @@ class ManagedCursor:
             return self._persist()
         if self._in_flight is None:
             return self._done()
+        return self._waiter(self._in_flight)
+
+    def _waiter(self, waiters: list[asyncio.Future[None]]) -> asyncio.Future[None]:
+        """A future resolved with the state write that ``waiters`` belongs to."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._in_flight.append(fut)
+        waiters.append(fut)
         self._unresolved.add(fut)
         fut.add_done_callback(self._unresolved.discard)
         return fut
+
+    def _refusal(self, positions: Iterable[Position]) -> asyncio.Future[None] | None:
+        """A failed future when one of ``positions`` cannot be acked, else None."""
+        try:
+            for p in positions:
+                self.check_ackable(p)
+        except InvalidArgumentError as exc:
+            return self._failed(exc)
+        return None
 
     def _flush(self) -> None:
         self._flush_scheduled = False

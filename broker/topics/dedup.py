@@ -21,8 +21,7 @@ from enum import Enum
 
 from broker import entry_format
 from broker.ledger import ManagedCursor, ManagedLedger, Position
-
-CURSOR_NAME = "pulsar.dedup"
+from broker.naming import DEDUPLICATION_CURSOR
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ class Deduplication:
         The replayed entries count as not snapshotted yet: the next snapshot (timer, interval
         or close) moves the cursor past them, so a topic restarted often still trims.
         """
-        cursor = await ledger.open_cursor(CURSOR_NAME, "earliest")
+        cursor = await ledger.open_cursor(DEDUPLICATION_CURSOR, "earliest")
         dedup = cls(cursor, entries_interval, snapshot_frequency_s)
         dedup.persisted.update(cursor.properties)
         while True:

@@ -369,9 +369,8 @@ class SharedDispatcher(Dispatcher):
         if not budgets:
             return None
         level = min(c.options.priority_level for c in budgets)
-        group = sorted(
-            (c for c in budgets if c.options.priority_level == level), key=order.__getitem__
-        )
+        # ``budgets`` is built from ``self.consumers``: already in join order.
+        group = [c for c in budgets if c.options.priority_level == level]
         last = self._last_served.get(level)
         after = order.get(last, -1) if last is not None else -1
         chosen = next((c for c in group if order[c] > after), group[0])

@@ -17,7 +17,7 @@ from broker.errors import (
     TooLargeError,
 )
 from broker.ledger import ManagedCursor, ManagedLedger, Position
-from broker.naming import TopicName
+from broker.naming import DEDUPLICATION_CURSOR, TopicName
 from broker.topics.consumer import Consumer, ConsumerOptions
 from broker.topics.dedup import Deduplication
 from broker.topics.producer import Producer, PublishReceipt
@@ -65,7 +65,7 @@ class PersistentTopic:
             )
         topic = cls(service, topic_name, ledger, dedup)
         for name, cursor in ledger.cursors.items():
-            if name != "pulsar.dedup":
+            if name != DEDUPLICATION_CURSOR:
                 topic.subscriptions[name] = Subscription(topic, name, cursor, service.config)
         # Ledgers every cursor had consumed before the restart (the dedup cursor's snapshot at
         # close moves it to the end) would otherwise wait for the next rollover or ack.

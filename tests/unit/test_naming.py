@@ -378,10 +378,8 @@ def test_topics_spread_over_all_bundles() -> None:
 
 def test_reserved_subscription_name_is_the_deduplication_cursor() -> None:
     from broker.naming import DEDUPLICATION_CURSOR, check_subscription_name
-    from broker.topics.dedup import CURSOR_NAME
 
-    assert DEDUPLICATION_CURSOR == CURSOR_NAME
-    for name in ("", ".", "..", CURSOR_NAME):
+    for name in ("", ".", "..", DEDUPLICATION_CURSOR):
         with pytest.raises(InvalidArgumentError):
             check_subscription_name(name)
     check_subscription_name("a/b")  # encoded in its cursor's path, as Pulsar does
