@@ -175,9 +175,14 @@ class ManagedCursor:
         if (refused := self._refusal([position])) is not None:
             return refused
         before = Position(position.ledger_id, position.entry_id - 1)
-        if before > self.mark_delete_position:
-            self._move_mark_delete(before)
-        return self.ack_batch_indexes(position, indexes, batch_size)
+        if before <= self.mark_delete_position:
+            return self.ack_batch_indexes(position, indexes, batch_size)
+        self._move_mark_delete(before)
+        # The indexes may change nothing (acked before): the move itself must be written.
+        # Both resolve with the same state write, so only the second one is handed out.
+        indexes_acked = self.ack_batch_indexes(position, indexes, batch_size)
+        indexes_acked.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return self._persist()
 
     def delete(self, positions: Iterable[Position]) -> asyncio.Future[None]:
         """Individual acks; resolves once the new state is durable."""

@@ -192,3 +192,22 @@ async def test_a_persisted_position_past_the_end_is_brought_back_on_recovery(
     assert other.get_number_of_entries_in_backlog() == 2
     assert [e.data for e in await other.read_entries(100)] == [b"a", b"b"]
     await env.close()
+
+
+async def test_a_cumulative_ack_inside_a_batch_writes_the_mark_delete_it_moves(
+    tmp_path: Path,
+) -> None:
+    """The indexes of the batch were acked before: only the mark-delete moves, and that move
+    must be written before the ack resolves."""
+    env = Env.open(tmp_path)
+    ml = await env.factory.open(NAME)
+    cursor = await ml.open_cursor("sub", "earliest")
+    positions = await add_all(ml, [b"a", b"b", b"c"])
+    await cursor.ack_batch_indexes(positions[2], [0], batch_size=3)
+    await cursor.mark_delete_before(positions[2], [0], batch_size=3)
+    await env.close()
+
+    env = Env.open(tmp_path)
+    ml = await env.factory.open(NAME)
+    assert ml.cursors["sub"].mark_delete_position == positions[1]
+    await env.close()
