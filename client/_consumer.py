@@ -34,7 +34,15 @@ from ._errors import (
 )
 from ._flow import PermitTracker
 from ._message import Message, MessageId, messages_of_entry
-from ._stream import Connect, Params, StreamCall, StreamWriter, as_pulsar_error, open_expecting
+from ._stream import (
+    Connect,
+    Params,
+    StreamCall,
+    StreamWriter,
+    as_pulsar_error,
+    cancel_stream,
+    open_expecting,
+)
 
 _CLOSE_GRACE_S = 2.0
 _MAX_LONG = 2**63 - 1
@@ -249,7 +257,6 @@ class PartitionConsumer:
 
     async def redeliver_unacknowledged(self) -> None:
         """Ask for every unacked message again, and wait for RedeliverDone."""
-        self._check_open()
         request_id = next(self._request_ids)
         redeliver = pb.RedeliverUnacknowledged(request_id=request_id)
         await self._request_dropping(request_id, pb.ConsumeRequest(redeliver=redeliver))
@@ -389,11 +396,7 @@ class PartitionConsumer:
             return
         self._drop_stream()
         # Requests sent on the lost stream may or may not have been applied: say so.
-        lost = ConnectError(f"the connection to the broker was lost: {error.message}")
-        for future in self._requests.values():
-            if not future.done():
-                future.set_exception(lost)
-        self._requests.clear()
+        self._fail_requests(ConnectError(f"the connection to the broker was lost: {error.message}"))
         self._dropping.clear()
         # Failover: unknown until the new stream's broker says who is active.
         self.is_active = None
@@ -403,13 +406,15 @@ class PartitionConsumer:
         self.connection.lost(error)
 
     def _drop_stream(self) -> None:
-        if self._reader is not None and self._reader is not asyncio.current_task():
-            self._reader.cancel()
-        if self._writer is not None:
-            self._writer.cancel()
-        if self._call is not None:
-            self._call.cancel()
+        cancel_stream(self._reader, self._writer, self._call)
         self._reader = self._writer = self._call = None
+
+    def _fail_requests(self, error: PulsarError) -> None:
+        """Requests waiting for an answer get ``error``: none will come."""
+        for future in self._requests.values():
+            if not future.done():
+                future.set_exception(error)
+        self._requests.clear()
 
     def _fail(self, error: PulsarError) -> None:
         """Close for good: requests and receivers get ``error`` (first error wins)."""
@@ -418,10 +423,7 @@ class PartitionConsumer:
         self.connection.closed()
         if self._ack_timer is not None:
             self._ack_timer.cancel()
-        for future in self._requests.values():
-            if not future.done():
-                future.set_exception(self._error)
-        self._requests.clear()
+        self._fail_requests(self._error)
         self._queue.fail(self._error)
         self._drop_stream()
 

@@ -38,7 +38,15 @@ from ._errors import (
 )
 from ._message import MessageId, ids_of_receipt
 from ._routing import Router
-from ._stream import Connect, Params, StreamCall, StreamWriter, as_pulsar_error, open_expecting
+from ._stream import (
+    Connect,
+    Params,
+    StreamCall,
+    StreamWriter,
+    as_pulsar_error,
+    cancel_stream,
+    open_expecting,
+)
 from ._wire import encode_message
 
 # How long close() gives the broker to end the stream after the last receipt.
@@ -271,13 +279,7 @@ class PartitionProducer:
             self._fail(error)
 
     def _drop_stream(self) -> None:
-        for task in (self._reader,):
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-        if self._writer is not None:
-            self._writer.cancel()
-        if self._call is not None:
-            self._call.cancel()
+        cancel_stream(self._reader, self._writer, self._call)
         self._reader = self._writer = self._call = None
 
     def _fail(self, error: PulsarError) -> None:

@@ -79,6 +79,19 @@ def as_pulsar_error(exc: BaseException) -> PulsarError:
     return ConnectError(f"stream failed: {exc!r}")
 
 
+def cancel_stream(
+    reader: asyncio.Task[None] | None, writer: StreamWriter | None, call: StreamCall | None
+) -> None:
+    """End a stream from the client's side: its read task (unless that is the caller), its
+    writer and the call itself."""
+    if reader is not None and reader is not asyncio.current_task():
+        reader.cancel()
+    if writer is not None:
+        writer.cancel()
+    if call is not None:
+        call.cancel()
+
+
 class StreamWriter:
     """Writes requests in order from one task: grpc.aio forbids concurrent writes.
 
