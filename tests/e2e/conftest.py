@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import grpc
 import pytest
+
+from tests.support import BrokerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,3 +40,10 @@ def session() -> Iterator[object]:
     pulsar_grpc_spark.register(spark)
     yield spark
     spark.stop()
+
+
+@pytest.fixture
+async def channel(broker: BrokerThread) -> AsyncIterator[grpc.aio.Channel]:
+    """A raw channel to the test's broker, for tests that speak the wire protocol directly."""
+    async with grpc.aio.insecure_channel(broker.grpc_address) as ch:
+        yield ch

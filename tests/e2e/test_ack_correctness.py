@@ -87,12 +87,6 @@ OpenConsumer = Callable[..., Awaitable[RawConsumer]]
 
 
 @pytest.fixture
-async def channel(broker: BrokerThread) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc.aio.insecure_channel(broker.grpc_address) as ch:
-        yield ch
-
-
-@pytest.fixture
 async def consumer_on(channel: grpc.aio.Channel) -> AsyncIterator[OpenConsumer]:
     """Opens a raw consumer of subscription "sub" (Earliest); extra metadata as keywords."""
     opened: list[RawConsumer] = []

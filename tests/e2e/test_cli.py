@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.faultproxy import free_port
 from tests.support import READY, BrokerThread, StandaloneProcess
 from tests.waiting import eventually_sync
 
@@ -178,12 +179,6 @@ def test_consume_forever_stops_cleanly_on_ctrl_c(broker: BrokerThread) -> None:
 
 
 # ------------------------------------------------------------------------------- bad input
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_broker_unreachable_is_one_line_and_exit_1() -> None:

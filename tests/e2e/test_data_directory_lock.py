@@ -100,5 +100,8 @@ def test_a_broker_that_failed_to_start_gives_the_directory_back(tmp_path: Path) 
                 raise AssertionError("a broker started on a taken port")
         finally:
             failed.stop()
-    retry = BrokerThread(broker_config(tmp_path / "data")).start()
-    retry.stop()
+    retry = BrokerThread(broker_config(tmp_path / "data"))
+    try:
+        retry.start()
+    finally:
+        retry.stop()

@@ -11,6 +11,7 @@ refuses an old sequence id once the entries that carried it are gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from tests.e2e.messaging import receive_n
 from tests.e2e.test_partitioned_and_dedup import raw_producer, send
 from tests.e2e.wire import batch
 from tests.support import BrokerThread, StandaloneProcess
+from tests.waiting import eventually
 
 DEDUP = ("--set", "brokerDeduplicationEnabled=true")
 PER_LEDGER = 10
@@ -61,13 +63,17 @@ async def storage_size(http_url: str, topic: str) -> int:
 
 
 async def eventually_at_most(http_url: str, topic: str, limit: int) -> int:
-    """Poll storageSize until it is at most ``limit`` bytes (or WAIT_S runs out)."""
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while (size := await storage_size(http_url, topic)) > limit:
-        if asyncio.get_running_loop().time() > deadline:
-            break
-        await asyncio.sleep(0.2)
-    return size
+    """Poll storageSize until it is at most ``limit`` bytes (or WAIT_S runs out: then the
+    caller's assertion reports the size)."""
+    sizes: list[int] = []
+
+    async def small_enough() -> bool:
+        sizes.append(await storage_size(http_url, topic))
+        return sizes[-1] <= limit
+
+    with contextlib.suppress(AssertionError):
+        await eventually(small_enough, timeout=WAIT_S, interval=0.2)
+    return sizes[-1]
 
 
 def payloads(first: int, count: int) -> list[bytes]:

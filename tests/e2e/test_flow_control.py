@@ -88,12 +88,6 @@ class RawConsumer:
             await asyncio.gather(self.task, return_exceptions=True)
 
 
-@pytest.fixture
-async def channel(broker: BrokerThread) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc.aio.insecure_channel(broker.grpc_address) as ch:
-        yield ch
-
-
 async def produce_batches(channel: grpc.aio.Channel, topic: str, batches: int, size: int) -> None:
     """``batches`` entries of ``size`` messages, payload ``b"<batch>-<index>"``."""
     call = stub(channel).Produce(metadata=(("x-pulsar-topic", topic),))

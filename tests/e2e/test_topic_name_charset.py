@@ -9,7 +9,6 @@ admin API; and every printable ASCII character but '/' works everywhere.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from urllib.parse import quote
 
 import aiohttp
@@ -29,12 +28,6 @@ NON_ASCII = [
 ]
 # Every printable ASCII character but '/', which separates the parts of a name.
 PRINTABLE = "".join(chr(c) for c in range(0x20, 0x7F) if c != ord("/"))
-
-
-@pytest.fixture
-async def channel(broker: BrokerThread) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc.aio.insecure_channel(broker.grpc_address) as ch:
-        yield ch
 
 
 def assert_invalid_topic_name(err: grpc.aio.AioRpcError) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -11,13 +9,6 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import batch, error_code, stub
-from tests.support import BrokerThread
-
-
-@pytest.fixture
-async def channel(broker: BrokerThread) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc.aio.insecure_channel(broker.grpc_address) as ch:
-        yield ch
 
 
 async def first_response(call: grpc.aio.StreamStreamCall) -> object:

@@ -4,7 +4,7 @@ keeps serving. Requests go out as raw bytes, so nothing client-side can validate
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 import pytest
@@ -20,12 +20,6 @@ Metadata = Sequence[tuple[str, str]]
 
 def raw(value: bytes) -> bytes:
     return value
-
-
-@pytest.fixture
-async def channel(broker: BrokerThread) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc.aio.insecure_channel(broker.grpc_address) as ch:
-        yield ch
 
 
 def raw_stream(channel: grpc.aio.Channel, method: str, metadata: Metadata) -> grpc.aio.Call:

@@ -24,6 +24,7 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.unit.fake_stream import FakeCall, FakeDialer
 from tests.unit.test_client_batching import ready, receipt, settle
 from tests.unit.test_client_flow import batch, subscribed
+from tests.waiting import eventually
 
 FAST = {"initial_backoff_s": 0.001, "max_backoff_s": 0.002}
 
@@ -421,8 +422,7 @@ async def test_cumulative_ack_refused_on_shared_and_key_shared_before_sending():
     dialer = FakeDialer()
     consumer, _ = await start_consumer(dialer, subscription_type=ConsumerType.Failover)
     await consumer.acknowledge_cumulative(MessageId(1, 1, 0, -1))
-    await asyncio.sleep(0.01)
-    assert len(dialer.last.of("ack")) == 1
+    await eventually(lambda: len(dialer.last.of("ack")) == 1)
     await consumer.close()
 
 
