@@ -64,6 +64,8 @@ async def test_close_while_connected_still_waits_for_receipts():
     closing = asyncio.ensure_future(producer.close())
     await settle()
     assert not closing.done() and part.state is HandleState.READY
+    with pytest.raises(client.AlreadyClosed):  # nothing new while it drains
+        await producer.send_async(b"too late")
     dialer.last.push(receipt(dialer.last.written[0], ledger=7, entry=0))
     await asyncio.wait_for(closing, 5)
     assert await future == MessageId(7, 0, 0, -1)
