@@ -36,7 +36,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy broker handler interceptors client cli spark
+	$(VENV)/bin/mypy pulsar_grpc
 
 node-deps:
 	cd tests/node && npm ci --no-audit --no-fund --silent

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from bench.killsoak import Broker
-from client import Client, ConsumerType, Timeout
+from pulsar_grpc.client import Client, ConsumerType, Timeout
 
 TYPES = (
     ConsumerType.Exclusive,

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from bench.batch_ack_restart import fresh_broker
-from client import Client, ConsumerType, Timeout
+from pulsar_grpc.client import Client, ConsumerType, Timeout
 
 
 async def wait_for(condition: object, timeout_s: float = 10) -> bool:

@@ -35,7 +35,7 @@ from pathlib import Path
 import grpc
 
 from bench.killsoak import Broker
-from client import Client, MessageId, Timeout
+from pulsar_grpc.client import Client, MessageId, Timeout
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 SERVICE = "/pulsargrpc.v1.PulsarService/"

@@ -5,15 +5,15 @@ Why: the product's acceptance suites run "kill -9 cycles" and require that no re
 message is lost and that an ack stays acked once its AckReceipt was sent. Unit and e2e tests
 run one or two kills; this runs many, at random moments, on several subscription types.
 
-Setup: one standalone broker process (``python -m cli.main standalone``) on a fixed port and
-data directory, so clients reconnect to the address they had. Topics: a non-partitioned one
-and a 3-partition one (created through the admin REST API). On each, batching producers (one
-keyed with key-based batching, one unkeyed) send numbered payloads, and subscriptions of each
-type (Exclusive, Failover with 2 consumers, Shared with 2, Key_Shared with 2) receive. Each
-delivered message is, at random: acked with ``wait=True`` (the broker's AckReceipt), acked
-without waiting (grouped), or never acked. Each cycle: traffic for a random while, SIGKILL,
-a random outage, restart on the same port and data directory, then wait until every producer
-got a receipt and every subscription a delivery again.
+Setup: one standalone broker process (``python -m pulsar_grpc.cli.main standalone``) on a fixed
+port and data directory, so clients reconnect to the address they had. Topics: a non-
+partitioned one and a 3-partition one (created through the admin REST API). On each, batching
+producers (one keyed with key-based batching, one unkeyed) send numbered payloads, and
+subscriptions of each type (Exclusive, Failover with 2 consumers, Shared with 2, Key_Shared
+with 2) receive. Each delivered message is, at random: acked with ``wait=True`` (the broker's
+AckReceipt), acked without waiting (grouped), or never acked. Each cycle: traffic for a random
+while, SIGKILL, a random outage, restart on the same port and data directory, then wait until
+every producer got a receipt and every subscription a delivery again.
 
 Checks (each failure is a violation; the exit status is 1 if there is any):
 
@@ -62,7 +62,7 @@ from typing import IO, Any
 
 import aiohttp
 
-from client import (
+from pulsar_grpc.client import (
     BatchingType,
     Client,
     ConnectError,
@@ -123,7 +123,8 @@ class Broker:
         path = self.log_path(self.incarnation)
         self._log = path.open("wb")
         cmd = [
-            sys.executable, "-m", "cli.main", "standalone", "--data", str(self.data_dir),
+            sys.executable, "-m", "pulsar_grpc.cli.main", "standalone",
+            "--data", str(self.data_dir),
             "--set", f"grpcServicePort={self.port}", "--set", "webServicePort=0",
             "--log-level", "WARNING", *self.extra,
         ]  # fmt: skip

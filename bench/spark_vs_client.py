@@ -30,14 +30,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cli.perf import create_partitioned_topic  # noqa: E402
-from cli.perf.load import consume_sdk, produce_sdk  # noqa: E402
-from cli.perf.procs import standalone  # noqa: E402
-from cli.perf.raw import consume_raw  # noqa: E402
-from cli.perf.report import machine  # noqa: E402
-from cli.perf.spec import LoadSpec  # noqa: E402
-from cli.perf.stats import Recorder  # noqa: E402
-from client import Client  # noqa: E402
+from pulsar_grpc.cli.perf import create_partitioned_topic  # noqa: E402
+from pulsar_grpc.cli.perf.load import consume_sdk, produce_sdk  # noqa: E402
+from pulsar_grpc.cli.perf.procs import standalone  # noqa: E402
+from pulsar_grpc.cli.perf.raw import consume_raw  # noqa: E402
+from pulsar_grpc.cli.perf.report import machine  # noqa: E402
+from pulsar_grpc.cli.perf.spec import LoadSpec  # noqa: E402
+from pulsar_grpc.cli.perf.stats import Recorder  # noqa: E402
+from pulsar_grpc.client import Client  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +123,7 @@ def _spark_runs(master: str, service_url: str, topic: str, size: int) -> list[di
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    import spark as pulsar_grpc_spark
+    import pulsar_grpc.spark as pulsar_grpc_spark
 
     session = (
         SparkSession.builder.master(master)

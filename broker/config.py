@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
+from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
 
 ENV_PREFIX = "PULSAR_PREFIX_"
 

@@ -21,10 +21,10 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.errors import InvalidArgumentError
+from pulsar_grpc.broker.errors import InvalidArgumentError
 
 if TYPE_CHECKING:  # broker.config imports this module for its RULES
-    from broker.config import ServiceConfiguration
+    from pulsar_grpc.broker.config import ServiceConfiguration
 
 GRPC = "grpc"
 GRPC_TLS = "grpc+ssl"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from broker.listeners import (
+from pulsar_grpc.broker.listeners import (
     GRPC,
     GRPC_TLS,
     HTTP,

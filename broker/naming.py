@@ -25,7 +25,7 @@ from enum import StrEnum
 from functools import lru_cache
 from itertools import pairwise
 
-from broker.errors import InvalidArgumentError, InvalidTopicNameError
+from pulsar_grpc.broker.errors import InvalidArgumentError, InvalidTopicNameError
 
 PUBLIC_TENANT = "public"
 DEFAULT_NAMESPACE_NAME = "default"

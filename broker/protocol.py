@@ -14,10 +14,10 @@ from abc import ABC, abstractmethod
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
-from broker.config import ConfigError, ServiceConfiguration
+from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 
 if TYPE_CHECKING:
-    from broker.service import BrokerService
+    from pulsar_grpc.broker.service import BrokerService
 
 ENTRY_POINT_GROUP = "pulsar_grpc.protocol_handlers"
 log = logging.getLogger(__name__)

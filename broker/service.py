@@ -17,25 +17,25 @@ import logging
 from pathlib import Path
 from urllib.parse import unquote
 
-from broker.config import ConfigError, ServiceConfiguration
-from broker.data_lock import DataDirectoryLock
-from broker.errors import (
+from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
+from pulsar_grpc.broker.data_lock import DataDirectoryLock
+from pulsar_grpc.broker.errors import (
     InvalidArgumentError,
     NotAllowedError,
     NotFoundError,
     ServiceNotReadyError,
     TopicNotFoundError,
 )
-from broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from broker.ledger.sqlite_store import SqliteLedgerStore
-from broker.listeners import WEB_SCHEMES, BindAddress, ListenerConfig
-from broker.lookup import BrokerData, LookupResult, lookup, resolve_ports
-from broker.metadata import EmbeddedMetadataStore, MetadataStore
-from broker.naming import NamespaceName, TopicName
-from broker.protocol import ProtocolHandler, load_protocol_handlers
-from broker.tls import read_tls_files
-from broker.topics import PersistentTopic
-from broker.web import WebService
+from pulsar_grpc.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from pulsar_grpc.broker.ledger.sqlite_store import SqliteLedgerStore
+from pulsar_grpc.broker.listeners import WEB_SCHEMES, BindAddress, ListenerConfig
+from pulsar_grpc.broker.lookup import BrokerData, LookupResult, lookup, resolve_ports
+from pulsar_grpc.broker.metadata import EmbeddedMetadataStore, MetadataStore
+from pulsar_grpc.broker.naming import NamespaceName, TopicName
+from pulsar_grpc.broker.protocol import ProtocolHandler, load_protocol_handlers
+from pulsar_grpc.broker.tls import read_tls_files
+from pulsar_grpc.broker.topics import PersistentTopic
+from pulsar_grpc.broker.web import WebService
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.config import ConfigError, ServiceConfiguration
+from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 
 
 @dataclass(frozen=True)

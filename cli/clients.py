@@ -17,9 +17,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker.errors import InvalidTopicNameError
-from broker.naming import TopicName
-from client import (
+from pulsar_grpc.broker.errors import InvalidTopicNameError
+from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.client import (
     Client,
     ConnectError,
     Consumer,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli import clients, perf, standalone, topics
+from pulsar_grpc.cli import clients, perf, standalone, topics
 
 
 def build_parser() -> argparse.ArgumentParser:

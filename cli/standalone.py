@@ -10,8 +10,8 @@ import signal
 import sys
 from pathlib import Path
 
-from broker.config import ConfigError, load_config, parse_set_flags
-from broker.data_lock import DataDirectoryInUseError
+from pulsar_grpc.broker.config import ConfigError, load_config, parse_set_flags
+from pulsar_grpc.broker.data_lock import DataDirectoryInUseError
 
 log = logging.getLogger("pulsar_grpc.standalone")
 
@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    from broker.service import BrokerService
+    from pulsar_grpc.broker.service import BrokerService
 
     try:
         overrides = parse_set_flags(args.overrides)

@@ -8,8 +8,8 @@ import sys
 import urllib.error
 import urllib.request
 
-from broker.errors import InvalidTopicNameError
-from broker.naming import NamespaceName, TopicName
+from pulsar_grpc.broker.errors import InvalidTopicNameError
+from pulsar_grpc.broker.naming import NamespaceName, TopicName
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -27,7 +27,7 @@ from ._errors import PulsarError, is_retryable, is_retryable_at_creation
 
 T = TypeVar("T")
 
-log = logging.getLogger("client")
+log = logging.getLogger("pulsar_grpc.client")
 
 DEFAULT_INITIAL_BACKOFF_MS = 100
 DEFAULT_MAX_BACKOFF_MS = 60_000

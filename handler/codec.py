@@ -14,9 +14,9 @@ from typing import TypeVar
 from google.protobuf import unknown_fields
 from google.protobuf.message import Message
 
-from broker.entry_format import encode_varint
-from broker.errors import InvalidArgumentError
-from broker.topics import Delivery
+from pulsar_grpc.broker.entry_format import encode_varint
+from pulsar_grpc.broker.errors import InvalidArgumentError
+from pulsar_grpc.broker.topics import Delivery
 from pulsargrpc.v1 import pulsar_pb2
 
 # Split consume responses so each stays well below gRPC's default 4 MB message limit. An entry

@@ -10,13 +10,13 @@ from typing import TypeAlias
 
 from grpc import aio
 
-from broker.errors import BrokerError, InvalidArgumentError
-from broker.ledger import Position
-from broker.service import BrokerService
-from broker.topics import AckId, Consumer, ConsumerOptions, Delivery
-from handler import codec
-from handler.errors import abort
-from interceptors import ConsumerParams, current
+from pulsar_grpc.broker.errors import BrokerError, InvalidArgumentError
+from pulsar_grpc.broker.ledger import Position
+from pulsar_grpc.broker.service import BrokerService
+from pulsar_grpc.broker.topics import AckId, Consumer, ConsumerOptions, Delivery
+from pulsar_grpc.handler import codec
+from pulsar_grpc.handler.errors import abort
+from pulsar_grpc.interceptors import ConsumerParams, current
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 _names = itertools.count(1)

@@ -13,7 +13,7 @@ from typing import NoReturn
 import grpc
 from grpc import aio
 
-from broker import errors as e
+from pulsar_grpc.broker import errors as e
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 
 from grpc import aio
 
-from broker.service import BrokerService
-from broker.topics import Producer, PublishReceipt
-from handler import codec
-from handler.errors import abort
-from interceptors import current
+from pulsar_grpc.broker.service import BrokerService
+from pulsar_grpc.broker.topics import Producer, PublishReceipt
+from pulsar_grpc.handler import codec
+from pulsar_grpc.handler.errors import abort
+from pulsar_grpc.interceptors import current
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 # Batches accepted but not yet durable, per producer. When full, the handler stops reading the

@@ -12,17 +12,17 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from broker.config import ServiceConfiguration
-from broker.listeners import GRPC_SCHEMES, Listener, ListenerConfig
-from broker.lookup import resolve_ports
-from broker.protocol import ProtocolHandler
-from broker.service import BrokerService
-from broker.tls import TlsFiles, read_tls_files
-from handler import codec
-from handler.consume import consume
-from handler.errors import abort, status_for
-from handler.produce import produce
-from interceptors import ListenerInterceptor, ParametersInterceptor, current
+from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.listeners import GRPC_SCHEMES, Listener, ListenerConfig
+from pulsar_grpc.broker.lookup import resolve_ports
+from pulsar_grpc.broker.protocol import ProtocolHandler
+from pulsar_grpc.broker.service import BrokerService
+from pulsar_grpc.broker.tls import TlsFiles, read_tls_files
+from pulsar_grpc.handler import codec
+from pulsar_grpc.handler.consume import consume
+from pulsar_grpc.handler.errors import abort, status_for
+from pulsar_grpc.handler.produce import produce
+from pulsar_grpc.interceptors import ListenerInterceptor, ParametersInterceptor, current
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from broker.errors import BrokerError
-from interceptors.context import CallContext, ensure
+from pulsar_grpc.broker.errors import BrokerError
+from pulsar_grpc.interceptors.context import CallContext, ensure
 
 ERROR_CODE_KEY = "pulsar-error-code"
 

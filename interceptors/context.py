@@ -10,9 +10,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
 
-from broker.ledger import Position
-from broker.naming import TopicName
-from broker.topics import SubType
+from pulsar_grpc.broker.ledger import Position
+from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.broker.topics import SubType
 
 
 @dataclass(slots=True, frozen=True)

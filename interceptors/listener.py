@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from broker.errors import InvalidArgumentError
-from interceptors._wrap import Prepare, PreparingInterceptor, StatusFor
-from interceptors.context import CallContext
+from pulsar_grpc.broker.errors import InvalidArgumentError
+from pulsar_grpc.interceptors._wrap import Prepare, PreparingInterceptor, StatusFor
+from pulsar_grpc.interceptors.context import CallContext
 
 H_LISTENER = "x-pulsar-listenername"
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from broker.errors import BrokerError, InvalidArgumentError, InvalidTopicNameError
-from broker.ledger import Position
-from broker.naming import TopicName, check_subscription_name
-from broker.topics import SubType
-from interceptors._wrap import Prepare, PreparingInterceptor
-from interceptors.context import CallContext, ConsumerParams, ProducerParams
+from pulsar_grpc.broker.errors import BrokerError, InvalidArgumentError, InvalidTopicNameError
+from pulsar_grpc.broker.ledger import Position
+from pulsar_grpc.broker.naming import TopicName, check_subscription_name
+from pulsar_grpc.broker.topics import SubType
+from pulsar_grpc.interceptors._wrap import Prepare, PreparingInterceptor
+from pulsar_grpc.interceptors.context import CallContext, ConsumerParams, ProducerParams
 
 SERVICE = "/pulsargrpc.v1.PulsarService/"
 H_TOPIC = "x-pulsar-topic"

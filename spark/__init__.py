@@ -2,7 +2,7 @@
 
 Register the source once per SparkSession, then use it by name::
 
-    import spark as pulsar_grpc_spark
+    import pulsar_grpc.spark as pulsar_grpc_spark
     pulsar_grpc_spark.register(session)
     df = session.read.format("pulsar-grpc").option("service.url", "grpc://host:50051") \\
         .option("topic", "my-topic").load()

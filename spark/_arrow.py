@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from client import Message
+from pulsar_grpc.client import Message
 
 from ._offsets import format_id
 

@@ -6,7 +6,7 @@ import asyncio
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from client import Client, MessageId
+from pulsar_grpc.client import Client, MessageId
 
 from ._offsets import (
     EARLIEST,

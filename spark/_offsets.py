@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from client import Client, MessageId, Timeout
+from pulsar_grpc.client import Client, MessageId, Timeout
 
 from ._topics import full_topic_name
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from client import Client
+from pulsar_grpc.client import Client
 
 
 def _int(options: Mapping[str, str], name: str, default: int) -> int:

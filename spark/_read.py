@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from client import Message, MessageId, Reader, Timeout
+from pulsar_grpc.client import Message, MessageId, Reader, Timeout
 
 from ._arrow import to_record_batch
 from ._offsets import EARLIEST, Range, first_id, key, parse_id

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from client import Client
+from pulsar_grpc.client import Client
 
 from ._options import ClientOptions
 

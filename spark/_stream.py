@@ -24,7 +24,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from client import Message, MessageId, Reader, Timeout
+from pulsar_grpc.client import Message, MessageId, Reader, Timeout
 
 from ._batch import RangePartition
 from ._offsets import EARLIEST, LATEST, Range, format_id, key, last_id, parse_id, parse_offsets

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from client import Client
+from pulsar_grpc.client import Client
 
 from . import _admin
 from ._options import SourceOptions

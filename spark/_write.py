@@ -19,7 +19,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from client import MessageId, Producer, PulsarError
+from pulsar_grpc.client import MessageId, Producer, PulsarError
 
 from ._options import SourceOptions
 from ._runtime import LoopRunner

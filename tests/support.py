@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from broker.config import ServiceConfiguration, load_config
-from broker.service import BrokerService
+from pulsar_grpc.broker.config import ServiceConfiguration, load_config
+from pulsar_grpc.broker.service import BrokerService
 from tests.escaped import LoopErrors
 
 T = TypeVar("T")
@@ -120,7 +120,7 @@ class StandaloneProcess:
 
     def start(self, timeout: float = 30) -> StandaloneProcess:
         cmd = [
-            sys.executable, "-m", "cli.main", "standalone",
+            sys.executable, "-m", "pulsar_grpc.cli.main", "standalone",
             "--data", str(self.data_dir),
             "--set", f"grpcServicePort={self.grpc_port}", "--set", "webServicePort=0",
             "--log-level", "WARNING", *self.extra,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from broker.ledger.position import Position
+from pulsar_grpc.broker.ledger.position import Position
 
 __all__ = ["EntryCache"]
 

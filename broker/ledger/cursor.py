@@ -16,13 +16,13 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from broker.errors import InvalidArgumentError, PersistenceError
-from broker.ledger.position import Entry, Position
-from broker.ledger.range_set import PositionRangeSet
-from broker.ledger.store import EntrySpan
+from pulsar_grpc.broker.errors import InvalidArgumentError, PersistenceError
+from pulsar_grpc.broker.ledger.position import Entry, Position
+from pulsar_grpc.broker.ledger.range_set import PositionRangeSet
+from pulsar_grpc.broker.ledger.store import EntrySpan
 
 if TYPE_CHECKING:
-    from broker.ledger.managed_ledger import ManagedLedger
+    from pulsar_grpc.broker.ledger.managed_ledger import ManagedLedger
 
 __all__ = ["ManagedCursor"]
 

@@ -11,8 +11,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from broker.errors import PersistenceError
-from broker.ledger.store import CursorKey, EntryWrite
+from pulsar_grpc.broker.errors import PersistenceError
+from pulsar_grpc.broker.ledger.store import CursorKey, EntryWrite
 
 __all__ = ["CommitFn", "GroupCommitter"]
 

@@ -16,8 +16,8 @@ import asyncio
 import logging
 from collections import deque
 
-from broker.errors import PersistenceError
-from broker.ledger.store import LedgerStore
+from pulsar_grpc.broker.errors import PersistenceError
+from pulsar_grpc.broker.ledger.store import LedgerStore
 
 __all__ = ["LedgerIdPool"]
 

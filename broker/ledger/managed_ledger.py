@@ -25,11 +25,11 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
 
-from broker.errors import NotFoundError, PersistenceError
-from broker.ledger.cache import EntryCache
-from broker.ledger.cursor import ManagedCursor
-from broker.ledger.id_pool import LedgerIdPool
-from broker.ledger.info import (
+from pulsar_grpc.broker.errors import NotFoundError, PersistenceError
+from pulsar_grpc.broker.ledger.cache import EntryCache
+from pulsar_grpc.broker.ledger.cursor import ManagedCursor
+from pulsar_grpc.broker.ledger.id_pool import LedgerIdPool
+from pulsar_grpc.broker.ledger.info import (
     LedgerInfo,
     ManagedLedgerConfig,
     cursor_name_from_node,
@@ -38,9 +38,9 @@ from broker.ledger.info import (
     encode_ledgers,
     ledger_path,
 )
-from broker.ledger.position import Entry, Position
-from broker.ledger.store import EntrySpan, EntryWrite, LedgerStore
-from broker.metadata.store import (
+from pulsar_grpc.broker.ledger.position import Entry, Position
+from pulsar_grpc.broker.ledger.store import EntrySpan, EntryWrite, LedgerStore
+from pulsar_grpc.broker.metadata.store import (
     MetadataNotFoundError,
     MetadataStore,
     MetadataStoreError,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterator
 
-from broker.ledger.position import Position
+from pulsar_grpc.broker.ledger.position import Position
 
 __all__ = ["PositionRangeSet"]
 

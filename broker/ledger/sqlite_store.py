@@ -23,9 +23,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from broker.errors import PersistenceError
-from broker.ledger.group_commit import GroupCommitter
-from broker.ledger.store import CursorKey, EntrySpan, EntryWrite, LedgerStats, LedgerStore
+from pulsar_grpc.broker.errors import PersistenceError
+from pulsar_grpc.broker.ledger.group_commit import GroupCommitter
+from pulsar_grpc.broker.ledger.store import (
+    CursorKey,
+    EntrySpan,
+    EntryWrite,
+    LedgerStats,
+    LedgerStore,
+)
 
 __all__ = ["SqliteLedgerStore"]
 

@@ -1,7 +1,7 @@
 """Broker metadata: the MetadataStore API and its embedded (SQLite) implementation."""
 
-from broker.metadata.embedded import EmbeddedMetadataStore
-from broker.metadata.store import (
+from pulsar_grpc.broker.metadata.embedded import EmbeddedMetadataStore
+from pulsar_grpc.broker.metadata.store import (
     BadVersionError,
     GetResult,
     MetadataNotFoundError,

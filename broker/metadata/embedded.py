@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from broker.metadata.store import (
+from pulsar_grpc.broker.metadata.store import (
     BadVersionError,
     GetResult,
     MetadataNotFoundError,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from broker.errors import MetadataError
+from pulsar_grpc.broker.errors import MetadataError
 
 __all__ = [
     "BadVersionError",

@@ -1,10 +1,10 @@
 """Topics, producers, subscriptions, dispatchers and consumers (Pulsar's broker.service)."""
 
-from broker.topics.consumer import Consumer, ConsumerOptions
-from broker.topics.producer import Producer, PublishReceipt
-from broker.topics.subscription import AckId, Subscription, SubType
-from broker.topics.topic import PersistentTopic
-from broker.topics.transport import ConsumerTransport, Delivery
+from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
+from pulsar_grpc.broker.topics.producer import Producer, PublishReceipt
+from pulsar_grpc.broker.topics.subscription import AckId, Subscription, SubType
+from pulsar_grpc.broker.topics.topic import PersistentTopic
+from pulsar_grpc.broker.topics.transport import ConsumerTransport, Delivery
 
 __all__ = [
     "AckId",

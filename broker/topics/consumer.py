@@ -6,11 +6,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker.ledger import Position
-from broker.topics.transport import ConsumerTransport
+from pulsar_grpc.broker.ledger import Position
+from pulsar_grpc.broker.topics.transport import ConsumerTransport
 
 if TYPE_CHECKING:
-    from broker.topics.subscription import Subscription
+    from pulsar_grpc.broker.topics.subscription import Subscription
 
 
 @dataclass(slots=True)

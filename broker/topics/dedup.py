@@ -19,9 +19,9 @@ import asyncio
 import logging
 from enum import Enum
 
-from broker import entry_format
-from broker.ledger import ManagedCursor, ManagedLedger, Position
-from broker.naming import DEDUPLICATION_CURSOR
+from pulsar_grpc.broker import entry_format
+from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, Position
+from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ import logging
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
-from broker import entry_format
-from broker.ledger import Entry, ManagedCursor, Position
-from broker.topics.consumer import Consumer
-from broker.topics.transport import Delivery
+from pulsar_grpc.broker import entry_format
+from pulsar_grpc.broker.ledger import Entry, ManagedCursor, Position
+from pulsar_grpc.broker.topics.consumer import Consumer
+from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
-    from broker.topics.subscription import Subscription
+    from pulsar_grpc.broker.topics.subscription import Subscription
 
 log = logging.getLogger(__name__)
 

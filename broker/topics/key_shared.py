@@ -14,15 +14,15 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.entry_format import EntryInfo
-from broker.errors import ConsumerAssignError
-from broker.ledger import Entry, ManagedCursor, Position
-from broker.topics.consumer import Consumer
-from broker.topics.dispatcher import Dispatcher
-from broker.topics.transport import Delivery
+from pulsar_grpc.broker.entry_format import EntryInfo
+from pulsar_grpc.broker.errors import ConsumerAssignError
+from pulsar_grpc.broker.ledger import Entry, ManagedCursor, Position
+from pulsar_grpc.broker.topics.consumer import Consumer
+from pulsar_grpc.broker.topics.dispatcher import Dispatcher
+from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
-    from broker.topics.subscription import Subscription
+    from pulsar_grpc.broker.topics.subscription import Subscription
 
 RANGE_SIZE = 1 << 16
 

@@ -7,12 +7,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker import entry_format
-from broker.errors import BrokerError
-from broker.ledger import Position
+from pulsar_grpc.broker import entry_format
+from pulsar_grpc.broker.errors import BrokerError
+from pulsar_grpc.broker.ledger import Position
 
 if TYPE_CHECKING:
-    from broker.topics.topic import PersistentTopic
+    from pulsar_grpc.broker.topics.topic import PersistentTopic
 
 
 @dataclass(slots=True, frozen=True)

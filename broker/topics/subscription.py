@@ -9,17 +9,21 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from broker import entry_format
-from broker.config import ServiceConfiguration
-from broker.errors import ConsumerBusyError, InvalidArgumentError, NotAllowedError
-from broker.ledger import ManagedCursor, Position
-from broker.topics.consumer import Consumer
-from broker.topics.dispatcher import Dispatcher, SharedDispatcher, SingleActiveConsumerDispatcher
-from broker.topics.key_shared import KeySharedDispatcher
-from broker.topics.transport import Delivery
+from pulsar_grpc.broker import entry_format
+from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.errors import ConsumerBusyError, InvalidArgumentError, NotAllowedError
+from pulsar_grpc.broker.ledger import ManagedCursor, Position
+from pulsar_grpc.broker.topics.consumer import Consumer
+from pulsar_grpc.broker.topics.dispatcher import (
+    Dispatcher,
+    SharedDispatcher,
+    SingleActiveConsumerDispatcher,
+)
+from pulsar_grpc.broker.topics.key_shared import KeySharedDispatcher
+from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
-    from broker.topics.topic import PersistentTopic
+    from pulsar_grpc.broker.topics.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 

@@ -7,25 +7,25 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Literal
 
-from broker import entry_format
-from broker.config import ServiceConfiguration
-from broker.errors import (
+from pulsar_grpc.broker import entry_format
+from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.errors import (
     BrokerError,
     ProducerBusyError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
     TooLargeError,
 )
-from broker.ledger import ManagedCursor, ManagedLedger, Position
-from broker.naming import DEDUPLICATION_CURSOR, TopicName
-from broker.topics.consumer import Consumer, ConsumerOptions
-from broker.topics.dedup import Deduplication
-from broker.topics.producer import Producer, PublishReceipt
-from broker.topics.subscription import Subscription, SubType
-from broker.topics.transport import ConsumerTransport
+from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, Position
+from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, TopicName
+from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
+from pulsar_grpc.broker.topics.dedup import Deduplication
+from pulsar_grpc.broker.topics.producer import Producer, PublishReceipt
+from pulsar_grpc.broker.topics.subscription import Subscription, SubType
+from pulsar_grpc.broker.topics.transport import ConsumerTransport
 
 if TYPE_CHECKING:
-    from broker.service import BrokerService
+    from pulsar_grpc.broker.service import BrokerService
 
 _ids = itertools.count(1)
 

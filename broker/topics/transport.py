@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.errors import BrokerError
-from broker.ledger import Position
+from pulsar_grpc.broker.errors import BrokerError
+from pulsar_grpc.broker.ledger import Position
 
 
 @dataclass(slots=True, frozen=True)

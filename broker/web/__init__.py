@@ -1,5 +1,5 @@
 """HTTP service (webServicePort): Prometheus /metrics and Pulsar's admin REST paths."""
 
-from broker.web.app import WebService
+from pulsar_grpc.broker.web.app import WebService
 
 __all__ = ["WebService"]

@@ -14,14 +14,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from broker import errors as e
-from broker.listeners import WEB_SCHEMES
-from broker.naming import NamespaceName, TopicName
-from broker.tls import server_ssl_context
-from broker.web.metrics import BrokerCollector
+from pulsar_grpc.broker import errors as e
+from pulsar_grpc.broker.listeners import WEB_SCHEMES
+from pulsar_grpc.broker.naming import NamespaceName, TopicName
+from pulsar_grpc.broker.tls import server_ssl_context
+from pulsar_grpc.broker.web.metrics import BrokerCollector
 
 if TYPE_CHECKING:
-    from broker.service import BrokerService
+    from pulsar_grpc.broker.service import BrokerService
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

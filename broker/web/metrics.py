@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from broker.service import BrokerService
+    from pulsar_grpc.broker.service import BrokerService
 
 
 class RateTracker:

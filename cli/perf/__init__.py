@@ -24,12 +24,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
-from cli.perf.load import STAMP_BYTES, consume_sdk, e2e, produce_sdk
-from cli.perf.procs import ceiling_server, standalone
-from cli.perf.raw import consume_raw, produce_raw
-from cli.perf.report import machine, plot, table
-from cli.perf.spec import LoadSpec
-from cli.perf.stats import Recorder
+from pulsar_grpc.cli.perf.load import STAMP_BYTES, consume_sdk, e2e, produce_sdk
+from pulsar_grpc.cli.perf.procs import ceiling_server, standalone
+from pulsar_grpc.cli.perf.raw import consume_raw, produce_raw
+from pulsar_grpc.cli.perf.report import machine, plot, table
+from pulsar_grpc.cli.perf.spec import LoadSpec
+from pulsar_grpc.cli.perf.stats import Recorder
 
 Runner = Callable[[LoadSpec, Recorder], Coroutine[Any, Any, None]]
 MODES: dict[str, tuple[str, ...]] = {

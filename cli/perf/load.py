@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cli.perf.spec import LoadSpec, chunk_of, payload_of
-from cli.perf.stats import Budget, Pacer, Recorder, now_us, wall_us, with_reporters
-from client import AlreadyClosed, Client, Consumer, InitialPosition, Producer
+from pulsar_grpc.cli.perf.spec import LoadSpec, chunk_of, payload_of
+from pulsar_grpc.cli.perf.stats import Budget, Pacer, Recorder, now_us, wall_us, with_reporters
+from pulsar_grpc.client import AlreadyClosed, Client, Consumer, InitialPosition, Producer
 
 STAMP_BYTES = 8  # e2e payloads start with the send time, µs since the epoch, big endian
 _DRY_S = 0.5  # consumers that got nothing for this long at the deadline had run dry

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from cli.perf.raw import CEILING_READY
+from pulsar_grpc.cli.perf.raw import CEILING_READY
 
 READY = re.compile(r"pulsar-grpc standalone ready grpc=(grpc://\S+) http=(\S+)")
 CEILING = re.compile(re.escape(CEILING_READY) + r"(\d+)")
@@ -72,7 +72,7 @@ def standalone(*extra: str) -> Iterator[Broker]:
     more command-line flags (``--set name=value``)."""
     with tempfile.TemporaryDirectory(prefix="pulsar-grpc-perf-") as data:
         cmd = [
-            sys.executable, "-m", "cli.main", "standalone", "--data", data,
+            sys.executable, "-m", "pulsar_grpc.cli.main", "standalone", "--data", data,
             "--set", "grpcServicePort=0", "--set", "webServicePort=0",
             "--log-level", "WARNING", *extra,
         ]  # fmt: skip

@@ -14,8 +14,8 @@ from typing import Any
 
 import grpc
 
-from cli.perf.spec import LoadSpec, chunk_of, payload_of
-from cli.perf.stats import Budget, Pacer, Recorder, now_us, with_reporters
+from pulsar_grpc.cli.perf.spec import LoadSpec, chunk_of, payload_of
+from pulsar_grpc.cli.perf.stats import Budget, Pacer, Recorder, now_us, with_reporters
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 

@@ -6,7 +6,7 @@ import os
 import platform
 from typing import Any
 
-from cli.perf.stats import Recorder
+from pulsar_grpc.cli.perf.stats import Recorder
 
 
 def machine() -> dict[str, Any]:

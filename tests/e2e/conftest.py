@@ -20,7 +20,7 @@ def session() -> Iterator[object]:
     """One local SparkSession for every Spark test: JVM start-up is the expensive part."""
     from pyspark.sql import SparkSession
 
-    import spark as pulsar_grpc_spark
+    import pulsar_grpc.spark as pulsar_grpc_spark
 
     # Python workers must use this venv and import spark/ and client/ from this checkout.
     os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from client import Consumer, Message, Producer, Reader, Timeout
+from pulsar_grpc.client import Consumer, Message, Producer, Reader, Timeout
 
 RECEIVE_MS = 5000  # a message that must arrive
 NOTHING_MS = 400  # bounded wait for "no (more) messages"

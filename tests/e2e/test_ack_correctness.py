@@ -14,8 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.topics.producer import PublishReceipt
-from client import Client, DeadLetterPolicy, MessageId
+from pulsar_grpc.broker.topics.producer import PublishReceipt
+from pulsar_grpc.client import Client, DeadLetterPolicy, MessageId
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.messaging import RECEIVE_MS, assert_nothing_more, receive_n
 from tests.e2e.wire import batch, error_code, stub

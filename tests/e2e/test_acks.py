@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from client import Client, MessageId, Producer
+from pulsar_grpc.client import Client, MessageId, Producer
 from tests.e2e.messaging import RECEIVE_MS, assert_nothing_more, receive_n
 from tests.support import BrokerThread
 

@@ -30,7 +30,7 @@ def cli(
     *args: str, timeout: float = 60, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "pulsar_grpc.cli.main", *args],
         cwd=ROOT,
         env=env if env is not None else os.environ.copy(),
         capture_output=True,
@@ -146,7 +146,7 @@ def test_consume_forever_stops_cleanly_on_ctrl_c(broker: BrokerThread) -> None:
     topic = unique("sigint")
     stats_url = f"{broker.http_url}/admin/v2/persistent/public/default/{topic}/stats"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "consume", topic, "-s", "s", "-n", "0",
+        [sys.executable, "-m", "pulsar_grpc.cli.main", "consume", topic, "-s", "s", "-n", "0",
          "--service-url", broker.service_url],
         cwd=ROOT, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -363,7 +363,7 @@ def start_standalone(
     args: list[str], env: dict[str, str], timeout: float = 30
 ) -> tuple[subprocess.Popen[str], re.Match[str], list[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "standalone", *args],
+        [sys.executable, "-m", "pulsar_grpc.cli.main", "standalone", *args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     assert proc.stdout is not None

@@ -3,7 +3,7 @@ although it is over gRPC's default 4 MiB message limit: the SDK's channels lift 
 
 from __future__ import annotations
 
-from client import Client, MessageId
+from pulsar_grpc.client import Client, MessageId
 from tests.support import BrokerThread
 
 BIG = 4_500_000  # over 4 MiB, under 5 MB

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 
-from cli.standalone import EXIT_DATA_DIRECTORY_IN_USE
+from pulsar_grpc.cli.standalone import EXIT_DATA_DIRECTORY_IN_USE
 from tests.e2e.test_durability import drain
 from tests.e2e.wire import batch, stub
 from tests.support import BrokerThread, StandaloneProcess, broker_config
@@ -23,7 +23,7 @@ TOPIC = "persistent://public/default/locked"
 def second_standalone(data_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
-            sys.executable, "-m", "cli.main", "standalone", "--data", str(data_dir),
+            sys.executable, "-m", "pulsar_grpc.cli.main", "standalone", "--data", str(data_dir),
             "--set", "grpcServicePort=0", "--set", "webServicePort=0",
         ],
         cwd=ROOT, env=os.environ.copy(), capture_output=True, text=True, timeout=60, check=False,

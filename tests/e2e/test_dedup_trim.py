@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import grpc
 
-from client import Client, Timeout
+from pulsar_grpc.client import Client, Timeout
 from tests.e2e.messaging import receive_n
 from tests.e2e.test_partitioned_and_dedup import raw_producer, send
 from tests.e2e.wire import batch

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from client import Client, Consumer, Producer
+from pulsar_grpc.client import Client, Consumer, Producer
 from tests.e2e.messaging import NOTHING_MS, RECEIVE_MS, assert_nothing_more, receive_n
 from tests.support import BrokerThread
 from tests.waiting import eventually

@@ -24,7 +24,7 @@ import grpc
 import psutil
 import pytest
 
-from client import Client, Timeout
+from pulsar_grpc.client import Client, Timeout
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import batch, stub
 from tests.support import BrokerThread, StandaloneProcess

@@ -14,9 +14,9 @@ from typing import TypeAlias
 
 import grpc
 
-from broker.service import BrokerService
-from broker.topics import Consumer, ConsumerOptions, Delivery, SubType
-from broker.topics.key_shared import RANGE_SIZE, sticky_key_hash
+from pulsar_grpc.broker.service import BrokerService
+from pulsar_grpc.broker.topics import Consumer, ConsumerOptions, Delivery, SubType
+from pulsar_grpc.broker.topics.key_shared import RANGE_SIZE, sticky_key_hash
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import batch, error_code, stub
 from tests.support import BrokerThread

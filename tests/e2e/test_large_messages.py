@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import grpc
 
-from handler.codec import MAX_RESPONSE_BYTES
+from pulsar_grpc.handler.codec import MAX_RESPONSE_BYTES
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import batch
 from tests.support import BrokerThread

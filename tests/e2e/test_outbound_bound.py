@@ -14,8 +14,8 @@ import grpc
 import psutil
 import pytest
 
-from broker.topics.dispatcher import MAX_READ_BYTES
-from handler.consume import MAX_QUEUED_ANSWERS, OUTBOUND_HIGH_WATER_BYTES
+from pulsar_grpc.broker.topics.dispatcher import MAX_READ_BYTES
+from pulsar_grpc.handler.consume import MAX_QUEUED_ANSWERS, OUTBOUND_HIGH_WATER_BYTES
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import stub
 from tests.support import BrokerThread, StandaloneProcess

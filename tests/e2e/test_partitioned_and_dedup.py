@@ -13,8 +13,8 @@ import aiohttp
 import grpc
 import pytest
 
-from client import Client, MessageId
-from client._routing import partition_for_key
+from pulsar_grpc.client import Client, MessageId
+from pulsar_grpc.client._routing import partition_for_key
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.messaging import assert_nothing_more, receive_n
 from tests.e2e.wire import batch, error_code, stub

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cli.main import main
+from pulsar_grpc.cli.main import main
 from tests.support import BrokerThread
 
 LATENCY_KEYS = ["mean", "p50", "p95", "p99", "p99.9", "max"]

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from client import Client, Consumer, Message, Timeout
+from pulsar_grpc.client import Client, Consumer, Message, Timeout
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.messaging import NOTHING_MS, RECEIVE_MS, assert_nothing_more, receive_n
 from tests.e2e.test_partitioned_and_dedup import create_partitioned

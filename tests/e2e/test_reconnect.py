@@ -21,7 +21,15 @@ from typing import IO
 
 import pytest
 
-from client import Client, Consumer, HandleState, MessageId, Producer, SyncClient, Timeout
+from pulsar_grpc.client import (
+    Client,
+    Consumer,
+    HandleState,
+    MessageId,
+    Producer,
+    SyncClient,
+    Timeout,
+)
 from tests.e2e.messaging import receive_n
 from tests.e2e.test_partitioned_and_dedup import create_partitioned
 from tests.faultproxy import FaultProxy, free_port
@@ -432,7 +440,7 @@ async def test_cli_consume_keeps_going_across_a_broker_kill_9_and_restart(
     topic = "cli-restart"
     proc = await asyncio.to_thread(
         subprocess.Popen,
-        [sys.executable, "-m", "cli.main", "consume", topic, "-s", "sub", "-n", "0",
+        [sys.executable, "-m", "pulsar_grpc.cli.main", "consume", topic, "-s", "sub", "-n", "0",
          "-p", "earliest", "--service-url", broker.service_url],
         cwd=ROOT, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True,

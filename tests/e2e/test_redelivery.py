@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from client import Client, DeadLetterPolicy, Message, MessageId
+from pulsar_grpc.client import Client, DeadLetterPolicy, Message, MessageId
 from tests.e2e.messaging import (
     RECEIVE_MS,
     LivePublisher,

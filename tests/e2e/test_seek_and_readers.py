@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from client import Client, Message, MessageId, Producer
+from pulsar_grpc.client import Client, Message, MessageId, Producer
 from tests.e2e.messaging import (
     RECEIVE_MS,
     LivePublisher,

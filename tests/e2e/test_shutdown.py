@@ -13,7 +13,7 @@ from typing import TypeAlias
 import grpc
 import pytest
 
-from broker.service import BrokerService, ServiceState
+from pulsar_grpc.broker.service import BrokerService, ServiceState
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import batch, error_code, stub
 from tests.support import BrokerThread, StandaloneProcess

@@ -14,9 +14,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-import spark as pulsar_grpc_spark
-from client import MessageId, SyncClient
-from spark import _admin
+import pulsar_grpc.spark as pulsar_grpc_spark
+from pulsar_grpc.client import MessageId, SyncClient
+from pulsar_grpc.spark import _admin
 from tests.support import BrokerThread
 
 FMT = pulsar_grpc_spark.FORMAT
@@ -190,7 +190,7 @@ def test_write_broker_error_fails_the_job(
 def test_loadtest_produces_and_reads_back(
     session: SparkSession, broker: BrokerThread, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from spark import loadtest
+    from pulsar_grpc.spark import loadtest
 
     args = loadtest.parse_args(
         ["--service-url", broker.service_url, "--admin-url", broker.http_url,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-import spark as pulsar_grpc_spark
-from client import MessageId, SyncClient, Timeout
+import pulsar_grpc.spark as pulsar_grpc_spark
+from pulsar_grpc.client import MessageId, SyncClient, Timeout
 from tests.support import BrokerThread
 from tests.waiting import eventually_sync
 

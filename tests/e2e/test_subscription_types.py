@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from client import (
+from pulsar_grpc.client import (
     Client,
     Consumer,
     ConsumerBusy,

@@ -18,7 +18,7 @@ import aiohttp
 import grpc
 import pytest
 
-from client import Client, ConnectError, PulsarError
+from pulsar_grpc.client import Client, ConnectError, PulsarError
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pbg
 from tests.support import BrokerThread

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from client import Client, PulsarError, TopicNotFound
+from pulsar_grpc.client import Client, PulsarError, TopicNotFound
 from tests.support import BrokerThread
 from tests.waiting import eventually
 

@@ -8,12 +8,17 @@ import asyncio
 import grpc
 import pytest
 
-import client
-from client import MessageId
-from client._batching import BatchContainer, BatchingType, KeyBasedBatchContainer, batch_container
-from client._producer import PartitionProducer, Producer, ProducerConfig
-from client._routing import Router
-from client._wire import encode_message, encode_request
+from pulsar_grpc import client
+from pulsar_grpc.client import MessageId
+from pulsar_grpc.client._batching import (
+    BatchContainer,
+    BatchingType,
+    KeyBasedBatchContainer,
+    batch_container,
+)
+from pulsar_grpc.client._producer import PartitionProducer, Producer, ProducerConfig
+from pulsar_grpc.client._routing import Router
+from pulsar_grpc.client._wire import encode_message, encode_request
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.unit.fake_stream import FakeCall
 from tests.waiting import eventually

@@ -3,8 +3,8 @@
 import grpc
 import pytest
 
-import client
-from client import error_from_rpc
+from pulsar_grpc import client
+from pulsar_grpc.client import error_from_rpc
 
 
 class FakeRpcError:

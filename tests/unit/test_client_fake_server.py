@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-import client
-from client import Client, DeadLetterPolicy, MessageId, SyncClient
+from pulsar_grpc import client
+from pulsar_grpc.client import Client, DeadLetterPolicy, MessageId, SyncClient
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 

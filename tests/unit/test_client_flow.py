@@ -5,17 +5,17 @@ import asyncio
 import grpc
 import pytest
 
-import client
-from client import MessageId
-from client._acks import AckGroup
-from client._consumer import (
+from pulsar_grpc import client
+from pulsar_grpc.client import MessageId
+from pulsar_grpc.client._acks import AckGroup
+from pulsar_grpc.client._consumer import (
     Consumer,
     ConsumerConfig,
     MessageQueue,
     PartitionConsumer,
     seek_request,
 )
-from client._flow import PermitTracker
+from pulsar_grpc.client._flow import PermitTracker
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.unit.fake_stream import FakeCall
 from tests.waiting import eventually

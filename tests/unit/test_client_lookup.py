@@ -10,8 +10,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-import client
-from client import Client, LookupResult
+from pulsar_grpc import client
+from pulsar_grpc.client import Client, LookupResult
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 from tests.tls import make_tls_files, tls_files_fixture  # noqa: F401

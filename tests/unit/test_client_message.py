@@ -2,8 +2,8 @@
 
 import pytest
 
-from client import MessageId
-from client._message import ids_of_receipt, messages_of_entry
+from pulsar_grpc.client import MessageId
+from pulsar_grpc.client._message import ids_of_receipt, messages_of_entry
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 

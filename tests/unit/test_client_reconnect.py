@@ -13,13 +13,19 @@ import asyncio
 import grpc
 import pytest
 
-import client
-from client import HandleState, MessageId
-from client._client import channel_options
-from client._connection import Backoff, ConnectionHandler
-from client._consumer import Consumer, ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
-from client._errors import PulsarError, is_retryable
-from client._producer import PartitionProducer, Producer, ProducerConfig
+from pulsar_grpc import client
+from pulsar_grpc.client import HandleState, MessageId
+from pulsar_grpc.client._client import channel_options
+from pulsar_grpc.client._connection import Backoff, ConnectionHandler
+from pulsar_grpc.client._consumer import (
+    Consumer,
+    ConsumerConfig,
+    ConsumerType,
+    MessageQueue,
+    PartitionConsumer,
+)
+from pulsar_grpc.client._errors import PulsarError, is_retryable
+from pulsar_grpc.client._producer import PartitionProducer, Producer, ProducerConfig
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.unit.fake_stream import FakeCall, FakeDialer
 from tests.unit.test_client_batching import ready, receipt, settle

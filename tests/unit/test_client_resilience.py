@@ -11,11 +11,11 @@ import time
 import grpc
 import pytest
 
-import client
-from client import HandleState, MessageId
-from client._client import channel_options
-from client._errors import is_retryable_at_creation
-from client._reader import Reader
+from pulsar_grpc import client
+from pulsar_grpc.client import HandleState, MessageId
+from pulsar_grpc.client._client import channel_options
+from pulsar_grpc.client._errors import is_retryable_at_creation
+from pulsar_grpc.client._reader import Reader
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.unit.fake_stream import FakeDialer
 from tests.unit.test_client_batching import receipt, settle

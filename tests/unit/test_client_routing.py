@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from client._routing import Router, RoutingMode, murmur3_32, partition_for_key
+from pulsar_grpc.client._routing import Router, RoutingMode, murmur3_32, partition_for_key
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from broker.config import (
+from pulsar_grpc.broker.config import (
     ENV_PREFIX,
     PROPERTY_NAMES,
     ConfigError,

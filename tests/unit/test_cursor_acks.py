@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.errors import InvalidArgumentError
-from broker.ledger import ManagedCursor, ManagedLedger, ManagedLedgerConfig, Position
-from broker.ledger.store import CursorKey, EntryWrite
+from pulsar_grpc.broker.errors import InvalidArgumentError
+from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, ManagedLedgerConfig, Position
+from pulsar_grpc.broker.ledger.store import CursorKey, EntryWrite
 from tests.unit.test_ledger_managed import NAME, Env, add_all
 
 P = Position

@@ -54,7 +54,7 @@ def log_a_swallowed_crash():
     try:
         raise RuntimeError("swallowed by a read loop")
     except RuntimeError:
-        logging.getLogger("broker.topics.dispatcher").exception("read loop failed")
+        logging.getLogger("pulsar_grpc.broker.topics.dispatcher").exception("read loop failed")
 
 
 def test_broker_logs_an_exception():
@@ -67,7 +67,7 @@ def test_broker_logs_an_exception_on_purpose():
 
 
 def test_error_without_traceback_is_only_a_log():
-    logging.getLogger("broker.service").error("a refused client, said plainly")
+    logging.getLogger("pulsar_grpc.broker.service").error("a refused client, said plainly")
 
 
 async def test_clean(broker):

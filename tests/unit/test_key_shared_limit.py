@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from broker.errors import ConsumerAssignError, ServerError
-from broker.topics.key_shared import RANGE_SIZE, AutoSplitSelector
+from pulsar_grpc.broker.errors import ConsumerAssignError, ServerError
+from pulsar_grpc.broker.topics.key_shared import RANGE_SIZE, AutoSplitSelector
 
 
 class FakeConsumer:

@@ -7,8 +7,13 @@ from typing import Any
 
 import pytest
 
-from broker.entry_format import EntryInfo
-from broker.topics.key_shared import RANGE_SIZE, AutoSplitSelector, sticky_key, sticky_key_hash
+from pulsar_grpc.broker.entry_format import EntryInfo
+from pulsar_grpc.broker.topics.key_shared import (
+    RANGE_SIZE,
+    AutoSplitSelector,
+    sticky_key,
+    sticky_key_hash,
+)
 
 
 class FakeConsumer:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker.ledger import ManagedLedgerFactory, SqliteLedgerStore
-from broker.ledger.id_pool import LedgerIdPool
-from broker.metadata import EmbeddedMetadataStore
+from pulsar_grpc.broker.ledger import ManagedLedgerFactory, SqliteLedgerStore
+from pulsar_grpc.broker.ledger.id_pool import LedgerIdPool
+from pulsar_grpc.broker.metadata import EmbeddedMetadataStore
 
 
 async def test_a_thousand_ledgers_opened_at_once_all_open_with_distinct_ids(

@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position, SqliteLedgerStore
-from broker.metadata import EmbeddedMetadataStore
+from pulsar_grpc.broker.ledger import (
+    ManagedLedgerConfig,
+    ManagedLedgerFactory,
+    Position,
+    SqliteLedgerStore,
+)
+from pulsar_grpc.broker.metadata import EmbeddedMetadataStore
 
 NAME = "public/default/persistent/durable"
 REPO = Path(__file__).resolve().parents[2]
@@ -21,8 +26,10 @@ WRITER = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory, SqliteLedgerStore
-    from broker.metadata import EmbeddedMetadataStore
+    from pulsar_grpc.broker.ledger import (
+        ManagedLedgerConfig, ManagedLedgerFactory, SqliteLedgerStore,
+    )
+    from pulsar_grpc.broker.metadata import EmbeddedMetadataStore
 
     async def main() -> None:
         data_dir = Path(sys.argv[1])

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.errors import NotFoundError, PersistenceError
-from broker.ledger import (
+from pulsar_grpc.broker.errors import NotFoundError, PersistenceError
+from pulsar_grpc.broker.ledger import (
     Entry,
     ManagedLedger,
     ManagedLedgerConfig,
@@ -18,9 +18,9 @@ from broker.ledger import (
     Position,
     SqliteLedgerStore,
 )
-from broker.ledger.info import LedgerInfo, cursor_path, decode_ledgers, ledger_path
-from broker.ledger.store import CursorKey, EntrySpan, EntryWrite
-from broker.metadata import EmbeddedMetadataStore
+from pulsar_grpc.broker.ledger.info import LedgerInfo, cursor_path, decode_ledgers, ledger_path
+from pulsar_grpc.broker.ledger.store import CursorKey, EntrySpan, EntryWrite
+from pulsar_grpc.broker.metadata import EmbeddedMetadataStore
 from tests.waiting import eventually
 
 NAME = "public/default/persistent/t1"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from broker.ledger import Position, PositionRangeSet
-from broker.ledger.cache import EntryCache
+from pulsar_grpc.broker.ledger import Position, PositionRangeSet
+from pulsar_grpc.broker.ledger.cache import EntryCache
 
 P = Position
 

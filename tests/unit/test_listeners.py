@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from broker.config import ConfigError, ServiceConfiguration, load_config
-from broker.errors import InvalidArgumentError
-from broker.listeners import (
+from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration, load_config
+from pulsar_grpc.broker.errors import InvalidArgumentError
+from pulsar_grpc.broker.listeners import (
     GRPC_SCHEMES,
     WEB_SCHEMES,
     BindAddress,

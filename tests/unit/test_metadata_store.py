@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.errors import MetadataError
-from broker.metadata import (
+from pulsar_grpc.broker.errors import MetadataError
+from pulsar_grpc.broker.metadata import (
     BadVersionError,
     EmbeddedMetadataStore,
     GetResult,

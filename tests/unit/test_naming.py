@@ -6,8 +6,8 @@ import zlib
 
 import pytest
 
-from broker.errors import InvalidArgumentError, InvalidTopicNameError
-from broker.naming import (
+from pulsar_grpc.broker.errors import InvalidArgumentError, InvalidTopicNameError
+from pulsar_grpc.broker.naming import (
     DEFAULT_NAMESPACE,
     FULL_UPPER_BOUND,
     NamespaceBundle,
@@ -377,7 +377,7 @@ def test_topics_spread_over_all_bundles() -> None:
 
 
 def test_reserved_subscription_name_is_the_deduplication_cursor() -> None:
-    from broker.naming import DEDUPLICATION_CURSOR, check_subscription_name
+    from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, check_subscription_name
 
     for name in ("", ".", "..", DEDUPLICATION_CURSOR):
         with pytest.raises(InvalidArgumentError):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import ConfigError
-from broker.protocol import ProtocolHandler, load_protocol_handlers
+from pulsar_grpc.broker.config import ConfigError
+from pulsar_grpc.broker.protocol import ProtocolHandler, load_protocol_handlers
 from tests.support import broker_config
 
 
