@@ -239,7 +239,9 @@ def _key(text: str) -> tuple[int, ...]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="pulsar_grpc.spark.loadtest", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="pulsar_grpc.spark.loadtest", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--service-url", required=True, help="grpc://host:port")
     parser.add_argument("--admin-url", required=True, help="broker web address, http://host:port")
     parser.add_argument("--topic", required=True)
