@@ -3,19 +3,28 @@
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# Two install levels in one venv: RUN_STAMP is what running the broker and the SDK needs
+# (`pip install -e .`); STAMP adds the development extras on top (`.[dev]`: test, lint and type
+# tools, pyspark, the storage-benchmark engines, matplotlib).
+RUN_STAMP := $(VENV)/.installed-run
+STAMP := $(VENV)/.installed-dev
 PROTO_SRC := $(wildcard protos/pulsargrpc/v1/*.proto)
 
 .PHONY: run test proto proto-check lint typecheck unit e2e node-deps bench clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+$(RUN_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-## run: install everything and start the standalone broker (gRPC 127.0.0.1:50051, HTTP 127.0.0.1:8080)
-run: $(STAMP)
+## run: install the runtime (no development extras) and start the standalone broker
+## (gRPC 127.0.0.1:50051, HTTP 127.0.0.1:8080)
+run: $(RUN_STAMP)
 	$(VENV)/bin/pulsar-grpc standalone
 
 ## proto: regenerate the Python code for protos/ (committed; CI checks it is fresh)
@@ -41,13 +50,14 @@ typecheck: $(STAMP)
 node-deps:
 	cd tests/node && npm ci --no-audit --no-fund --silent
 
-## test: install everything and run the whole suite (lint, types, generated code, unit and e2e)
+## test: install the runtime and the development extras and run the whole suite (lint, types, generated code, unit and e2e)
 test: $(STAMP) node-deps proto-check lint typecheck
 	$(VENV)/bin/pytest -q
 
-## bench: produce/consume throughput and latency against a fresh standalone broker
-bench: $(STAMP)
-	$(VENV)/bin/pulsar-grpc perf all
+## bench: produce/consume throughput and latency against a fresh standalone broker, in both
+## durability modes (page cache, then journalSyncData=true), as docs/benchmarks.md records them
+bench: $(RUN_STAMP)
+	$(VENV)/bin/pulsar-grpc perf all --sync
 
 clean:
 	rm -rf $(VENV) tests/node/node_modules data

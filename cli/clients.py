@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pulsar_grpc.broker.errors import InvalidTopicNameError
 from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.cli.endpoints import SERVICE_URL_HELP, default_service_url
 from pulsar_grpc.client import (
     Client,
     ConnectError,
@@ -29,7 +30,6 @@ from pulsar_grpc.client import (
     PulsarError,
 )
 
-DEFAULT_SERVICE_URL = "grpc://127.0.0.1:50051"
 SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
 
 
@@ -98,8 +98,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def _connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--service-url", default=DEFAULT_SERVICE_URL,
-        help=f"broker gRPC URL, grpc:// or grpc+ssl:// (default {DEFAULT_SERVICE_URL})",
+        "--service-url", default=default_service_url(),
+        help=f"grpc:// or grpc+ssl:// {SERVICE_URL_HELP}",
     )  # fmt: skip
     parser.add_argument("--listener-name", help="advertised listener to look topics up through")
     parser.add_argument(

@@ -10,11 +10,12 @@ import urllib.request
 
 from pulsar_grpc.broker.errors import InvalidTopicNameError
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
+from pulsar_grpc.cli.endpoints import ADMIN_URL_HELP, default_admin_url
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("topics", help="create, list, delete and inspect topics")
-    p.add_argument("--admin-url", default="http://127.0.0.1:8080", help="broker web service URL")
+    p.add_argument("--admin-url", default=default_admin_url(), help=ADMIN_URL_HELP)
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     create = verbs.add_parser("create", help="create a topic (partitioned with -p N)")
     create.add_argument("topic")

@@ -24,6 +24,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
+from pulsar_grpc.cli.endpoints import (
+    ADMIN_URL_HELP,
+    SERVICE_URL_HELP,
+    default_admin_url,
+    default_service_url,
+)
 from pulsar_grpc.cli.perf.load import STAMP_BYTES, consume_sdk, e2e, produce_sdk
 from pulsar_grpc.cli.perf.procs import ceiling_server, standalone
 from pulsar_grpc.cli.perf.raw import consume_raw, produce_raw
@@ -75,7 +81,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def _add_load_flags(p: argparse.ArgumentParser, topic: bool) -> None:
     if topic:
-        p.add_argument("--service-url", "-u", default="grpc://127.0.0.1:50051")
+        p.add_argument("--service-url", "-u", default=default_service_url(), help=SERVICE_URL_HELP)
         p.add_argument("--topic", "-t", default="perf", help="a topic, or the base of --topics N")
         p.add_argument(
             "--topics",
@@ -88,7 +94,7 @@ def _add_load_flags(p: argparse.ArgumentParser, topic: bool) -> None:
             default=0,
             help="create each topic with N partitions first (admin HTTP); 0 = as it is",
         )
-        p.add_argument("--admin-url", default="http://127.0.0.1:8080", help="broker web address")
+        p.add_argument("--admin-url", default=default_admin_url(), help=ADMIN_URL_HELP)
         p.add_argument("--rate", "-r", type=float, default=0, help="msg/s, 0 = as fast as possible")
         p.add_argument("--plot", metavar="FILE.png", help="draw throughput and latency over time")
     p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
