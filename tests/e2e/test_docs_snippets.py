@@ -15,7 +15,8 @@ A block that cannot run as a script says why, right above it, where a reader see
 
 Spark blocks are marked ``<!-- snippet: spark -->`` and run in ``test_spark_snippet_runs`` (a
 JVM and a Spark session per block, ~20-40 s each). A marker this module does not understand, or
-a block without a language, fails ``test_every_block_is_checked_or_says_why``.
+a block without a language, fails ``test_every_block_is_checked_or_says_why``. A test file the
+docs cite (docs/semantics.md's "tested in" column) must exist.
 """
 
 from __future__ import annotations
@@ -184,6 +185,21 @@ def run_block(block: Block, broker: BrokerThread, workdir: Path, timeout: float)
     for noise in ("Traceback", "Task was destroyed", "Exception ignored"):
         assert noise not in result.stderr, f"{noise!r} on stderr\n{output}"
     return result.stdout
+
+
+CITED_TEST = re.compile(r"(?:tests/)?(?:(?P<dir>e2e|unit)/)?(?P<name>test_\w+\.py)")
+
+
+def test_the_tests_the_docs_cite_exist() -> None:
+    """docs/semantics.md's "tested in" column and the like name test files, in tests/e2e/
+    unless they say unit/: a renamed or moved test must not leave the docs pointing nowhere."""
+    missing = sorted(
+        f"{path.relative_to(ROOT)}: {cited[0]}"
+        for path in DOCS
+        for cited in CITED_TEST.finditer(path.read_text())
+        if not (ROOT / "tests" / (cited["dir"] or "e2e") / cited["name"]).is_file()
+    )
+    assert not missing, "\n".join(missing)
 
 
 @pytest.mark.timeout(300)
