@@ -173,6 +173,7 @@ def run_block(block: Block, broker: BrokerThread, workdir: Path, timeout: float)
         command,
         cwd=workdir,
         env=env,
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=timeout,
