@@ -39,6 +39,7 @@ from pulsar_grpc.cli.endpoints import (
     STANDALONE_ADMIN_URL,
     STANDALONE_SERVICE_URL,
 )
+from tests.faultproxy import free_port
 from tests.support import BrokerThread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,3 +223,23 @@ def test_broker_conf_block_loads(block: Block, tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text(block.code)
     load_config(conf, {}, {})
+
+
+def test_the_cli_takes_its_default_addresses_from_the_environment() -> None:
+    """What lets the README's commands, written without flags, reach the test's broker: with
+    the variables set, the commands go where they say, not to the standalone addresses."""
+    nowhere = f"127.0.0.1:{free_port()}"
+    env = {**os.environ, SERVICE_URL_ENV: f"grpc://{nowhere}", ADMIN_URL_ENV: f"http://{nowhere}"}
+    command = [sys.executable, "-m", "pulsar_grpc.cli.main"]
+    admin = subprocess.run(
+        [*command, "topics", "list"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert admin.returncode == 1 and f"cannot reach http://{nowhere}" in admin.stderr, admin
+    produce = subprocess.run(
+        [*command, "produce", "t", "-m", "x", "--operation-timeout-ms", "500"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert produce.returncode == 1 and f"grpc://{nowhere}" in produce.stderr, produce
