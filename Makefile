@@ -4,9 +4,10 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PROTO_SRC := $(wildcard protos/pulsargrpc/v1/*.proto)
+PROTO_SRC := $(wildcard protos/pulsargrpc/v1/*.proto protos/pulsargrpc/internal/v1/*.proto)
+BUF := tests/node/node_modules/.bin/buf
 
-.PHONY: run test proto proto-check lint typecheck unit e2e node-deps bench clean
+.PHONY: run test proto proto-check proto-lint lint typecheck unit e2e node-deps bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +32,10 @@ proto-check: $(STAMP)
 	  cmp -s $$tmp/$$f protos/$$f || { echo "protos/$$f is stale: run 'make proto'"; rm -rf $$tmp; exit 1; }; \
 	done; rm -rf $$tmp; echo "generated protobuf code is fresh"
 
+## proto-lint: buf lint over protos/ (rules and deliberate exceptions in buf.yaml)
+proto-lint: node-deps
+	$(BUF) lint
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -42,7 +47,7 @@ node-deps:
 	cd tests/node && npm ci --no-audit --no-fund --silent
 
 ## test: install everything and run the whole suite (lint, types, generated code, unit and e2e)
-test: $(STAMP) node-deps proto-check lint typecheck
+test: $(STAMP) node-deps proto-check proto-lint lint typecheck
 	$(VENV)/bin/pytest -q
 
 ## bench: produce/consume throughput and latency against a fresh standalone broker
