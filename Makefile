@@ -6,8 +6,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROTO_SRC := $(wildcard protos/pulsargrpc/v1/*.proto protos/pulsargrpc/internal/v1/*.proto)
 BUF := tests/node/node_modules/.bin/buf
+# What builds the Go end-to-end client offline (Debian/Ubuntu packages; GOPATH mode).
+GO_DEBS := golang-go protobuf-compiler protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev \
+  golang-google-genproto-dev golang-github-golang-protobuf-1-5-dev
 
-.PHONY: run test proto proto-check proto-lint lint typecheck unit e2e node-deps bench clean
+.PHONY: run test proto proto-check proto-lint lint typecheck unit e2e node-deps go-deps go-client bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,8 +49,25 @@ typecheck: $(STAMP)
 node-deps:
 	cd tests/node && npm ci --no-audit --no-fund --silent
 
+## go-deps: install the Debian packages the Go client needs (apt-get, with sudo when not root)
+go-deps:
+	@missing=""; for p in $(GO_DEBS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  command -v apt-get >/dev/null || { echo "go-deps: apt-get is not available; install these" \
+	    "Debian packages (or their equivalents) to build the Go client:$$missing" >&2; exit 1; }; \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  echo "go-deps: installing$$missing"; \
+	  $$sudo apt-get update -q && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing; \
+	fi
+
+## go-client: build the Go end-to-end client from protos/ (tests/go/build/produce_consume)
+go-client: go-deps
+	tests/go/build.sh
+
 ## test: install everything and run the whole suite (lint, types, generated code, unit and e2e)
-test: $(STAMP) node-deps proto-check proto-lint lint typecheck
+test: $(STAMP) node-deps go-client proto-check proto-lint lint typecheck
 	$(VENV)/bin/pytest -q
 
 ## bench: produce/consume throughput and latency against a fresh standalone broker
@@ -55,4 +75,4 @@ bench: $(STAMP)
 	$(VENV)/bin/pulsar-grpc perf all
 
 clean:
-	rm -rf $(VENV) tests/node/node_modules data
+	rm -rf $(VENV) tests/node/node_modules tests/go/build data
