@@ -18,7 +18,7 @@ from grpc_status import rpc_status
 from pulsar_grpc.interceptors.parameters import KNOWN_PARAMETERS
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pbg
-from tests.e2e.wire import error_code, stub
+from tests.e2e.wire import batch, error_code, stub
 from tests.support import BrokerThread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -213,3 +213,46 @@ async def test_reflection_lists_and_describes_the_services(
         services = {f"{f.package}.{s.name}" for f in files for s in f.service}
         assert symbol in services
     await call.done_writing()
+
+
+# ------------------------------------------------------------------ what docs/protocol.md says
+
+
+def _consumer_metadata(topic: str, sub_type: str) -> tuple[tuple[str, str], ...]:
+    return (
+        ("x-pulsar-topic", topic),
+        ("x-pulsar-subscription", "s"),
+        ("x-pulsar-subscription-type", sub_type),
+        ("x-pulsar-initial-position", "earliest"),
+    )
+
+
+async def test_subscription_type_values_are_case_insensitive(channel: grpc.aio.Channel) -> None:
+    """ "shared" is Shared: a second consumer joins instead of being refused as by Exclusive."""
+    first = stub(channel).Consume(metadata=_consumer_metadata("case", "shared"))
+    assert (await first.read()).HasField("subscribed")
+    second = stub(channel).Consume(metadata=_consumer_metadata("case", "SHARED"))
+    assert (await second.read()).HasField("subscribed")
+    first.cancel()
+    second.cancel()
+
+
+async def test_a_half_closed_consumer_ends_cleanly_and_its_unacked_message_comes_back(
+    channel: grpc.aio.Channel,
+) -> None:
+    producer = stub(channel).Produce(metadata=(("x-pulsar-topic", "half-close"),))
+    await producer.read()
+    await producer.write(batch(0, [b"unacked"]))
+    assert (await producer.read()).HasField("receipt")
+    await producer.done_writing()
+    assert await producer.read() is grpc.aio.EOF
+    md = _consumer_metadata("half-close", "Shared")
+    for _ in range(2):
+        consumer = stub(channel).Consume(metadata=md)
+        assert (await consumer.read()).HasField("subscribed")
+        await consumer.write(pb.ConsumeRequest(flow=pb.Flow(permits=10)))
+        delivered = (await consumer.read()).messages.entries[0]
+        assert delivered.messages[0].payload == b"unacked"
+        await consumer.done_writing()  # no ack: the broker must hand the message out again
+        assert await consumer.read() is grpc.aio.EOF
+        assert await consumer.code() == grpc.StatusCode.OK
