@@ -1,5 +1,6 @@
 # pulsar-grpc: every target installs what it needs first, so a fresh machine needs only
-# Python 3.11, Java 17, Node 20 and the base tools.
+# Python 3.11, Java 17, Node 20 and the base tools (and, for `make test`, apt-get: the Go
+# client's Debian packages are installed by go-deps).
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -30,7 +31,7 @@ proto: $(STAMP)
 proto-check: $(STAMP)
 	@tmp=$$(mktemp -d); \
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -Iprotos --python_out=$$tmp --grpc_python_out=$$tmp \
-	  --mypy_out=$$tmp $(PROTO_SRC); \
+	  --mypy_out=$$tmp $(PROTO_SRC) || { echo "protoc failed"; rm -rf $$tmp; exit 1; }; \
 	for f in $$(cd $$tmp && find . -name '*.py' -o -name '*.pyi'); do \
 	  cmp -s $$tmp/$$f protos/$$f || { echo "protos/$$f is stale: run 'make proto'"; rm -rf $$tmp; exit 1; }; \
 	done; rm -rf $$tmp; echo "generated protobuf code is fresh"
