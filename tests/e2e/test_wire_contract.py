@@ -125,15 +125,15 @@ def test_a_unary_error_carries_error_info_for_generic_tooling(broker: BrokerThre
                 pb.GetLastMessageIdRequest(topic=topic), timeout=30
             )
     call = err.value
-    assert call.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
-    status = rpc_status.from_call(call)  # type: ignore[arg-type]
+    assert call.code() == grpc.StatusCode.NOT_FOUND
+    status = rpc_status.from_call(call)
     assert status.code == grpc.StatusCode.NOT_FOUND.value[0]
-    assert status.message == call.details()  # type: ignore[attr-defined]
+    assert status.message == call.details()
     info = _error_info(status)
     assert info.reason == "TopicNotFound"
     assert info.domain == "pulsar.apache.org"
     assert dict(info.metadata) == {"topic": topic}
-    assert dict(call.trailing_metadata())["pulsar-error-code"] == str(pb.TopicNotFound)  # type: ignore[attr-defined]
+    assert dict(call.trailing_metadata())["pulsar-error-code"] == str(pb.TopicNotFound)
 
 
 async def test_a_stream_error_carries_error_info_with_the_full_topic(
@@ -147,7 +147,7 @@ async def test_a_stream_error_carries_error_info_with_the_full_topic(
         await second.read()
     first.cancel()
     assert error_code(err.value) == pb.ProducerBusy
-    info = _error_info(rpc_status.from_call(err.value))  # type: ignore[arg-type]
+    info = _error_info(rpc_status.from_call(err.value))
     assert info.reason == "ProducerBusy"
     assert dict(info.metadata) == {"topic": "persistent://public/default/busy-rich"}
 
@@ -157,7 +157,7 @@ async def test_a_refused_parameter_carries_error_info(channel: grpc.aio.Channel)
     call = stub(channel).Produce(metadata=(("x-pulsar-topic", "bogus://x/y/z"),))
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await call.read()
-    status = rpc_status.from_call(err.value)  # type: ignore[arg-type]
+    status = rpc_status.from_call(err.value)
     assert status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert _error_info(status).reason == "InvalidTopicName"
 
@@ -171,7 +171,7 @@ async def test_an_error_echoing_a_huge_name_still_reaches_the_client(
         await stub(channel).GetLastMessageId(pb.GetLastMessageIdRequest(topic=name + "/x"))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
     assert error_code(err.value) == pb.InvalidTopicName
-    status = rpc_status.from_call(err.value)  # type: ignore[arg-type]
+    status = rpc_status.from_call(err.value)
     assert len(status.message) <= 1024
     assert len(_error_info(status).metadata["topic"]) <= 256
 
