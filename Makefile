@@ -1,5 +1,6 @@
 # pulsar-grpc: every target installs what it needs first, so a fresh machine needs only
-# Python 3.11, Java 17, Node 20 and the base tools.
+# Python 3.11, Java 17, Node 20 and the base tools (and, for `make test`, apt-get: the Go
+# client's Debian packages are installed by go-deps).
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -8,9 +9,13 @@ PY := $(VENV)/bin/python
 # tools, pyspark, the storage-benchmark engines, matplotlib).
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
-PROTO_SRC := $(wildcard protos/pulsargrpc/v1/*.proto)
+PROTO_SRC := $(wildcard protos/pulsargrpc/v1/*.proto protos/pulsargrpc/internal/v1/*.proto)
+BUF := tests/node/node_modules/.bin/buf
+# What builds the Go end-to-end client offline (Debian/Ubuntu packages; GOPATH mode).
+GO_DEBS := golang-go protobuf-compiler protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev \
+  golang-google-genproto-dev golang-github-golang-protobuf-1-5-dev
 
-.PHONY: run test proto proto-check lint typecheck unit e2e node-deps bench clean
+.PHONY: run test proto proto-check proto-lint lint typecheck unit e2e node-deps go-deps go-client bench clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,10 +40,14 @@ proto: $(STAMP)
 proto-check: $(STAMP)
 	@tmp=$$(mktemp -d); \
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -Iprotos --python_out=$$tmp --grpc_python_out=$$tmp \
-	  --mypy_out=$$tmp $(PROTO_SRC); \
+	  --mypy_out=$$tmp $(PROTO_SRC) || { echo "protoc failed"; rm -rf $$tmp; exit 1; }; \
 	for f in $$(cd $$tmp && find . -name '*.py' -o -name '*.pyi'); do \
 	  cmp -s $$tmp/$$f protos/$$f || { echo "protos/$$f is stale: run 'make proto'"; rm -rf $$tmp; exit 1; }; \
 	done; rm -rf $$tmp; echo "generated protobuf code is fresh"
+
+## proto-lint: buf lint over protos/ (rules and deliberate exceptions in buf.yaml)
+proto-lint: node-deps
+	$(BUF) lint
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -50,8 +59,26 @@ typecheck: $(STAMP)
 node-deps:
 	cd tests/node && npm ci --no-audit --no-fund --silent
 
-## test: install the runtime and the development extras and run the whole suite (lint, types, generated code, unit and e2e)
-test: $(STAMP) node-deps proto-check lint typecheck
+## go-deps: install the Debian packages the Go client needs (apt-get, with sudo when not root)
+go-deps:
+	@missing=""; for p in $(GO_DEBS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  command -v apt-get >/dev/null || { echo "go-deps: apt-get is not available; install these" \
+	    "Debian packages (or their equivalents) to build the Go client:$$missing" >&2; exit 1; }; \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  echo "go-deps: installing$$missing"; \
+	  $$sudo apt-get update -q && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing; \
+	fi
+
+## go-client: build the Go end-to-end client from protos/ (tests/go/build/produce_consume)
+go-client: go-deps
+	tests/go/build.sh
+
+## test: install the runtime and the development extras and run the whole suite (lint, types,
+## generated code, wire lint, unit and e2e, the Node.js and Go clients)
+test: $(STAMP) node-deps go-client proto-check proto-lint lint typecheck
 	$(VENV)/bin/pytest -q
 
 ## bench: produce/consume throughput and latency against a fresh standalone broker, in both
@@ -60,4 +87,4 @@ bench: $(RUN_STAMP)
 	$(VENV)/bin/pulsar-grpc perf all --sync
 
 clean:
-	rm -rf $(VENV) tests/node/node_modules data
+	rm -rf $(VENV) tests/node/node_modules tests/go/build data

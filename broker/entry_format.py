@@ -1,17 +1,18 @@
 """The broker's entry format: one managed-ledger entry is one produced batch.
 
 A producer's batch arrives as the message fields (12-13) of a ``StoredEntry``
-(protos/pulsargrpc/v1/entry.proto); the broker seals it by appending the fields only it may set
-(publish time, producer name). Protobuf keeps the last value of a repeated scalar field, so a
-client cannot forge them. The hot path therefore never rebuilds messages: sealing is a byte
-append, and delivering is a byte prefix (see ``DeliveredEntry`` in the wire contract).
+(protos/pulsargrpc/internal/v1/entry.proto, the broker's own package, not the client contract);
+the broker seals it by appending the fields only it may set (publish time, producer name).
+Protobuf keeps the last value of a repeated scalar field, so a client cannot forge them. The
+hot path therefore never rebuilds messages: sealing is a byte append, and delivering is a byte
+prefix (see ``DeliveredEntry`` in the wire contract).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pulsargrpc.v1 import entry_pb2
+from pulsargrpc.internal.v1 import entry_pb2
 
 _PUBLISH_TIME_TAG = b"\x50"  # field 10, varint
 _PRODUCER_NAME_TAG = b"\x5a"  # field 11, length-delimited

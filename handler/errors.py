@@ -1,8 +1,16 @@
 """One table from broker errors to gRPC status codes, and the way a call ends with one.
 
-Every error carries Pulsar's ServerError number in the trailing metadata key
-``pulsar-error-code`` so clients can tell a ProducerBusy from a ConsumerBusy even though both
-are FAILED_PRECONDITION.
+A call that fails ends with a gRPC status and the error's message, and two trailers:
+
+- ``pulsar-error-code``: Pulsar's ServerError number, so clients can tell a ProducerBusy from a
+  ConsumerBusy even though both are FAILED_PRECONDITION;
+- ``grpc-status-details-bin``: the same error as a standard ``google.rpc.Status`` holding one
+  ``google.rpc.ErrorInfo`` (reason: the ServerError name, domain: :data:`ERROR_DOMAIN`,
+  metadata: the call's topic when it has one), which generic gRPC tooling (grpcurl,
+  ``grpc_status.rpc_status.from_call``, Go's ``status.FromError``) decodes without our .proto.
+
+A request refused inside a Consume stream (an Ack, Seek or Unsubscribe) is answered with a
+``RequestError`` message instead and the call goes on: that error exists only in the message.
 """
 
 from __future__ import annotations
@@ -11,13 +19,24 @@ import logging
 from typing import NoReturn
 
 import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
 from grpc import aio
 
 from pulsar_grpc.broker import errors as e
+from pulsar_grpc.interceptors.context import current_or_none
 
 log = logging.getLogger(__name__)
 
 ERROR_CODE_KEY = "pulsar-error-code"
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+# The ErrorInfo reasons are the names of Pulsar's ServerError enum, so they belong to Pulsar's
+# domain: a client that knows Pulsar's error names knows ours.
+ERROR_DOMAIN = "pulsar.apache.org"
+# The message travels twice (grpc-message and the Status) and the topic once, all in trailers,
+# which clients refuse past 8 KiB by default: an error echoing a huge name is cut short.
+MAX_MESSAGE_CHARS = 1024
+MAX_TOPIC_CHARS = 256
 
 _STATUS: list[tuple[type[e.BrokerError], grpc.StatusCode]] = [
     (e.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
@@ -44,11 +63,42 @@ def as_broker_error(exc: BaseException) -> e.BrokerError:
     return e.BrokerError(f"internal error: {type(exc).__name__}: {exc}")
 
 
-async def abort(context: aio.ServicerContext, exc: BaseException) -> NoReturn:
+def rich_status(
+    error: e.BrokerError, status: grpc.StatusCode, message: str, topic: str | None
+) -> status_pb2.Status:
+    """The error as ``google.rpc.Status``: code and message equal the call's own status (as
+    ``rpc_status.from_call`` checks), with one ErrorInfo naming Pulsar's error."""
+    info = error_details_pb2.ErrorInfo(
+        reason=error.code.name,
+        domain=ERROR_DOMAIN,
+        metadata={"topic": topic[:MAX_TOPIC_CHARS]} if topic else {},
+    )
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    return status_pb2.Status(code=status.value[0], message=message, details=[detail])
+
+
+async def abort(
+    context: aio.ServicerContext, exc: BaseException, topic: str | None = None
+) -> NoReturn:
+    """End the call with ``exc`` as its status and trailers (any exception: one the broker did
+    not expect becomes INTERNAL and is logged). ``topic``: the one a unary request named; a
+    stream's comes from its call context."""
     error = as_broker_error(exc)
+    status = status_for(error)
+    message = _clip(error.message, MAX_MESSAGE_CHARS)
+    if not topic and (ctx := current_or_none()) is not None and ctx.topic is not None:
+        topic = str(ctx.topic)
     await context.abort(
-        status_for(error),
-        error.message,
-        trailing_metadata=((ERROR_CODE_KEY, str(int(error.code))),),
+        status,
+        message,
+        trailing_metadata=(
+            (ERROR_CODE_KEY, str(int(error.code))),
+            (STATUS_DETAILS_KEY, rich_status(error, status, message, topic).SerializeToString()),
+        ),
     )
     raise AssertionError("unreachable: abort raises")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, Listener, ListenerConfig
@@ -20,8 +19,9 @@ from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.broker.tls import TlsFiles, read_tls_files
 from pulsar_grpc.handler import codec
 from pulsar_grpc.handler.consume import consume
-from pulsar_grpc.handler.errors import abort, status_for
+from pulsar_grpc.handler.errors import abort
 from pulsar_grpc.handler.produce import produce
+from pulsar_grpc.handler.reflection import enable_reflection
 from pulsar_grpc.interceptors import ListenerInterceptor, ParametersInterceptor, current
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
@@ -104,8 +104,8 @@ class GrpcProtocolHandler(ProtocolHandler):
         keepalive_ms = self.config.keepAliveIntervalSeconds * 1000
         server = aio.server(
             interceptors=[
-                ListenerInterceptor(listener, self.listeners.listeners, status_for),
-                ParametersInterceptor(status_for),
+                ListenerInterceptor(listener, self.listeners.listeners, abort),
+                ParametersInterceptor(abort),
             ],
             options=[
                 ("grpc.max_receive_message_length", max_frame),
@@ -130,9 +130,7 @@ class GrpcProtocolHandler(ProtocolHandler):
         )
         server.add_generic_rpc_handlers((self._rpc_handlers(),))
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        enable_reflection(server, (SERVICE_NAME, health.SERVICE_NAME))
         return server
 
     async def close(self) -> None:
@@ -187,6 +185,7 @@ class GrpcProtocolHandler(ProtocolHandler):
     async def _lookup(self, raw: bytes, context: aio.ServicerContext) -> pb.LookupResponse:
         assert self.service is not None
         ctx = current()
+        request = pb.LookupRequest()
         try:
             self.service.check_open()
             request = codec.parse(pb.LookupRequest, raw)
@@ -194,7 +193,7 @@ class GrpcProtocolHandler(ProtocolHandler):
                 request.topic, request.listener_name or ctx.listener_name, ctx.bind_listener
             )
         except Exception as exc:
-            await abort(context, exc)
+            await abort(context, exc, request.topic)
         return pb.LookupResponse(
             response=pb.LookupResponse.Redirect if result.redirect else pb.LookupResponse.Connect,
             authoritative=result.authoritative,
@@ -209,12 +208,13 @@ class GrpcProtocolHandler(ProtocolHandler):
         self, raw: bytes, context: aio.ServicerContext
     ) -> pb.GetLastMessageIdResponse:
         assert self.service is not None
+        request = pb.GetLastMessageIdRequest()
         try:
             request = codec.parse(pb.GetLastMessageIdRequest, raw)
             topic = await self.service.get_topic(request.topic, create=False)
             last = await topic.last_message()
         except Exception as exc:
-            await abort(context, exc)
+            await abort(context, exc, request.topic)
         if last is None:
             return pb.GetLastMessageIdResponse()
         position, batch_index = last
@@ -230,12 +230,13 @@ class GrpcProtocolHandler(ProtocolHandler):
         self, raw: bytes, context: aio.ServicerContext
     ) -> pb.PartitionedTopicMetadataResponse:
         assert self.service is not None
+        request = pb.PartitionedTopicMetadataRequest()
         try:
             self.service.check_open()
             request = codec.parse(pb.PartitionedTopicMetadataRequest, raw)
             partitions = await self.service.get_partitioned_metadata(request.topic)
         except Exception as exc:
-            await abort(context, exc)
+            await abort(context, exc, request.topic)
         return pb.PartitionedTopicMetadataResponse(partitions=partitions)
 
 

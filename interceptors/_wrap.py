@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from grpc import aio
@@ -19,24 +19,20 @@ from grpc import aio
 from pulsar_grpc.broker.errors import BrokerError
 from pulsar_grpc.interceptors.context import CallContext, ensure
 
-ERROR_CODE_KEY = "pulsar-error-code"
-
 Prepare = Callable[[CallContext], None]  # fills the context, or raises BrokerError to refuse
-StatusFor = Callable[[BrokerError], grpc.StatusCode]
+# Ends a call with a broker error: the protocol handler's own (handler/errors.py), passed in
+# so that a refused call ends exactly as one the servicer refused.
+Abort = Callable[[aio.ServicerContext, BaseException], Awaitable[NoReturn]]
 
 
 def wrap_handler(
-    handler: grpc.RpcMethodHandler, prepare: Prepare, status_for: StatusFor
+    handler: grpc.RpcMethodHandler, prepare: Prepare, abort: Abort
 ) -> grpc.RpcMethodHandler:
     async def before(context: aio.ServicerContext) -> None:
         try:
             prepare(ensure(context.peer()))
         except BrokerError as error:
-            await context.abort(
-                status_for(error),
-                error.message,
-                trailing_metadata=((ERROR_CODE_KEY, str(int(error.code))),),
-            )
+            await abort(context, error)
 
     if handler.stream_stream is not None:
         inner_ss = handler.stream_stream
@@ -80,8 +76,8 @@ def wrap_handler(
 class PreparingInterceptor(aio.ServerInterceptor):
     """An interceptor that only fills the call context: subclasses say how, per call."""
 
-    def __init__(self, status_for: StatusFor) -> None:
-        self._status_for = status_for
+    def __init__(self, abort: Abort) -> None:
+        self._abort = abort
 
     @abstractmethod
     def preparer(self, method: str, headers: dict[str, str]) -> Prepare | None:
@@ -98,4 +94,4 @@ class PreparingInterceptor(aio.ServerInterceptor):
         metadata = details.invocation_metadata or ()  # type: ignore[attr-defined]
         headers = {k: v for k, v in metadata if isinstance(v, str)}
         prepare = self.preparer(details.method, headers)  # type: ignore[attr-defined]
-        return handler if prepare is None else wrap_handler(handler, prepare, self._status_for)
+        return handler if prepare is None else wrap_handler(handler, prepare, self._abort)

@@ -57,6 +57,12 @@ def current() -> CallContext:
     return _current.get()
 
 
+def current_or_none() -> CallContext | None:
+    """The context of the call being served, if an interceptor made one (errors raised before
+    any did, or outside a call, have none)."""
+    return _current.get(None)
+
+
 def ensure(peer: str) -> CallContext:
     """The context of this call, created by the first interceptor that runs."""
     ctx = _current.get(None)

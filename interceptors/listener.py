@@ -6,17 +6,15 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from pulsar_grpc.broker.errors import InvalidArgumentError
-from pulsar_grpc.interceptors._wrap import Prepare, PreparingInterceptor, StatusFor
+from pulsar_grpc.interceptors._wrap import Abort, Prepare, PreparingInterceptor
 from pulsar_grpc.interceptors.context import CallContext
 
 H_LISTENER = "x-pulsar-listenername"
 
 
 class ListenerInterceptor(PreparingInterceptor):
-    def __init__(
-        self, bind_listener: str | None, known: Collection[str], status_for: StatusFor
-    ) -> None:
-        super().__init__(status_for)
+    def __init__(self, bind_listener: str | None, known: Collection[str], abort: Abort) -> None:
+        super().__init__(abort)
         self._bind_listener = bind_listener
         self._known = frozenset(known)
 

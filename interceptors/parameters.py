@@ -1,7 +1,9 @@
 """Turns call metadata into a validated :class:`CallContext` (PIP-59's parameter interceptor).
 
 Missing or malformed parameters end the call with INVALID_ARGUMENT (and Pulsar's error code)
-before the servicer runs, so the broker never sees a half-specified producer or consumer.
+before the servicer runs, so the broker never sees a half-specified producer or consumer. So
+does any ``x-pulsar-*`` header this broker does not know: a misspelt optional parameter
+(``x-pulsar-subscripton-type``) would otherwise fall back to its default without a word.
 """
 
 from __future__ import annotations
@@ -15,9 +17,33 @@ from pulsar_grpc.broker.naming import TopicName, check_subscription_name
 from pulsar_grpc.broker.topics import SubType
 from pulsar_grpc.interceptors._wrap import Prepare, PreparingInterceptor
 from pulsar_grpc.interceptors.context import CallContext, ConsumerParams, ProducerParams
+from pulsar_grpc.interceptors.listener import H_LISTENER
 
 SERVICE = "/pulsargrpc.v1.PulsarService/"
+PREFIX = "x-pulsar-"
 H_TOPIC = "x-pulsar-topic"
+# Every call parameter of the wire contract (protos/pulsargrpc/v1/pulsar.proto lists them with
+# their meaning). Any call may carry any of them: the SDK sends the topic and listener on every
+# call, and a parameter of another call kind is not a typo.
+KNOWN_PARAMETERS = frozenset(
+    {
+        H_TOPIC,
+        H_LISTENER,
+        "x-pulsar-producer-name",
+        "x-pulsar-subscription",
+        "x-pulsar-subscription-type",
+        "x-pulsar-consumer-name",
+        "x-pulsar-initial-position",
+        "x-pulsar-priority-level",
+        "x-pulsar-durable",
+        "x-pulsar-start-message-id",
+        "x-pulsar-start-message-id-inclusive",
+        "x-pulsar-ack-timeout-ms",
+        "x-pulsar-negative-ack-delay-ms",
+        "x-pulsar-max-redeliver-count",
+        "x-pulsar-dead-letter-topic",
+    }
+)
 # Pulsar's clients send these as Java ints and longs; larger values are refused here rather
 # than reaching timers and counters the broker would then have to defend.
 INT_MAX = 2**31 - 1
@@ -36,6 +62,7 @@ class ParametersInterceptor(PreparingInterceptor):
 def _preparer(method: str, headers: Mapping[str, str]) -> Prepare:
     """Parse now (once per call), fill the context when the call runs."""
     try:
+        _check_known(headers)
         topic = _topic(headers) if method in ("Produce", "Consume") else None
         producer = _producer(headers) if method == "Produce" else None
         consumer = _consumer(headers) if method == "Consume" else None
@@ -51,6 +78,15 @@ def _preparer(method: str, headers: Mapping[str, str]) -> Prepare:
         ctx.topic, ctx.producer, ctx.consumer = topic, producer, consumer
 
     return fill
+
+
+def _check_known(headers: Mapping[str, str]) -> None:
+    unknown = sorted(k for k in headers if k.startswith(PREFIX) and k not in KNOWN_PARAMETERS)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown call parameter {', '.join(h[:60] for h in unknown[:5])} "
+            f"(known: {', '.join(sorted(KNOWN_PARAMETERS))})"
+        )
 
 
 def _topic(headers: Mapping[str, str]) -> TopicName:

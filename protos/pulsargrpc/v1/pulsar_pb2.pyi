@@ -23,8 +23,14 @@ Producer and consumer parameters travel in call metadata (PIP-59), not in the st
                   x-pulsar-max-redeliver-count    > 0 enables the dead-letter topic
                   x-pulsar-dead-letter-topic  default <topic>-<subscription>-DLQ
 
+Header names are lower case (gRPC metadata keys always are). Any other x-pulsar-* header
+ends the call with INVALID_ARGUMENT naming it, so a misspelt parameter is not ignored.
+
 Errors end the call with a gRPC status, a human message, and Pulsar's ServerError code
 (the ServerError enum below, as its number) in the trailing metadata key "pulsar-error-code".
+The same error travels as a standard google.rpc.Status in "grpc-status-details-bin" with one
+google.rpc.ErrorInfo: reason = the ServerError name (e.g. "TopicNotFound"), domain =
+"pulsar.apache.org", metadata = the call's topic when it has one.
 """
 
 from collections import abc as _abc
@@ -116,7 +122,8 @@ class _AckTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AckType.Value
     Individual: _AckType.ValueType  # 0
     Cumulative: _AckType.ValueType  # 1
 
-class AckType(_AckType, metaclass=_AckTypeEnumTypeWrapper): ...
+class AckType(_AckType, metaclass=_AckTypeEnumTypeWrapper):
+    """Pulsar's CommandAck.AckType."""
 
 Individual: AckType.ValueType  # 0
 Cumulative: AckType.ValueType  # 1
@@ -239,6 +246,8 @@ Global___ProduceRequest: _TypeAlias = ProduceRequest  # noqa: Y015
 
 @_typing.final
 class ProduceResponse(_message.Message):
+    """What the broker sends on a Produce call: ProducerReady first, then one receipt per request."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     READY_FIELD_NUMBER: _builtins.int
@@ -336,7 +345,10 @@ Global___SendReceipt: _TypeAlias = SendReceipt  # noqa: Y015
 
 @_typing.final
 class ConsumeRequest(_message.Message):
-    """---------------------------------------------------------------- Consume"""
+    """---------------------------------------------------------------- Consume
+
+    What a consumer sends on its Consume call; the parameters came in the call metadata.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -401,6 +413,11 @@ Global___Flow: _TypeAlias = Flow  # noqa: Y015
 
 @_typing.final
 class Ack(_message.Message):
+    """Acknowledges messages (Pulsar's CommandAck). A batch index of -1 acks the whole entry.
+    A refused ack is answered with RequestError (request_id 0 when no receipt was asked for)
+    and changes nothing; the consumer stays connected.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TYPE_FIELD_NUMBER: _builtins.int
@@ -428,6 +445,10 @@ Global___Ack: _TypeAlias = Ack  # noqa: Y015
 
 @_typing.final
 class NegativeAck(_message.Message):
+    """These messages are redelivered after x-pulsar-negative-ack-delay-ms (Pulsar's
+    negativeAcknowledge); ids are of entries, the batch index is ignored.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     IDS_FIELD_NUMBER: _builtins.int
@@ -471,6 +492,10 @@ Global___RedeliverUnacknowledged: _TypeAlias = RedeliverUnacknowledged  # noqa: 
 
 @_typing.final
 class Seek(_message.Message):
+    """Moves the subscription to a message id or a publish time (Pulsar's CommandSeek); answered
+    with SeekDone or RequestError.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGE_ID_FIELD_NUMBER: _builtins.int
@@ -500,6 +525,10 @@ Global___Seek: _TypeAlias = Seek  # noqa: Y015
 
 @_typing.final
 class Unsubscribe(_message.Message):
+    """Deletes the subscription (Pulsar's CommandUnsubscribe); answered with Unsubscribed, after
+    which the call ends, or with RequestError (e.g. other consumers are still connected).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
@@ -519,6 +548,8 @@ Global___Unsubscribe: _TypeAlias = Unsubscribe  # noqa: Y015
 
 @_typing.final
 class ConsumeResponse(_message.Message):
+    """What the broker sends on a Consume call: ConsumerSubscribed first, then any of the others."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SUBSCRIBED_FIELD_NUMBER: _builtins.int
@@ -573,6 +604,8 @@ Global___ConsumeResponse: _TypeAlias = ConsumeResponse  # noqa: Y015
 
 @_typing.final
 class ConsumerSubscribed(_message.Message):
+    """First response of a Consume call, once the consumer is registered."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CONSUMER_NAME_FIELD_NUMBER: _builtins.int
@@ -694,6 +727,8 @@ Global___ActiveConsumerChange: _TypeAlias = ActiveConsumerChange  # noqa: Y015
 
 @_typing.final
 class AckReceipt(_message.Message):
+    """The ack with this request id is durable."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
@@ -734,6 +769,8 @@ Global___SeekDone: _TypeAlias = SeekDone  # noqa: Y015
 
 @_typing.final
 class RedeliverDone(_message.Message):
+    """Answers RedeliverUnacknowledged: messages sent before the request were redelivered."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
@@ -753,6 +790,8 @@ Global___RedeliverDone: _TypeAlias = RedeliverDone  # noqa: Y015
 
 @_typing.final
 class Unsubscribed(_message.Message):
+    """The subscription is deleted; the call ends next."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
@@ -772,6 +811,11 @@ Global___Unsubscribed: _TypeAlias = Unsubscribed  # noqa: Y015
 
 @_typing.final
 class ReachedEndOfTopic(_message.Message):
+    """The topic was terminated and this consumer has read all of it (Pulsar's
+    CommandReachedEndOfTopic). Reserved: this broker cannot terminate topics yet, so it never
+    sends it.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -787,7 +831,9 @@ Global___ReachedEndOfTopic: _TypeAlias = ReachedEndOfTopic  # noqa: Y015
 
 @_typing.final
 class RequestError(_message.Message):
-    """A Seek or Unsubscribe that failed; the consumer stays connected (Pulsar's CommandError)."""
+    """An Ack, Seek or Unsubscribe that was refused; the consumer stays connected (Pulsar's
+    CommandError). The error travels in this message only, not in the call's status.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -814,7 +860,10 @@ Global___RequestError: _TypeAlias = RequestError  # noqa: Y015
 
 @_typing.final
 class LookupRequest(_message.Message):
-    """---------------------------------------------------------------- Lookup"""
+    """---------------------------------------------------------------- Lookup
+
+    Which broker serves a topic (Pulsar's CommandLookupTopic).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -839,6 +888,8 @@ Global___LookupRequest: _TypeAlias = LookupRequest  # noqa: Y015
 
 @_typing.final
 class LookupResponse(_message.Message):
+    """Where to connect for the topic of a LookupRequest."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     class _LookupType:
@@ -850,7 +901,9 @@ class LookupResponse(_message.Message):
         Connect: LookupResponse._LookupType.ValueType  # 0
         Redirect: LookupResponse._LookupType.ValueType  # 1
 
-    class LookupType(_LookupType, metaclass=_LookupTypeEnumTypeWrapper): ...
+    class LookupType(_LookupType, metaclass=_LookupTypeEnumTypeWrapper):
+        """Connect: grpc_url serves the topic. Redirect: ask the broker at grpc_url again."""
+
     Connect: LookupResponse.LookupType.ValueType  # 0
     Redirect: LookupResponse.LookupType.ValueType  # 1
 
@@ -891,6 +944,8 @@ Global___LookupResponse: _TypeAlias = LookupResponse  # noqa: Y015
 
 @_typing.final
 class PartitionedTopicMetadataRequest(_message.Message):
+    """A topic name, with or without the persistent://tenant/namespace/ prefix."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPIC_FIELD_NUMBER: _builtins.int
@@ -910,6 +965,8 @@ Global___PartitionedTopicMetadataRequest: _TypeAlias = PartitionedTopicMetadataR
 
 @_typing.final
 class PartitionedTopicMetadataResponse(_message.Message):
+    """The partition count of a topic."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PARTITIONS_FIELD_NUMBER: _builtins.int
@@ -930,6 +987,8 @@ Global___PartitionedTopicMetadataResponse: _TypeAlias = PartitionedTopicMetadata
 
 @_typing.final
 class GetLastMessageIdRequest(_message.Message):
+    """The topic whose newest message id is asked for."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPIC_FIELD_NUMBER: _builtins.int
@@ -950,6 +1009,8 @@ Global___GetLastMessageIdRequest: _TypeAlias = GetLastMessageIdRequest  # noqa: 
 
 @_typing.final
 class GetLastMessageIdResponse(_message.Message):
+    """The newest message id of a topic."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     LAST_MESSAGE_ID_FIELD_NUMBER: _builtins.int

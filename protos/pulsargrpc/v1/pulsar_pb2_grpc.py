@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class PulsarServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """The broker's client protocol: Pulsar's binary protocol commands as gRPC calls (PIP-59).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -62,7 +63,8 @@ class PulsarServiceStub:
 
 
 class PulsarServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """The broker's client protocol: Pulsar's binary protocol commands as gRPC calls (PIP-59).
+    """
 
     def Produce(self, request_iterator, context):
         """One producer per call. Each request is one batch, stored as one entry; each batch gets
@@ -88,7 +90,9 @@ class PulsarServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetPartitionedTopicMetadata(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """How many partitions a topic has (Pulsar's CommandPartitionedTopicMetadata); a client
+        produces to or consumes from each partition ("<topic>-partition-<i>") with its own call.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -138,7 +142,8 @@ def add_PulsarServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class PulsarService:
-    """Missing associated documentation comment in .proto file."""
+    """The broker's client protocol: Pulsar's binary protocol commands as gRPC calls (PIP-59).
+    """
 
     @staticmethod
     def Produce(request_iterator,
