@@ -36,7 +36,7 @@ SECTIONS = ["shoes", "books", "garden"]
 
 
 def records(count: int, seed: int = 7) -> list[bytes]:
-    """``count`` distinct JSON records of about 400 bytes: repeated field names and similar
+    """``count`` distinct JSON records of about 240 bytes: repeated field names and similar
     values, as application events are."""
     rng = random.Random(seed)
     return [
