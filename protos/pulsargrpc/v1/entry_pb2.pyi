@@ -3,7 +3,7 @@
 isort:skip_file
 The broker's entry format: what one managed-ledger entry holds.
 
-A produce request (fields 12-13) becomes an entry by appending the broker-assigned fields
+A produce request (fields 12-14) becomes an entry by appending the broker-assigned fields
 10-11, so the broker never rebuilds messages on the hot path; and an entry is sent to
 consumers as a DeliveredEntry by prefixing fields 1-5, because DeliveredEntry gives these
 fields the same numbers. Keep the numbers of the three messages in step.
