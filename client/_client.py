@@ -219,7 +219,7 @@ class Client:
     and reopen it, waiting between attempts from ``initial_backoff_interval_ms`` (100 ms),
     doubling up to ``max_backoff_interval_ms`` (60 s), with jitter. The application sees a
     delay: producers resend what has no receipt yet, consumers resubscribe. Sends fail with
-    :class:`~client.Timeout` only after ``send_timeout_ms`` without a receipt.
+    :class:`~client.Timeout` only after ``send_timeout_millis`` without a receipt.
 
     Message size: the channels accept messages up to ``max_message_size`` bytes (-1, the
     default: any size), so an entry the broker accepted (up to its maxMessageSize, 5 MB by
