@@ -9,7 +9,7 @@ import aiohttp
 import grpc
 import pytest
 
-from pulsar_grpc.client import Client, CompressionType, InvalidMessage, Timeout
+from pulsar_grpc.client import Client, CompressionType, DeadLetterPolicy, InvalidMessage, Timeout
 from pulsar_grpc.client._compression import compress_batch
 from pulsar_grpc.client._wire import encode_message
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -197,3 +197,38 @@ async def test_a_codec_the_consumer_cannot_undo_is_a_clear_error(
         assert (await consumer.receive(5000)).data() == b"ok"
         with pytest.raises(InvalidMessage, match="codec 7, which this client cannot"):
             await consumer.receive(5000)
+
+
+async def test_a_dead_lettered_compressed_batch_moves_whole(broker: BrokerThread) -> None:
+    """The broker does not decompress, so a compressed batch past max_redeliver_count goes to
+    the dead-letter topic as it was: all its messages, still readable, without the origin
+    properties an uncompressed batch's messages get."""
+    topic = "zip-dlq"
+    full = f"persistent://public/default/{topic}"
+    async with Client(broker.service_url) as client:
+        dlq = await client.subscribe(f"{full}-sub-DLQ", "r", initial_position="Earliest")
+        consumer = await client.subscribe(
+            topic,
+            "sub",
+            "Shared",
+            initial_position="Earliest",
+            negative_ack_redelivery_delay_ms=100,
+            dead_letter_policy=DeadLetterPolicy(max_redeliver_count=1),
+        )
+        producer = await client.create_producer(
+            topic,
+            compression_type=CompressionType.LZ4,
+            batching_max_messages=3,
+            batching_max_publish_delay_ms=10_000,
+        )
+        for i in range(3):
+            await producer.enqueue(b"p%d" % i, {"i": str(i)})
+        await producer.flush()
+        for _ in range(2):  # delivered, then redelivered once: then dead-lettered
+            for message in await receive_n(consumer, 3):
+                await consumer.negative_acknowledge(message)
+        dead = await receive_n(dlq, 3)
+        assert [(m.data(), m.properties()) for m in dead] == [
+            (b"p%d" % i, {"i": str(i)}) for i in range(3)
+        ]
+        await assert_nothing_more(consumer, 300)
