@@ -496,6 +496,10 @@ class Client:
         """
         return _partition_topics(full_topic_name(topic), await self._partition_count(topic))
 
+    async def get_topic_partitions(self, topic: str) -> list[str]:
+        """pulsar-client's name for :meth:`get_partitions_for_topic` (Java's name)."""
+        return await self.get_partitions_for_topic(topic)
+
     async def lookup(self, topic: str) -> LookupResult:
         """Ask which broker serves ``topic`` and at which addresses of the client's listener,
         following redirects; the answer is the authoritative broker's.

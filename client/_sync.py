@@ -298,6 +298,14 @@ class SyncClient:
         """See :meth:`Client.get_partitions_for_topic`."""
         return self._runner.run(self._client.get_partitions_for_topic(topic))
 
+    def get_topic_partitions(self, topic: str) -> list[str]:
+        """pulsar-client's name for :meth:`get_partitions_for_topic`.
+
+        >>> client.get_topic_partitions("my-topic")
+        ['persistent://public/default/my-topic']
+        """
+        return self._runner.run(self._client.get_topic_partitions(topic))
+
     def lookup(self, topic: str) -> LookupResult:
         """See :meth:`Client.lookup`."""
         return self._runner.run(self._client.lookup(topic))

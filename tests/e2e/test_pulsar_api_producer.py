@@ -50,6 +50,7 @@ def test_blocking_send_and_send_async_with_a_callback(broker: BrokerThread) -> N
     assert ids == sorted(ids) and len(set(ids)) == 10
     assert producer.last_sequence_id() == 9
 
+    assert client.get_topic_partitions("my-topic") == ["persistent://public/default/my-topic"]
     consumer = client.subscribe("my-topic", "sub", initial_position="Earliest")
     msg = consumer.receive(timeout_ms=5000)
     assert (msg.data(), msg.properties(), msg.partition_key()) == (b"Hello-0", {"a": "1"}, "k")
