@@ -1,6 +1,6 @@
 """Write path: each task produces its rows through the SDK's batching producer.
 
-Rows are sent with ``send_async`` (batched on the wire) and the task waits for every receipt
+Rows are sent with ``enqueue`` (batched on the wire) and the task waits for every receipt
 before it reports success, so a committed Spark job means every row is stored; the first
 broker error fails the task with the topic and the broker's message.
 """
