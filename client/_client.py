@@ -373,7 +373,7 @@ class Client:
         budget = max_pending_messages
         if partitions:
             budget = min(max_pending_messages * partitions, max_pending_messages_across_partitions)
-        producer = Producer(topic, producers, router, budget, block_if_queue_full)
+        producer = Producer(full_topic_name(topic), producers, router, budget, block_if_queue_full)
         self._handles.add(producer)
         return producer
 

@@ -421,7 +421,8 @@ class Producer:
         self._closed = False
 
     def topic(self) -> str:
-        """The topic as given to ``create_producer``."""
+        """The topic's full name (``persistent://public/default/t`` for ``t``), as
+        pulsar-client's ``topic()``."""
         return self._topic
 
     def producer_name(self) -> str:

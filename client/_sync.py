@@ -67,7 +67,7 @@ class SyncProducer:
         self._producer = producer
 
     def topic(self) -> str:
-        """The topic as given to ``create_producer``."""
+        """The topic's full name."""
         return self._producer.topic()
 
     def producer_name(self) -> str:

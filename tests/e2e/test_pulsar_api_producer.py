@@ -28,7 +28,7 @@ def test_blocking_send_and_send_async_with_a_callback(broker: BrokerThread) -> N
         batching_max_publish_delay_ms=10,
     )
     assert producer.producer_name() == "ported"
-    assert producer.topic() == "my-topic"
+    assert producer.topic() == "persistent://public/default/my-topic"
     assert producer.last_sequence_id() == -1
     first = producer.send(
         b"Hello-0", properties={"a": "1"}, partition_key="k", event_timestamp=1_700_000_000_000
