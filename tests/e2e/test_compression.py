@@ -123,18 +123,26 @@ async def test_the_broker_serves_a_compressed_batch_byte_for_byte(
     producer.cancel()
 
 
-async def test_the_broker_refuses_a_compressed_batch_without_a_count(
-    channel: grpc.aio.Channel,
+@pytest.mark.parametrize(
+    ("plain", "count", "why"),
+    [
+        ([], 0, "num_messages 0"),
+        ([pb.MessageData(payload=b"y")], 1, "both messages and compressed"),
+    ],
+    ids=["no-count", "both"],
+)
+async def test_the_broker_refuses_an_inconsistent_compressed_batch(
+    channel: grpc.aio.Channel, plain: list[pb.MessageData], count: int, why: str
 ) -> None:
     batch = compress_batch(CompressionType.LZ4, b"\x6a\x03\x0a\x01x", 1, b"")
-    batch.num_messages = 0
-    producer = stub(channel).Produce(metadata=(("x-pulsar-topic", "raw-zip-0"),))
+    batch.num_messages = count
+    producer = stub(channel).Produce(metadata=(("x-pulsar-topic", "raw-zip-bad"),))
     await producer.read()
-    await producer.write(pb.ProduceRequest(sequence_id=0, compressed=batch))
+    await producer.write(pb.ProduceRequest(sequence_id=0, messages=plain, compressed=batch))
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await producer.read()
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "num_messages" in (info.value.details() or "")
+    assert why in (info.value.details() or "")
 
 
 async def test_key_shared_dispatches_compressed_batches_by_key(broker: BrokerThread) -> None:
