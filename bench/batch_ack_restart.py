@@ -60,7 +60,7 @@ async def run_one(sub_type: ConsumerType, data: Path, receipted: bool) -> tuple[
             consumer = await client.subscribe(
                 topic, "s", sub_type, "c0", initial_position="earliest", ack_group_time_ms=3000
             )
-            futures = [await producer.send_async(f"m{i}".encode()) for i in range(10)]
+            futures = [await producer.enqueue(f"m{i}".encode()) for i in range(10)]
             ids = [await f for f in futures]
             entries = {(m.ledger_id, m.entry_id) for m in ids}
             msgs = [await consumer.receive(timeout_ms=10000) for _ in range(10)]

@@ -56,7 +56,7 @@ async def main() -> int:
             later = await client.subscribe(
                 topic, "s", ConsumerType.Failover, "c-b", initial_position="earliest"
             )
-            ids = [await f for f in [await producer.send_async(b"m%d" % i) for i in range(10)]]
+            ids = [await f for f in [await producer.enqueue(b"m%d" % i) for i in range(10)]]
             held = await later.receive(timeout_ms=10000)  # c-b holds m0 (and queues the rest)
             if args.ack_first:
                 await later.acknowledge(held.message_id(), wait=True)

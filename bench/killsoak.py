@@ -267,9 +267,11 @@ class Soak:
                 return
             payload = f"{name}:{n}".encode()
             try:
-                future = await producer.send_async(payload, key=f"k{n % 13}" if keyed else None)
+                future = await producer.enqueue(
+                    payload, partition_key=f"k{n % 13}" if keyed else None
+                )
             except Exception as exc:
-                self.violation("e", f"send_async({payload!r}) raised {exc!r}")
+                self.violation("e", f"enqueue({payload!r}) raised {exc!r}")
                 await asyncio.sleep(0.5)
                 continue
             future.add_done_callback(
@@ -394,6 +396,7 @@ class Soak:
                         topic.name,
                         name,
                         batching_type=BatchingType.KeyBased if keyed else BatchingType.Default,
+                        block_if_queue_full=True,
                     )
                     producers.append(producer)
                     self._spawn(self.produce(producer, topic, name, keyed))

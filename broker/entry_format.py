@@ -59,12 +59,14 @@ def parse(data: bytes) -> entry_pb2.StoredEntry:
 def info(data: bytes) -> EntryInfo:
     entry = parse(data)
     first = entry.messages[0] if entry.messages else None
-    if first is None:
-        key = b""
+    if entry.HasField("compressed"):  # opaque here: its count and key travel beside it
+        key, count = entry.compressed.key, entry.compressed.num_messages
+    elif first is None:
+        key, count = b"", 0
     else:
-        key = first.ordering_key or first.key.encode()
+        key, count = first.ordering_key or first.key.encode(), len(entry.messages)
     return EntryInfo(
-        num_messages=len(entry.messages),
+        num_messages=count,
         publish_time=entry.publish_time,
         producer_name=entry.producer_name,
         sequence_id=entry.sequence_id,
@@ -84,9 +86,14 @@ def dead_letter(
     Pulsar's REAL_TOPIC, REAL_SUBSCRIPTION and ORIGIN_MESSAGE_ID properties added (kept when
     already there, as Pulsar's client does, so a message dead-lettered twice names its first
     origin). ORIGIN_MESSAGE_ID is written as this product prints message ids,
-    ``ledger:entry:batch:partition``."""
+    ``ledger:entry:batch:partition``. A compressed batch is copied whole (see below)."""
     entry = parse(data)
     out = entry_pb2.StoredEntry(sequence_id=entry.sequence_id)
+    if entry.HasField("compressed"):
+        # The broker does not decompress: a compressed batch moves whole, without the
+        # origin properties and with any messages of it already acked.
+        out.compressed.CopyFrom(entry.compressed)
+        return out.SerializeToString()
     for index, message in enumerate(entry.messages):
         if index in acked:
             continue

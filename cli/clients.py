@@ -203,13 +203,13 @@ async def _produce(
     async with Client(
         args.service_url, args.listener_name, operation_timeout_ms=args.operation_timeout_ms
     ) as client:
-        producer = await client.create_producer(topic)
+        producer = await client.create_producer(topic, block_if_queue_full=True)
         try:
             futures: list[asyncio.Future[MessageId]] = []
             for _ in range(args.num_produce):
                 for payload in payloads:
                     futures.append(
-                        await producer.send_async(payload, key=args.key, properties=properties)
+                        await producer.enqueue(payload, properties, partition_key=args.key)
                     )
             await producer.flush()
             ids = await asyncio.gather(*futures)

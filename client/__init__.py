@@ -1,11 +1,15 @@
 """pulsar-grpc Python client: asyncio first, with a blocking wrapper.
 
->>> from client import Client, MessageId
+>>> from pulsar_grpc.client import Client, MessageId
 >>> async with Client("grpc://127.0.0.1:50051") as c:
 ...     producer = await c.create_producer("my-topic")
 ...     await producer.send(b"hello")
+
+Every exception of pulsar-client's ``pulsar.exceptions`` is here by the same name (and in
+:mod:`pulsar_grpc.client.exceptions`), under :class:`PulsarException`.
 """
 
+from . import exceptions
 from ._batching import BatchingType
 from ._client import (
     Client,
@@ -13,62 +17,37 @@ from ._client import (
     InitialPosition,
     LookupResult,
 )
+from ._compression import CompressionType
 from ._connection import HandleState
 from ._consumer import Consumer, ConsumerType
-from ._errors import (
-    AlreadyClosed,
-    AuthenticationError,
-    AuthorizationError,
-    ConnectError,
-    ConsumerBusy,
-    InvalidConfiguration,
-    InvalidTopicName,
-    LookupFailed,
-    MessageTooBig,
-    NotAllowed,
-    ProducerBusy,
-    PulsarError,
-    Timeout,
-    TopicNotFound,
-    error_from_rpc,
-)
+from ._errors import Result, error_from_rpc
 from ._message import Message, MessageId
 from ._producer import Producer
 from ._reader import Reader
-from ._routing import RoutingMode
+from ._routing import PartitionsRoutingMode
 from ._sync import SyncClient, SyncConsumer, SyncProducer, SyncReader
+from .exceptions import *  # noqa: F403  (pulsar-client's exception names: its __all__)
 
 __all__ = [
-    "AlreadyClosed",
-    "AuthenticationError",
-    "AuthorizationError",
     "BatchingType",
     "Client",
-    "ConnectError",
+    "CompressionType",
     "Consumer",
-    "ConsumerBusy",
     "ConsumerType",
     "DeadLetterPolicy",
     "HandleState",
     "InitialPosition",
-    "InvalidConfiguration",
-    "InvalidTopicName",
-    "LookupFailed",
     "LookupResult",
     "Message",
     "MessageId",
-    "MessageTooBig",
-    "NotAllowed",
+    "PartitionsRoutingMode",
     "Producer",
-    "ProducerBusy",
-    "PulsarError",
     "Reader",
-    "RoutingMode",
+    "Result",
     "SyncClient",
     "SyncConsumer",
     "SyncProducer",
     "SyncReader",
-    "Timeout",
-    "TopicNotFound",
     "error_from_rpc",
 ]
+__all__ += exceptions.__all__

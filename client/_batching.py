@@ -17,6 +17,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
+from ._compression import CompressionType
 from ._wire import encode_request
 
 T = TypeVar("T")
@@ -47,12 +48,22 @@ class BatchingType(StrEnum):
 
 
 def batch_container(
-    batching_type: BatchingType | str, max_messages: int, max_bytes: int
+    batching_type: BatchingType | str,
+    max_messages: int,
+    max_bytes: int,
+    codec: CompressionType = CompressionType.NONE,
 ) -> Container[T]:
-    """The container for a producer's ``batching_type``."""
+    """The container for a producer's ``batching_type``; each batch it drains is compressed
+    with ``codec`` (see ``_compression``)."""
     if BatchingType(batching_type) is BatchingType.KeyBased:
-        return KeyBasedBatchContainer(max_messages, max_bytes)
-    return BatchContainer(max_messages, max_bytes)
+        return KeyBasedBatchContainer(max_messages, max_bytes, codec)
+    return BatchContainer(max_messages, max_bytes, codec)
+
+
+def _key_bytes(key: BatchKey) -> bytes:
+    if key is None:
+        return b""
+    return key.encode() if isinstance(key, str) else key
 
 
 class BatchContainer(Generic[T]):
@@ -69,14 +80,20 @@ class BatchContainer(Generic[T]):
     [(5, 2)]
     """
 
-    def __init__(self, max_messages: int, max_bytes: int) -> None:
+    def __init__(
+        self, max_messages: int, max_bytes: int, codec: CompressionType = CompressionType.NONE
+    ) -> None:
         if max_messages < 1 or max_bytes < 1:
-            raise ValueError("batching_max_messages and batching_max_bytes must be positive")
+            raise ValueError(
+                "batching_max_messages and batching_max_allowed_size_in_bytes must be positive"
+            )
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.codec = codec
         self._messages: list[bytes] = []
         self._tokens: list[T] = []
         self._bytes = 0
+        self._first_key: BatchKey = None  # the Key_Shared key of a compressed batch
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -96,6 +113,8 @@ class BatchContainer(Generic[T]):
 
     def add(self, message: bytes, token: T, key: BatchKey = None) -> None:
         """Append a serialized message; the caller checked :meth:`fits`."""
+        if not self._messages:
+            self._first_key = key
         self._messages.append(message)
         self._tokens.append(token)
         self._bytes += len(message)
@@ -109,7 +128,9 @@ class BatchContainer(Generic[T]):
         ``sequence_id`` (none when empty)."""
         if not self._messages:
             return []
-        request = encode_request(sequence_id, self._messages)
+        request = encode_request(
+            sequence_id, self._messages, self.codec, _key_bytes(self._first_key)
+        )
         tokens = self._tokens
         self._messages, self._tokens, self._bytes = [], [], 0
         return [(sequence_id, request, tokens)]
@@ -127,11 +148,16 @@ class KeyBasedBatchContainer(Generic[T]):
     [(5, [0, 2]), (7, [1])]
     """
 
-    def __init__(self, max_messages: int, max_bytes: int) -> None:
+    def __init__(
+        self, max_messages: int, max_bytes: int, codec: CompressionType = CompressionType.NONE
+    ) -> None:
         if max_messages < 1 or max_bytes < 1:
-            raise ValueError("batching_max_messages and batching_max_bytes must be positive")
+            raise ValueError(
+                "batching_max_messages and batching_max_allowed_size_in_bytes must be positive"
+            )
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.codec = codec
         self._batches: dict[BatchKey, tuple[list[bytes], list[T]]] = {}
         self._count = 0
         self._bytes = 0
@@ -167,8 +193,9 @@ class KeyBasedBatchContainer(Generic[T]):
     def drain(self, sequence_id: int) -> Drained[T]:
         """One ProduceRequest per key; the first starts at ``sequence_id``."""
         out: Drained[T] = []
-        for messages, tokens in self._batches.values():
-            out.append((sequence_id, encode_request(sequence_id, messages), tokens))
+        for key, (messages, tokens) in self._batches.items():
+            request = encode_request(sequence_id, messages, self.codec, _key_bytes(key))
+            out.append((sequence_id, request, tokens))
             sequence_id += len(messages)
         self._batches, self._count, self._bytes = {}, 0, 0
         return out

@@ -17,6 +17,8 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
 from ._batching import BatchingType
+from ._compression import CompressionType
+from ._compression import compression_type as compression_type_of
 from ._connection import (
     DEFAULT_INITIAL_BACKOFF_MS,
     DEFAULT_MAX_BACKOFF_MS,
@@ -28,7 +30,7 @@ from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
 from ._message import MessageId
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
-from ._routing import Router, RoutingMode
+from ._routing import PartitionsRoutingMode, Router
 from ._stream import Connect, Metadata, Params, StreamCall, call_metadata
 from ._wire import serialize as serialize_produce_request
 
@@ -217,7 +219,7 @@ class Client:
     and reopen it, waiting between attempts from ``initial_backoff_interval_ms`` (100 ms),
     doubling up to ``max_backoff_interval_ms`` (60 s), with jitter. The application sees a
     delay: producers resend what has no receipt yet, consumers resubscribe. Sends fail with
-    :class:`~client.Timeout` only after ``send_timeout_ms`` without a receipt.
+    :class:`~client.Timeout` only after ``send_timeout_millis`` without a receipt.
 
     Message size: the channels accept messages up to ``max_message_size`` bytes (-1, the
     default: any size), so an entry the broker accepted (up to its maxMessageSize, 5 MB by
@@ -301,42 +303,66 @@ class Client:
         topic: str,
         producer_name: str | None = None,
         *,
-        batching_max_messages: int = 100,
-        batching_max_bytes: int = 128 * 1024,
-        batching_max_publish_delay_ms: float = 10,
-        send_timeout_ms: int = 30000,
-        max_pending_messages: int = 1000,
-        routing_mode: RoutingMode | str = RoutingMode.ROUND_ROBIN,
         initial_sequence_id: int | None = None,
+        send_timeout_millis: int = 30000,
+        compression_type: CompressionType | str = CompressionType.NONE,
+        max_pending_messages: int = 1000,
+        max_pending_messages_across_partitions: int = 50000,
+        block_if_queue_full: bool = False,
+        batching_enabled: bool = True,
+        batching_max_messages: int = 1000,
+        batching_max_allowed_size_in_bytes: int = 128 * 1024,
+        batching_max_publish_delay_ms: float = 10,
+        message_routing_mode: PartitionsRoutingMode | str = (
+            PartitionsRoutingMode.RoundRobinDistribution
+        ),
         batching_type: BatchingType | str = BatchingType.Default,
     ) -> Producer:
-        """Create a producer; on a partitioned topic, one stream per partition.
+        """Create a producer; on a partitioned topic, one stream per partition. The parameters
+        are pulsar-client's, with its defaults except ``batching_enabled`` (on, as in Pulsar's
+        Java client: the wire is built for batches).
 
-        Messages with a key go to the partition of the key's hash; the others follow
-        ``routing_mode`` ("round_robin" or "single"). With ``initial_sequence_id`` the first
-        message gets that sequence id; otherwise the one after the broker's last stored id.
+        Messages with a partition key go to the partition of the key's hash; the others follow
+        ``message_routing_mode``. With ``initial_sequence_id`` (the last id published before)
+        the first message gets the id after it; otherwise the one after the broker's last
+        stored id for this producer name.
 
-        ``batching_type="key_based"`` (:attr:`BatchingType.KeyBased`, Pulsar's KEY_BASED
-        batcher) keeps one batch per key (the ordering key if set, else the key), so each
-        stored entry holds one key: use it when a Key_Shared subscription reads the topic,
-        which dispatches a whole entry by the key of its first message.
+        At most ``max_pending_messages`` sends are pending (on a partitioned topic, that many
+        per partition and at most ``max_pending_messages_across_partitions`` in all); beyond
+        it a send fails with :class:`~client.ProducerQueueIsFull`, or waits with
+        ``block_if_queue_full=True``. A send without a receipt after ``send_timeout_millis``
+        fails with :class:`~client.Timeout` (0: never).
 
-        >>> producer = await client.create_producer("my-topic", batching_max_publish_delay_ms=5)
+        ``compression_type`` (:class:`CompressionType` LZ4, ZLib, ZSTD or SNAPPY) compresses
+        each batch; consumers decompress (see docs/protocol.md, "Compression").
+
+        ``batching_type=BatchingType.KeyBased`` (Pulsar's KEY_BASED batcher) keeps one batch
+        per key (the ordering key if set, else the partition key), so each stored entry holds
+        one key: use it when a Key_Shared subscription reads the topic, which dispatches a
+        whole entry by the key of its first message.
+
+        >>> producer = await client.create_producer(
+        ...     "my-topic", compression_type=CompressionType.LZ4, block_if_queue_full=True)
         """
         config = ProducerConfig(
-            batching_max_messages=batching_max_messages,
-            batching_max_bytes=batching_max_bytes,
+            batching_max_messages=batching_max_messages if batching_enabled else 1,
+            batching_max_bytes=batching_max_allowed_size_in_bytes,
             batching_max_publish_delay_ms=batching_max_publish_delay_ms,
-            send_timeout_ms=send_timeout_ms,
+            batching_type=BatchingType(batching_type),
+            compression_type=compression_type_of(compression_type),
+            send_timeout_ms=send_timeout_millis,
             max_pending_messages=max_pending_messages,
             initial_sequence_id=initial_sequence_id,
             operation_timeout_s=self._operation_timeout_s,
-            batching_type=BatchingType(batching_type),
             initial_backoff_s=self._backoff_s[0],
             max_backoff_s=self._backoff_s[1],
             max_message_size=self._max_message_size,
         )
-        mode = RoutingMode(routing_mode)
+        if max_pending_messages < 1 or max_pending_messages_across_partitions < 1:
+            raise ValueError(
+                "max_pending_messages and max_pending_messages_across_partitions must be positive"
+            )
+        mode = PartitionsRoutingMode(message_routing_mode)
         partitions = await self._partition_count(topic)
         params: dict[str, str | int | bool | None] = {
             "x-pulsar-producer-name": producer_name,
@@ -344,7 +370,10 @@ class Client:
         producers = [PartitionProducer(config, index) for index in _partition_indexes(partitions)]
         await self._start_all(producers, _partition_topics(topic, partitions), "Produce", params)
         router = Router(partitions, mode, batching_max_publish_delay_ms) if partitions else None
-        producer = Producer(topic, producers, router, max_pending_messages)
+        budget = max_pending_messages
+        if partitions:
+            budget = min(max_pending_messages * partitions, max_pending_messages_across_partitions)
+        producer = Producer(full_topic_name(topic), producers, router, budget, block_if_queue_full)
         self._handles.add(producer)
         return producer
 
@@ -466,6 +495,10 @@ class Client:
         ['persistent://public/default/orders-partition-0', ...]
         """
         return _partition_topics(full_topic_name(topic), await self._partition_count(topic))
+
+    async def get_topic_partitions(self, topic: str) -> list[str]:
+        """pulsar-client's name for :meth:`get_partitions_for_topic` (Java's name)."""
+        return await self.get_partitions_for_topic(topic)
 
     async def lookup(self, topic: str) -> LookupResult:
         """Ask which broker serves ``topic`` and at which addresses of the client's listener,

@@ -1,51 +1,139 @@
-"""Client exceptions and the one function that maps a failed gRPC call to them.
+"""Client exceptions, pulsar-client's ``Result`` codes, and the one function that maps a
+failed gRPC call to them.
+
+The tree is pulsar-client's (``pulsar.exceptions``), so ``except`` clauses port unchanged::
+
+    PulsarException                  base of every client error (``result()``: its Result)
+    ├── UnknownError                 the broker gave no more specific reason
+    ├── ConnectError                 broker unreachable, or the stream broke
+    ├── Timeout                      send timeout, receive timeout, deadline
+    ├── LookupError                  a lookup gave no usable answer (alias LookupFailed)
+    ├── ProducerQueueIsFull          max_pending_messages reached, block_if_queue_full=False
+    ├── MessageTooBig, ProducerBusy, ConsumerBusy, TopicNotFound, InvalidTopicName,
+    │   NotAllowedError, TopicTerminated, IncompatibleSchema, AuthenticationError, ...
+    └── ...                          every other name of pulsar-client, one class each
 
 The broker ends a failed call with a gRPC status and Pulsar's ServerError code in the trailing
-metadata key ``pulsar-error-code``; the code is the more specific of the two, so it wins.
+metadata key ``pulsar-error-code``; the code is the more specific of the two, so it wins, and
+each ServerError maps to the exception Pulsar's C++ client (under pulsar-client) raises for it.
 
 Example::
 
     try:
         producer = await client.create_producer("my-topic", producer_name="p1")
     except ProducerBusy as e:
-        print(e.code, e.status)  # 16 StatusCode.FAILED_PRECONDITION
+        print(e.code, e.status, e.result())  # 16 StatusCode.FAILED_PRECONDITION Result.ProducerBusy
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from enum import IntEnum
+from typing import Any, ClassVar, Protocol
 
 import grpc
 
 ERROR_CODE_KEY = "pulsar-error-code"
 
-# Pulsar's ServerError numbers (pulsar.proto, enum ServerError) used below.
-_UNKNOWN_ERROR = 0
-_AUTHENTICATION_ERROR = 3
-_AUTHORIZATION_ERROR = 4
-_CONSUMER_BUSY = 5
-_METADATA_ERROR = 1
-_PERSISTENCE_ERROR = 2
-_SERVICE_NOT_READY = 6
-_TOO_MANY_REQUESTS = 14
-_TOPIC_NOT_FOUND = 11
-_PRODUCER_BUSY = 16
-_INVALID_TOPIC_NAME = 17
-_NOT_ALLOWED = 22
+
+class Result(IntEnum):
+    """pulsar-client's result codes (the C++ client's ``pulsar::Result``, same numbers): what a
+    ``send_async`` callback gets first, ``Result.Ok`` or the failure's."""
+
+    Ok = 0
+    UnknownError = 1
+    InvalidConfiguration = 2
+    Timeout = 3
+    LookupError = 4
+    ConnectError = 5
+    ReadError = 6
+    AuthenticationError = 7
+    AuthorizationError = 8
+    ErrorGettingAuthenticationData = 9
+    BrokerMetadataError = 10
+    BrokerPersistenceError = 11
+    ChecksumError = 12
+    ConsumerBusy = 13
+    NotConnected = 14
+    AlreadyClosed = 15
+    InvalidMessage = 16
+    ConsumerNotInitialized = 17
+    ProducerNotInitialized = 18
+    ProducerBusy = 19
+    TooManyLookupRequestException = 20
+    InvalidTopicName = 21
+    InvalidUrl = 22
+    ServiceUnitNotReady = 23
+    OperationNotSupported = 24
+    ProducerBlockedQuotaExceededError = 25
+    ProducerBlockedQuotaExceededException = 26
+    ProducerQueueIsFull = 27
+    MessageTooBig = 28
+    TopicNotFound = 29
+    SubscriptionNotFound = 30
+    ConsumerNotFound = 31
+    UnsupportedVersionError = 32
+    TopicTerminated = 33
+    CryptoError = 34
+    IncompatibleSchema = 35
+    ConsumerAssignError = 36
+    CumulativeAcknowledgementNotAllowedError = 37
+    TransactionCoordinatorNotFoundError = 38
+    InvalidTxnStatusError = 39
+    NotAllowedError = 40
+    TransactionConflict = 41
+    TransactionNotFound = 42
+    ProducerFenced = 43
+    MemoryBufferIsFull = 44
+    Interrupted = 45
 
 
-class PulsarError(Exception):
-    """Base of every client error.
+class ServerError(IntEnum):
+    """Pulsar's ServerError numbers (the wire contract's ``ServerError`` enum), as they arrive
+    in ``pulsar-error-code``."""
 
-    ``code`` is Pulsar's ServerError number (0 = UnknownError when the broker sent none) and
-    ``status`` the gRPC status code (None for errors raised by the client itself).
+    UnknownError = 0
+    MetadataError = 1
+    PersistenceError = 2
+    AuthenticationError = 3
+    AuthorizationError = 4
+    ConsumerBusy = 5
+    ServiceNotReady = 6
+    ProducerBlockedQuotaExceededError = 7
+    ProducerBlockedQuotaExceededException = 8
+    ChecksumError = 9
+    UnsupportedVersionError = 10
+    TopicNotFound = 11
+    SubscriptionNotFound = 12
+    ConsumerNotFound = 13
+    TooManyRequests = 14
+    TopicTerminatedError = 15
+    ProducerBusy = 16
+    InvalidTopicName = 17
+    IncompatibleSchema = 18
+    ConsumerAssignError = 19
+    TransactionCoordinatorNotFound = 20
+    InvalidTxnStatus = 21
+    NotAllowedError = 22
+    TransactionConflict = 23
+    TransactionNotFound = 24
+    ProducerFenced = 25
+
+
+class PulsarException(Exception):
+    """Base of every client error, as in pulsar-client.
+
+    ``code`` is Pulsar's ServerError number (0 = UnknownError when the broker sent none),
+    ``status`` the gRPC status code (None for errors raised by the client itself) and
+    :meth:`result` the pulsar-client :class:`Result` of the class.
     """
+
+    result_code: ClassVar[Result] = Result.UnknownError
 
     def __init__(
         self,
         message: str,
-        code: int = _UNKNOWN_ERROR,
+        code: int = ServerError.UnknownError,
         status: grpc.StatusCode | None = None,
     ) -> None:
         super().__init__(message)
@@ -53,72 +141,325 @@ class PulsarError(Exception):
         self.code = code
         self.status = status
 
-
-class ProducerBusy(PulsarError):
-    """Another producer with the same name is connected to the topic."""
-
-
-class ConsumerBusy(PulsarError):
-    """The subscription is Exclusive and already has a consumer."""
+    def result(self) -> Result:
+        """The :class:`Result` a ``send_async`` callback gets for this error."""
+        return self.result_code
 
 
-class TopicNotFound(PulsarError):
-    """The topic does not exist and auto-creation is off."""
+# One class per pulsar-client name, so that ported ``except`` clauses resolve; spelled out
+# rather than made in a loop so that type checkers and IDEs see them.
+class UnknownError(PulsarException):
+    """The broker refused with UnknownError or no specific reason."""
+
+    result_code = Result.UnknownError
 
 
-class InvalidTopicName(PulsarError):
-    """The topic name is malformed."""
-
-
-class NotAllowed(PulsarError):
-    """The broker refused the operation."""
-
-
-class MessageTooBig(PulsarError):
-    """A message or batch exceeds the broker's maximum message size."""
-
-
-class Timeout(PulsarError):
-    """An operation did not complete in time (send timeout, receive timeout, deadline)."""
-
-
-class AlreadyClosed(PulsarError):
-    """The client, producer, consumer or reader is closed."""
-
-
-class ConnectError(PulsarError):
-    """The broker could not be reached or the stream broke."""
-
-
-class LookupFailed(PulsarError):
-    """A topic lookup gave no usable answer: no gRPC address for the listener, or more
-    redirects than the client follows."""
-
-
-class InvalidConfiguration(PulsarError):
+class InvalidConfiguration(PulsarException):
     """The application asked for something its settings rule out (e.g. a cumulative ack on a
     Shared subscription); nothing was sent to the broker."""
 
+    result_code = Result.InvalidConfiguration
 
-class AuthenticationError(PulsarError):
+
+class Timeout(PulsarException):
+    """An operation did not complete in time (send timeout, receive timeout, deadline)."""
+
+    result_code = Result.Timeout
+
+
+class LookupError(PulsarException):  # pulsar-client's name, though it shadows the builtin
+    """A topic lookup gave no usable answer: no gRPC address for the listener, or more
+    redirects than the client follows."""
+
+    result_code = Result.LookupError
+
+
+class ConnectError(PulsarException):
+    """The broker could not be reached or the stream broke."""
+
+    result_code = Result.ConnectError
+
+
+class ReadError(PulsarException):
+    """pulsar-client's name for a failed socket read; this client reports ConnectError."""
+
+    result_code = Result.ReadError
+
+
+class AuthenticationError(PulsarException):
     """The broker did not accept the client's credentials."""
 
+    result_code = Result.AuthenticationError
 
-class AuthorizationError(PulsarError):
+
+class AuthorizationError(PulsarException):
     """The client's role may not perform the operation."""
 
+    result_code = Result.AuthorizationError
 
-_BY_CODE: dict[int, type[PulsarError]] = {
-    _PRODUCER_BUSY: ProducerBusy,
-    _CONSUMER_BUSY: ConsumerBusy,
-    _TOPIC_NOT_FOUND: TopicNotFound,
-    _INVALID_TOPIC_NAME: InvalidTopicName,
-    _NOT_ALLOWED: NotAllowed,
-    _AUTHENTICATION_ERROR: AuthenticationError,
-    _AUTHORIZATION_ERROR: AuthorizationError,
+
+class ErrorGettingAuthenticationData(PulsarException):
+    """pulsar-client's name for an authentication plugin failure."""
+
+    result_code = Result.ErrorGettingAuthenticationData
+
+
+class BrokerMetadataError(PulsarException):
+    """The broker failed to read or write metadata (ServerError MetadataError); retried."""
+
+    result_code = Result.BrokerMetadataError
+
+
+class BrokerPersistenceError(PulsarException):
+    """The broker failed to store (ServerError PersistenceError); retried."""
+
+    result_code = Result.BrokerPersistenceError
+
+
+class ChecksumError(PulsarException):
+    """The broker found a corrupt message (ServerError ChecksumError)."""
+
+    result_code = Result.ChecksumError
+
+
+class ConsumerBusy(PulsarException):
+    """The subscription is Exclusive and already has a consumer."""
+
+    result_code = Result.ConsumerBusy
+
+
+class NotConnected(PulsarException):
+    """pulsar-client's name for an operation on a handle without a connection; this client
+    makes such operations wait for the reconnect instead (until their timeout)."""
+
+    result_code = Result.NotConnected
+
+
+class AlreadyClosed(PulsarException):
+    """The client, producer, consumer or reader is closed."""
+
+    result_code = Result.AlreadyClosed
+
+
+class InvalidMessage(PulsarException):
+    """pulsar-client's name for a message the client cannot build or send."""
+
+    result_code = Result.InvalidMessage
+
+
+class ConsumerNotInitialized(PulsarException):
+    """pulsar-client's name for a consumer used before it was created."""
+
+    result_code = Result.ConsumerNotInitialized
+
+
+class ProducerNotInitialized(PulsarException):
+    """pulsar-client's name for a producer used before it was created."""
+
+    result_code = Result.ProducerNotInitialized
+
+
+class ProducerBusy(PulsarException):
+    """Another producer with the same name is connected to the topic."""
+
+    result_code = Result.ProducerBusy
+
+
+class TooManyLookupRequestException(PulsarException):
+    """The broker is throttling (ServerError TooManyRequests); retried."""
+
+    result_code = Result.TooManyLookupRequestException
+
+
+class InvalidTopicName(PulsarException):
+    """The topic name is malformed."""
+
+    result_code = Result.InvalidTopicName
+
+
+class InvalidUrl(PulsarException):
+    """pulsar-client's name for a malformed service URL (this client raises ValueError)."""
+
+    result_code = Result.InvalidUrl
+
+
+class ServiceUnitNotReady(PulsarException):
+    """The topic is not served right now (ServerError ServiceNotReady: loading, unloading,
+    the broker starting); retried."""
+
+    result_code = Result.ServiceUnitNotReady
+
+
+class OperationNotSupported(PulsarException):
+    """The operation is not supported here."""
+
+    result_code = Result.OperationNotSupported
+
+
+class ProducerBlockedQuotaExceededError(PulsarException):
+    """The namespace's backlog quota is exceeded and the policy refuses producers."""
+
+    result_code = Result.ProducerBlockedQuotaExceededError
+
+
+class ProducerBlockedQuotaExceededException(PulsarException):
+    """The namespace's backlog quota is exceeded and the policy fails sends."""
+
+    result_code = Result.ProducerBlockedQuotaExceededException
+
+
+class ProducerQueueIsFull(PulsarException):
+    """``max_pending_messages`` sends are pending and the producer has
+    ``block_if_queue_full=False`` (pulsar-client's default): the send failed at once."""
+
+    result_code = Result.ProducerQueueIsFull
+
+
+class MessageTooBig(PulsarException):
+    """A message or batch exceeds the broker's maximum message size."""
+
+    result_code = Result.MessageTooBig
+
+
+class TopicNotFound(PulsarException):
+    """The topic does not exist and auto-creation is off."""
+
+    result_code = Result.TopicNotFound
+
+
+class SubscriptionNotFound(PulsarException):
+    """The subscription does not exist."""
+
+    result_code = Result.SubscriptionNotFound
+
+
+class ConsumerNotFound(PulsarException):
+    """The consumer does not exist (any more) on the broker."""
+
+    result_code = Result.ConsumerNotFound
+
+
+class UnsupportedVersionError(PulsarException):
+    """The broker does not support what the client asked for."""
+
+    result_code = Result.UnsupportedVersionError
+
+
+class TopicTerminated(PulsarException):
+    """The topic was terminated: it takes no more messages."""
+
+    result_code = Result.TopicTerminated
+
+
+class CryptoError(PulsarException):
+    """pulsar-client's name for an encryption failure (this client does not encrypt)."""
+
+    result_code = Result.CryptoError
+
+
+class IncompatibleSchema(PulsarException):
+    """The producer's or consumer's schema is incompatible with the topic's."""
+
+    result_code = Result.IncompatibleSchema
+
+
+class ConsumerAssignError(PulsarException):
+    """The broker could not assign the consumer (e.g. Key_Shared key ranges)."""
+
+    result_code = Result.ConsumerAssignError
+
+
+class CumulativeAcknowledgementNotAllowedError(PulsarException):
+    """pulsar-client's name for a cumulative ack on a Shared subscription (this client
+    raises InvalidConfiguration)."""
+
+    result_code = Result.CumulativeAcknowledgementNotAllowedError
+
+
+class TransactionCoordinatorNotFoundError(PulsarException):
+    """No transaction coordinator (ServerError TransactionCoordinatorNotFound)."""
+
+    result_code = Result.TransactionCoordinatorNotFoundError
+
+
+class InvalidTxnStatusError(PulsarException):
+    """A transaction in the wrong state (ServerError InvalidTxnStatus)."""
+
+    result_code = Result.InvalidTxnStatusError
+
+
+class NotAllowedError(PulsarException):
+    """The broker refused the operation (ServerError NotAllowedError)."""
+
+    result_code = Result.NotAllowedError
+
+
+class TransactionConflict(PulsarException):
+    """Conflicting transactions (ServerError TransactionConflict)."""
+
+    result_code = Result.TransactionConflict
+
+
+class TransactionNotFound(PulsarException):
+    """Unknown transaction (ServerError TransactionNotFound)."""
+
+    result_code = Result.TransactionNotFound
+
+
+class ProducerFenced(PulsarException):
+    """Another producer took exclusive access to the topic."""
+
+    result_code = Result.ProducerFenced
+
+
+class MemoryBufferIsFull(PulsarException):
+    """pulsar-client's name for its memory limit; this client bounds pending messages."""
+
+    result_code = Result.MemoryBufferIsFull
+
+
+class Interrupted(PulsarException):
+    """pulsar-client's name for an interrupted blocking call."""
+
+    result_code = Result.Interrupted
+
+
+# Names this client used before it took pulsar-client's: kept so existing code still runs.
+PulsarError = PulsarException
+LookupFailed = LookupError
+NotAllowed = NotAllowedError
+
+# ServerError -> exception, as Pulsar's C++ client maps them (ClientConnection::getResult).
+_BY_CODE: dict[int, type[PulsarException]] = {
+    ServerError.MetadataError: BrokerMetadataError,
+    ServerError.PersistenceError: BrokerPersistenceError,
+    ServerError.AuthenticationError: AuthenticationError,
+    ServerError.AuthorizationError: AuthorizationError,
+    ServerError.ConsumerBusy: ConsumerBusy,
+    ServerError.ServiceNotReady: ServiceUnitNotReady,
+    ServerError.ProducerBlockedQuotaExceededError: ProducerBlockedQuotaExceededError,
+    ServerError.ProducerBlockedQuotaExceededException: ProducerBlockedQuotaExceededException,
+    ServerError.ChecksumError: ChecksumError,
+    ServerError.UnsupportedVersionError: UnsupportedVersionError,
+    ServerError.TopicNotFound: TopicNotFound,
+    ServerError.SubscriptionNotFound: SubscriptionNotFound,
+    ServerError.ConsumerNotFound: ConsumerNotFound,
+    ServerError.TooManyRequests: TooManyLookupRequestException,
+    ServerError.TopicTerminatedError: TopicTerminated,
+    ServerError.ProducerBusy: ProducerBusy,
+    ServerError.InvalidTopicName: InvalidTopicName,
+    ServerError.IncompatibleSchema: IncompatibleSchema,
+    ServerError.ConsumerAssignError: ConsumerAssignError,
+    ServerError.TransactionCoordinatorNotFound: TransactionCoordinatorNotFoundError,
+    ServerError.InvalidTxnStatus: InvalidTxnStatusError,
+    ServerError.NotAllowedError: NotAllowedError,
+    ServerError.TransactionConflict: TransactionConflict,
+    ServerError.TransactionNotFound: TransactionNotFound,
+    ServerError.ProducerFenced: ProducerFenced,
 }
 
-_BY_STATUS: dict[grpc.StatusCode, type[PulsarError]] = {
+# Without a specific ServerError the status decides; the rest is UnknownError.
+_BY_STATUS: dict[grpc.StatusCode, type[PulsarException]] = {
     grpc.StatusCode.UNAVAILABLE: ConnectError,
     grpc.StatusCode.DEADLINE_EXCEEDED: Timeout,
     grpc.StatusCode.RESOURCE_EXHAUSTED: MessageTooBig,
@@ -127,9 +468,9 @@ _BY_STATUS: dict[grpc.StatusCode, type[PulsarError]] = {
 }
 
 
-def error_from_code(code: int, message: str) -> PulsarError:
+def error_from_code(code: int, message: str) -> PulsarException:
     """The error for a request the broker refused while the stream stays open."""
-    return _BY_CODE.get(code, PulsarError)(message, code)
+    return _BY_CODE.get(code, UnknownError)(message, code)
 
 
 class RpcErrorLike(Protocol):
@@ -153,13 +494,12 @@ def _server_error_code(metadata: Iterable[tuple[str, str | bytes]] | None) -> in
     return None
 
 
-def error_from_rpc(err: RpcErrorLike) -> PulsarError:
-    """Map a failed call to the most specific :class:`PulsarError`.
+def error_from_rpc(err: RpcErrorLike) -> PulsarException:
+    """Map a failed call to the most specific :class:`PulsarException`.
 
     A ServerError code that names a specific error decides, except that RESOURCE_EXHAUSTED
-    always means too big (the broker reports an oversized batch as NotAllowed with that status).
-    Otherwise the gRPC status decides; INVALID_ARGUMENT and NOT_FOUND stay generic because the
-    broker also uses them for errors other than a bad topic name or a missing topic.
+    always means too big (the broker reports an oversized batch as NotAllowedError with that
+    status). Otherwise the gRPC status decides, and what is left is :class:`UnknownError`.
 
     >>> error_from_rpc(grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, None, None, "down"))
     ConnectError('down')
@@ -167,18 +507,25 @@ def error_from_rpc(err: RpcErrorLike) -> PulsarError:
     status = err.code()
     message = err.details() or status.name
     code = _server_error_code(err.trailing_metadata())
-    cls: type[PulsarError]
+    cls: type[PulsarException]
     if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
         cls = MessageTooBig
     elif code is not None and code in _BY_CODE:
         cls = _BY_CODE[code]
     else:
-        cls = _BY_STATUS.get(status, PulsarError)
-    return cls(message, code if code is not None else _UNKNOWN_ERROR, status)
+        cls = _BY_STATUS.get(status, UnknownError)
+    return cls(message, code if code is not None else ServerError.UnknownError, status)
 
 
 # Broker faults that pass: the broker restarts, loads the topic elsewhere, or catches up.
-_RETRYABLE_CODES = {_SERVICE_NOT_READY, _TOO_MANY_REQUESTS, _METADATA_ERROR, _PERSISTENCE_ERROR}
+_RETRYABLE = (
+    ConnectError,
+    Timeout,
+    ServiceUnitNotReady,
+    TooManyLookupRequestException,
+    BrokerMetadataError,
+    BrokerPersistenceError,
+)
 # Statuses that say nothing about the request itself when no Pulsar code comes with them.
 _RETRYABLE_STATUSES = {
     grpc.StatusCode.UNAVAILABLE,
@@ -189,14 +536,13 @@ _RETRYABLE_STATUSES = {
     grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
-
 # gRPC's words for a TCP connect refused: nothing listens on the port (yet), as while a broker
 # restarts. A refused TLS handshake or credentials read otherwise ("Tls handshake failed",
 # "Socket closed", UNAUTHENTICATED), and fail at once.
 _CONNECTION_REFUSED = "connection refused"
 
 
-def is_retryable_at_creation(error: PulsarError) -> bool:
+def is_retryable_at_creation(error: PulsarException) -> bool:
     """Whether creating a producer, consumer or reader retries after ``error`` (within the
     operation timeout), as Pulsar's client retries creation on retriable errors.
 
@@ -211,31 +557,29 @@ def is_retryable_at_creation(error: PulsarError) -> bool:
     >>> is_retryable_at_creation(ConnectError("...: Tls handshake failed (TSI_PROTOCOL_FAILURE)"))
     False
     """
-    if error.code in _RETRYABLE_CODES and type(error) in (PulsarError, ConnectError):
+    if isinstance(error, _RETRYABLE) and not isinstance(error, (ConnectError, Timeout)):
         return True
     return isinstance(error, ConnectError) and _CONNECTION_REFUSED in error.message.lower()
 
 
-def is_retryable(error: PulsarError, reconnecting: bool = False) -> bool:
+def is_retryable(error: PulsarException, reconnecting: bool = False) -> bool:
     """Whether a stream that ended with ``error`` (or an attempt to reopen it that failed with
     it) is worth another attempt, as Pulsar's ``isRetriableError``.
 
-    Retryable: the broker unreachable or gone (ConnectError: UNAVAILABLE, ServiceNotReady, a
-    dropped connection), timeouts, and broker-side faults (metadata, persistence). Not
-    retryable: what the same request would get again (topic not found, bad name, not allowed,
-    too big, auth). While *reconnecting*, ProducerBusy, ConsumerBusy and a lookup without a
-    usable answer are retried as well: the broker may not have noticed yet that the old stream
-    is gone, or the topic is moving (Pulsar's producer and consumer retry them once created).
+    Retryable: the broker unreachable or gone (ConnectError: UNAVAILABLE, a dropped
+    connection), ServiceUnitNotReady, timeouts, and broker-side faults (metadata, persistence,
+    throttling). Not retryable: what the same request would get again (topic not found, bad
+    name, not allowed, too big, auth). While *reconnecting*, ProducerBusy, ConsumerBusy and a
+    lookup without a usable answer are retried as well: the broker may not have noticed yet
+    that the old stream is gone, or the topic is moving (Pulsar's producer and consumer retry
+    them once created). An UnknownError is retried when its gRPC status says nothing about
+    the request (INTERNAL, UNKNOWN, ABORTED, ...).
 
     >>> is_retryable(ConnectError("gone")), is_retryable(TopicNotFound("no", 11))
     (True, False)
     """
-    if isinstance(error, (ConnectError, Timeout)):
+    if isinstance(error, _RETRYABLE):
         return True
-    if isinstance(error, (ProducerBusy, ConsumerBusy, LookupFailed)):
+    if isinstance(error, (ProducerBusy, ConsumerBusy, LookupError)):
         return reconnecting
-    if type(error) is not PulsarError:
-        return False  # a specific error: the same request gets it again
-    if error.code in _RETRYABLE_CODES:
-        return True
-    return error.code == _UNKNOWN_ERROR and error.status in _RETRYABLE_STATUSES
+    return type(error) is UnknownError and error.status in _RETRYABLE_STATUSES

@@ -7,6 +7,8 @@ from typing import ClassVar, NamedTuple
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
+from ._compression import decompress_entry
+
 _PACKED = struct.Struct(">qqii")
 _MAX_LONG = 2**63 - 1
 
@@ -184,7 +186,9 @@ def messages_of_entry(entry: pb.DeliveredEntry, partition: int, topic_name: str)
 
     Message i gets id (ledger, entry, i, partition) and sequence id ``entry.sequence_id + i``;
     ``partition`` is the consumer's own partition index, which decides where its acks go.
+    A compressed batch is decompressed first (InvalidMessage if it cannot be).
     """
+    decompress_entry(entry)
     count = len(entry.messages)
     if not entry.acked_batch_indexes:
         return [Message(entry, i, partition, topic_name) for i in range(count)]

@@ -5,7 +5,12 @@ stream breaks with a retryable error it reconnects (see ``_connection``) under t
 name and resends those batches, in order and with their sequence ids, before any new one: with
 deduplication on the broker, nothing is stored twice. Meanwhile the application can keep
 sending (bounded by ``max_pending_messages``); it sees a delay, and a :class:`Timeout` only
-for sends without a receipt after ``send_timeout_ms``.
+for sends without a receipt after ``send_timeout_millis``.
+
+The API is pulsar-client's: ``send`` (awaited here, as in its ``pulsar.asyncio``),
+``send_async(content, callback)``, ``flush``, ``producer_name()``, ``topic()``,
+``last_sequence_id()``. ``enqueue`` is the asyncio way to keep many sends in flight: it returns
+the future of the message id without waiting for the broker.
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ import contextlib
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import grpc
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._batching import BatchingType, BatchKey, Container, batch_container
+from ._compression import CompressionType
 from ._connection import (
     DEFAULT_INITIAL_BACKOFF_MS,
     DEFAULT_MAX_BACKOFF_MS,
@@ -32,7 +39,9 @@ from ._errors import (
     AlreadyClosed,
     ConnectError,
     MessageTooBig,
-    PulsarError,
+    ProducerQueueIsFull,
+    PulsarException,
+    Result,
     Timeout,
     is_retryable,
 )
@@ -57,12 +66,15 @@ _CLOSE_GRACE_S = 2.0
 class ProducerConfig:
     """Producer settings, as passed to ``Client.create_producer``."""
 
-    batching_max_messages: int = 100
+    batching_max_messages: int = 1000
     batching_max_bytes: int = 128 * 1024
     batching_max_publish_delay_ms: float = 10
     batching_type: BatchingType = BatchingType.Default
+    compression_type: CompressionType = CompressionType.NONE
     send_timeout_ms: int = 30000
     max_pending_messages: int = 1000
+    # Pulsar's initialSequenceId: the last id already published, so the first message gets
+    # the one after it.
     initial_sequence_id: int | None = None
     operation_timeout_s: float = 30.0
     initial_backoff_s: float = DEFAULT_INITIAL_BACKOFF_MS / 1000
@@ -92,7 +104,10 @@ class PartitionProducer:
         self._next_sequence_id = 0
         self._loop = asyncio.get_running_loop()
         self._container: Container[asyncio.Future[MessageId]] = batch_container(
-            config.batching_type, config.batching_max_messages, config.batching_max_bytes
+            config.batching_type,
+            config.batching_max_messages,
+            config.batching_max_bytes,
+            config.compression_type,
         )
         self._inflight: deque[_InFlight] = deque()
         self._timer: asyncio.TimerHandle | None = None
@@ -101,7 +116,7 @@ class PartitionProducer:
         self._call: StreamCall | None = None
         self._writer: StreamWriter | None = None
         self._connect: Connect | None = None
-        self._error: PulsarError | None = None
+        self._error: PulsarException | None = None
         self.connection = ConnectionHandler(
             f"producer partition {partition}",
             Backoff(config.initial_backoff_s, config.max_backoff_s),
@@ -157,20 +172,23 @@ class PartitionProducer:
             # -1 when nothing is stored (Python's protobuf reads the uint64 2**64-1 as -1).
             self.last_sequence_id = ready.last_sequence_id
             self._next_sequence_id = ready.last_sequence_id + 1
-        else:
-            # x-pulsar-initial-sequence-id: ids below it are duplicates, so it is the first id.
-            self.last_sequence_id = initial - 1
-            self._next_sequence_id = initial
+        else:  # as Pulsar's producer: initial is the last id published before
+            self.last_sequence_id = initial
+            self._next_sequence_id = initial + 1
 
     @property
     def pending(self) -> int:
         """Messages batched or sent and not yet receipted."""
         return len(self._container) + sum(len(b.futures) for b in self._inflight)
 
-    def add(self, message: bytes, key: BatchKey = None) -> asyncio.Future[MessageId]:
+    def add(
+        self, message: bytes, key: BatchKey = None, sequence_id: int | None = None
+    ) -> asyncio.Future[MessageId]:
         """Batch a message; the future resolves with its id once the broker stored it.
 
-        ``key`` (the ordering key, else the key) matters only to key-based batching."""
+        ``key`` (the ordering key, else the key) decides key-based batching and the Key_Shared
+        key of a compressed batch. A ``sequence_id`` other than the next one starts a new batch
+        (a batch's messages have consecutive ids on the wire) and the ids go on from it."""
         if self._error is not None:  # set when closed or failed for good
             raise self._error
         if 0 < self.config.max_message_size < len(message):
@@ -179,6 +197,11 @@ class PartitionProducer:
                 f"{self.config.max_message_size}"
             )
         future: asyncio.Future[MessageId] = self._loop.create_future()
+        if sequence_id is not None:
+            keyed = self.config.batching_type is BatchingType.KeyBased
+            if keyed or sequence_id != self._next_sequence_id + len(self._container):
+                self.send_batch()
+                self._next_sequence_id = sequence_id
         if not self._container.fits(message, key):
             self.send_batch()
         self._container.add(message, future, key)
@@ -216,7 +239,7 @@ class PartitionProducer:
         batch = self._inflight[0]
         if receipt.sequence_id != batch.sequence_id:
             self._fail(
-                PulsarError(
+                PulsarException(
                     f"receipt for sequence id {receipt.sequence_id} while "
                     f"{batch.sequence_id} was expected"
                 )
@@ -267,7 +290,7 @@ class PartitionProducer:
                 await asyncio.wait_for(asyncio.shield(self._reader), _CLOSE_GRACE_S)
         self._fail(AlreadyClosed("the producer is closed"))
 
-    def _lost(self, call: StreamCall, error: PulsarError) -> None:
+    def _lost(self, call: StreamCall, error: PulsarException) -> None:
         """A stream ended: reconnect (retryable error) or fail (closing, or not retryable)."""
         if call is not self._call:
             return  # an older stream, already replaced
@@ -282,7 +305,7 @@ class PartitionProducer:
         cancel_stream(self._reader, self._writer, self._call)
         self._reader = self._writer = self._call = None
 
-    def _fail(self, error: PulsarError) -> None:
+    def _fail(self, error: PulsarException) -> None:
         """Fail every pending send with ``error`` and close for good (first error wins)."""
         if self._error is None:
             self._error = error
@@ -326,7 +349,7 @@ class PartitionProducer:
                 await asyncio.sleep(delay)
                 continue
             error = Timeout(
-                f"no receipt within send_timeout_ms={self.config.send_timeout_ms} "
+                f"no receipt within send_timeout_millis={self.config.send_timeout_ms} "
                 f"(connection {self.connection.state.value})"
             )
             futures = [f for b in self._inflight for f in b.futures]
@@ -337,13 +360,42 @@ class PartitionProducer:
             self.on_settled(len(futures))
 
 
+SendCallback = Callable[[Result, MessageId | None], object]
+
+
+def report_to(callback: SendCallback, future: asyncio.Future[MessageId]) -> None:
+    """Tell a ``send_async`` callback how its send ended, as pulsar-client does:
+    ``callback(Result.Ok, message_id)`` or ``callback(<the failure's Result>, None)``."""
+    if future.cancelled():
+        callback(Result.Interrupted, None)
+        return
+    error = future.exception()  # read, so asyncio does not log it as never retrieved
+    if error is None:
+        callback(Result.Ok, future.result())
+    elif isinstance(error, PulsarException):
+        callback(error.result(), None)
+    else:
+        callback(Result.UnknownError, None)
+
+
+def _ordering_key(ordering_key: str | bytes | None) -> bytes | None:
+    return ordering_key.encode() if isinstance(ordering_key, str) else ordering_key
+
+
 class Producer:
     """Publishes to a topic; for a partitioned topic, to all its partitions.
 
     >>> async with await client.create_producer("my-topic") as producer:
-    ...     msg_id = await producer.send(b"hello", properties={"a": "1"})
-    ...     futures = [await producer.send_async(b"x%d" % i) for i in range(1000)]
+    ...     msg_id = await producer.send(b"hello", properties={"a": "1"}, partition_key="k")
+    ...     producer.send_async(b"x", lambda result, msg_id: print(result, msg_id))
+    ...     futures = [await producer.enqueue(b"x%d" % i) for i in range(1000)]
     ...     ids = await asyncio.gather(*futures)
+
+    At most ``max_pending_messages`` sends are pending (batched or without a receipt) across
+    all partitions. Beyond it a send fails at once with :class:`ProducerQueueIsFull`, or, with
+    ``block_if_queue_full=True``, ``send`` and ``enqueue`` wait for room in call order.
+    ``send_async`` never waits (an event loop cannot block): its callback gets
+    ``Result.ProducerQueueIsFull``.
     """
 
     def __init__(
@@ -352,90 +404,190 @@ class Producer:
         partitions: list[PartitionProducer],
         router: Router | None,
         max_pending_messages: int,
+        block_if_queue_full: bool = False,
     ) -> None:
         self._topic = topic
         self._partitions = partitions
         self._router = router
         # One budget for all partitions, so memory stays bounded however many there are.
         self._max_pending = max_pending_messages
+        self._block_if_queue_full = block_if_queue_full
         self._pending = 0
-        self._room = asyncio.Event()
-        self._room.set()
+        # Sends waiting for room (block_if_queue_full), first come first served: a slot freed
+        # by a receipt is handed to the oldest waiter, never to a newer send that overtakes it.
+        self._waiters: deque[asyncio.Future[None]] = deque()
         for partition in partitions:
             partition.on_settled = self._settled
         self._closed = False
 
-    @property
     def topic(self) -> str:
-        """The topic as given to ``create_producer``."""
+        """The topic's full name (``persistent://public/default/t`` for ``t``), as
+        pulsar-client's ``topic()``."""
         return self._topic
 
-    @property
     def producer_name(self) -> str:
         """The producer's name (given or generated by the broker; of partition 0 if partitioned)."""
         return self._partitions[0].producer_name
 
-    @property
     def last_sequence_id(self) -> int:
-        """Highest sequence id the broker has stored for this producer (-1 or less: none)."""
+        """The highest sequence id the broker stored for this producer (-1: none), as
+        pulsar-client's ``last_sequence_id()``."""
         return max(p.last_sequence_id for p in self._partitions)
+
+    def is_connected(self) -> bool:
+        """Whether every partition's stream is open (False while reconnecting or closed)."""
+        return all(p.state is HandleState.READY for p in self._partitions)
 
     async def send(
         self,
-        payload: bytes,
-        key: str | None = None,
-        ordering_key: bytes | None = None,
+        content: bytes,
         properties: Mapping[str, str] | None = None,
-        event_time: int | None = None,
+        partition_key: str | None = None,
+        ordering_key: str | bytes | None = None,
+        sequence_id: int | None = None,
+        *,
+        event_timestamp: int | None = None,
     ) -> MessageId:
-        """Publish one message and wait until it is stored.
+        """Publish one message and wait until it is stored; pulsar-client's ``send``.
 
-        >>> await producer.send(b"data", key="user-1", event_time=1700000000000)
+        ``partition_key`` picks the partition (and is the Key_Shared key unless
+        ``ordering_key`` is set); ``event_timestamp`` is in ms since the epoch;
+        ``sequence_id`` overrides the producer's next id (later ones go on from it).
+
+        >>> await producer.send(b"data", partition_key="user-1", event_timestamp=1700000000000)
         MessageId(ledger_id=3, entry_id=0, batch_index=0, partition=-1)
         """
-        future = await self.send_async(payload, key, ordering_key, properties, event_time)
+        future = await self.enqueue(
+            content,
+            properties,
+            partition_key,
+            ordering_key,
+            sequence_id,
+            event_timestamp=event_timestamp,
+        )
         return await future
 
-    async def send_async(
+    def send_async(
         self,
-        payload: bytes,
-        key: str | None = None,
-        ordering_key: bytes | None = None,
+        content: bytes,
+        callback: SendCallback,
         properties: Mapping[str, str] | None = None,
-        event_time: int | None = None,
-    ) -> asyncio.Future[MessageId]:
-        """Queue one message; returns a future of its id.
+        partition_key: str | None = None,
+        ordering_key: str | bytes | None = None,
+        sequence_id: int | None = None,
+        *,
+        event_timestamp: int | None = None,
+    ) -> None:
+        """Queue one message without waiting; pulsar-client's ``send_async``.
 
-        Waits only while ``max_pending_messages`` messages are pending (block-if-queue-full).
-        A message that deduplication dropped resolves to an id with ``ledger_id == -1``.
+        ``callback(result, message_id)`` runs on the event loop once the broker stored the
+        message (``Result.Ok`` and its id) or the send failed (the failure's :class:`Result`
+        and None), also when it fails at once: producer closed, queue full. A message that
+        deduplication dropped gets an id with ``ledger_id == -1``.
 
-        >>> future = await producer.send_async(b"data")
-        >>> msg_id = await future
+        >>> producer.send_async(b"data", lambda result, msg_id: print(result, msg_id))
         """
+        try:
+            message = encode_message(
+                content, partition_key, _ordering_key(ordering_key), properties, event_timestamp
+            )
+            self._check_open()
+            if not self._take_slot_now():
+                raise self._queue_full()
+            future = self._add(message, partition_key, _ordering_key(ordering_key), sequence_id)
+        except PulsarException as exc:
+            asyncio.get_running_loop().call_soon(callback, exc.result(), None)
+            return
+        future.add_done_callback(partial(report_to, callback))
+
+    async def enqueue(
+        self,
+        content: bytes,
+        properties: Mapping[str, str] | None = None,
+        partition_key: str | None = None,
+        ordering_key: str | bytes | None = None,
+        sequence_id: int | None = None,
+        *,
+        event_timestamp: int | None = None,
+    ) -> asyncio.Future[MessageId]:
+        """Queue one message and return the future of its id, without waiting for the broker:
+        the asyncio way to keep many sends in flight. Waits only for room in the queue
+        (``block_if_queue_full=True``); otherwise a full queue raises
+        :class:`ProducerQueueIsFull`.
+
+        >>> futures = [await producer.enqueue(b"x%d" % i) for i in range(10_000)]
+        >>> ids = await asyncio.gather(*futures)
+        """
+        ordering = _ordering_key(ordering_key)
+        message = encode_message(content, partition_key, ordering, properties, event_timestamp)
+        self._check_open()
+        if not self._take_slot_now():
+            if not self._block_if_queue_full:
+                raise self._queue_full()
+            await self._wait_for_slot()
+        return self._add(message, partition_key, ordering, sequence_id)
+
+    def _check_open(self) -> None:
         if self._closed:
             raise AlreadyClosed("the producer is closed")
-        message = encode_message(payload, key, ordering_key, properties, event_time)
-        while self._pending >= self._max_pending:
-            self._room.clear()
-            await self._room.wait()
+
+    def _queue_full(self) -> ProducerQueueIsFull:
+        return ProducerQueueIsFull(
+            f"{self._pending} sends are pending, max_pending_messages={self._max_pending} "
+            "(block_if_queue_full=True waits for room instead)"
+        )
+
+    def _take_slot_now(self) -> bool:
+        """Take a pending slot if one is free and nobody waits for one."""
+        if self._pending < self._max_pending and not self._waiters:
+            self._pending += 1
+            return True
+        return False
+
+    async def _wait_for_slot(self) -> None:
+        """Wait until :meth:`_settled` hands this send a slot (oldest waiter first)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._settled(1)  # handed a slot just before the cancel: pass it on
+            raise
+
+    def _add(
+        self, message: bytes, key: str | None, ordering_key: bytes | None, sequence_id: int | None
+    ) -> asyncio.Future[MessageId]:
+        """Hand a message that holds a slot to its partition's producer."""
         index = self._router.choose(key) if self._router is not None else 0
-        future = self._partitions[index].add(message, ordering_key or key)
-        self._pending += 1
-        return future
+        try:
+            return self._partitions[index].add(message, ordering_key or key, sequence_id)
+        except BaseException:
+            self._settled(1)
+            raise
 
     def _settled(self, count: int) -> None:
         self._pending -= count
-        self._room.set()
+        while self._waiters and self._pending < self._max_pending:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self._pending += 1
+                waiter.set_result(None)
 
     async def flush(self) -> None:
         """Send every batched message now and wait until the broker stored them."""
         await asyncio.gather(*(p.flush() for p in self._partitions))
 
     async def close(self) -> None:
-        """Flush, then close the streams. Idempotent."""
+        """Flush, then close the streams; sends waiting for room fail with AlreadyClosed.
+        Idempotent."""
         if self._closed:
             return
         self._closed = True
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(AlreadyClosed("the producer was closed"))
         await asyncio.gather(*(p.close() for p in self._partitions))
 
     async def __aenter__(self) -> Producer:

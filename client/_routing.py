@@ -5,12 +5,12 @@ A message with a key goes to ``murmur3_32(key) & 0x7fffffff % partitions`` (Puls
 the same partition. The hash is implemented here in pure Python: keys are short and the client
 depends on grpcio and the generated protos only.
 
-Messages without a key follow the routing mode:
+Messages without a key follow the routing mode (pulsar-client's ``PartitionsRoutingMode``):
 
-- ``round_robin`` (Pulsar's RoundRobinPartition with batching): every partition in turn, one
-  batching window (``batching_max_publish_delay_ms``) each, so that a batch fills up on one
-  partition instead of being scattered over all of them;
-- ``single``: one partition picked at random when the producer is created.
+- ``RoundRobinDistribution`` (Pulsar's RoundRobinPartition with batching): every partition in
+  turn, one batching window (``batching_max_publish_delay_ms``) each, so that a batch fills up
+  on one partition instead of being scattered over all of them;
+- ``UseSinglePartition``: one partition picked at random when the producer is created.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ _C2 = 0x1B873593
 _MASK = 0xFFFFFFFF
 
 
-class RoutingMode(StrEnum):
-    """Where messages without a key go."""
+class PartitionsRoutingMode(StrEnum):
+    """Where messages without a key go (pulsar-client's names; the values are what the CLI
+    and string options take)."""
 
-    ROUND_ROBIN = "round_robin"
-    SINGLE = "single"
+    RoundRobinDistribution = "round_robin"
+    UseSinglePartition = "single"
 
 
 def _rotl(x: int, r: int) -> int:
@@ -77,7 +78,7 @@ class Router:
 
     ``clock`` returns milliseconds; it is a parameter so tests can drive the windows.
 
-    >>> router = Router(4, RoutingMode.SINGLE, batching_delay_ms=10)
+    >>> router = Router(4, PartitionsRoutingMode.UseSinglePartition, batching_delay_ms=10)
     >>> router.choose("k") == partition_for_key("k", 4)
     True
     """
@@ -85,14 +86,14 @@ class Router:
     def __init__(
         self,
         partitions: int,
-        mode: RoutingMode | str = RoutingMode.ROUND_ROBIN,
+        mode: PartitionsRoutingMode | str = PartitionsRoutingMode.RoundRobinDistribution,
         batching_delay_ms: float = 10,
         clock: Callable[[], float] | None = None,
     ) -> None:
         if partitions < 1:
             raise ValueError("a router needs at least one partition")
         self.partitions = partitions
-        self.mode = RoutingMode(mode)
+        self.mode = PartitionsRoutingMode(mode)
         self._switch_ms = max(1.0, batching_delay_ms)
         self._clock = clock or (lambda: time.monotonic() * 1000)
         # A random start spreads producers that start together over different partitions.
@@ -102,7 +103,7 @@ class Router:
         """The partition index for a message with this key (None or "" = no key)."""
         if key:
             return partition_for_key(key, self.partitions)
-        if self.mode is RoutingMode.SINGLE:
+        if self.mode is PartitionsRoutingMode.UseSinglePartition:
             return self._offset
         window = int(self._clock() // self._switch_ms)
         return (self._offset + window) % self.partitions

@@ -12,10 +12,13 @@ from collections.abc import Mapping
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
+from ._compression import CompressionType, compress_batch
+
 _PAYLOAD = b"\x0a"  # MessageData.payload = 1, length-delimited
 _KEY = b"\x12"  # MessageData.key = 2
 _SEQUENCE_ID = b"\x60"  # ProduceRequest.sequence_id = 12, varint
 _MESSAGE = b"\x6a"  # ProduceRequest.messages = 13, length-delimited
+_COMPRESSED = b"\x72"  # ProduceRequest.compressed = 14, length-delimited
 
 
 def varint(value: int) -> bytes:
@@ -50,12 +53,23 @@ def encode_message(
     return encoded
 
 
-def encode_request(sequence_id: int, messages: list[bytes]) -> bytes:
-    """A serialized ProduceRequest carrying ``messages`` (each from :func:`encode_message`)."""
-    parts = [_SEQUENCE_ID, varint(sequence_id)] if sequence_id else []
+def encode_request(
+    sequence_id: int,
+    messages: list[bytes],
+    codec: CompressionType = CompressionType.NONE,
+    key: bytes = b"",
+) -> bytes:
+    """A serialized ProduceRequest carrying ``messages`` (each from :func:`encode_message`),
+    compressed together with ``codec`` into a CompressedBatch whose Key_Shared key is ``key``
+    (the first message's ordering key, else its key)."""
+    head = [_SEQUENCE_ID, varint(sequence_id)] if sequence_id else []
+    framed: list[bytes] = []
     for message in messages:
-        parts += (_MESSAGE, varint(len(message)), message)
-    return b"".join(parts)
+        framed += (_MESSAGE, varint(len(message)), message)
+    if codec is CompressionType.NONE:
+        return b"".join(head + framed)
+    batch = compress_batch(codec, b"".join(framed), len(messages), key).SerializeToString()
+    return b"".join([*head, _COMPRESSED, varint(len(batch)), batch])
 
 
 def serialize(request: bytes | pb.ProduceRequest) -> bytes:

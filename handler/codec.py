@@ -99,14 +99,26 @@ def parse_produce_request(raw: bytes) -> pulsar_pb2.ProduceRequest:
     request = parse(pulsar_pb2.ProduceRequest, raw)
     if len(unknown_fields.UnknownFieldSet(request)):
         raise InvalidArgumentError("ProduceRequest carries fields this broker does not know")
-    if not request.messages:
+    if request.HasField("compressed"):
+        if request.messages:
+            raise InvalidArgumentError("ProduceRequest carries both messages and compressed")
+        if not request.compressed.num_messages:
+            raise InvalidArgumentError("ProduceRequest.compressed has num_messages 0")
+    elif not request.messages:
         raise InvalidArgumentError("ProduceRequest carries no messages")
-    highest = request.sequence_id + len(request.messages) - 1
+    highest = request.sequence_id + message_count(request) - 1
     if highest > MAX_SEQUENCE_ID:
         raise InvalidArgumentError(
             f"sequence ids up to {highest} exceed {MAX_SEQUENCE_ID} (Pulsar's are Java longs)"
         )
     return request
+
+
+def message_count(request: pulsar_pb2.ProduceRequest) -> int:
+    """Messages in a batch; a compressed batch says how many (the broker never decompresses)."""
+    if request.HasField("compressed"):
+        return request.compressed.num_messages
+    return len(request.messages)
 
 
 def serialize_response(

@@ -60,7 +60,7 @@ async def _serve(
                 request = codec.parse_produce_request(raw)
                 await room.acquire()
                 pending.put_nowait(
-                    producer.publish(raw, request.sequence_id, len(request.messages))
+                    producer.publish(raw, request.sequence_id, codec.message_count(request))
                 )
         except Exception as exc:
             failure.append(exc)

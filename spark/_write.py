@@ -1,6 +1,6 @@
 """Write path: each task produces its rows through the SDK's batching producer.
 
-Rows are sent with ``send_async`` (batched on the wire) and the task waits for every receipt
+Rows are sent with ``enqueue`` (batched on the wire) and the task waits for every receipt
 before it reports success, so a committed Spark job means every row is stored; the first
 broker error fails the task with the topic and the broker's message.
 """
@@ -70,7 +70,8 @@ async def _producer(
             batching_max_messages=options.batching_max_messages,
             batching_max_publish_delay_ms=options.batching_max_publish_delay_ms,
             max_pending_messages=options.max_pending_messages,
-            send_timeout_ms=options.send_timeout_ms,
+            send_timeout_millis=options.send_timeout_ms,
+            block_if_queue_full=True,
         )
         producers[topic] = producer
     return producer
@@ -98,11 +99,11 @@ async def _send_batch(
         event = event_times[i] if event_times is not None else None
         try:
             producer = await _producer(runner, producers, topic, options)
-            future = await producer.send_async(
+            future = await producer.enqueue(
                 _as_bytes(value),
-                key=keys[i] if keys is not None else None,
-                properties=dict(properties) if properties else None,
-                event_time=int(event.timestamp() * 1000) if event is not None else None,
+                dict(properties) if properties else None,
+                partition_key=keys[i] if keys is not None else None,
+                event_timestamp=int(event.timestamp() * 1000) if event is not None else None,
             )
         except PulsarError as exc:
             raise _failed(topic, exc) from exc

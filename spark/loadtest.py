@@ -92,9 +92,12 @@ def _produce_share(options: ClientOptions, topic: str, count: int, size: int) ->
 
         async def go() -> None:
             producer = await runner.client.create_producer(
-                topic, batching_max_messages=1000, max_pending_messages=20000
+                topic,
+                batching_max_messages=1000,
+                max_pending_messages=20000,
+                block_if_queue_full=True,
             )
-            futures = [await producer.send_async(payload) for _ in range(count)]
+            futures = [await producer.enqueue(payload) for _ in range(count)]
             await producer.flush()
             last: dict[int, Any] = {}
             for future in futures:

@@ -70,9 +70,10 @@ async def _create_producers(client: Client, spec: LoadSpec) -> list[Producer]:
         await client.create_producer(
             topic,
             batching_max_messages=spec.batch,
-            batching_max_bytes=max(128 * 1024, 2 * spec.batch * (spec.size + 16)),
+            batching_max_allowed_size_in_bytes=max(128 * 1024, 2 * spec.batch * (spec.size + 16)),
             batching_max_publish_delay_ms=spec.batch_delay_ms,
             max_pending_messages=spec.max_pending,
+            block_if_queue_full=True,
         )
         for topic in spec.topics
         for _ in range(spec.producers)
@@ -102,7 +103,7 @@ async def _send_loop(
 
     Latency is taken with one done callback per group, not per message: a callback costs
     ~1.5 µs on uvloop, enough to halve what one core can produce. That is exact because a
-    group never yields to the loop (the window below keeps ``send_async`` from blocking), so
+    group never yields to the loop (the window below keeps ``enqueue`` from blocking), so
     the SDK's batch timer can only fire between groups: a batch holds whole groups, all
     messages of a group get their receipt together, and receipts come in order. On a
     partitioned topic the round-robin router may switch partition inside a group, so there the
@@ -122,7 +123,7 @@ async def _send_loop(
             sent_us.append(now_us())
             if stamp:
                 payload = wall_us().to_bytes(STAMP_BYTES, "big") + tail
-            future = await producer.send_async(payload)
+            future = await producer.enqueue(payload)
             if exact:
                 futures.append(future)
         group = asyncio.gather(*futures, return_exceptions=True) if exact else future
@@ -145,7 +146,7 @@ def _group_done(
 
 
 class _Window:
-    """Messages in flight, waited for between groups rather than inside ``send_async``."""
+    """Messages in flight, waited for between groups rather than inside ``enqueue``."""
 
     def __init__(self, size: int) -> None:
         self._size = self._free = size

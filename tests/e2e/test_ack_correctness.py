@@ -310,7 +310,7 @@ async def test_seek_inside_a_batch_starts_at_that_message(broker: BrokerThread) 
         producer = await client.create_producer(
             topic, batching_max_messages=5, batching_max_publish_delay_ms=10_000
         )
-        futures = [await producer.send_async(p) for p in payloads]
+        futures = [await producer.enqueue(p) for p in payloads]
         await producer.flush()
         ids = list(await asyncio.gather(*futures))
         consumer = await client.subscribe(topic, "sub", initial_position="Earliest")

@@ -20,7 +20,7 @@ async def send_each_alone(producer: Producer, payloads: list[bytes]) -> list[Mes
 
 async def send_one_batch(producer: Producer, payloads: list[bytes]) -> list[MessageId]:
     """All payloads in one batch, i.e. one entry."""
-    futures = [await producer.send_async(p) for p in payloads]
+    futures = [await producer.enqueue(p) for p in payloads]
     await producer.flush()
     ids = list(await asyncio.gather(*futures))
     assert len({(i.ledger_id, i.entry_id) for i in ids}) == 1, f"not one entry: {ids}"

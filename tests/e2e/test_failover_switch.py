@@ -26,7 +26,7 @@ async def one_batch_of_ten(client: Client) -> tuple[Producer, list[bytes]]:
     """Ten messages in one entry, so the ack of the first one is a batch-index ack."""
     producer = await client.create_producer(TOPIC, batching_max_publish_delay_ms=200)
     payloads = [b"m%d" % i for i in range(10)]
-    for future in [await producer.send_async(p) for p in payloads]:
+    for future in [await producer.enqueue(p) for p in payloads]:
         await future
     return producer, payloads
 

@@ -279,7 +279,7 @@ async def test_unacked_limit_stops_shared_consumers_but_not_readers(
         )
         producer = await client.create_producer(topic, batching_max_messages=10)
         for i in range(500):
-            await producer.send_async(b"m%d" % i)
+            await producer.enqueue(b"m%d" % i)
         await producer.flush()
 
         got = []

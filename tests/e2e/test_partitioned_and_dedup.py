@@ -55,7 +55,9 @@ async def test_partitioned_topic_routing_and_consumption(broker: BrokerThread) -
         # With a key: every message of a key on one partition, Pulsar's murmur3 choice.
         keyed: dict[str, list[MessageId]] = {}
         for key in ("user-1", "user-2", "user-3", "user-42"):
-            keyed[key] = [await producer.send(f"{key}/{i}".encode(), key=key) for i in range(5)]
+            keyed[key] = [
+                await producer.send(f"{key}/{i}".encode(), partition_key=key) for i in range(5)
+            ]
         for key, ids in keyed.items():
             assert {i.partition for i in ids} == {partition_for_key(key, 4)}, key
 
@@ -175,25 +177,24 @@ async def test_sdk_producer_resending_from_initial_sequence_id_is_deduplicated(
     data = [f"d{i}".encode() for i in range(5)]
     async with Client(broker.service_url) as client:
         consumer = await client.subscribe(topic, "sub", initial_position="Earliest")
+        # initial_sequence_id is the last id published before (Pulsar's): the first is 0.
         first = await client.create_producer(
-            topic, "sdk-p", batching_max_messages=1, initial_sequence_id=0
+            topic, "sdk-p", batching_max_messages=1, initial_sequence_id=-1
         )
         ids = [await first.send(p) for p in data]
         assert all(i.ledger_id >= 0 for i in ids)
-        assert first.last_sequence_id == 4
+        assert first.last_sequence_id() == 4
         await first.close()
 
-        # The application restarts and re-sends everything from sequence id 0.
-        resend = await client.create_producer(
-            topic, "sdk-p", batching_max_messages=1, initial_sequence_id=0
-        )
-        dup_ids = [await resend.send(p) for p in data]
+        # The application restarts and re-sends everything with its own sequence ids.
+        resend = await client.create_producer(topic, "sdk-p", batching_max_messages=1)
+        dup_ids = [await resend.send(p, sequence_id=i) for i, p in enumerate(data)]
         assert dup_ids == [MessageId(-1, -1, -1, -1)] * 5
         await resend.close()
 
         # Without initial_sequence_id the producer continues after the broker's last id.
         cont = await client.create_producer(topic, "sdk-p", batching_max_messages=1)
-        assert cont.last_sequence_id == 4
+        assert cont.last_sequence_id() == 4
         new_id = await cont.send(b"d5")
         assert new_id.ledger_id >= 0
 

@@ -305,9 +305,9 @@ async def test_key_shared_spreads_keyless_messages_and_keeps_keyed_ones_in_order
     keys = [f"k{i}" for i in range(10)]
     total = 0
     for i in range(100):
-        await producer.send_async(f"none|{i}".encode())
+        await producer.enqueue(f"none|{i}".encode())
         key = keys[i % len(keys)]
-        await producer.send_async(f"{key}|{i}".encode(), key=key)
+        await producer.enqueue(f"{key}|{i}".encode(), partition_key=key)
         total += 2
     await producer.flush()
 

@@ -4,7 +4,7 @@ delays traffic, while an application produces and consumes through the SDK.
 
 What the application must see: delays, never an exception; every message whose send
 resolved is stored and delivered; with deduplication, stored once. A broker that never comes
-back fails pending sends with Timeout after send_timeout_ms.
+back fails pending sends with Timeout after send_timeout_millis.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ async def produce_all(
     """Send m0..m<total-1> as an application would (a bounded window of pending sends)."""
     futures = []
     for i in range(total):
-        futures.append(await producer.send_async(b"m%d" % i))
+        futures.append(await producer.enqueue(b"m%d" % i))
         if i == half:
             await asyncio.gather(*futures)
             progress.set()
@@ -118,13 +118,13 @@ async def test_broker_that_never_comes_back_fails_sends_with_timeout(
 ) -> None:
     broker = standalone_factory()
     async with fast_client(broker.service_url) as client:
-        producer = await client.create_producer("gone", send_timeout_ms=1500)
+        producer = await client.create_producer("gone", send_timeout_millis=1500)
         await producer.send(b"before")
         await asyncio.to_thread(broker.kill9)
         started = asyncio.get_running_loop().time()
-        futures = [await producer.send_async(b"after-%d" % i) for i in range(5)]
+        futures = [await producer.enqueue(b"after-%d" % i) for i in range(5)]
         for future in futures:
-            with pytest.raises(Timeout, match="send_timeout_ms=1500"):
+            with pytest.raises(Timeout, match="send_timeout_millis=1500"):
                 await asyncio.wait_for(future, 10)
         elapsed = asyncio.get_running_loop().time() - started
         assert 1.2 < elapsed < 8
@@ -184,7 +184,7 @@ async def test_connections_cut_during_consume_the_receive_loop_sees_no_error(
     topic = "persistent://public/default/cut-consume"
     async with fast_client(f"grpc://{proxy.address}") as client:
         producer = await client.create_producer(topic)
-        await asyncio.gather(*[await producer.send_async(p) for p in expected(TOTAL)])
+        await asyncio.gather(*[await producer.enqueue(p) for p in expected(TOTAL)])
         consumer = await client.subscribe(
             topic, "sub", initial_position="earliest", receiver_queue_size=50
         )
@@ -225,11 +225,11 @@ async def test_partitioned_reader_and_consumer_reconnect_per_partition(
         producer = await client.create_producer(topic)
         reader = await client.create_reader(topic, MessageId.earliest)
         first = expected(60)
-        await asyncio.gather(*[await producer.send_async(p, key=p.decode()) for p in first])
+        await asyncio.gather(*[await producer.enqueue(p, partition_key=p.decode()) for p in first])
         got = [m.data() for m in await receive_n(reader, 30, timeout_ms=10_000)]
         proxy.cut()
         more = [b"n%d" % i for i in range(30)]
-        await asyncio.gather(*[await producer.send_async(p, key=p.decode()) for p in more])
+        await asyncio.gather(*[await producer.enqueue(p, partition_key=p.decode()) for p in more])
         got += [m.data() for m in await receive_n(reader, 60, timeout_ms=30_000)]
         # A reader resumes after what it read on each partition: everything once.
         assert sorted(got) == sorted(first + more)
@@ -315,10 +315,10 @@ async def test_a_silent_connection_is_noticed_by_keepalive_and_nothing_is_lost(
         consumer = await client.subscribe(topic, "sub", initial_position="earliest")
         producer = await client.create_producer(topic, batching_max_publish_delay_ms=5)
         before, after = expected(100)[:50], expected(100)[50:]
-        await asyncio.gather(*[await producer.send_async(p) for p in before])
+        await asyncio.gather(*[await producer.enqueue(p) for p in before])
         assert [m.data() for m in await receive_n(consumer, 50)] == before
         assert proxy.blackhole() >= 1
-        sending = [await producer.send_async(p) for p in after]
+        sending = [await producer.enqueue(p) for p in after]
         handles = [producer._partitions[0].connection, consumer._partitions[-1].connection]
 
         def both_noticed() -> bool:

@@ -194,7 +194,7 @@ async def test_dead_letter_of_a_partly_acked_batch_carries_only_the_unacked_mess
         producer = await client.create_producer(
             topic, batching_max_messages=3, batching_max_publish_delay_ms=10_000
         )
-        futures = [await producer.send_async(f"p{i}".encode()) for i in range(3)]
+        futures = [await producer.enqueue(f"p{i}".encode()) for i in range(3)]
         await producer.flush()
         ids = list(await asyncio.gather(*futures))
 

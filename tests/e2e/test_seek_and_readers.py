@@ -134,7 +134,7 @@ async def test_reader_from_an_entry_id_has_entry_granularity(broker: BrokerThrea
         )
         entries: list[list[MessageId]] = []
         for e in range(3):
-            futures = [await producer.send_async(f"e{e}m{i}".encode()) for i in range(3)]
+            futures = [await producer.enqueue(f"e{e}m{i}".encode()) for i in range(3)]
             await producer.flush()
             entries.append(list(await asyncio.gather(*futures)))
         assert len({(ids[0].ledger_id, ids[0].entry_id) for ids in entries}) == 3
@@ -158,7 +158,7 @@ async def test_reader_from_a_batch_index_starts_inside_the_batch(broker: BrokerT
         producer = await client.create_producer(
             topic, batching_max_messages=4, batching_max_publish_delay_ms=10_000
         )
-        futures = [await producer.send_async(f"b{i}".encode()) for i in range(4)]
+        futures = [await producer.enqueue(f"b{i}".encode()) for i in range(4)]
         await producer.flush()
         ids = list(await asyncio.gather(*futures))
         after_last = await client.create_reader(topic, ids[3])
@@ -210,7 +210,7 @@ async def test_reader_of_a_producer_publishing_concurrently_reads_in_order(
     async with Client(broker.service_url) as client:
         reader = await client.create_reader(topic, MessageId.earliest)
         producer: Producer = await client.create_producer(topic)
-        futures = [await producer.send_async(p) for p in data]
+        futures = [await producer.enqueue(p) for p in data]
         ids = list(await asyncio.gather(*futures))
         got = await receive_n(reader, 50)
         assert [m.message_id() for m in got] == ids
@@ -249,7 +249,7 @@ async def test_last_message_id_and_has_message_available(broker: BrokerThread) -
     async with Client(broker.service_url) as client:
         producer = await client.create_producer(topic, batching_max_messages=10)
         assert await client.get_last_message_id(topic) is None
-        futures = [await producer.send_async(b"m%d" % i) for i in range(25)]
+        futures = [await producer.enqueue(b"m%d" % i) for i in range(25)]
         await producer.flush()
         ids = [f.result() for f in futures]
         assert await client.get_last_message_id(topic) == ids[-1]  # (ledger, entry 2, index 4)

@@ -32,23 +32,23 @@ def produce(
     broker: BrokerThread, topic: str, count: int, start: int = 0, batch: int = 4
 ) -> list[MessageId]:
     """Send ``count`` keyed messages in batches of ``batch`` (several messages per entry)."""
-    ids: list[MessageId] = []
+    got: dict[int, MessageId | None] = {}
     with SyncClient(broker.service_url) as client:
         producer = client.create_producer(topic, batching_max_messages=batch)
         for first in range(start, start + count, batch):
-            futures = [
+            for i in range(first, min(first + batch, start + count)):
                 producer.send_async(
                     f"m{i}".encode(),
-                    key=f"k{i % 3}",
-                    properties={"i": str(i)},
-                    event_time=1_700_000_000_000 + i,
+                    lambda result, msg_id, i=i: got.__setitem__(i, msg_id),
+                    {"i": str(i)},
+                    f"k{i % 3}",
+                    event_timestamp=1_700_000_000_000 + i,
                 )
-                for i in range(first, min(first + batch, start + count))
-            ]
-            producer.flush()
-            ids.extend(f.result() for f in futures)
+            producer.flush()  # the callbacks of a batch run before its flush returns
         producer.close()
-    return ids
+    ids = [got[i] for i in range(start, start + count)]
+    assert None not in ids, "a message was not stored"
+    return [i for i in ids if i is not None]
 
 
 def reader(session: SparkSession, broker: BrokerThread, **options: str):  # type: ignore[no-untyped-def]

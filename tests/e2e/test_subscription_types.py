@@ -35,7 +35,7 @@ async def client(broker: BrokerThread) -> AsyncIterator[Client]:
 
 
 async def send_all(producer: Producer, payloads: Sequence[bytes], key: str | None = None) -> None:
-    futures = [await producer.send_async(p, key=key) for p in payloads]
+    futures = [await producer.enqueue(p, partition_key=key) for p in payloads]
     await asyncio.gather(*futures)
 
 
@@ -268,7 +268,7 @@ async def test_key_shared_keeps_each_key_on_one_consumer_in_order(client: Client
     for r in range(rounds):
         for key in keys:
             for i in range(per_batch):
-                await producer.send_async(f"{key}|{r * per_batch + i}".encode(), key=key)
+                await producer.enqueue(f"{key}|{r * per_batch + i}".encode(), partition_key=key)
             await producer.flush()
     total = rounds * len(keys) * per_batch
 
@@ -302,7 +302,7 @@ async def test_key_shared_newcomer_never_overtakes_unacked_messages_of_its_keys(
 
     async def send_round(round_: int) -> None:
         for key in keys:  # one key per batch (see the test above)
-            await producer.send_async(f"{key}|{round_}".encode(), key=key)
+            await producer.enqueue(f"{key}|{round_}".encode(), partition_key=key)
             await producer.flush()
 
     await send_round(0)

@@ -118,7 +118,7 @@ async def test_backlog_after_acking_a_batch_message_by_message(
     topic = f"persistent://public/default/{unique('batch')}"
     consumer = await pulsar.subscribe(topic, "sub", initial_position="earliest")
     producer = await pulsar.create_producer(topic, batching_max_publish_delay_ms=1000)
-    futures = [await producer.send_async(f"m{i}".encode()) for i in range(3)]
+    futures = [await producer.enqueue(f"m{i}".encode()) for i in range(3)]
     await producer.flush()
     ids = await asyncio.gather(*futures)
     assert {(i.ledger_id, i.entry_id) for i in ids} == {(ids[0].ledger_id, ids[0].entry_id)}

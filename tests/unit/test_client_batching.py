@@ -122,12 +122,14 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def start_producer(call: FakeCall, last_sequence_id=0, **conf) -> Producer:
+async def start_producer(
+    call: FakeCall, last_sequence_id=0, block_if_queue_full=False, **conf
+) -> Producer:
     config = ProducerConfig(**conf)
     part = PartitionProducer(config)
     call.push(ready(last_sequence_id))
     await part.start(call.connect)
-    return Producer("t", [part], None, config.max_pending_messages)
+    return Producer("t", [part], None, config.max_pending_messages, block_if_queue_full)
 
 
 async def test_batch_sent_when_count_reached_with_consecutive_sequence_ids():
@@ -135,8 +137,8 @@ async def test_batch_sent_when_count_reached_with_consecutive_sequence_ids():
     producer = await start_producer(
         call, last_sequence_id=99, batching_max_messages=3, batching_max_publish_delay_ms=10_000
     )
-    assert producer.producer_name == "p-1" and producer.last_sequence_id == 99
-    futures = [await producer.send_async(b"m%d" % i) for i in range(7)]
+    assert producer.producer_name() == "p-1" and producer.last_sequence_id() == 99
+    futures = [await producer.enqueue(b"m%d" % i) for i in range(7)]
     await settle()
     assert [(r.sequence_id, len(r.messages)) for r in call.written] == [(100, 3), (103, 3)]
     assert [m.payload for m in call.written[0].messages] == [b"m0", b"m1", b"m2"]
@@ -144,7 +146,7 @@ async def test_batch_sent_when_count_reached_with_consecutive_sequence_ids():
     await settle()
     assert [f.result() for f in futures[:3]] == [MessageId(7, 1, i, -1) for i in range(3)]
     assert not any(f.done() for f in futures[3:])
-    assert producer.last_sequence_id == 102
+    assert producer.last_sequence_id() == 102
 
 
 async def test_batch_sent_by_delay():
@@ -152,8 +154,8 @@ async def test_batch_sent_by_delay():
     producer = await start_producer(
         call, batching_max_messages=100, batching_max_publish_delay_ms=20
     )
-    await producer.send_async(b"a")
-    await producer.send_async(b"b")
+    await producer.enqueue(b"a")
+    await producer.enqueue(b"b")
     await settle()
     assert call.written == []
     await eventually(lambda: call.written)
@@ -167,7 +169,7 @@ async def test_batch_sent_by_bytes():
         call, batching_max_bytes=2 * size + 10, batching_max_publish_delay_ms=10_000
     )
     for _ in range(3):
-        await producer.send_async(b"x" * 100)
+        await producer.enqueue(b"x" * 100)
     await settle()
     # the third message did not fit: the first two went out together
     assert [len(r.messages) for r in call.written] == [2]
@@ -176,9 +178,7 @@ async def test_batch_sent_by_bytes():
 async def test_send_awaits_receipt_and_fields_reach_the_wire():
     call = FakeCall()
     producer = await start_producer(call, batching_max_publish_delay_ms=1)
-    task = asyncio.ensure_future(
-        producer.send(b"p", key="k", ordering_key=b"o", properties={"a": "b"}, event_time=77)
-    )
+    task = asyncio.ensure_future(producer.send(b"p", {"a": "b"}, "k", b"o", event_timestamp=77))
     await eventually(lambda: call.written)
     (request,) = call.written
     data = request.messages[0]
@@ -200,20 +200,21 @@ async def test_no_stored_sequence_id_starts_at_zero():
     assert (part.last_sequence_id, part._next_sequence_id) == (-1, 0)
 
 
-async def test_initial_sequence_id_is_the_first_id():
+async def test_initial_sequence_id_is_the_last_published_one():
+    """As Pulsar's initialSequenceId: the first message gets the id after it."""
     call = FakeCall()
     producer = await start_producer(call, last_sequence_id=500, initial_sequence_id=10)
-    await producer.send_async(b"a")
+    await producer.enqueue(b"a")
     producer._partitions[0].send_batch()
     await settle()
-    assert call.written[0].sequence_id == 10
-    assert producer.last_sequence_id == 9
+    assert call.written[0].sequence_id == 11
+    assert producer.last_sequence_id() == 10
 
 
 async def test_duplicate_receipt_resolves_to_sentinel_ids():
     call = FakeCall()
     producer = await start_producer(call, batching_max_messages=2)
-    futures = [await producer.send_async(b"a"), await producer.send_async(b"b")]
+    futures = [await producer.enqueue(b"a"), await producer.enqueue(b"b")]
     await settle()
     call.push(receipt(call.written[0], duplicate=True))
     ids = await asyncio.gather(*futures)
@@ -223,11 +224,15 @@ async def test_duplicate_receipt_resolves_to_sentinel_ids():
 async def test_backpressure_bounds_pending_messages():
     call = FakeCall()
     producer = await start_producer(
-        call, max_pending_messages=4, batching_max_messages=2, batching_max_publish_delay_ms=10_000
+        call,
+        block_if_queue_full=True,
+        max_pending_messages=4,
+        batching_max_messages=2,
+        batching_max_publish_delay_ms=10_000,
     )
     for i in range(4):
-        await producer.send_async(b"%d" % i)
-    blocked = asyncio.ensure_future(producer.send_async(b"4"))
+        await producer.enqueue(b"%d" % i)
+    blocked = asyncio.ensure_future(producer.enqueue(b"4"))
     await settle()
     assert not blocked.done()
     call.push(receipt(call.written[0]))
@@ -238,11 +243,11 @@ async def test_backpressure_bounds_pending_messages():
 async def test_send_timeout_fails_pending_and_ignores_late_receipt():
     call = FakeCall()
     producer = await start_producer(call, send_timeout_ms=30, batching_max_messages=1)
-    first = await producer.send_async(b"a")
+    first = await producer.enqueue(b"a")
     with pytest.raises(client.Timeout):
         await asyncio.wait_for(first, 1)
     late = call.written[0]
-    second = await producer.send_async(b"b")
+    second = await producer.enqueue(b"b")
     await settle()
     call.push(receipt(late))  # stale: its batch already failed
     call.push(receipt(call.written[1], ledger=8, entry=2))
@@ -254,20 +259,20 @@ async def test_stream_error_fails_every_pending_send_and_later_sends():
     producer = await start_producer(
         call, batching_max_messages=2, batching_max_publish_delay_ms=10_000
     )
-    futures = [await producer.send_async(b"%d" % i) for i in range(3)]  # 2 sent, 1 batched
+    futures = [await producer.enqueue(b"%d" % i) for i in range(3)]  # 2 sent, 1 batched
     trailers = grpc.aio.Metadata(("pulsar-error-code", "22"))
     call.push(grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, None, trailers, "no"))
     results = await asyncio.gather(*futures, return_exceptions=True)
     assert all(isinstance(r, client.NotAllowed) for r in results)
     with pytest.raises(client.NotAllowed):
-        await producer.send_async(b"x")
+        await producer.enqueue(b"x")
     assert call.cancelled
 
 
 async def test_out_of_order_receipt_fails_the_producer():
     call = FakeCall()
     producer = await start_producer(call, batching_max_messages=1)
-    first = await producer.send_async(b"a")
+    first = await producer.enqueue(b"a")
     await settle()
     ahead = call.written[0].sequence_id + 5
     call.push(pb.ProduceResponse(receipt=pb.SendReceipt(sequence_id=ahead)))
@@ -278,7 +283,7 @@ async def test_out_of_order_receipt_fails_the_producer():
 async def test_flush_and_close_wait_for_receipts():
     call = FakeCall()
     producer = await start_producer(call, batching_max_publish_delay_ms=10_000)
-    future = await producer.send_async(b"a")
+    future = await producer.enqueue(b"a")
     flushing = asyncio.ensure_future(producer.flush())
     await settle()
     assert len(call.written) == 1 and not flushing.done()
@@ -288,7 +293,7 @@ async def test_flush_and_close_wait_for_receipts():
     await producer.close()
     assert call.half_closed
     with pytest.raises(client.AlreadyClosed):
-        await producer.send_async(b"b")
+        await producer.enqueue(b"b")
 
 
 async def test_ready_error_maps_to_specific_error():
@@ -309,7 +314,7 @@ async def test_partitioned_producer_routes_keys_by_hash_and_ids_carry_partition(
         await part.start(call.connect)
         parts.append(part)
     producer = Producer("t", parts, Router(3, "round_robin"), 100)
-    future = await producer.send_async(b"v", key="user-42")
+    future = await producer.enqueue(b"v", partition_key="user-42")
     await settle()
     target = Router(3).choose("user-42")
     assert [len(c.written) for c in calls] == [int(i == target) for i in range(3)]
@@ -363,7 +368,7 @@ async def test_key_based_producer_sends_one_request_per_key_ordering_key_first()
         (b"5", "k1", b"o1"),
         (b"6", "k2", None),
     ]
-    futures = [await producer.send_async(p, key=k, ordering_key=o) for p, k, o in sends]
+    futures = [await producer.enqueue(p, partition_key=k, ordering_key=o) for p, k, o in sends]
     await settle()
     requests = [(r.sequence_id, [m.payload for m in r.messages]) for r in call.written]
     assert requests == [(1, [b"1", b"3"]), (3, [b"2", b"6"]), (5, [b"4", b"5"])]
@@ -380,6 +385,6 @@ async def test_default_batching_mixes_keys_in_one_request():
         call, batching_max_messages=3, batching_max_publish_delay_ms=10_000
     )
     for i, key in enumerate(["a", "b", "a"]):
-        await producer.send_async(b"%d" % i, key=key)
+        await producer.enqueue(b"%d" % i, partition_key=key)
     await settle()
     assert [len(r.messages) for r in call.written] == [3]

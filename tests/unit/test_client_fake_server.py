@@ -106,12 +106,10 @@ async def broker():
 async def test_produce_then_consume_round_trip_with_metadata(broker):
     async with Client(broker.url, listener_name="internal") as c:
         producer = await c.create_producer("t", batching_max_messages=10)
-        futures = [
-            await producer.send_async(b"m%d" % i, properties={"i": str(i)}) for i in range(3)
-        ]
+        futures = [await producer.enqueue(b"m%d" % i, properties={"i": str(i)}) for i in range(3)]
         ids = await asyncio.gather(*futures)
         assert ids == [MessageId(1, 0, i, -1) for i in range(3)]
-        assert producer.producer_name == "gen-1"
+        assert producer.producer_name() == "gen-1"
         consumer = await c.subscribe(
             "t",
             "sub",
@@ -142,7 +140,7 @@ async def test_partitioned_topic_has_one_stream_per_partition(broker):
             f"persistent://public/default/orders-partition-{i}" for i in range(3)
         ]
         producer = await c.create_producer("orders", batching_max_messages=1)
-        msg_id = await producer.send(b"x", key="k")
+        msg_id = await producer.send(b"x", partition_key="k")
         consumer = await c.subscribe("orders", "s")
         msg = await consumer.receive(timeout_ms=2000)
         assert msg.message_id() == msg_id and msg_id.partition >= 0

@@ -239,7 +239,7 @@ async def test_producer_resends_unreceipted_batches_in_order_before_new_ones():
     dialer = FakeDialer()
     producer, part = await start_producer(dialer, batching_max_messages=1)
     first = dialer.last
-    futures = [await producer.send_async(b"m%d" % i) for i in range(3)]
+    futures = [await producer.enqueue(b"m%d" % i) for i in range(3)]
     await settle()
     assert [r.sequence_id for r in first.written] == [10, 11, 12]
     first.push(receipt(first.written[0], ledger=1, entry=0))
@@ -247,7 +247,7 @@ async def test_producer_resends_unreceipted_batches_in_order_before_new_ones():
     first.fail()  # the broker went away: 11 and 12 have no receipt
     await settle()
     assert part.state is HandleState.CONNECTING
-    during = await producer.send_async(b"during")  # queued while reconnecting
+    during = await producer.enqueue(b"during")  # queued while reconnecting
     second = await reconnected(dialer, 2)
     assert part.state is HandleState.READY
     # Same name (the broker's deduplication state), same sequence ids, oldest first.
@@ -280,7 +280,7 @@ async def test_producer_retries_refused_attempts_and_busy_names():
         rpc_error(S.FAILED_PRECONDITION, "16"),  # the broker still has the old stream
         rpc_error(S.UNAVAILABLE, "6"),
     ]
-    future = await producer.send_async(b"x")
+    future = await producer.enqueue(b"x")
     dialer.last.fail()
     second = await reconnected(dialer, 2)
     assert len(dialer.params) == 5 and part.connection.reconnects == 1
@@ -292,12 +292,12 @@ async def test_producer_sends_time_out_clearly_when_the_broker_never_comes_back(
     dialer = FakeDialer()
     producer, part = await start_producer(dialer, send_timeout_ms=50, batching_max_messages=1)
     dialer.refusals = [client.ConnectError("connection refused")] * 10_000
-    future = await producer.send_async(b"lost")
+    future = await producer.enqueue(b"lost")
     dialer.last.fail()
     await settle()
-    later = await producer.send_async(b"later")  # accepted and queued, then timed out too
+    later = await producer.enqueue(b"later")  # accepted and queued, then timed out too
     for pending in (future, later):
-        with pytest.raises(client.Timeout, match="send_timeout_ms=50"):
+        with pytest.raises(client.Timeout, match="send_timeout_millis=50"):
             await asyncio.wait_for(pending, 2)
     assert part.state is HandleState.CONNECTING  # still trying; the app saw only Timeout
     await asyncio.wait_for(producer.close(), 2)
@@ -308,13 +308,13 @@ async def test_producer_fails_for_good_when_reconnecting_finds_the_topic_gone():
     dialer = FakeDialer()
     producer, part = await start_producer(dialer, batching_max_messages=1)
     dialer.refusals = [rpc_error(S.NOT_FOUND, "11")]
-    future = await producer.send_async(b"x")
+    future = await producer.enqueue(b"x")
     dialer.last.fail()
     with pytest.raises(client.TopicNotFound):
         await asyncio.wait_for(future, 2)
     assert part.state is HandleState.CLOSED
     with pytest.raises(client.TopicNotFound):
-        await producer.send_async(b"y")
+        await producer.enqueue(b"y")
 
 
 # ---------------------------------------------------------------- consumer and reader
@@ -464,8 +464,8 @@ async def test_a_message_over_the_channel_limit_is_refused_before_sending():
     dialer = FakeDialer()
     producer, part = await start_producer(dialer, max_message_size=1000)
     with pytest.raises(client.MessageTooBig, match="max_message_size=1000"):
-        await producer.send_async(b"x" * 2000)
-    future = await producer.send_async(b"x" * 900)
+        await producer.enqueue(b"x" * 2000)
+    future = await producer.enqueue(b"x" * 900)
     part.send_batch()
     await settle()
     assert [len(r.messages[0].payload) for r in dialer.last.written] == [900]

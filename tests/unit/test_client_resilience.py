@@ -38,11 +38,11 @@ async def test_close_while_reconnecting_fails_pending_sends_at_once():
     dialer = FakeDialer()
     producer, part = await start_producer(dialer, batching_max_messages=1, send_timeout_ms=30_000)
     dialer.refusals = [client.ConnectError(REFUSED)] * 10_000  # the broker stays away
-    futures = [await producer.send_async(b"m%d" % i) for i in range(3)]
+    futures = [await producer.enqueue(b"m%d" % i) for i in range(3)]
     dialer.last.fail()
     await settle()
     assert part.state is HandleState.CONNECTING
-    batched = await producer.send_async(b"queued while reconnecting")
+    batched = await producer.enqueue(b"queued while reconnecting")
     started = time.monotonic()
     await asyncio.wait_for(producer.close(), 5)
     assert time.monotonic() - started < 1  # not the 30 s send timeout
@@ -54,18 +54,18 @@ async def test_close_while_reconnecting_fails_pending_sends_at_once():
     await asyncio.sleep(0.02)
     assert len(dialer.params) == attempts  # no reconnect after close
     with pytest.raises(client.AlreadyClosed):
-        await producer.send_async(b"after close")
+        await producer.enqueue(b"after close")
 
 
 async def test_close_while_connected_still_waits_for_receipts():
     dialer = FakeDialer()
     producer, part = await start_producer(dialer, batching_max_messages=1)
-    future = await producer.send_async(b"last")
+    future = await producer.enqueue(b"last")
     closing = asyncio.ensure_future(producer.close())
     await settle()
     assert not closing.done() and part.state is HandleState.READY
     with pytest.raises(client.AlreadyClosed):  # nothing new while it drains
-        await producer.send_async(b"too late")
+        await producer.enqueue(b"too late")
     dialer.last.push(receipt(dialer.last.written[0], ledger=7, entry=0))
     await asyncio.wait_for(closing, 5)
     assert await future == MessageId(7, 0, 0, -1)

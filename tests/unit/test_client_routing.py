@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from pulsar_grpc.client._routing import Router, RoutingMode, murmur3_32, partition_for_key
+from pulsar_grpc.client._routing import PartitionsRoutingMode, Router, murmur3_32, partition_for_key
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,7 @@ def test_keys_spread_over_partitions():
 
 
 def test_keyed_messages_ignore_the_mode():
-    for mode in RoutingMode:
+    for mode in PartitionsRoutingMode:
         router = Router(5, mode, clock=lambda: 0.0)
         assert router.choose("user-42") == partition_for_key("user-42", 5)
 
@@ -63,7 +63,7 @@ def test_round_robin_window_is_at_least_one_ms():
 
 def test_single_mode_sticks_to_one_partition():
     now = [0.0]
-    router = Router(8, RoutingMode.SINGLE, clock=lambda: now[0])
+    router = Router(8, PartitionsRoutingMode.UseSinglePartition, clock=lambda: now[0])
     first = router.choose(None)
     for t in range(100):
         now[0] = t * 7.0

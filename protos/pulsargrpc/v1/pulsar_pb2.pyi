@@ -113,6 +113,36 @@ TransactionNotFound: ServerError.ValueType  # 24
 ProducerFenced: ServerError.ValueType  # 25
 Global___ServerError: _TypeAlias = ServerError  # noqa: Y015
 
+class _CompressionType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CompressionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CompressionType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    NONE: _CompressionType.ValueType  # 0
+    LZ4: _CompressionType.ValueType  # 1
+    """LZ4 block format, no frame (the size comes from uncompressed_size)"""
+    ZLIB: _CompressionType.ValueType  # 2
+    """zlib stream (RFC 1950)"""
+    ZSTD: _CompressionType.ValueType  # 3
+    """Zstandard frame"""
+    SNAPPY: _CompressionType.ValueType  # 4
+    """Snappy raw block format, no framing"""
+
+class CompressionType(_CompressionType, metaclass=_CompressionTypeEnumTypeWrapper):
+    """Pulsar's CompressionType (PulsarApi.proto), same names and numbers."""
+
+NONE: CompressionType.ValueType  # 0
+LZ4: CompressionType.ValueType  # 1
+"""LZ4 block format, no frame (the size comes from uncompressed_size)"""
+ZLIB: CompressionType.ValueType  # 2
+"""zlib stream (RFC 1950)"""
+ZSTD: CompressionType.ValueType  # 3
+"""Zstandard frame"""
+SNAPPY: CompressionType.ValueType  # 4
+"""Snappy raw block format, no framing"""
+Global___CompressionType: _TypeAlias = CompressionType  # noqa: Y015
+
 class _AckType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -217,28 +247,74 @@ class MessageData(_message.Message):
 Global___MessageData: _TypeAlias = MessageData  # noqa: Y015
 
 @_typing.final
+class CompressedBatch(_message.Message):
+    """A batch whose messages are compressed together, as Pulsar compresses a batch payload and
+    says so in MessageMetadata.compression / uncompressed_size. The broker stores and serves it
+    byte for byte (it never decompresses); the consumer decompresses `messages` and parses the
+    result as a ProduceRequest holding only field 13 (each message framed as `messages` is).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPRESSION_FIELD_NUMBER: _builtins.int
+    UNCOMPRESSED_SIZE_FIELD_NUMBER: _builtins.int
+    NUM_MESSAGES_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    compression: Global___CompressionType.ValueType
+    uncompressed_size: _builtins.int
+    """bytes of `messages` once decompressed"""
+    num_messages: _builtins.int
+    """messages in the batch: the broker counts without decompressing"""
+    key: _builtins.bytes
+    """first message's ordering_key, else its key: the Key_Shared key"""
+    messages: _builtins.bytes
+    """compressed with `compression`"""
+    def __init__(
+        self,
+        *,
+        compression: Global___CompressionType.ValueType = ...,
+        uncompressed_size: _builtins.int = ...,
+        num_messages: _builtins.int = ...,
+        key: _builtins.bytes = ...,
+        messages: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "key", b"key", "messages", b"messages", "num_messages", b"num_messages", "uncompressed_size", b"uncompressed_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompressedBatch: _TypeAlias = CompressedBatch  # noqa: Y015
+
+@_typing.final
 class ProduceRequest(_message.Message):
     """---------------------------------------------------------------- Produce
 
-    One batch: stored as one entry. Message i has sequence id sequence_id + i.
+    One batch: stored as one entry. Message i has sequence id sequence_id + i. A compressing
+    producer sets `compressed` instead of `messages`.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGES_FIELD_NUMBER: _builtins.int
     SEQUENCE_ID_FIELD_NUMBER: _builtins.int
+    COMPRESSED_FIELD_NUMBER: _builtins.int
     sequence_id: _builtins.int
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageData]: ...
+    @_builtins.property
+    def compressed(self) -> Global___CompressedBatch: ...
     def __init__(
         self,
         *,
         messages: _abc.Iterable[Global___MessageData] | None = ...,
         sequence_id: _builtins.int = ...,
+        compressed: Global___CompressedBatch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["compressed", b"compressed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages", "sequence_id", b"sequence_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compressed", b"compressed", "messages", b"messages", "sequence_id", b"sequence_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -669,6 +745,7 @@ class DeliveredEntry(_message.Message):
     PRODUCER_NAME_FIELD_NUMBER: _builtins.int
     SEQUENCE_ID_FIELD_NUMBER: _builtins.int
     MESSAGES_FIELD_NUMBER: _builtins.int
+    COMPRESSED_FIELD_NUMBER: _builtins.int
     ledger_id: _builtins.int
     entry_id: _builtins.int
     partition: _builtins.int
@@ -683,6 +760,10 @@ class DeliveredEntry(_message.Message):
     def acked_batch_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageData]: ...
+    @_builtins.property
+    def compressed(self) -> Global___CompressedBatch:
+        """set instead of messages: see CompressedBatch"""
+
     def __init__(
         self,
         *,
@@ -695,10 +776,11 @@ class DeliveredEntry(_message.Message):
         producer_name: _builtins.str = ...,
         sequence_id: _builtins.int = ...,
         messages: _abc.Iterable[Global___MessageData] | None = ...,
+        compressed: Global___CompressedBatch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["compressed", b"compressed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_batch_indexes", b"acked_batch_indexes", "entry_id", b"entry_id", "ledger_id", b"ledger_id", "messages", b"messages", "partition", b"partition", "producer_name", b"producer_name", "publish_time", b"publish_time", "redelivery_count", b"redelivery_count", "sequence_id", b"sequence_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_batch_indexes", b"acked_batch_indexes", "compressed", b"compressed", "entry_id", b"entry_id", "ledger_id", b"ledger_id", "messages", b"messages", "partition", b"partition", "producer_name", b"producer_name", "publish_time", b"publish_time", "redelivery_count", b"redelivery_count", "sequence_id", b"sequence_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
