@@ -1,6 +1,6 @@
 """pulsar-grpc Python client: asyncio first, with a blocking wrapper.
 
->>> from client import Client, MessageId
+>>> from pulsar_grpc.client import Client, MessageId
 >>> async with Client("grpc://127.0.0.1:50051") as c:
 ...     producer = await c.create_producer("my-topic")
 ...     await producer.send(b"hello")
@@ -9,12 +9,19 @@
 from ._batching import BatchingType
 from ._client import (
     Client,
+    ConsumerDeadLetterPolicy,
     DeadLetterPolicy,
     InitialPosition,
     LookupResult,
 )
 from ._connection import HandleState
-from ._consumer import Consumer, ConsumerType
+from ._consumer import (
+    BatchReceivePolicy,
+    Consumer,
+    ConsumerBatchReceivePolicy,
+    ConsumerType,
+    MessageListener,
+)
 from ._errors import (
     AlreadyClosed,
     AuthenticationError,
@@ -32,7 +39,7 @@ from ._errors import (
     TopicNotFound,
     error_from_rpc,
 )
-from ._message import Message, MessageId
+from ._message import Message, MessageId, TopicMessageId
 from ._producer import Producer
 from ._reader import Reader
 from ._routing import RoutingMode
@@ -42,11 +49,14 @@ __all__ = [
     "AlreadyClosed",
     "AuthenticationError",
     "AuthorizationError",
+    "BatchReceivePolicy",
     "BatchingType",
     "Client",
     "ConnectError",
     "Consumer",
+    "ConsumerBatchReceivePolicy",
     "ConsumerBusy",
+    "ConsumerDeadLetterPolicy",
     "ConsumerType",
     "DeadLetterPolicy",
     "HandleState",
@@ -57,6 +67,7 @@ __all__ = [
     "LookupResult",
     "Message",
     "MessageId",
+    "MessageListener",
     "MessageTooBig",
     "NotAllowed",
     "Producer",
@@ -69,6 +80,7 @@ __all__ = [
     "SyncProducer",
     "SyncReader",
     "Timeout",
+    "TopicMessageId",
     "TopicNotFound",
     "error_from_rpc",
 ]

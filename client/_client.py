@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -23,9 +24,11 @@ from ._connection import (
     Backoff,
     retry_creation,
 )
-from ._consumer import Consumer, ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
-from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
+from ._consumer import Consumer, ConsumerBatchReceivePolicy, MessageListener
+from ._errors import AlreadyClosed, InvalidConfiguration, LookupFailed, error_from_rpc
 from ._message import MessageId
+from ._multi_consumer import PatternWatcher, TopicsPattern
+from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
 from ._routing import Router, RoutingMode
@@ -61,6 +64,10 @@ class DeadLetterPolicy:
 
     max_redeliver_count: int
     dead_letter_topic: str | None = None
+
+
+# pulsar-client's name for it.
+ConsumerDeadLetterPolicy = DeadLetterPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,29 +357,47 @@ class Client:
 
     async def subscribe(
         self,
-        topic: str,
+        topic: str | Sequence[str] | re.Pattern[str],
         subscription_name: str,
-        subscription_type: ConsumerType | str = ConsumerType.Exclusive,
+        consumer_type: ConsumerType | str = ConsumerType.Exclusive,
         consumer_name: str | None = None,
         *,
+        message_listener: MessageListener | None = None,
         receiver_queue_size: int = 1000,
-        initial_position: InitialPosition | str = InitialPosition.Latest,
+        unacked_messages_timeout_ms: int | None = None,
         negative_ack_redelivery_delay_ms: int = 60000,
-        ack_timeout_ms: int = 0,
+        pattern_auto_discovery_period: float = 60,
+        initial_position: InitialPosition | str = InitialPosition.Latest,
+        batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
         dead_letter_policy: DeadLetterPolicy | None = None,
         priority_level: int = 0,
         ack_group_time_ms: float = 1.0,
+        subscription_type: ConsumerType | str | None = None,
+        ack_timeout_ms: int | None = None,
     ) -> Consumer:
-        """Subscribe; on a partitioned topic, to every partition, merged into one queue.
+        """Subscribe, with pulsar-client's parameters; every stream feeds one queue.
 
-        ``receiver_queue_size`` is per partition. Nack delay, ack timeout and the dead-letter
-        policy are applied by the broker.
+        ``topic`` is a topic (a partitioned topic: each partition), a list of topics, or
+        ``re.compile("persistent://tenant/ns/<regex>")``: the namespace's topics that match,
+        re-checked every ``pattern_auto_discovery_period`` seconds so that new topics are
+        subscribed too. Messages of a list or pattern consumer carry their topic
+        (``msg.topic_name()``) and ids that name it, so acks go to the right topic.
+
+        ``receiver_queue_size`` is per stream; 0 is Pulsar's zero-queue consumer (one permit
+        per ``receive()``, no prefetch; one non-partitioned topic only). ``message_listener``
+        (``callback(consumer, message)``, plain or async) gets every message instead of
+        ``receive()``. Nack delay, ack timeout (``unacked_messages_timeout_ms``) and the
+        dead-letter policy are applied by the broker. ``subscription_type`` and
+        ``ack_timeout_ms`` are the names earlier versions used.
 
         >>> consumer = await client.subscribe(
-        ...     "my-topic", "sub", "Shared", initial_position="earliest",
-        ...     dead_letter_policy=DeadLetterPolicy(max_redeliver_count=3))
+        ...     "my-topic", "sub", ConsumerType.Shared, initial_position=InitialPosition.Earliest,
+        ...     dead_letter_policy=ConsumerDeadLetterPolicy(max_redeliver_count=3))
+        >>> every = await client.subscribe(re.compile("persistent://public/default/orders-.*"), "s")
         """
-        sub_type = _consumer_type(subscription_type)
+        sub_type = _consumer_type(subscription_type or consumer_type)
+        if unacked_messages_timeout_ms is None:
+            unacked_messages_timeout_ms = ack_timeout_ms
         params: dict[str, str | int | bool | None] = {
             "x-pulsar-subscription": subscription_name,
             "x-pulsar-subscription-type": sub_type.value,
@@ -380,7 +405,7 @@ class Client:
             "x-pulsar-initial-position": _initial_position(initial_position).value,
             "x-pulsar-priority-level": priority_level,
             "x-pulsar-negative-ack-delay-ms": negative_ack_redelivery_delay_ms,
-            "x-pulsar-ack-timeout-ms": ack_timeout_ms,
+            "x-pulsar-ack-timeout-ms": unacked_messages_timeout_ms or 0,
         }
         if dead_letter_policy is not None:
             params["x-pulsar-max-redeliver-count"] = dead_letter_policy.max_redeliver_count
@@ -392,8 +417,25 @@ class Client:
             subscription_type=sub_type,
             initial_backoff_s=self._backoff_s[0],
             max_backoff_s=self._backoff_s[1],
+            topic_ids=not isinstance(topic, str),
         )
-        consumer = await self._consumer(topic, subscription_name, config, params)
+        pattern: TopicsPattern | None = None
+        topics: list[str] = []
+        if isinstance(topic, re.Pattern):
+            pattern, label = TopicsPattern.of(topic), topic.pattern
+        else:
+            topics = [topic] if isinstance(topic, str) else list(dict.fromkeys(topic))
+            label = ",".join(topics)
+        consumer = Consumer(
+            label, subscription_name, config, MessageQueue(), message_listener, batch_receive_policy
+        )
+        if pattern is not None:
+            await self._watch_pattern(
+                consumer, pattern, pattern_auto_discovery_period, config, params
+            )
+        else:
+            await self._attach(consumer, topics, config, params)
+        consumer.start_listener()
         self._handles.add(consumer)
         return consumer
 
@@ -404,11 +446,13 @@ class Client:
         start_message_id_inclusive: bool = False,
         *,
         receiver_queue_size: int = 1000,
+        reader_name: str | None = None,
     ) -> Reader:
-        """Read from ``start_message_id`` ("earliest", "latest" or a MessageId) without a
-        durable subscription. A partitioned topic can only be read from earliest or latest.
+        """Read from ``start_message_id`` (``MessageId.earliest``, ``MessageId.latest``, a
+        MessageId, or its text) without a durable subscription, as pulsar-client's
+        ``create_reader``. A partitioned topic can only be read from earliest or latest.
 
-        >>> reader = await client.create_reader("my-topic", "earliest")
+        >>> reader = await client.create_reader("my-topic", MessageId.earliest)
         """
         start = (
             MessageId.parse(start_message_id)
@@ -422,6 +466,7 @@ class Client:
         params: dict[str, str | int | bool | None] = {
             "x-pulsar-subscription": subscription,
             "x-pulsar-subscription-type": ConsumerType.Exclusive.value,
+            "x-pulsar-consumer-name": reader_name,
             "x-pulsar-durable": False,
             "x-pulsar-start-message-id": str(start),
             "x-pulsar-start-message-id-inclusive": start_message_id_inclusive,
@@ -435,7 +480,8 @@ class Client:
             initial_backoff_s=self._backoff_s[0],
             max_backoff_s=self._backoff_s[1],
         )
-        consumer = await self._consumer(topic, subscription, config, params, partitions)
+        consumer = Consumer(topic, subscription, config, MessageQueue())
+        await self._attach(consumer, [topic], config, params, [partitions])
         topics = _partition_topics(full_topic_name(topic), partitions)
         reader = Reader(
             consumer, self.get_last_message_id, topics, start, start_message_id_inclusive
@@ -458,6 +504,17 @@ class Client:
             return None
         last = response.last_message_id
         return MessageId(last.ledger_id, last.entry_id, last.batch_index, last.partition)
+
+    async def get_topics_of_namespace(self, namespace: str) -> list[str]:
+        """Full names of a namespace's persistent topics (a partitioned topic under its own
+        name and its partitions'), as the broker lists them.
+
+        >>> await client.get_topics_of_namespace("public/default")
+        ['persistent://public/default/orders', ...]
+        """
+        request = pb.GetTopicsOfNamespaceRequest(namespace=namespace)
+        response = await self._unary(self._stub().GetTopicsOfNamespace, request, None)
+        return list(response.topics)
 
     async def get_partitions_for_topic(self, topic: str) -> list[str]:
         """The partitions' full names, or the topic's own for a non-partitioned topic.
@@ -535,7 +592,7 @@ class Client:
             + " -> ".join(hops)
         )
 
-    def _metadata(self, topic: str, params: dict[str, str | int | bool | None]) -> Metadata:
+    def _metadata(self, topic: str | None, params: dict[str, str | int | bool | None]) -> Metadata:
         base: dict[str, str | int | bool | None] = {
             "x-pulsar-topic": topic,
             "x-pulsar-listenername": self._listener_name,
@@ -543,7 +600,9 @@ class Client:
         }
         return call_metadata({**base, **params})
 
-    async def _unary(self, method: Callable[..., Awaitable[Any]], request: Any, topic: str) -> Any:
+    async def _unary(
+        self, method: Callable[..., Awaitable[Any]], request: Any, topic: str | None
+    ) -> Any:
         """One unary call, tried a second time at once when it found the broker unreachable:
         a connection that was cut silently fails the first call made on it, and the second
         dials afresh. A broker that is really down (or refuses the TLS handshake) still fails
@@ -571,20 +630,57 @@ class Client:
 
         return await retry_creation(attempt, Backoff(*self._backoff_s), self._operation_timeout_s)
 
-    async def _consumer(
+    async def _attach(
         self,
-        topic: str,
-        subscription: str,
+        consumer: Consumer,
+        topics: list[str],
         config: ConsumerConfig,
         params: dict[str, str | int | bool | None],
-        partitions: int | None = None,
-    ) -> Consumer:
-        if partitions is None:
-            partitions = await self._partition_count(topic)
-        queue = MessageQueue()
-        consumers = [PartitionConsumer(config, queue, i) for i in _partition_indexes(partitions)]
-        await self._start_all(consumers, _partition_topics(topic, partitions), "Consume", params)
-        return Consumer(topic, subscription, consumers, queue)
+        partition_counts: list[int] | None = None,
+    ) -> None:
+        """Start a stream per topic (per partition of a partitioned one) for ``consumer``;
+        if any fails, the others are closed and its error raised."""
+        if partition_counts is None:
+            partition_counts = list(
+                await asyncio.gather(*(self._partition_count(t) for t in topics))
+            )
+        if not config.receiver_queue_size and (config.topic_ids or any(partition_counts)):
+            raise InvalidConfiguration(
+                "receiver_queue_size=0 needs one non-partitioned topic (as Pulsar's)"
+            )
+        streams: list[PartitionConsumer] = []
+        names: list[str] = []  # as the application spelt them: the calls' x-pulsar-topic
+        for name, partitions in zip(topics, partition_counts, strict=True):
+            full = full_topic_name(name)
+            names += _partition_topics(name, partitions)
+            streams += [
+                consumer.new_stream(t, i)
+                for i, t in zip(
+                    _partition_indexes(partitions), _partition_topics(full, partitions), strict=True
+                )
+            ]
+        await self._start_all(streams, names, "Consume", params)
+        consumer.add_streams(streams)
+
+    async def _watch_pattern(
+        self,
+        consumer: Consumer,
+        pattern: TopicsPattern,
+        period_s: float,
+        config: ConsumerConfig,
+        params: dict[str, str | int | bool | None],
+    ) -> None:
+        """Subscribe ``consumer`` to the topics matching now, and have it re-check."""
+
+        async def subscribe(topics: list[str]) -> None:
+            await self._attach(consumer, topics, config, params)
+
+        watcher = PatternWatcher(
+            pattern, period_s, self.get_topics_of_namespace, subscribe, consumer.subscribed_topics
+        )
+        await subscribe(await watcher.matching())
+        consumer.watch(watcher)
+        watcher.start()
 
     async def _start_one(
         self,
