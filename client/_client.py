@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import uuid
 import weakref
@@ -301,6 +302,8 @@ class Client:
             [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else [],
         )
         self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
+        # Closing consumers and readers the application dropped without closing them.
+        self._closing_dropped: set[asyncio.Task[None]] = set()
         self._closed = False
 
     async def create_producer(
@@ -436,7 +439,7 @@ class Client:
         else:
             await self._attach(consumer, topics, config, params)
         consumer.start_listener()
-        self._handles.add(consumer)
+        self._track(consumer)
         return consumer
 
     async def create_reader(
@@ -488,6 +491,7 @@ class Client:
         )
         if start == MessageId.latest:
             await reader.mark_latest()
+        self._track(consumer)
         self._handles.add(reader)
         return reader
 
@@ -541,6 +545,7 @@ class Client:
         self._closed = True
         handles = list(self._handles)
         await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
+        await asyncio.gather(*self._closing_dropped, return_exceptions=True)
         await self._pool.close()
 
     async def __aenter__(self) -> Client:
@@ -550,6 +555,28 @@ class Client:
         await self.close()
 
     # ------------------------------------------------------------------ internals
+
+    def _track(self, consumer: Consumer) -> None:
+        """Close ``consumer`` with the client, or once the application drops it (garbage
+        collected without close(), e.g. a reader left behind): its streams end on the
+        broker, which hands what it had prefetched to the subscription's other consumers,
+        and no task of it is left pending when the loop ends."""
+        self._handles.add(consumer)
+        loop, close = consumer.closer()
+
+        def dropped() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs
+                loop.call_soon_threadsafe(self._close_dropped, close)
+
+        weakref.finalize(consumer, dropped)
+
+    def _close_dropped(self, close: Callable[[], Awaitable[None]]) -> None:
+        async def run() -> None:
+            await close()
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._closing_dropped.add(task)
+        task.add_done_callback(self._closing_dropped.discard)
 
     def _stub(self, target: str | None = None, tls: bool = False) -> pb_grpc.PulsarServiceStub:
         """The stub for an address; by default the service URL's."""
@@ -659,8 +686,13 @@ class Client:
                     _partition_indexes(partitions), _partition_topics(full, partitions), strict=True
                 )
             ]
-        await self._start_all(streams, names, "Consume", params)
+        # Known to the consumer before they start: their first messages may come at once.
         consumer.add_streams(streams)
+        try:
+            await self._start_all(streams, names, "Consume", params)
+        except BaseException:
+            consumer.remove_streams(streams)
+            raise
 
     async def _watch_pattern(
         self,
@@ -672,11 +704,20 @@ class Client:
     ) -> None:
         """Subscribe ``consumer`` to the topics matching now, and have it re-check."""
 
+        # Weak: the watcher's task must not keep a consumer the application dropped alive.
+        ref = weakref.ref(consumer)
+
         async def subscribe(topics: list[str]) -> None:
-            await self._attach(consumer, topics, config, params)
+            target = ref()
+            if target is not None:
+                await self._attach(target, topics, config, params)
+
+        def subscribed() -> set[str]:
+            target = ref()
+            return target.subscribed_topics() if target is not None else set()
 
         watcher = PatternWatcher(
-            pattern, period_s, self.get_topics_of_namespace, subscribe, consumer.subscribed_topics
+            pattern, period_s, self.get_topics_of_namespace, subscribe, subscribed
         )
         await subscribe(await watcher.matching())
         consumer.watch(watcher)

@@ -96,7 +96,9 @@ class Consumer:
         self._listener_task: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
         self._listening.set()
-        self._watcher: PatternWatcher | None = None
+        # What closing needs, kept apart from self so that a dropped consumer can be closed.
+        self._watchers: list[PatternWatcher] = []
+        self._loop = asyncio.get_running_loop()
         self._closed = False
 
     # ------------------------------------------------------------ set up by the client
@@ -109,6 +111,12 @@ class Consumer:
             if not self._config.topic_ids:
                 self._partitions[stream.partition] = stream
 
+    def remove_streams(self, streams: Iterable[PartitionConsumer]) -> None:
+        """Streams that failed to start (the client closed them)."""
+        for stream in streams:
+            self._streams.pop(stream.topic, None)
+            self._partitions.pop(stream.partition, None)
+
     def new_stream(self, topic: str, partition: int) -> PartitionConsumer:
         """A stream on ``topic`` (full name; a partition's for a partitioned topic) feeding
         this consumer's queue; the client starts it, then hands it to :meth:`add_streams`."""
@@ -116,7 +124,19 @@ class Consumer:
 
     def watch(self, watcher: PatternWatcher) -> None:
         """Own ``watcher`` (a pattern consumer's topic discovery): closed with the consumer."""
-        self._watcher = watcher
+        self._watchers.append(watcher)
+
+    def closer(self) -> tuple[asyncio.AbstractEventLoop, Callable[[], Awaitable[None]]]:
+        """The loop of this consumer and a function that closes its streams and topic
+        discovery without referring to the consumer: what the client runs once the
+        application dropped it (a listener keeps its consumer alive, so is not dropped)."""
+        streams, watchers = self._streams, self._watchers
+
+        async def close() -> None:
+            await asyncio.gather(*(w.close() for w in watchers))
+            await asyncio.gather(*(s.close() for s in list(streams.values())))
+
+        return self._loop, close
 
     def start_listener(self) -> None:
         """Call the message listener for each message, from a task of this consumer."""
@@ -362,8 +382,7 @@ class Consumer:
 
     async def _stop_background(self) -> None:
         """Stop topic discovery and the listener (not from inside the listener itself)."""
-        if self._watcher is not None:
-            await self._watcher.close()
+        await asyncio.gather(*(w.close() for w in self._watchers))
         task, self._listener_task = self._listener_task, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
