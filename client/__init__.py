@@ -7,19 +7,16 @@
 """
 
 from ._batching import BatchingType
-from ._client import (
-    Client,
-    ConsumerDeadLetterPolicy,
-    DeadLetterPolicy,
-    InitialPosition,
-    LookupResult,
-)
+from ._client import Client, LookupResult
 from ._connection import HandleState
 from ._consumer import (
     BatchReceivePolicy,
     Consumer,
     ConsumerBatchReceivePolicy,
+    ConsumerDeadLetterPolicy,
     ConsumerType,
+    DeadLetterPolicy,
+    InitialPosition,
     MessageListener,
 )
 from ._errors import (

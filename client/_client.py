@@ -9,7 +9,6 @@ import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +24,16 @@ from ._connection import (
     Backoff,
     retry_creation,
 )
-from ._consumer import Consumer, ConsumerBatchReceivePolicy, MessageListener
+from ._consumer import (
+    Consumer,
+    ConsumerBatchReceivePolicy,
+    DeadLetterPolicy,
+    InitialPosition,
+    MessageListener,
+    as_consumer_type,
+    as_initial_position,
+    subscription_params,
+)
 from ._errors import AlreadyClosed, InvalidConfiguration, LookupFailed, error_from_rpc
 from ._message import MessageId
 from ._multi_consumer import PatternWatcher, TopicsPattern
@@ -49,26 +57,6 @@ _MAX_CHANNEL_BACKOFF_MS = 1000
 DEFAULT_KEEP_ALIVE_INTERVAL_S = 30
 # A ping unanswered this long means the peer is gone (Pulsar waits one interval; gRPC 20 s).
 _MAX_KEEP_ALIVE_TIMEOUT_S = 20
-
-
-class InitialPosition(StrEnum):
-    """Where a new subscription starts."""
-
-    Latest = "Latest"
-    Earliest = "Earliest"
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterPolicy:
-    """After ``max_redeliver_count`` redeliveries a message goes to the dead-letter topic
-    (default ``<topic>-<subscription>-DLQ``)."""
-
-    max_redeliver_count: int
-    dead_letter_topic: str | None = None
-
-
-# pulsar-client's name for it.
-ConsumerDeadLetterPolicy = DeadLetterPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,21 +386,19 @@ class Client:
         ...     dead_letter_policy=ConsumerDeadLetterPolicy(max_redeliver_count=3))
         >>> every = await client.subscribe(re.compile("persistent://public/default/orders-.*"), "s")
         """
-        sub_type = _consumer_type(subscription_type or consumer_type)
-        if unacked_messages_timeout_ms is None:
-            unacked_messages_timeout_ms = ack_timeout_ms
-        params: dict[str, str | int | bool | None] = {
-            "x-pulsar-subscription": subscription_name,
-            "x-pulsar-subscription-type": sub_type.value,
-            "x-pulsar-consumer-name": consumer_name,
-            "x-pulsar-initial-position": _initial_position(initial_position).value,
-            "x-pulsar-priority-level": priority_level,
-            "x-pulsar-negative-ack-delay-ms": negative_ack_redelivery_delay_ms,
-            "x-pulsar-ack-timeout-ms": unacked_messages_timeout_ms or 0,
-        }
-        if dead_letter_policy is not None:
-            params["x-pulsar-max-redeliver-count"] = dead_letter_policy.max_redeliver_count
-            params["x-pulsar-dead-letter-topic"] = dead_letter_policy.dead_letter_topic
+        sub_type = as_consumer_type(subscription_type or consumer_type)
+        params = subscription_params(
+            subscription_name,
+            sub_type,
+            consumer_name,
+            as_initial_position(initial_position),
+            priority_level,
+            negative_ack_redelivery_delay_ms,
+            unacked_messages_timeout_ms
+            if unacked_messages_timeout_ms is not None
+            else ack_timeout_ms,
+            dead_letter_policy,
+        )
         config = ConsumerConfig(
             receiver_queue_size=receiver_queue_size,
             ack_group_time_ms=ack_group_time_ms,
@@ -817,20 +803,6 @@ def _partition_topics(topic: str, partitions: int) -> list[str]:
     if not partitions:
         return [topic]
     return [f"{topic}-partition-{i}" for i in range(partitions)]
-
-
-def _consumer_type(value: ConsumerType | str) -> ConsumerType:
-    for member in ConsumerType:
-        if value.lower().replace("_", "") == member.value.lower().replace("_", ""):
-            return member
-    raise ValueError(f"unknown subscription type {value!r}: expected one of {list(ConsumerType)}")
-
-
-def _initial_position(value: InitialPosition | str) -> InitialPosition:
-    for member in InitialPosition:
-        if value.lower() == member.value.lower():
-            return member
-    raise ValueError(f"unknown initial position {value!r}: expected latest or earliest")
 
 
 def _read(path: str | None) -> bytes | None:

@@ -13,13 +13,14 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from ._connection import HandleState
 from ._errors import AlreadyClosed, InvalidConfiguration, PulsarError, Timeout
 from ._message import Message, MessageId, TopicMessageId
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
+from ._stream import Params
 
 if TYPE_CHECKING:
     from ._multi_consumer import PatternWatcher
@@ -57,11 +58,66 @@ class ConsumerBatchReceivePolicy:
 BatchReceivePolicy = ConsumerBatchReceivePolicy
 
 
-class ListenerState(Enum):
-    """Whether the message listener is called (pause/resume_message_listener)."""
+class InitialPosition(StrEnum):
+    """Where a new subscription starts."""
 
-    RUNNING = "running"
-    PAUSED = "paused"
+    Latest = "Latest"
+    Earliest = "Earliest"
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPolicy:
+    """After ``max_redeliver_count`` redeliveries a message goes to the dead-letter topic
+    (default ``<topic>-<subscription>-DLQ``)."""
+
+    max_redeliver_count: int
+    dead_letter_topic: str | None = None
+
+
+# pulsar-client's name for it.
+ConsumerDeadLetterPolicy = DeadLetterPolicy
+
+
+def as_consumer_type(value: ConsumerType | str) -> ConsumerType:
+    """``ConsumerType.Shared``, or its name in any case ("shared", "key_shared")."""
+    for member in ConsumerType:
+        if value.lower().replace("_", "") == member.value.lower().replace("_", ""):
+            return member
+    raise ValueError(f"unknown subscription type {value!r}: expected one of {list(ConsumerType)}")
+
+
+def as_initial_position(value: InitialPosition | str) -> InitialPosition:
+    """``InitialPosition.Earliest``, or its name in any case."""
+    for member in InitialPosition:
+        if value.lower() == member.value.lower():
+            return member
+    raise ValueError(f"unknown initial position {value!r}: expected latest or earliest")
+
+
+def subscription_params(
+    subscription_name: str,
+    consumer_type: ConsumerType,
+    consumer_name: str | None,
+    initial_position: InitialPosition,
+    priority_level: int,
+    negative_ack_redelivery_delay_ms: int,
+    unacked_messages_timeout_ms: int | None,
+    dead_letter_policy: DeadLetterPolicy | None,
+) -> Params:
+    """The Consume call's parameters (PIP-59 call metadata) for a durable subscription."""
+    params: Params = {
+        "x-pulsar-subscription": subscription_name,
+        "x-pulsar-subscription-type": consumer_type.value,
+        "x-pulsar-consumer-name": consumer_name,
+        "x-pulsar-initial-position": initial_position.value,
+        "x-pulsar-priority-level": priority_level,
+        "x-pulsar-negative-ack-delay-ms": negative_ack_redelivery_delay_ms,
+        "x-pulsar-ack-timeout-ms": unacked_messages_timeout_ms or 0,
+    }
+    if dead_letter_policy is not None:
+        params["x-pulsar-max-redeliver-count"] = dead_letter_policy.max_redeliver_count
+        params["x-pulsar-dead-letter-topic"] = dead_letter_policy.dead_letter_topic
+    return params
 
 
 class Consumer:
@@ -350,7 +406,7 @@ class Consumer:
     def _check_receive(self) -> None:
         if self._closed:
             raise AlreadyClosed("the consumer is closed")
-        if self._listener is not None and asyncio.current_task() is not self._listener_task:
+        if self._listener is not None:  # the listener's task takes messages with _next()
             raise InvalidConfiguration("Cannot receive when a message listener has been set")
 
     async def _next(self, timeout_s: float | None) -> Message:
