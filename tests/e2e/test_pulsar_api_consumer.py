@@ -20,6 +20,7 @@ import threading
 import uuid
 from pathlib import Path
 
+import grpc
 import pytest
 
 from pulsar_grpc import (
@@ -34,6 +35,8 @@ from pulsar_grpc import (
     TopicMessageId,
     TopicNotFound,
 )
+from pulsargrpc.v1 import pulsar_pb2 as pb
+from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 from tests.e2e.messaging import RECEIVE_MS, assert_nothing_more, receive_n
 from tests.support import BrokerThread
 from tests.waiting import eventually, eventually_sync
@@ -193,6 +196,30 @@ async def test_topics_of_namespace_are_listed_over_grpc(broker: BrokerThread) ->
             await client.get_topics_of_namespace("public/no-such-namespace")
 
 
+@pytest.mark.parametrize("namespace", ["", "public", "a/b/c", "pub lic/x"])
+async def test_listing_a_malformed_namespace_is_invalid_argument(
+    channel: grpc.aio.Channel, namespace: str
+) -> None:
+    request = pb.GetTopicsOfNamespaceRequest(namespace=namespace)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await pb_grpc.PulsarServiceStub(channel).GetTopicsOfNamespace(request, timeout=30)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "namespace" in (err.value.details() or "")
+
+
+async def test_an_undecodable_listing_request_is_invalid_argument(
+    channel: grpc.aio.Channel,
+) -> None:
+    rpc = channel.unary_unary(
+        "/pulsargrpc.v1.PulsarService/GetTopicsOfNamespace",
+        request_serializer=bytes,
+        response_deserializer=bytes,
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await rpc(b"\xff\xff\xff", timeout=30)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 async def test_seek_to_a_message_of_one_partition_moves_only_that_partition(
     broker: BrokerThread,
 ) -> None:
@@ -219,7 +246,7 @@ def test_message_listener_is_called_and_can_be_paused(broker: BrokerThread) -> N
     received: list[bytes] = []
     threads: set[str] = set()
 
-    def listener(consumer, msg) -> None:  # type: ignore[no-untyped-def]  # as users write it
+    def listener(consumer, msg):  # as pulsar-client users write it: untyped
         threads.add(threading.current_thread().name)
         received.append(msg.data())
         consumer.acknowledge(msg)
@@ -250,7 +277,7 @@ async def test_async_listener_gets_every_message_in_order(broker: BrokerThread) 
     topic = unique("api-async-listener")
     received: list[bytes] = []
 
-    async def listener(consumer, msg) -> None:  # type: ignore[no-untyped-def]
+    async def listener(consumer, msg):
         received.append(msg.data())
         await consumer.acknowledge(msg)
 
