@@ -413,7 +413,13 @@ class Client:
         if isinstance(topic, re.Pattern):
             pattern, label = TopicsPattern.of(topic), topic.pattern
         else:
-            topics = [topic] if isinstance(topic, str) else list(dict.fromkeys(topic))
+            # One stream per topic however it is spelt (short or full name).
+            by_name: dict[str, str] = {}
+            for name in [topic] if isinstance(topic, str) else topic:
+                by_name.setdefault(full_topic_name(name), name)
+            topics = list(by_name.values())
+            if not topics:
+                raise ValueError("subscribe needs at least one topic")
             label = ",".join(topics)
         consumer = Consumer(
             label, subscription_name, config, MessageQueue(), message_listener, batch_receive_policy

@@ -116,7 +116,7 @@ async def test_multi_topic_consumer_routes_acks_and_nacks_to_each_topic(
     a, b = unique("api-multi-a"), unique("api-multi-b")
     async with Client(broker.service_url) as client:
         consumer = await client.subscribe(
-            [a, b],
+            [a, b, f"{NS}/{a}"],  # a topic named twice is subscribed once
             "sub",
             consumer_type=ConsumerType.Shared,
             initial_position=InitialPosition.Earliest,
@@ -315,6 +315,38 @@ async def test_zero_queue_consumer_prefetches_nothing(broker: BrokerThread) -> N
         await broker.call(broker.service.create_partitioned_topic(f"{NS}/{partitioned}", 2))
         with pytest.raises(InvalidConfiguration):
             await client.subscribe(partitioned, "sub", receiver_queue_size=0)
+
+
+async def test_zero_queue_consumer_feeds_a_listener_one_message_at_a_time(
+    broker: BrokerThread,
+) -> None:
+    """As Pulsar's ZeroQueueConsumerImpl: a listener works without a queue; while it handles
+    a message the broker holds the next one for the subscription's other consumers."""
+    topic = unique("api-zero-listener")
+    received: list[bytes] = []
+    release = asyncio.Event()
+
+    async def listener(consumer, msg):
+        received.append(msg.data())
+        await consumer.acknowledge(msg)
+        await release.wait()  # busy with the first message
+
+    async with Client(broker.service_url) as client:
+        await client.subscribe(
+            topic,
+            "sub",
+            ConsumerType.Shared,
+            receiver_queue_size=0,
+            message_listener=listener,
+            initial_position=InitialPosition.Earliest,
+        )
+        producer = await client.create_producer(topic)
+        for i in range(3):
+            await producer.send(f"m{i}".encode())
+        await eventually(lambda: received == [b"m0"])
+        other = await client.subscribe(topic, "sub", ConsumerType.Shared)
+        assert [m.data() for m in await receive_n(other, 2)] == [b"m1", b"m2"]
+        release.set()
 
 
 async def test_a_dropped_consumer_is_closed_and_its_messages_go_to_the_others(
