@@ -176,7 +176,22 @@ class Consumer:
     def new_stream(self, topic: str, partition: int) -> PartitionConsumer:
         """A stream on ``topic`` (full name; a partition's for a partitioned topic) feeding
         this consumer's queue; the client starts it, then hands it to :meth:`add_streams`."""
-        return PartitionConsumer(self._config, self._queue, topic, partition)
+        # A multi-topic consumer outlives a topic that fails for good (deleted, refused):
+        # as Pulsar's MultiTopicsConsumerImpl, it goes on with the others.
+        on_failed = self._drop_failed if self._config.topic_ids else None
+        return PartitionConsumer(self._config, self._queue, topic, partition, on_failed)
+
+    def _drop_failed(self, stream: PartitionConsumer, error: PulsarError) -> None:
+        """A stream of a multi-topic consumer failed for good: forget it and what it queued
+        (unacked, so the broker redelivers it if the topic comes back)."""
+        if self._closed or isinstance(error, AlreadyClosed):
+            return
+        if self._streams.get(stream.topic) is stream:
+            del self._streams[stream.topic]
+            stream.drop_queued()
+            log.warning("consumer of %s: dropped %s: %s", self._topic, stream.topic, error)
+        if not self._streams and not self._watchers:
+            self._queue.fail(error)  # a list whose every topic failed: nothing left to wait for
 
     def watch(self, watcher: PatternWatcher) -> None:
         """Own ``watcher`` (a pattern consumer's topic discovery): closed with the consumer."""

@@ -147,7 +147,12 @@ class PartitionConsumer:
     """
 
     def __init__(
-        self, config: ConsumerConfig, queue: MessageQueue, topic: str, partition: int = -1
+        self,
+        config: ConsumerConfig,
+        queue: MessageQueue,
+        topic: str,
+        partition: int = -1,
+        on_failed: Callable[[PartitionConsumer, PulsarError], None] | None = None,
     ) -> None:
         self.config = config
         self.partition = partition
@@ -157,6 +162,8 @@ class PartitionConsumer:
         self.is_active: bool | None = None
         self.reached_end_of_topic = False
         self._queue = queue
+        # Who hears that this stream failed for good; by default every receiver of the queue.
+        self._on_failed = on_failed or (lambda _, error: queue.fail(error))
         self._loop = asyncio.get_running_loop()
         self._permits = PermitTracker(config.receiver_queue_size)
         self._acks = AckGroup(config.max_pending_acks)
@@ -367,14 +374,14 @@ class PartitionConsumer:
         elif kind == "reached_end_of_topic":
             self.reached_end_of_topic = True
 
-    def _drop_queued(self) -> int:
+    def drop_queued(self) -> int:
         """Drop this stream's messages the application has not taken; return how many."""
         return self._queue.remove_if(lambda m: m.topic_name() == self.topic)
 
     def _drop_stale(self) -> None:
         """On a live stream, drop what the broker will deliver anew (after a seek, a
         redelivery request, or to another consumer) and grant its permits again."""
-        dropped = self._drop_queued()
+        dropped = self.drop_queued()
         if dropped:
             self.consumed(dropped)
         self._acks.forget_deliveries()
@@ -430,7 +437,7 @@ class PartitionConsumer:
         # Failover: unknown until the new stream's broker says who is active.
         self.is_active = None
         # The broker redelivers what it sent and was not acked: drop what is still queued.
-        self._drop_queued()
+        self.drop_queued()
         self._acks.forget_deliveries()
         self.connection.lost(error)
 
@@ -453,7 +460,7 @@ class PartitionConsumer:
         if self._ack_timer is not None:
             self._ack_timer.cancel()
         self._fail_requests(self._error)
-        self._queue.fail(self._error)
+        self._on_failed(self, self._error)
         self._drop_stream()
 
     async def _read_loop(self, call: StreamCall) -> None:

@@ -18,6 +18,7 @@ import sys
 import textwrap
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -150,6 +151,25 @@ async def test_multi_topic_consumer_routes_acks_and_nacks_to_each_topic(
         await consumer.close()
         again = await client.subscribe([a, b], "sub", initial_position=InitialPosition.Earliest)
         await assert_nothing_more(again)
+
+
+async def test_multi_topic_consumer_goes_on_when_one_topic_is_deleted(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    """As Pulsar's multi-topics consumer: a topic deleted under it (not created again, as
+    auto-creation is off) is dropped; receiving from the other topics goes on."""
+    broker = broker_factory(allowAutoTopicCreation=False)
+    a, b = unique("api-deleted-a"), unique("api-deleted-b")
+    for topic in (a, b):
+        await broker.call(broker.service.get_topic(f"{NS}/{topic}", explicit=True))
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe([a, b], "sub")
+        await broker.call(broker.service.delete_topic(f"{NS}/{a}"))
+        await eventually(lambda: consumer.is_connected() and len(consumer.subscribed_topics()) == 1)
+        producer = await client.create_producer(b)
+        await producer.send(b"still here")
+        msg = await consumer.receive(timeout_millis=RECEIVE_MS)
+        assert (msg.data(), msg.topic_name()) == (b"still here", f"{NS}/{b}")
 
 
 async def test_pattern_consumer_subscribes_to_topics_created_later(broker: BrokerThread) -> None:
