@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import re
 import uuid
 import weakref
@@ -290,7 +291,10 @@ class Client:
             [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else [],
         )
         self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
-        # Closing consumers and readers the application dropped without closing them.
+        # How to close each consumer (reader) without referring to it, until it is dropped;
+        # then the task closing it.
+        self._closers: dict[int, Callable[[], Awaitable[None]]] = {}
+        self._closer_keys = itertools.count()
         self._closing_dropped: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -537,7 +541,11 @@ class Client:
         self._closed = True
         handles = list(self._handles)
         await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
-        await asyncio.gather(*self._closing_dropped, return_exceptions=True)
+        # Consumers dropped and not closed yet (the drop is still on its way to this loop).
+        closers, self._closers = list(self._closers.values()), {}
+        await asyncio.gather(
+            *(close() for close in closers), *self._closing_dropped, return_exceptions=True
+        )
         await self._pool.close()
 
     async def __aenter__(self) -> Client:
@@ -555,14 +563,21 @@ class Client:
         and no task of it is left pending when the loop ends."""
         self._handles.add(consumer)
         loop, close = consumer.closer()
+        key = next(self._closer_keys)
+        self._closers[key] = close
 
         def dropped() -> None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs
-                loop.call_soon_threadsafe(self._close_dropped, close)
+                loop.call_soon_threadsafe(self._close_dropped, key)
 
-        weakref.finalize(consumer, dropped)
+        # Not at interpreter exit: the loop may be past running what it would schedule.
+        weakref.finalize(consumer, dropped).atexit = False
 
-    def _close_dropped(self, close: Callable[[], Awaitable[None]]) -> None:
+    def _close_dropped(self, key: int) -> None:
+        close = self._closers.pop(key, None)
+        if close is None:
+            return  # close() took it
+
         async def run() -> None:
             await close()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -178,8 +179,21 @@ class Consumer:
         this consumer's queue; the client starts it, then hands it to :meth:`add_streams`."""
         # A multi-topic consumer outlives a topic that fails for good (deleted, refused):
         # as Pulsar's MultiTopicsConsumerImpl, it goes on with the others.
-        on_failed = self._drop_failed if self._config.topic_ids else None
-        return PartitionConsumer(self._config, self._queue, topic, partition, on_failed)
+        # Weak: a stream must not keep a consumer the application dropped alive.
+        drop_failed = weakref.WeakMethod(self._drop_failed)
+
+        def on_failed(stream: PartitionConsumer, error: PulsarError) -> None:
+            method = drop_failed()
+            if method is not None:
+                method(stream, error)
+
+        return PartitionConsumer(
+            self._config,
+            self._queue,
+            topic,
+            partition,
+            on_failed if self._config.topic_ids else None,
+        )
 
     def _drop_failed(self, stream: PartitionConsumer, error: PulsarError) -> None:
         """A stream of a multi-topic consumer failed for good: forget it and what it queued

@@ -369,37 +369,50 @@ async def test_zero_queue_consumer_feeds_a_listener_one_message_at_a_time(
         release.set()
 
 
+@pytest.mark.parametrize("form", ["topic", "list", "pattern"])
 async def test_a_dropped_consumer_is_closed_and_its_messages_go_to_the_others(
-    broker: BrokerThread,
+    broker: BrokerThread, form: str
 ) -> None:
     topic = unique("api-dropped")
+    subscribed_as = {
+        "topic": topic,
+        "list": [topic],
+        "pattern": re.compile(f"{NS}/{topic}"),
+    }[form]
     async with Client(broker.service_url) as client:
+        await (await client.create_producer(topic)).send(b"first")
         dropped = [
             await client.subscribe(
-                topic, "sub", ConsumerType.Shared, initial_position=InitialPosition.Earliest
+                subscribed_as,
+                "sub",
+                ConsumerType.Shared,
+                initial_position=InitialPosition.Earliest,
             )
         ]
         producer = await client.create_producer(topic)
         for i in range(5):
             await producer.send(f"m{i}".encode())
-        await eventually(lambda: dropped[0].queued() == 5)  # all prefetched by it
+        await eventually(lambda: dropped[0].queued() == 6)  # all prefetched by it
         dropped.clear()  # the application lets go of it, without closing it
         gc.collect()
         other = await client.subscribe(topic, "sub", ConsumerType.Shared)
-        got = await receive_n(other, 5)
-        assert sorted(m.data() for m in got) == [f"m{i}".encode() for i in range(5)]
+        got = await receive_n(other, 6)
+        assert sorted(m.data() for m in got) == [b"first"] + [f"m{i}".encode() for i in range(5)]
 
 
 DROPPING_SCRIPT = """
-import asyncio, gc, sys
+import asyncio, gc, re, sys
 from pulsar_grpc import Client, MessageId, SyncClient
 
 url, mode = sys.argv[1], sys.argv[2]
+pattern = re.compile("persistent://public/default/dropped-.*")
 if mode == "sync":
     client = SyncClient(url)
     consumer = client.subscribe("dropped-script", "sub")
     reader = client.create_reader("dropped-script", MessageId.earliest)
-    del consumer, reader
+    every = client.subscribe(pattern, "every", pattern_auto_discovery_period=1)
+    client.subscribe("dropped-script", "listening", message_listener=lambda c, m: None)
+    del consumer, reader, every
     gc.collect()
     client.close()
 else:
@@ -407,7 +420,9 @@ else:
         client = Client(url)
         consumer = await client.subscribe("dropped-script", "sub")
         reader = await client.create_reader("dropped-script", MessageId.earliest)
-        del consumer, reader
+        every = await client.subscribe(pattern, "every", pattern_auto_discovery_period=1)
+        await client.subscribe("dropped-script", "listening", message_listener=print)
+        del consumer, reader, every
         gc.collect()
         if mode == "async-close":
             await client.close()
