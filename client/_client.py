@@ -697,7 +697,7 @@ class Client:
         consumer.add_streams(streams)
         try:
             await self._start_all(streams, names, "Consume", params)
-        except BaseException:
+        except Exception:  # _start_all closed them; cancelled (closing), the consumer will
             consumer.remove_streams(streams)
             raise
 
