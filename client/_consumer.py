@@ -311,6 +311,10 @@ class Consumer:
                 message = await self._queue.get(remaining)
             except Timeout:
                 break
+            except PulsarError:  # closed or failed: hand out what was taken, raise next time
+                if batch:
+                    break
+                raise
             length = len(message.data())
             if batch and policy.max_num_bytes > 0 and size + length > policy.max_num_bytes:
                 self._queue.put_back(message)  # first of the next batch
