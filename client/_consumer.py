@@ -39,7 +39,7 @@ MessageListener = Callable[["Consumer", Message], Awaitable[None] | None]
 class ConsumerBatchReceivePolicy:
     """When :meth:`Consumer.batch_receive` returns (Pulsar's BatchReceivePolicy): once the
     batch holds ``max_num_message`` messages or ``max_num_bytes`` bytes of payload, or
-    ``timeout_ms`` after the call; a value below 0 is no limit. The defaults are Pulsar's.
+    ``timeout_ms`` after the call; 0 or below is no limit. The defaults are Pulsar's.
 
     >>> ConsumerBatchReceivePolicy(100, -1, 50)
     ConsumerBatchReceivePolicy(max_num_message=100, max_num_bytes=-1, timeout_ms=50)
