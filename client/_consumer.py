@@ -164,8 +164,8 @@ class Consumer:
     # ------------------------------------------------------------ set up by the client
 
     def add_streams(self, streams: Iterable[PartitionConsumer]) -> None:
-        """Streams the client started for this consumer (at subscribe, or for a topic a
-        pattern consumer discovered later)."""
+        """Streams the client is starting for this consumer (at subscribe, or for a topic a
+        pattern consumer discovered later): known before their first message arrives."""
         for stream in streams:
             self._streams[stream.topic] = stream
             if not self._config.topic_ids:
@@ -179,7 +179,7 @@ class Consumer:
 
     def new_stream(self, topic: str, partition: int) -> PartitionConsumer:
         """A stream on ``topic`` (full name; a partition's for a partitioned topic) feeding
-        this consumer's queue; the client starts it, then hands it to :meth:`add_streams`."""
+        this consumer's queue; the client adds it with :meth:`add_streams`, then starts it."""
         # A multi-topic consumer outlives a topic that fails for good (deleted, refused):
         # as Pulsar's MultiTopicsConsumerImpl, it goes on with the others.
         # Weak: a stream must not keep a consumer the application dropped alive.
