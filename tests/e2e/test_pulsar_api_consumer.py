@@ -452,6 +452,32 @@ def test_dropping_consumers_and_readers_leaves_nothing_on_stderr(
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "exited", "")
 
 
+def test_blocking_consumer_batch_receives_acks_a_list_redelivers_and_seeks(
+    broker: BrokerThread,
+) -> None:
+    topic = unique("api-sync-consumer")
+    with SyncClient(broker.service_url) as client:
+        consumer = client.subscribe(
+            topic,
+            "sub",
+            ConsumerType.Failover,
+            initial_position=InitialPosition.Earliest,
+            batch_receive_policy=ConsumerBatchReceivePolicy(4, -1, 2000),
+        )
+        producer = client.create_producer(topic)
+        for i in range(6):
+            producer.send(f"m{i}".encode())
+        first = consumer.batch_receive()
+        assert [m.data() for m in first] == [b"m0", b"m1", b"m2", b"m3"]
+        consumer.acknowledge([m.message_id() for m in first[:2]])
+        consumer.redeliver_unacknowledged_messages()  # m2.. again, in order
+        again = [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(4)]
+        assert [m.data() for m in again] == [b"m2", b"m3", b"m4", b"m5"]
+        consumer.acknowledge_cumulative(again[-1])
+        consumer.seek(0)  # publish time 0: everything again
+        assert consumer.receive(timeout_millis=RECEIVE_MS).data() == b"m0"
+
+
 def test_reader_uses_pulsar_client_names(broker: BrokerThread) -> None:
     topic = unique("api-reader")
     with SyncClient(broker.service_url) as client:
