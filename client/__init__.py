@@ -11,17 +11,21 @@ Every exception of pulsar-client's ``pulsar.exceptions`` is here by the same nam
 
 from . import exceptions
 from ._batching import BatchingType
-from ._client import (
-    Client,
-    DeadLetterPolicy,
-    InitialPosition,
-    LookupResult,
-)
+from ._client import Client, LookupResult
 from ._compression import CompressionType
 from ._connection import HandleState
-from ._consumer import Consumer, ConsumerType
+from ._consumer import (
+    BatchReceivePolicy,
+    Consumer,
+    ConsumerBatchReceivePolicy,
+    ConsumerDeadLetterPolicy,
+    ConsumerType,
+    DeadLetterPolicy,
+    InitialPosition,
+    MessageListener,
+)
 from ._errors import Result, error_from_rpc
-from ._message import Message, MessageId
+from ._message import Message, MessageId, TopicMessageId
 from ._producer import Producer
 from ._reader import Reader
 from ._routing import PartitionsRoutingMode
@@ -29,10 +33,13 @@ from ._sync import SyncClient, SyncConsumer, SyncProducer, SyncReader
 from .exceptions import *  # noqa: F403  (pulsar-client's exception names: its __all__)
 
 __all__ = [
+    "BatchReceivePolicy",
     "BatchingType",
     "Client",
     "CompressionType",
     "Consumer",
+    "ConsumerBatchReceivePolicy",
+    "ConsumerDeadLetterPolicy",
     "ConsumerType",
     "DeadLetterPolicy",
     "HandleState",
@@ -40,6 +47,7 @@ __all__ = [
     "LookupResult",
     "Message",
     "MessageId",
+    "MessageListener",
     "PartitionsRoutingMode",
     "Producer",
     "Reader",
@@ -48,6 +56,7 @@ __all__ = [
     "SyncConsumer",
     "SyncProducer",
     "SyncReader",
+    "TopicMessageId",
     "error_from_rpc",
 ]
 __all__ += exceptions.__all__

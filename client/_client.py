@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
+import re
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,9 +27,20 @@ from ._connection import (
     Backoff,
     retry_creation,
 )
-from ._consumer import Consumer, ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
-from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
+from ._consumer import (
+    Consumer,
+    ConsumerBatchReceivePolicy,
+    DeadLetterPolicy,
+    InitialPosition,
+    MessageListener,
+    as_consumer_type,
+    as_initial_position,
+    subscription_params,
+)
+from ._errors import AlreadyClosed, InvalidConfiguration, LookupFailed, error_from_rpc
 from ._message import MessageId
+from ._multi_consumer import PatternWatcher, TopicsPattern
+from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
 from ._routing import PartitionsRoutingMode, Router
@@ -47,22 +60,6 @@ _MAX_CHANNEL_BACKOFF_MS = 1000
 DEFAULT_KEEP_ALIVE_INTERVAL_S = 30
 # A ping unanswered this long means the peer is gone (Pulsar waits one interval; gRPC 20 s).
 _MAX_KEEP_ALIVE_TIMEOUT_S = 20
-
-
-class InitialPosition(StrEnum):
-    """Where a new subscription starts."""
-
-    Latest = "Latest"
-    Earliest = "Earliest"
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterPolicy:
-    """After ``max_redeliver_count`` redeliveries a message goes to the dead-letter topic
-    (default ``<topic>-<subscription>-DLQ``)."""
-
-    max_redeliver_count: int
-    dead_letter_topic: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +293,11 @@ class Client:
             [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else [],
         )
         self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
+        # How to close each consumer (reader) without referring to it, until it is dropped;
+        # then the task closing it.
+        self._closers: dict[int, Callable[[], Awaitable[None]]] = {}
+        self._closer_keys = itertools.count()
+        self._closing_dropped: set[asyncio.Task[None]] = set()
         self._closed = False
 
     async def create_producer(
@@ -379,41 +381,57 @@ class Client:
 
     async def subscribe(
         self,
-        topic: str,
+        topic: str | Sequence[str] | re.Pattern[str],
         subscription_name: str,
-        subscription_type: ConsumerType | str = ConsumerType.Exclusive,
+        consumer_type: ConsumerType | str = ConsumerType.Exclusive,
         consumer_name: str | None = None,
         *,
+        message_listener: MessageListener | None = None,
         receiver_queue_size: int = 1000,
-        initial_position: InitialPosition | str = InitialPosition.Latest,
+        unacked_messages_timeout_ms: int | None = None,
         negative_ack_redelivery_delay_ms: int = 60000,
-        ack_timeout_ms: int = 0,
+        pattern_auto_discovery_period: float = 60,
+        initial_position: InitialPosition | str = InitialPosition.Latest,
+        batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
         dead_letter_policy: DeadLetterPolicy | None = None,
         priority_level: int = 0,
         ack_group_time_ms: float = 1.0,
+        subscription_type: ConsumerType | str | None = None,
+        ack_timeout_ms: int | None = None,
     ) -> Consumer:
-        """Subscribe; on a partitioned topic, to every partition, merged into one queue.
+        """Subscribe, with pulsar-client's parameters; every stream feeds one queue.
 
-        ``receiver_queue_size`` is per partition. Nack delay, ack timeout and the dead-letter
-        policy are applied by the broker.
+        ``topic`` is a topic (a partitioned topic: each partition), a list of topics, or
+        ``re.compile("persistent://tenant/ns/<regex>")``: the namespace's topics that match,
+        re-checked every ``pattern_auto_discovery_period`` seconds so that new topics are
+        subscribed too. Messages of a list or pattern consumer carry their topic
+        (``msg.topic_name()``) and ids that name it, so acks go to the right topic.
+
+        ``receiver_queue_size`` is per stream; 0 is Pulsar's zero-queue consumer (one permit
+        per ``receive()``, no prefetch; one non-partitioned topic only). ``message_listener``
+        (``callback(consumer, message)``, plain or async) gets every message instead of
+        ``receive()``. Nack delay, ack timeout (``unacked_messages_timeout_ms``) and the
+        dead-letter policy are applied by the broker. ``subscription_type`` and
+        ``ack_timeout_ms`` are the names earlier versions used.
 
         >>> consumer = await client.subscribe(
-        ...     "my-topic", "sub", "Shared", initial_position="earliest",
-        ...     dead_letter_policy=DeadLetterPolicy(max_redeliver_count=3))
+        ...     "my-topic", "sub", ConsumerType.Shared, initial_position=InitialPosition.Earliest,
+        ...     dead_letter_policy=ConsumerDeadLetterPolicy(max_redeliver_count=3))
+        >>> every = await client.subscribe(re.compile("persistent://public/default/orders-.*"), "s")
         """
-        sub_type = _consumer_type(subscription_type)
-        params: dict[str, str | int | bool | None] = {
-            "x-pulsar-subscription": subscription_name,
-            "x-pulsar-subscription-type": sub_type.value,
-            "x-pulsar-consumer-name": consumer_name,
-            "x-pulsar-initial-position": _initial_position(initial_position).value,
-            "x-pulsar-priority-level": priority_level,
-            "x-pulsar-negative-ack-delay-ms": negative_ack_redelivery_delay_ms,
-            "x-pulsar-ack-timeout-ms": ack_timeout_ms,
-        }
-        if dead_letter_policy is not None:
-            params["x-pulsar-max-redeliver-count"] = dead_letter_policy.max_redeliver_count
-            params["x-pulsar-dead-letter-topic"] = dead_letter_policy.dead_letter_topic
+        sub_type = as_consumer_type(subscription_type or consumer_type)
+        params = subscription_params(
+            subscription_name,
+            sub_type,
+            consumer_name,
+            as_initial_position(initial_position),
+            priority_level,
+            negative_ack_redelivery_delay_ms,
+            unacked_messages_timeout_ms
+            if unacked_messages_timeout_ms is not None
+            else ack_timeout_ms,
+            dead_letter_policy,
+        )
         config = ConsumerConfig(
             receiver_queue_size=receiver_queue_size,
             ack_group_time_ms=ack_group_time_ms,
@@ -421,9 +439,32 @@ class Client:
             subscription_type=sub_type,
             initial_backoff_s=self._backoff_s[0],
             max_backoff_s=self._backoff_s[1],
+            topic_ids=not isinstance(topic, str),
         )
-        consumer = await self._consumer(topic, subscription_name, config, params)
-        self._handles.add(consumer)
+        pattern: TopicsPattern | None = None
+        topics: list[str] = []
+        if isinstance(topic, re.Pattern):
+            pattern, label = TopicsPattern.of(topic), topic.pattern
+        else:
+            # One stream per topic however it is spelt (short or full name).
+            by_name: dict[str, str] = {}
+            for name in [topic] if isinstance(topic, str) else topic:
+                by_name.setdefault(full_topic_name(name), name)
+            topics = list(by_name.values())
+            if not topics:
+                raise ValueError("subscribe needs at least one topic")
+            label = ",".join(topics)
+        consumer = Consumer(
+            label, subscription_name, config, MessageQueue(), message_listener, batch_receive_policy
+        )
+        if pattern is not None:
+            await self._watch_pattern(
+                consumer, pattern, pattern_auto_discovery_period, config, params
+            )
+        else:
+            await self._attach(consumer, topics, config, params)
+        consumer.start_listener()
+        self._track(consumer)
         return consumer
 
     async def create_reader(
@@ -433,11 +474,13 @@ class Client:
         start_message_id_inclusive: bool = False,
         *,
         receiver_queue_size: int = 1000,
+        reader_name: str | None = None,
     ) -> Reader:
-        """Read from ``start_message_id`` ("earliest", "latest" or a MessageId) without a
-        durable subscription. A partitioned topic can only be read from earliest or latest.
+        """Read from ``start_message_id`` (``MessageId.earliest``, ``MessageId.latest``, a
+        MessageId, or its text) without a durable subscription, as pulsar-client's
+        ``create_reader``. A partitioned topic can only be read from earliest or latest.
 
-        >>> reader = await client.create_reader("my-topic", "earliest")
+        >>> reader = await client.create_reader("my-topic", MessageId.earliest)
         """
         start = (
             MessageId.parse(start_message_id)
@@ -451,6 +494,7 @@ class Client:
         params: dict[str, str | int | bool | None] = {
             "x-pulsar-subscription": subscription,
             "x-pulsar-subscription-type": ConsumerType.Exclusive.value,
+            "x-pulsar-consumer-name": reader_name,
             "x-pulsar-durable": False,
             "x-pulsar-start-message-id": str(start),
             "x-pulsar-start-message-id-inclusive": start_message_id_inclusive,
@@ -464,13 +508,15 @@ class Client:
             initial_backoff_s=self._backoff_s[0],
             max_backoff_s=self._backoff_s[1],
         )
-        consumer = await self._consumer(topic, subscription, config, params, partitions)
+        consumer = Consumer(topic, subscription, config, MessageQueue())
+        await self._attach(consumer, [topic], config, params, [partitions])
         topics = _partition_topics(full_topic_name(topic), partitions)
         reader = Reader(
             consumer, self.get_last_message_id, topics, start, start_message_id_inclusive
         )
         if start == MessageId.latest:
             await reader.mark_latest()
+        self._track(consumer)
         self._handles.add(reader)
         return reader
 
@@ -487,6 +533,17 @@ class Client:
             return None
         last = response.last_message_id
         return MessageId(last.ledger_id, last.entry_id, last.batch_index, last.partition)
+
+    async def get_topics_of_namespace(self, namespace: str) -> list[str]:
+        """Full names of a namespace's persistent topics (a partitioned topic under its own
+        name and its partitions'), as the broker lists them.
+
+        >>> await client.get_topics_of_namespace("public/default")
+        ['persistent://public/default/orders', ...]
+        """
+        request = pb.GetTopicsOfNamespaceRequest(namespace=namespace)
+        response = await self._unary(self._stub().GetTopicsOfNamespace, request, None)
+        return list(response.topics)
 
     async def get_partitions_for_topic(self, topic: str) -> list[str]:
         """The partitions' full names, or the topic's own for a non-partitioned topic.
@@ -517,6 +574,11 @@ class Client:
         self._closed = True
         handles = list(self._handles)
         await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
+        # Consumers dropped and not closed yet (the drop is still on its way to this loop).
+        closers, self._closers = list(self._closers.values()), {}
+        await asyncio.gather(
+            *(close() for close in closers), *self._closing_dropped, return_exceptions=True
+        )
         await self._pool.close()
 
     async def __aenter__(self) -> Client:
@@ -526,6 +588,35 @@ class Client:
         await self.close()
 
     # ------------------------------------------------------------------ internals
+
+    def _track(self, consumer: Consumer) -> None:
+        """Close ``consumer`` with the client, or once the application drops it (garbage
+        collected without close(), e.g. a reader left behind): its streams end on the
+        broker, which hands what it had prefetched to the subscription's other consumers,
+        and no task of it is left pending when the loop ends."""
+        self._handles.add(consumer)
+        loop, close = consumer.closer()
+        key = next(self._closer_keys)
+        self._closers[key] = close
+
+        def dropped() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs
+                loop.call_soon_threadsafe(self._close_dropped, key)
+
+        # Not at interpreter exit: the loop may be past running what it would schedule.
+        weakref.finalize(consumer, dropped).atexit = False
+
+    def _close_dropped(self, key: int) -> None:
+        close = self._closers.pop(key, None)
+        if close is None:
+            return  # close() took it
+
+        async def run() -> None:
+            await close()
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._closing_dropped.add(task)
+        task.add_done_callback(self._closing_dropped.discard)
 
     def _stub(self, target: str | None = None, tls: bool = False) -> pb_grpc.PulsarServiceStub:
         """The stub for an address; by default the service URL's."""
@@ -568,7 +659,7 @@ class Client:
             + " -> ".join(hops)
         )
 
-    def _metadata(self, topic: str, params: dict[str, str | int | bool | None]) -> Metadata:
+    def _metadata(self, topic: str | None, params: dict[str, str | int | bool | None]) -> Metadata:
         base: dict[str, str | int | bool | None] = {
             "x-pulsar-topic": topic,
             "x-pulsar-listenername": self._listener_name,
@@ -576,7 +667,9 @@ class Client:
         }
         return call_metadata({**base, **params})
 
-    async def _unary(self, method: Callable[..., Awaitable[Any]], request: Any, topic: str) -> Any:
+    async def _unary(
+        self, method: Callable[..., Awaitable[Any]], request: Any, topic: str | None
+    ) -> Any:
         """One unary call, tried a second time at once when it found the broker unreachable:
         a connection that was cut silently fails the first call made on it, and the second
         dials afresh. A broker that is really down (or refuses the TLS handshake) still fails
@@ -604,20 +697,71 @@ class Client:
 
         return await retry_creation(attempt, Backoff(*self._backoff_s), self._operation_timeout_s)
 
-    async def _consumer(
+    async def _attach(
         self,
-        topic: str,
-        subscription: str,
+        consumer: Consumer,
+        topics: list[str],
         config: ConsumerConfig,
         params: dict[str, str | int | bool | None],
-        partitions: int | None = None,
-    ) -> Consumer:
-        if partitions is None:
-            partitions = await self._partition_count(topic)
-        queue = MessageQueue()
-        consumers = [PartitionConsumer(config, queue, i) for i in _partition_indexes(partitions)]
-        await self._start_all(consumers, _partition_topics(topic, partitions), "Consume", params)
-        return Consumer(topic, subscription, consumers, queue)
+        partition_counts: list[int] | None = None,
+    ) -> None:
+        """Start a stream per topic (per partition of a partitioned one) for ``consumer``;
+        if any fails, the others are closed and its error raised."""
+        if partition_counts is None:
+            partition_counts = list(
+                await asyncio.gather(*(self._partition_count(t) for t in topics))
+            )
+        if not config.receiver_queue_size and (config.topic_ids or any(partition_counts)):
+            raise InvalidConfiguration(
+                "receiver_queue_size=0 needs one non-partitioned topic (as Pulsar's)"
+            )
+        streams: list[PartitionConsumer] = []
+        names: list[str] = []  # as the application spelt them: the calls' x-pulsar-topic
+        for name, partitions in zip(topics, partition_counts, strict=True):
+            full = full_topic_name(name)
+            names += _partition_topics(name, partitions)
+            streams += [
+                consumer.new_stream(t, i)
+                for i, t in zip(
+                    _partition_indexes(partitions), _partition_topics(full, partitions), strict=True
+                )
+            ]
+        # Known to the consumer before they start: their first messages may come at once.
+        consumer.add_streams(streams)
+        try:
+            await self._start_all(streams, names, "Consume", params)
+        except Exception:  # _start_all closed them; cancelled (closing), the consumer will
+            consumer.remove_streams(streams)
+            raise
+
+    async def _watch_pattern(
+        self,
+        consumer: Consumer,
+        pattern: TopicsPattern,
+        period_s: float,
+        config: ConsumerConfig,
+        params: dict[str, str | int | bool | None],
+    ) -> None:
+        """Subscribe ``consumer`` to the topics matching now, and have it re-check."""
+
+        # Weak: the watcher's task must not keep a consumer the application dropped alive.
+        ref = weakref.ref(consumer)
+
+        async def subscribe(topics: list[str]) -> None:
+            target = ref()
+            if target is not None:
+                await self._attach(target, topics, config, params)
+
+        def subscribed() -> set[str]:
+            target = ref()
+            return target.subscribed_topics() if target is not None else set()
+
+        watcher = PatternWatcher(
+            pattern, period_s, self.get_topics_of_namespace, subscribe, subscribed
+        )
+        await subscribe(await watcher.matching())
+        consumer.watch(watcher)
+        watcher.start()
 
     async def _start_one(
         self,
@@ -713,20 +857,6 @@ def _partition_topics(topic: str, partitions: int) -> list[str]:
     if not partitions:
         return [topic]
     return [f"{topic}-partition-{i}" for i in range(partitions)]
-
-
-def _consumer_type(value: ConsumerType | str) -> ConsumerType:
-    for member in ConsumerType:
-        if value.lower().replace("_", "") == member.value.lower().replace("_", ""):
-            return member
-    raise ValueError(f"unknown subscription type {value!r}: expected one of {list(ConsumerType)}")
-
-
-def _initial_position(value: InitialPosition | str) -> InitialPosition:
-    for member in InitialPosition:
-        if value.lower() == member.value.lower():
-            return member
-    raise ValueError(f"unknown initial position {value!r}: expected latest or earliest")
 
 
 def _read(path: str | None) -> bytes | None:

@@ -1,592 +1,425 @@
-"""Consumers: subscribing, flow control, a merged receive queue, grouped acks, seek,
-resubscribing after a lost stream."""
+"""The application's consumer, with Pulsar's Python API: receive, batch receive, a message
+listener, acks routed to the stream a message came from, seek.
+
+One :class:`Consumer` serves a topic, a partitioned topic (a stream per partition), a list of
+topics or a pattern (a stream per topic or partition, streams added as topics appear): all
+its streams (``PartitionConsumer``) share one receive queue.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
-from collections import deque
-from collections.abc import Callable
+import inspect
+import logging
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-import grpc
+from ._connection import HandleState
+from ._errors import AlreadyClosed, InvalidConfiguration, PulsarError, Timeout
+from ._message import Message, MessageId, TopicMessageId
+from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
+from ._stream import Params
 
-from pulsargrpc.v1 import pulsar_pb2 as pb
+if TYPE_CHECKING:
+    from ._multi_consumer import PatternWatcher
 
-from ._acks import AckGroup
-from ._connection import (
-    DEFAULT_INITIAL_BACKOFF_MS,
-    DEFAULT_MAX_BACKOFF_MS,
-    Backoff,
-    ConnectionHandler,
-    HandleState,
-)
-from ._errors import (
-    AlreadyClosed,
-    ConnectError,
-    InvalidConfiguration,
-    PulsarError,
-    Timeout,
-    error_from_code,
-    is_retryable,
-)
-from ._flow import PermitTracker
-from ._message import Message, MessageId, messages_of_entry
-from ._stream import (
-    Connect,
-    Params,
-    StreamCall,
-    StreamWriter,
-    as_pulsar_error,
-    cancel_stream,
-    open_expecting,
-)
+log = logging.getLogger(__name__)
 
-_CLOSE_GRACE_S = 2.0
-_MAX_LONG = 2**63 - 1
-
-
-class MessageQueue:
-    """Messages received from the broker and not yet handed to the application.
-
-    Shared by the streams of all partitions; bounded by the permits they granted. Once failed,
-    it still hands out what it holds, then raises the error to every receiver.
-    """
-
-    def __init__(self) -> None:
-        self._items: deque[Message] = deque()
-        self._nonempty = asyncio.Event()
-        self._error: PulsarError | None = None
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def put_many(self, messages: list[Message]) -> None:
-        """Append messages and wake a receiver."""
-        if messages:
-            self._items.extend(messages)
-            self._nonempty.set()
-
-    def fail(self, error: PulsarError) -> None:
-        """Make receivers raise ``error`` once the queue is empty (first error wins)."""
-        if self._error is None:
-            self._error = error
-        self._nonempty.set()
-
-    def remove_if(self, predicate: Callable[[Message], bool]) -> int:
-        """Drop the messages matching ``predicate``; return how many."""
-        kept = deque(m for m in self._items if not predicate(m))
-        removed = len(self._items) - len(kept)
-        self._items = kept
-        return removed
-
-    async def get(self, timeout_s: float | None) -> Message:
-        """The next message; raises Timeout after ``timeout_s`` (None: wait forever)."""
-        if self._items:  # the common case under load: no timer, no event
-            return self._items.popleft()
-        try:
-            async with asyncio.timeout(timeout_s):
-                while not self._items:
-                    if self._error is not None:
-                        raise self._error
-                    self._nonempty.clear()
-                    await self._nonempty.wait()
-        except TimeoutError:
-            raise Timeout(f"no message within {timeout_s} s") from None
-        return self._items.popleft()
-
-
-class ConsumerType(StrEnum):
-    """Subscription types, spelled as ``x-pulsar-subscription-type`` expects."""
-
-    Exclusive = "Exclusive"
-    Shared = "Shared"
-    Failover = "Failover"
-    KeyShared = "Key_Shared"
+MessageTarget = Message | MessageId
+# isinstance with a tuple: faster than with the union, on every ack.
+_ONE = (Message, MessageId)
+# What a message listener may be: a plain function or a coroutine function.
+MessageListener = Callable[["Consumer", Message], Awaitable[None] | None]
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerConfig:
-    """Consumer settings the client keeps (the rest travel as call metadata)."""
+class ConsumerBatchReceivePolicy:
+    """When :meth:`Consumer.batch_receive` returns (Pulsar's BatchReceivePolicy): once the
+    batch holds ``max_num_message`` messages or ``max_num_bytes`` bytes of payload, or
+    ``timeout_ms`` after the call; 0 or below is no limit. The defaults are Pulsar's.
 
-    receiver_queue_size: int = 1000
-    ack_group_time_ms: float = 1.0
-    max_pending_acks: int = 1000
-    operation_timeout_s: float = 30.0
-    subscription_type: ConsumerType = ConsumerType.Exclusive
-    # Readers: a non-durable subscription, reopened where the application stopped reading.
-    durable: bool = True
-    start_message_id: MessageId = MessageId.latest
-    start_inclusive: bool = False
-    initial_backoff_s: float = DEFAULT_INITIAL_BACKOFF_MS / 1000
-    max_backoff_s: float = DEFAULT_MAX_BACKOFF_MS / 1000
-
-
-class PartitionConsumer:
-    """One Consume stream: a consumer of one topic or of one partition of a topic.
-
-    On a retryable stream failure it resubscribes (``_connection``) with the same subscription,
-    name and options, as Pulsar's ConsumerImpl: what the old stream queued and the application
-    did not take yet is dropped (the broker redelivers what was not acked), permits are granted
-    afresh on the new stream, grouped acks not sent yet go out on it, and requests that waited
-    for an answer on the old stream fail with :class:`ConnectError`. A reader resumes after the
-    last message the application read.
+    >>> ConsumerBatchReceivePolicy(100, -1, 50)
+    ConsumerBatchReceivePolicy(max_num_message=100, max_num_bytes=-1, timeout_ms=50)
     """
 
-    def __init__(self, config: ConsumerConfig, queue: MessageQueue, partition: int = -1) -> None:
-        self.config = config
-        self.partition = partition
-        self.topic = ""
-        self.consumer_name = ""
-        self.subscription = ""
-        self.is_active: bool | None = None
-        self.reached_end_of_topic = False
-        self._queue = queue
-        self._loop = asyncio.get_running_loop()
-        self._permits = PermitTracker(config.receiver_queue_size)
-        self._acks = AckGroup(config.max_pending_acks)
-        self._ack_timer: asyncio.TimerHandle | None = None
-        self._request_ids = itertools.count(1)
-        self._requests: dict[int, asyncio.Future[None]] = {}
-        self._dropping: set[int] = set()  # request ids whose answer ends a drop window
-        self._call: StreamCall | None = None
-        self._writer: StreamWriter | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._connect: Connect | None = None
-        # Where a reader resumes: after the last message the application took, else from
-        # its start position (the one it was created with, or the one it last sought).
-        self._last_dequeued: Message | None = None
-        self._start = (config.start_message_id, config.start_inclusive)
-        self._error: PulsarError | None = None
-        self.connection = ConnectionHandler(
-            f"consumer partition {partition}",
-            Backoff(config.initial_backoff_s, config.max_backoff_s),
-            self._open,
-            self._fail,
-        )
+    max_num_message: int = -1
+    max_num_bytes: int = 10 * 1024 * 1024
+    timeout_ms: int = 100
 
-    @property
-    def state(self) -> HandleState:
-        """Connecting, ready, closing or closed."""
-        return self.connection.state
-
-    async def start(self, connect: Connect) -> None:
-        """Open the stream, wait for ConsumerSubscribed, grant the first permits; later
-        streams reopen with ``connect``."""
-        self._connect = connect
-        await self.connection.connect_first(self.config.operation_timeout_s)
-
-    async def _open(self) -> None:
-        assert self._connect is not None
-        call, subscribed = await open_expecting(
-            self._connect, self._resubscribe_params(), "subscribed", self.config.operation_timeout_s
-        )
-        self._call = call
-        self.consumer_name = subscribed.consumer_name
-        self.topic = subscribed.topic
-        self.subscription = subscribed.subscription
-        self._writer = writer = StreamWriter(call, lambda error: self._lost(call, error))
-        self._permits = PermitTracker(self.config.receiver_queue_size)
-        writer.send(pb.ConsumeRequest(flow=pb.Flow(permits=self._permits.initial_permits())))
-        for request in self._acks.take():  # acked while disconnected
-            writer.send(request)
-        self._reader = self._loop.create_task(self._read_loop(call))
-
-    def _resubscribe_params(self) -> Params:
-        """What a reopened stream says beyond the first one's parameters: the consumer's name,
-        and for a reader the position after the last message read."""
-        if not self.consumer_name:
-            return {}
-        params: Params = {"x-pulsar-consumer-name": self.consumer_name}
-        if not self.config.durable:
-            if self._last_dequeued is not None:
-                params["x-pulsar-start-message-id"] = str(self._last_dequeued.message_id())
-                params["x-pulsar-start-message-id-inclusive"] = False
-            else:
-                params["x-pulsar-start-message-id"] = str(self._start[0])
-                params["x-pulsar-start-message-id-inclusive"] = self._start[1]
-        return params
-
-    def dequeued(self, message: Message) -> None:
-        """The application took ``message`` of this stream."""
-        self._last_dequeued = message
-        self.consumed(1)
-
-    def consumed(self, count: int = 1) -> None:
-        """The application took (or the client dropped) ``count`` messages of this stream."""
-        permits = self._permits.consumed(count)
-        if permits:
-            self._send(pb.ConsumeRequest(flow=pb.Flow(permits=permits)))
-
-    def acknowledge(self, message_id: MessageId, cumulative: bool = False) -> None:
-        """Group an ack; it goes out within ``ack_group_time_ms`` (or once reconnected)."""
-        self._check_open()
-        if cumulative:
-            self._acks.cumulative(message_id)
-        else:
-            self._acks.individual(message_id)
-        self._schedule_acks()
-
-    def negative_acknowledge(self, message_id: MessageId) -> None:
-        """Group a nack; the broker redelivers after the negative-ack delay."""
-        self._check_open()
-        self._acks.negative(message_id)
-        self._schedule_acks()
-
-    async def acknowledge_and_wait(self, message_ids: list[MessageId], cumulative: bool) -> None:
-        """Ack now and wait for the broker's AckReceipt (the ack is durable)."""
-        request_id = next(self._request_ids)
-        ack = pb.Ack(
-            type=pb.Cumulative if cumulative else pb.Individual,
-            ids=[m.to_proto() for m in message_ids],
-            request_id=request_id,
-        )
-        await self._request(request_id, pb.ConsumeRequest(ack=ack))
-
-    def flush_acks(self) -> None:
-        """Send grouped acks and nacks now (kept for the next stream while reconnecting)."""
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
-            self._ack_timer = None
-        if self.connection.state is not HandleState.READY:
-            return
-        for request in self._acks.take():
-            self._send(request)
-
-    async def redeliver_unacknowledged(self) -> None:
-        """Ask for every unacked message again, and wait for RedeliverDone."""
-        request_id = next(self._request_ids)
-        redeliver = pb.RedeliverUnacknowledged(request_id=request_id)
-        await self._request_dropping(request_id, pb.ConsumeRequest(redeliver=redeliver))
-
-    async def seek(self, target: MessageId | int) -> None:
-        """Move the cursor to a message id or a publish time (ms), and wait for SeekDone."""
-        request_id = next(self._request_ids)
-        seek = seek_request(target, request_id)
-        await self._request_dropping(request_id, pb.ConsumeRequest(seek=seek))
-        # A publish time has no message id to resume from: a reader reconnecting before it
-        # read anything starts over from the earliest message, as Pulsar's does.
-        self._start = (
-            (target, True) if isinstance(target, MessageId) else (MessageId.earliest, False)
-        )
-        self._last_dequeued = None
-
-    async def _request_dropping(self, request_id: int, request: pb.ConsumeRequest) -> None:
-        """Send a request whose answer separates stale messages from fresh ones: what is
-        queued now, and what arrives before the answer, is dropped (its permits returned)."""
-        await self._wait_ready()
-        self._drop_stale()
-        self._dropping.add(request_id)
-        try:
-            await self._request(request_id, request)
-        finally:
-            self._dropping.discard(request_id)
-
-    async def unsubscribe(self) -> None:
-        """Delete the subscription and wait for Unsubscribed."""
-        request_id = next(self._request_ids)
-        request = pb.ConsumeRequest(unsubscribe=pb.Unsubscribe(request_id=request_id))
-        await self._request(request_id, request)
-
-    async def close(self) -> None:
-        """Send grouped acks, half-close the stream and let the broker end it."""
-        if self.connection.state in (HandleState.CLOSING, HandleState.CLOSED):
-            return
-        self.flush_acks()
-        self.connection.closing()
-        if self._writer is not None:
-            await self._writer.close()
-        if self._reader is not None:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._reader), _CLOSE_GRACE_S)
-        self._fail(AlreadyClosed("the consumer is closed"))
-
-    def on_response(self, response: pb.ConsumeResponse) -> None:
-        """Handle one response after ConsumerSubscribed."""
-        kind = response.WhichOneof("response")
-        if kind == "messages":
-            messages: list[Message] = []
-            for entry in response.messages.entries:
-                of_entry = messages_of_entry(entry, self.partition, self.topic)
-                messages.extend(of_entry)
-                if not self._dropping:
-                    self._acks.delivered(entry.ledger_id, entry.entry_id, len(of_entry))
-            if self._dropping:
-                self.consumed(len(messages))  # the broker charged them: give the permits back
-            else:
-                self._queue.put_many(messages)
-        elif kind in ("ack_receipt", "seek_done", "unsubscribed", "redeliver_done"):
-            request_id = getattr(response, kind).request_id
-            self._dropping.discard(request_id)
-            future = self._requests.pop(request_id, None)
-            if future is not None and not future.done():
-                future.set_result(None)
-        elif kind == "request_error":
-            failure = response.request_error
-            self._dropping.discard(failure.request_id)
-            future = self._requests.pop(failure.request_id, None)
-            if future is not None and not future.done():
-                future.set_exception(error_from_code(failure.code, failure.message))
-        elif kind == "active_consumer_change":
-            self.is_active = response.active_consumer_change.is_active
-            if not self.is_active:
-                # The broker hands what this stream was sent to the new active consumer:
-                # what the application has not taken would only be duplicates.
-                self._drop_stale()
-        elif kind == "reached_end_of_topic":
-            self.reached_end_of_topic = True
-
-    def _drop_queued(self) -> int:
-        """Drop this stream's messages the application has not taken; return how many."""
-        return self._queue.remove_if(lambda m: m.partition == self.partition)
-
-    def _drop_stale(self) -> None:
-        """On a live stream, drop what the broker will deliver anew (after a seek, a
-        redelivery request, or to another consumer) and grant its permits again."""
-        dropped = self._drop_queued()
-        if dropped:
-            self.consumed(dropped)
-        self._acks.forget_deliveries()
-
-    def _check_open(self) -> None:
-        if self._error is not None:
-            raise self._error
-        if self.connection.state is HandleState.CLOSING:
-            raise AlreadyClosed("the consumer is closed")
-
-    def _send(self, request: pb.ConsumeRequest) -> None:
-        if self._writer is not None and self.connection.state is HandleState.READY:
-            self._writer.send(request)
-
-    def _schedule_acks(self) -> None:
-        if self._acks.is_full():
-            self.flush_acks()
-        elif self._ack_timer is None:
-            delay_s = self.config.ack_group_time_ms / 1000
-            self._ack_timer = self._loop.call_later(delay_s, self.flush_acks)
-
-    async def _wait_ready(self) -> None:
-        """Requests need a stream: wait for a reconnect, at most the operation timeout."""
-        self._check_open()
-        if not await self.connection.wait_ready(self.config.operation_timeout_s):
-            self._check_open()
-            raise Timeout("not reconnected to the broker within the operation timeout")
-
-    async def _request(self, request_id: int, request: pb.ConsumeRequest) -> None:
-        await self._wait_ready()
-        self.flush_acks()
-        future: asyncio.Future[None] = self._loop.create_future()
-        self._requests[request_id] = future
-        self._send(request)
-        try:
-            await asyncio.wait_for(future, self.config.operation_timeout_s)
-        except TimeoutError:
-            raise Timeout("the broker did not answer in time") from None
-        finally:
-            self._requests.pop(request_id, None)
-
-    def _lost(self, call: StreamCall, error: PulsarError) -> None:
-        """A stream ended: reconnect (retryable error) or fail (not retryable)."""
-        if call is not self._call or self.connection.state is not HandleState.READY:
-            return  # an older stream, already replaced; or close() is ending this one
-        if not is_retryable(error):
-            self._fail(error)
-            return
-        self._drop_stream()
-        # Requests sent on the lost stream may or may not have been applied: say so.
-        self._fail_requests(ConnectError(f"the connection to the broker was lost: {error.message}"))
-        self._dropping.clear()
-        # Failover: unknown until the new stream's broker says who is active.
-        self.is_active = None
-        # The broker redelivers what it sent and was not acked: drop what is still queued.
-        self._drop_queued()
-        self._acks.forget_deliveries()
-        self.connection.lost(error)
-
-    def _drop_stream(self) -> None:
-        cancel_stream(self._reader, self._writer, self._call)
-        self._reader = self._writer = self._call = None
-
-    def _fail_requests(self, error: PulsarError) -> None:
-        """Requests waiting for an answer get ``error``: none will come."""
-        for future in self._requests.values():
-            if not future.done():
-                future.set_exception(error)
-        self._requests.clear()
-
-    def _fail(self, error: PulsarError) -> None:
-        """Close for good: requests and receivers get ``error`` (first error wins)."""
-        if self._error is None:
-            self._error = error
-        self.connection.closed()
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
-        self._fail_requests(self._error)
-        self._queue.fail(self._error)
-        self._drop_stream()
-
-    async def _read_loop(self, call: StreamCall) -> None:
-        try:
-            while True:
-                response = await call.read()
-                if response is grpc.aio.EOF:
-                    if self.connection.state is HandleState.READY:
-                        self._lost(call, ConnectError("the broker ended the consume stream"))
-                    return
-                self.on_response(response)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._lost(call, as_pulsar_error(exc))
+    def __post_init__(self) -> None:
+        if self.max_num_message <= 0 and self.max_num_bytes <= 0 and self.timeout_ms <= 0:
+            raise ValueError(
+                "a batch receive policy needs at least one of max_num_message, max_num_bytes "
+                "and timeout_ms above 0"
+            )
 
 
-def seek_request(target: MessageId | int, request_id: int) -> pb.Seek:
-    """The Seek request for a message id or a publish time in ms.
-
-    The sentinels travel as publish times, since the wire's ledger ids are unsigned:
-    earliest is "published at or after 0", latest "at or after the end of time".
-
-    >>> seek_request(MessageId.earliest, 1).publish_time
-    0
-    """
-    if isinstance(target, int):
-        return pb.Seek(publish_time=target, request_id=request_id)
-    if target == MessageId.earliest:
-        return pb.Seek(publish_time=0, request_id=request_id)
-    if target == MessageId.latest:
-        return pb.Seek(publish_time=_MAX_LONG, request_id=request_id)
-    return pb.Seek(message_id=target.to_proto(), request_id=request_id)
+# The name pulsar-client's C extension gives it.
+BatchReceivePolicy = ConsumerBatchReceivePolicy
 
 
-MessageTarget = Message | MessageId
+class InitialPosition(StrEnum):
+    """Where a new subscription starts."""
+
+    Latest = "Latest"
+    Earliest = "Earliest"
 
 
-def _id_of(target: MessageTarget) -> MessageId:
-    return target.message_id() if isinstance(target, Message) else target
+@dataclass(frozen=True, slots=True)
+class DeadLetterPolicy:
+    """After ``max_redeliver_count`` redeliveries a message goes to the dead-letter topic
+    (default ``<topic>-<subscription>-DLQ``)."""
+
+    max_redeliver_count: int
+    dead_letter_topic: str | None = None
+
+
+# pulsar-client's name for it.
+ConsumerDeadLetterPolicy = DeadLetterPolicy
+
+
+def as_consumer_type(value: ConsumerType | str) -> ConsumerType:
+    """``ConsumerType.Shared``, or its name in any case ("shared", "key_shared")."""
+    for member in ConsumerType:
+        if value.lower().replace("_", "") == member.value.lower().replace("_", ""):
+            return member
+    raise ValueError(f"unknown subscription type {value!r}: expected one of {list(ConsumerType)}")
+
+
+def as_initial_position(value: InitialPosition | str) -> InitialPosition:
+    """``InitialPosition.Earliest``, or its name in any case."""
+    for member in InitialPosition:
+        if value.lower() == member.value.lower():
+            return member
+    raise ValueError(f"unknown initial position {value!r}: expected latest or earliest")
+
+
+def subscription_params(
+    subscription_name: str,
+    consumer_type: ConsumerType,
+    consumer_name: str | None,
+    initial_position: InitialPosition,
+    priority_level: int,
+    negative_ack_redelivery_delay_ms: int,
+    unacked_messages_timeout_ms: int | None,
+    dead_letter_policy: DeadLetterPolicy | None,
+) -> Params:
+    """The Consume call's parameters (PIP-59 call metadata) for a durable subscription."""
+    params: Params = {
+        "x-pulsar-subscription": subscription_name,
+        "x-pulsar-subscription-type": consumer_type.value,
+        "x-pulsar-consumer-name": consumer_name,
+        "x-pulsar-initial-position": initial_position.value,
+        "x-pulsar-priority-level": priority_level,
+        "x-pulsar-negative-ack-delay-ms": negative_ack_redelivery_delay_ms,
+        "x-pulsar-ack-timeout-ms": unacked_messages_timeout_ms or 0,
+    }
+    if dead_letter_policy is not None:
+        params["x-pulsar-max-redeliver-count"] = dead_letter_policy.max_redeliver_count
+        params["x-pulsar-dead-letter-topic"] = dead_letter_policy.dead_letter_topic
+    return params
 
 
 class Consumer:
-    """Receives from a subscription; for a partitioned topic, from all partitions merged.
+    """Receives from a subscription: one topic, a partitioned topic's partitions merged, a
+    list of topics or the topics of a pattern.
 
-    >>> consumer = await client.subscribe("my-topic", "my-sub", subscription_type="Shared")
-    >>> async for msg in consumer:
-    ...     print(msg.data())
-    ...     await consumer.acknowledge(msg)
+    >>> consumer = await client.subscribe("my-topic", "my-sub", ConsumerType.Shared)
+    >>> msg = await consumer.receive(timeout_millis=1000)
+    >>> print(msg.data(), msg.topic_name())
+    >>> await consumer.acknowledge(msg)
     """
 
     def __init__(
         self,
         topic: str,
         subscription_name: str,
-        partitions: list[PartitionConsumer],
+        config: ConsumerConfig,
         queue: MessageQueue,
+        message_listener: MessageListener | None = None,
+        batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
     ) -> None:
         self._topic = topic
         self._subscription = subscription_name
-        self._partitions = {p.partition: p for p in partitions}
-        self._subscription_type = partitions[0].config.subscription_type
+        self._config = config
+        self._zero_queue = not config.receiver_queue_size  # Pulsar's ZeroQueueConsumerImpl
         self._queue = queue
+        # Streams by the full name of their topic (partition): where a message's ack goes.
+        self._streams: dict[str, PartitionConsumer] = {}
+        # A single topic's streams by partition index: where a bare MessageId's ack goes.
+        self._partitions: dict[int, PartitionConsumer] = {}
+        self._batch_policy = batch_receive_policy or ConsumerBatchReceivePolicy()
+        self._listener = message_listener
+        self._listener_task: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
+        self._listening.set()
+        # What closing needs, kept apart from self so that a dropped consumer can be closed.
+        self._watchers: list[PatternWatcher] = []
+        self._loop = asyncio.get_running_loop()
         self._closed = False
+
+    # ------------------------------------------------------------ set up by the client
+
+    def add_streams(self, streams: Iterable[PartitionConsumer]) -> None:
+        """Streams the client is starting for this consumer (at subscribe, or for a topic a
+        pattern consumer discovered later): known before their first message arrives."""
+        for stream in streams:
+            self._streams[stream.topic] = stream
+            if not self._config.topic_ids:
+                self._partitions[stream.partition] = stream
+
+    def remove_streams(self, streams: Iterable[PartitionConsumer]) -> None:
+        """Streams that failed to start (the client closed them)."""
+        for stream in streams:
+            self._streams.pop(stream.topic, None)
+            self._partitions.pop(stream.partition, None)
+
+    def new_stream(self, topic: str, partition: int) -> PartitionConsumer:
+        """A stream on ``topic`` (full name; a partition's for a partitioned topic) feeding
+        this consumer's queue; the client adds it with :meth:`add_streams`, then starts it."""
+        # A multi-topic consumer outlives a topic that fails for good (deleted, refused):
+        # as Pulsar's MultiTopicsConsumerImpl, it goes on with the others.
+        # Weak: a stream must not keep a consumer the application dropped alive.
+        drop_failed = weakref.WeakMethod(self._drop_failed)
+
+        def on_failed(stream: PartitionConsumer, error: PulsarError) -> None:
+            method = drop_failed()
+            if method is not None:
+                method(stream, error)
+
+        return PartitionConsumer(
+            self._config,
+            self._queue,
+            topic,
+            partition,
+            on_failed if self._config.topic_ids else None,
+        )
+
+    def _drop_failed(self, stream: PartitionConsumer, error: PulsarError) -> None:
+        """A stream of a multi-topic consumer failed for good: forget it and what it queued
+        (unacked, so the broker redelivers it if the topic comes back)."""
+        if self._closed or isinstance(error, AlreadyClosed):
+            return
+        if self._streams.get(stream.topic) is stream:
+            del self._streams[stream.topic]
+            stream.drop_queued()
+            log.warning("consumer of %s: dropped %s: %s", self._topic, stream.topic, error)
+        if not self._streams and not self._watchers:
+            self._queue.fail(error)  # a list whose every topic failed: nothing left to wait for
+
+    def watch(self, watcher: PatternWatcher) -> None:
+        """Own ``watcher`` (a pattern consumer's topic discovery): closed with the consumer."""
+        self._watchers.append(watcher)
+
+    def closer(self) -> tuple[asyncio.AbstractEventLoop, Callable[[], Awaitable[None]]]:
+        """The loop of this consumer and a function that closes its streams and topic
+        discovery without referring to the consumer: what the client runs once the
+        application dropped it (a listener keeps its consumer alive, so is not dropped)."""
+        streams, watchers = self._streams, self._watchers
+
+        async def close() -> None:
+            await asyncio.gather(*(w.close() for w in watchers))
+            await asyncio.gather(*(s.close() for s in list(streams.values())))
+
+        return self._loop, close
+
+    def start_listener(self) -> None:
+        """Call the message listener for each message, from a task of this consumer."""
+        if self._listener is not None and self._listener_task is None:
+            self._listener_task = asyncio.get_running_loop().create_task(self._listen())
+
+    def subscribed_topics(self) -> set[str]:
+        """Full names of the topics (partitions) this consumer has a stream on."""
+        return set(self._streams)
+
+    # ------------------------------------------------------------ Pulsar's accessors
+
+    def topic(self) -> str:
+        """The topic as given to ``subscribe`` (a list's names joined with commas, or the
+        pattern's text)."""
+        return self._topic
+
+    def subscription_name(self) -> str:
+        """The subscription's name."""
+        return self._subscription
+
+    def consumer_name(self) -> str:
+        """The consumer's name (given or generated by the broker)."""
+        stream = next(iter(self._streams.values()), None)
+        return stream.consumer_name if stream is not None else ""
+
+    def is_connected(self) -> bool:
+        """Whether every stream is open (none is reconnecting)."""
+        return not self._closed and all(
+            s.state is HandleState.READY for s in self._streams.values()
+        )
+
+    @property
+    def is_active(self) -> bool | None:
+        """Failover: whether this consumer is the active one (None until the broker says)."""
+        stream = next(iter(self._streams.values()), None)
+        return stream.is_active if stream is not None else None
 
     def queued(self) -> int:
         """Messages received and not yet handed to the application."""
         return len(self._queue)
 
-    @property
-    def topic(self) -> str:
-        """The topic as given to ``subscribe``."""
-        return self._topic
-
-    @property
-    def subscription_name(self) -> str:
-        """The subscription's name."""
-        return self._subscription
-
-    @property
-    def consumer_name(self) -> str:
-        """The consumer's name (given or generated by the broker)."""
-        return next(iter(self._partitions.values())).consumer_name
-
-    @property
-    def is_active(self) -> bool | None:
-        """Failover: whether this consumer is the active one (None until the broker says)."""
-        return next(iter(self._partitions.values())).is_active
-
     def has_reached_end_of_topic(self) -> bool:
         """Whether the topic (every partition) was terminated and fully consumed."""
-        return all(p.reached_end_of_topic for p in self._partitions.values())
+        return all(p.reached_end_of_topic for p in self._streams.values())
 
-    async def receive(self, timeout_ms: int | None = None) -> Message:
-        """The next message; raises :class:`Timeout` after ``timeout_ms`` (None: wait).
+    # ------------------------------------------------------------ receiving
 
-        >>> msg = await consumer.receive(timeout_ms=1000)
+    async def receive(
+        self, timeout_millis: int | None = None, *, timeout_ms: int | None = None
+    ) -> Message:
+        """The next message; raises :class:`Timeout` after ``timeout_millis`` (None: wait).
+
+        ``timeout_ms`` is the name earlier versions used. Not with a message listener
+        (:class:`InvalidConfiguration`), as Pulsar's.
+
+        >>> msg = await consumer.receive(timeout_millis=1000)
         """
-        if self._closed:
-            raise AlreadyClosed("the consumer is closed")
-        timeout_s = None if timeout_ms is None else timeout_ms / 1000
-        message = await self._queue.get(timeout_s)
-        self._partitions[message.partition].dequeued(message)
+        if self._closed or self._listener is not None:
+            self._check_receive()
+        timeout = timeout_millis if timeout_millis is not None else timeout_ms
+        queue = self._queue
+        if self._zero_queue:
+            if timeout is not None:
+                raise InvalidConfiguration(
+                    "Can't use receive with timeout, if the queue size is 0 (as Pulsar's client)"
+                )
+            if not len(queue):  # ask for the one message this call returns
+                for stream in self._streams.values():
+                    stream.want_one()
+        message = await queue.get(None if timeout is None else timeout / 1000)
+        self._streams[message.topic_name()].dequeued(message)
         return message
 
-    async def acknowledge(self, message: MessageTarget, *, wait: bool = False) -> None:
-        """Acknowledge one message.
+    async def batch_receive(self) -> list[Message]:
+        """Messages received, at most the batch receive policy's count and bytes, waiting at
+        most its timeout (maybe none, then an empty list).
 
-        Acks are grouped and sent within ``ack_group_time_ms``; with ``wait=True`` the ack is
-        sent at once and this returns when the broker reports it durable.
+        >>> for msg in await consumer.batch_receive():
+        ...     await consumer.acknowledge(msg)
+        """
+        self._check_receive()
+        if not self._config.receiver_queue_size:
+            raise InvalidConfiguration("batch_receive needs a receiver queue (size above 0)")
+        policy = self._batch_policy
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + policy.timeout_ms / 1000 if policy.timeout_ms > 0 else None
+        batch: list[Message] = []
+        size = 0
+        while policy.max_num_message <= 0 or len(batch) < policy.max_num_message:
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            if remaining == 0.0 and not len(self._queue):
+                break
+            try:
+                message = await self._queue.get(remaining)
+            except Timeout:
+                break
+            except PulsarError:  # closed or failed: hand out what was taken, raise next time
+                if batch:
+                    break
+                raise
+            length = len(message.data())
+            if batch and policy.max_num_bytes > 0 and size + length > policy.max_num_bytes:
+                self._queue.put_back(message)  # first of the next batch
+                break
+            self._streams[message.topic_name()].dequeued(message)
+            batch.append(message)
+            size += length
+            if policy.max_num_bytes > 0 and size >= policy.max_num_bytes:
+                break
+        return batch
+
+    def pause_message_listener(self) -> None:
+        """Stop calling the message listener until :meth:`resume_message_listener`; messages
+        keep arriving up to the receiver queue's size."""
+        self._listening.clear()
+
+    def resume_message_listener(self) -> None:
+        """Call the message listener again, first with what arrived while paused."""
+        self._listening.set()
+
+    # ------------------------------------------------------------ acknowledging
+
+    async def acknowledge(
+        self, message: MessageTarget | Sequence[MessageId], *, wait: bool = False
+    ) -> None:
+        """Acknowledge a message, a message id, or a list of message ids.
+
+        Acks are grouped and sent within ``ack_group_time_ms``; with ``wait=True`` they go
+        out at once and this returns when the broker reports them durable.
 
         >>> await consumer.acknowledge(msg)
-        >>> await consumer.acknowledge(msg.message_id(), wait=True)
+        >>> await consumer.acknowledge([m.message_id() for m in batch])
         """
-        await self._ack(_id_of(message), cumulative=False, wait=wait)
+        if not isinstance(message, _ONE):
+            await self._ack(list(message), cumulative=False, wait=wait)
+            return
+        stream, message_id = self._route(message)  # one message: the hot path, no lists
+        if wait:
+            await stream.acknowledge_and_wait([message_id], False)
+        else:
+            stream.acknowledge(message_id, False)
 
     async def acknowledge_cumulative(self, message: MessageTarget, *, wait: bool = False) -> None:
         """Acknowledge this message and every earlier one of its partition (not for Shared).
 
         >>> await consumer.acknowledge_cumulative(last_msg)
         """
-        if self._subscription_type in (ConsumerType.Shared, ConsumerType.KeyShared):
+        if self._config.subscription_type in (ConsumerType.Shared, ConsumerType.KeyShared):
             raise InvalidConfiguration(
                 "Cannot use cumulative acks with a Shared or Key_Shared subscription"
             )
-        await self._ack(_id_of(message), cumulative=True, wait=wait)
+        await self._ack([message], cumulative=True, wait=wait)
 
     async def negative_acknowledge(self, message: MessageTarget) -> None:
         """Ask for the redelivery of a message after the negative-ack delay.
 
         >>> await consumer.negative_acknowledge(msg)
         """
-        message_id = _id_of(message)
-        self._partition_of(message_id).negative_acknowledge(message_id)
+        stream, message_id = self._route(message)
+        stream.negative_acknowledge(message_id)
 
     async def redeliver_unacknowledged_messages(self) -> None:
         """Have the broker redeliver every unacked message; drops the local queue.
 
         >>> await consumer.redeliver_unacknowledged_messages()
         """
-        await asyncio.gather(*(p.redeliver_unacknowledged() for p in self._partitions.values()))
+        await asyncio.gather(*(p.redeliver_unacknowledged() for p in self._streams.values()))
 
-    async def seek(self, target: MessageId | int) -> None:
+    async def seek(self, target: MessageTarget | int) -> None:
         """Reset the subscription to a message id or a publish time (ms since the epoch).
 
-        A message id of a partitioned topic moves its own partition; ``MessageId.earliest``,
-        ``MessageId.latest`` and publish times move every partition.
+        A message id of one partition (or, for a multi-topic consumer, of one topic) moves
+        only that partition, as Pulsar's; ``MessageId.earliest``, ``MessageId.latest`` and
+        publish times move every one.
 
         >>> await consumer.seek(MessageId.earliest)
         >>> await consumer.seek(int(time.time() * 1000) - 60_000)
         """
-        if isinstance(target, MessageId) and target not in (MessageId.earliest, MessageId.latest):
-            await self._partition_of(target).seek(target)
+        if isinstance(target, Message | MessageId) and target not in (
+            MessageId.earliest,
+            MessageId.latest,
+        ):
+            stream, message_id = self._route(target)
+            await stream.seek(message_id)
             return
-        await asyncio.gather(*(p.seek(target) for p in self._partitions.values()))
+        await asyncio.gather(*(p.seek(target) for p in self._streams.values()))
 
     async def unsubscribe(self) -> None:
         """Delete the subscription, then close.
 
         >>> await consumer.unsubscribe()
         """
-        await asyncio.gather(*(p.unsubscribe() for p in self._partitions.values()))
+        await self._stop_background()
+        await asyncio.gather(*(p.unsubscribe() for p in self._streams.values()))
         await self.close()
 
     async def close(self) -> None:
@@ -597,7 +430,8 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
-        await asyncio.gather(*(p.close() for p in self._partitions.values()))
+        await self._stop_background()
+        await asyncio.gather(*(p.close() for p in self._streams.values()))
         self._queue.fail(AlreadyClosed("the consumer is closed"))
 
     def __aiter__(self) -> Consumer:
@@ -615,17 +449,72 @@ class Consumer:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def _ack(self, message_id: MessageId, cumulative: bool, wait: bool) -> None:
-        partition = self._partition_of(message_id)
-        if wait:
-            await partition.acknowledge_and_wait([message_id], cumulative)
-        else:
-            partition.acknowledge(message_id, cumulative)
+    # ------------------------------------------------------------ internals
 
-    def _partition_of(self, message_id: MessageId) -> PartitionConsumer:
-        try:
-            return self._partitions[message_id.partition]
-        except KeyError:
-            raise ValueError(
-                f"message id {message_id} is not from a partition of {self._topic}"
-            ) from None
+    def _check_receive(self) -> None:
+        if self._closed:
+            raise AlreadyClosed("the consumer is closed")
+        if self._listener is not None and asyncio.current_task() is not self._listener_task:
+            raise InvalidConfiguration("Cannot receive when a message listener has been set")
+
+    async def _listen(self) -> None:
+        """Hand each message to the listener, one at a time, in order; a listener that
+        raises is logged (as Pulsar's) and gets the next message."""
+        assert self._listener is not None
+        while True:
+            await self._listening.wait()
+            try:
+                message = await self.receive()
+            except PulsarError:  # closed, or failed for good: receive() would say so
+                return
+            await self._listening.wait()  # paused while waiting: hold it until resumed
+            try:
+                result = self._listener(self, message)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("the message listener of %s raised", self._topic)
+
+    async def _stop_background(self) -> None:
+        """Stop topic discovery and the listener (not from inside the listener itself)."""
+        await asyncio.gather(*(w.close() for w in self._watchers))
+        task, self._listener_task = self._listener_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _ack(self, targets: list[MessageTarget], cumulative: bool, wait: bool) -> None:
+        routed = [self._route(t) for t in targets]
+        if not wait:
+            for stream, message_id in routed:
+                stream.acknowledge(message_id, cumulative)
+            return
+        by_stream: dict[str, list[MessageId]] = {}
+        for stream, message_id in routed:
+            by_stream.setdefault(stream.topic, []).append(message_id)
+        await asyncio.gather(
+            *(
+                self._streams[topic].acknowledge_and_wait(ids, cumulative)
+                for topic, ids in by_stream.items()
+            )
+        )
+
+    def _route(self, target: MessageTarget) -> tuple[PartitionConsumer, MessageId]:
+        """The stream a message (id) belongs to, and its id."""
+        if isinstance(target, Message):
+            stream = self._streams.get(target.topic_name())
+            message_id = target.message_id()
+        elif isinstance(target, TopicMessageId):
+            stream = self._streams.get(target.topic_name())
+            message_id = target
+        else:
+            stream = self._partitions.get(target.partition)
+            message_id = target
+        if stream is None:
+            hint = (
+                " (a multi-topic consumer needs the message, or msg.message_id())"
+                if self._config.topic_ids
+                else ""
+            )
+            raise ValueError(f"message id {message_id} is not from {self._topic}{hint}")
+        return stream, message_id

@@ -73,11 +73,13 @@ class MessageId(_MessageIdFields):
         return _PACKED.pack(self.ledger_id, self.entry_id, self.batch_index, self.partition)
 
     @classmethod
-    def deserialize(cls, data: bytes) -> MessageId:
-        """Inverse of :meth:`serialize`."""
+    def deserialize(cls, data: bytes, topic: str | None = None) -> MessageId:
+        """Inverse of :meth:`serialize`. With ``topic`` (as Pulsar's), a :class:`TopicMessageId`
+        that a multi-topic consumer can acknowledge or seek to."""
         if len(data) != _PACKED.size:
             raise ValueError(f"a serialized MessageId has {_PACKED.size} bytes, got {len(data)}")
-        return cls(*_PACKED.unpack(data))
+        fields = _PACKED.unpack(data)
+        return cls(*fields) if topic is None else TopicMessageId.of(topic, *fields)
 
     def to_proto(self) -> pb.MessageId:
         """The wire form; ledger and entry ids must not be negative."""
@@ -89,6 +91,34 @@ class MessageId(_MessageIdFields):
             batch_index=self.batch_index,
             partition=self.partition,
         )
+
+
+class TopicMessageId(MessageId):
+    """A message id that also names its topic (Pulsar's TopicMessageId): what the messages
+    of a multi-topic or pattern consumer carry, so that an id alone routes an ack or a seek
+    to the right topic. Equal to the plain :class:`MessageId` with the same fields.
+
+    >>> mid = TopicMessageId.of("persistent://public/default/a", 7, 3)
+    >>> mid.topic_name(), mid == MessageId(7, 3)
+    ('persistent://public/default/a', True)
+    """
+
+    # No __slots__: a tuple subtype keeps an extra field only in its __dict__, which is why
+    # single-topic consumers hand out plain MessageIds.
+    _topic: str
+
+    @classmethod
+    def of(
+        cls, topic: str, ledger_id: int, entry_id: int, batch_index: int = -1, partition: int = -1
+    ) -> TopicMessageId:
+        """The id of a message of ``topic`` (the partition's name for a partitioned topic)."""
+        mid = cls(ledger_id, entry_id, batch_index, partition)
+        mid._topic = topic
+        return mid
+
+    def topic_name(self) -> str:
+        """Full name of the topic (of the partition) the message belongs to."""
+        return self._topic
 
 
 # Pulsar's sentinels: earliest is (-1, -1), latest is (Long.MAX_VALUE, Long.MAX_VALUE).
@@ -107,20 +137,25 @@ class Message:
     >>> msg.data(), msg.message_id(), msg.properties()
     """
 
-    __slots__ = ("_entry", "_id", "_index", "_partition", "_topic_name")
+    __slots__ = ("_entry", "_id", "_index", "_partition", "_topic_ids", "_topic_name")
 
     def __init__(
-        self, entry: pb.DeliveredEntry, index: int, partition: int, topic_name: str
+        self,
+        entry: pb.DeliveredEntry,
+        index: int,
+        partition: int,
+        topic_name: str,
+        topic_ids: bool = False,
     ) -> None:
         self._entry = entry
         self._index = index
         self._partition = partition
         self._topic_name = topic_name
+        self._topic_ids = topic_ids  # message_id() names the topic (multi-topic consumers)
         self._id: MessageId | None = None
 
-    @property
     def value(self) -> bytes:
-        """The payload (same as :meth:`data`)."""
+        """The payload, as Pulsar's ``value()`` with the default bytes schema."""
         return self._entry.messages[self._index].payload
 
     def data(self) -> bytes:
@@ -131,7 +166,12 @@ class Message:
         """The id to acknowledge or seek to."""
         if self._id is None:
             entry = self._entry
-            self._id = MessageId(entry.ledger_id, entry.entry_id, self._index, self._partition)
+            fields = (entry.ledger_id, entry.entry_id, self._index, self._partition)
+            self._id = (
+                TopicMessageId.of(self._topic_name, *fields)
+                if self._topic_ids
+                else MessageId(*fields)
+            )
         return self._id
 
     @property
@@ -181,19 +221,26 @@ class Message:
         )
 
 
-def messages_of_entry(entry: pb.DeliveredEntry, partition: int, topic_name: str) -> list[Message]:
+def messages_of_entry(
+    entry: pb.DeliveredEntry, partition: int, topic_name: str, topic_ids: bool = False
+) -> list[Message]:
     """The messages of one delivered entry, minus the batch indexes acked before.
 
     Message i gets id (ledger, entry, i, partition) and sequence id ``entry.sequence_id + i``;
-    ``partition`` is the consumer's own partition index, which decides where its acks go.
-    A compressed batch is decompressed first (InvalidMessage if it cannot be).
+    ``partition`` is the consumer's own partition index, which decides where its acks go;
+    with ``topic_ids`` the id is a :class:`TopicMessageId` naming ``topic_name``. A
+    compressed batch is decompressed first (InvalidMessage if it cannot be).
     """
     decompress_entry(entry)
     count = len(entry.messages)
     if not entry.acked_batch_indexes:
-        return [Message(entry, i, partition, topic_name) for i in range(count)]
+        return [Message(entry, i, partition, topic_name, topic_ids) for i in range(count)]
     skipped = set(entry.acked_batch_indexes)
-    return [Message(entry, i, partition, topic_name) for i in range(count) if i not in skipped]
+    return [
+        Message(entry, i, partition, topic_name, topic_ids)
+        for i in range(count)
+        if i not in skipped
+    ]
 
 
 def ids_of_receipt(receipt: pb.SendReceipt, count: int, partition: int) -> list[MessageId]:

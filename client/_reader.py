@@ -15,7 +15,7 @@ class Reader:
     """Reads a topic from a position without a durable subscription (nothing is acked).
 
     >>> reader = await client.create_reader("my-topic", MessageId.earliest)
-    >>> msg = await reader.read_next(timeout_ms=1000)
+    >>> msg = await reader.read_next(timeout_millis=1000)
     >>> async for msg in reader:
     ...     print(msg.message_id(), msg.data())
     """
@@ -43,17 +43,23 @@ class Reader:
             self._read[index] = await self._last_message_id(topic)
             self._inclusive[index] = False
 
-    @property
     def topic(self) -> str:
         """The topic as given to ``create_reader``."""
-        return self._consumer.topic
+        return self._consumer.topic()
 
-    async def read_next(self, timeout_ms: int | None = None) -> Message:
-        """The next message; raises :class:`Timeout` after ``timeout_ms`` (None: wait).
+    def is_connected(self) -> bool:
+        """Whether every stream is open (none is reconnecting)."""
+        return self._consumer.is_connected()
 
-        >>> msg = await reader.read_next(timeout_ms=500)
+    async def read_next(
+        self, timeout_millis: int | None = None, *, timeout_ms: int | None = None
+    ) -> Message:
+        """The next message; raises :class:`Timeout` after ``timeout_millis`` (None: wait).
+        ``timeout_ms`` is the name earlier versions used.
+
+        >>> msg = await reader.read_next(timeout_millis=500)
         """
-        message = await self._consumer.receive(timeout_ms)
+        message = await self._consumer.receive(timeout_millis, timeout_ms=timeout_ms)
         index = max(message.partition, 0)
         self._read[index] = message.message_id()
         self._inclusive[index] = False

@@ -4,7 +4,7 @@
 ...     producer = client.create_producer("my-topic")
 ...     producer.send(b"hello")
 ...     consumer = client.subscribe("my-topic", "sub", initial_position="earliest")
-...     msg = consumer.receive(timeout_ms=1000)
+...     msg = consumer.receive(timeout_millis=1000)
 ...     consumer.acknowledge(msg)
 """
 
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import re
 import threading
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -156,30 +157,48 @@ class SyncProducer:
 
 
 class SyncConsumer:
-    """Blocking :class:`~client.Consumer`; iterating yields messages until closed."""
+    """Blocking :class:`~client.Consumer` with pulsar-client's method names; iterating
+    yields messages until closed.
+
+    >>> consumer = client.subscribe("my-topic", "sub", ConsumerType.Shared)
+    >>> msg = consumer.receive(timeout_millis=1000)
+    >>> consumer.acknowledge(msg)
+    """
 
     def __init__(self, runner: _LoopThread, consumer: Consumer) -> None:
         self._runner = runner
         self._consumer = consumer
 
-    @property
     def topic(self) -> str:
-        return self._consumer.topic
+        """The topic as given to ``subscribe``."""
+        return self._consumer.topic()
 
-    @property
     def subscription_name(self) -> str:
-        return self._consumer.subscription_name
+        """The subscription's name."""
+        return self._consumer.subscription_name()
 
-    @property
     def consumer_name(self) -> str:
-        return self._consumer.consumer_name
+        """The consumer's name."""
+        return self._consumer.consumer_name()
 
-    def receive(self, timeout_ms: int | None = None) -> Message:
-        """The next message; raises Timeout after ``timeout_ms``."""
-        return self._runner.run(self._consumer.receive(timeout_ms))
+    def is_connected(self) -> bool:
+        """Whether every stream is open."""
+        return self._consumer.is_connected()
 
-    def acknowledge(self, message: MessageTarget, *, wait: bool = False) -> None:
-        """Ack (grouped; ``wait=True``: until durable)."""
+    def receive(
+        self, timeout_millis: int | None = None, *, timeout_ms: int | None = None
+    ) -> Message:
+        """The next message; raises Timeout after ``timeout_millis``."""
+        return self._runner.run(self._consumer.receive(timeout_millis, timeout_ms=timeout_ms))
+
+    def batch_receive(self) -> list[Message]:
+        """Messages as the batch receive policy allows (maybe none)."""
+        return self._runner.run(self._consumer.batch_receive())
+
+    def acknowledge(
+        self, message: MessageTarget | Sequence[MessageId], *, wait: bool = False
+    ) -> None:
+        """Ack a message, an id or a list of ids (grouped; ``wait=True``: until durable)."""
         self._runner.run(self._consumer.acknowledge(message, wait=wait))
 
     def acknowledge_cumulative(self, message: MessageTarget, *, wait: bool = False) -> None:
@@ -194,7 +213,15 @@ class SyncConsumer:
         """Redeliver every unacked message."""
         self._runner.run(self._consumer.redeliver_unacknowledged_messages())
 
-    def seek(self, target: MessageId | int) -> None:
+    def pause_message_listener(self) -> None:
+        """No listener call starts after this returns, until resumed."""
+        self._runner.run(_call(self._consumer.pause_message_listener))
+
+    def resume_message_listener(self) -> None:
+        """Call the listener again."""
+        self._runner.run(_call(self._consumer.resume_message_listener))
+
+    def seek(self, target: MessageTarget | int) -> None:
         """Reset to a message id or publish time (ms)."""
         self._runner.run(self._consumer.seek(target))
 
@@ -220,22 +247,38 @@ class SyncConsumer:
         self.close()
 
 
+async def _call(function: Callable[[], None]) -> None:
+    """Run a plain method on the loop's thread (the consumer's state belongs to it)."""
+    function()
+
+
 class SyncReader:
-    """Blocking :class:`~client.Reader`."""
+    """Blocking :class:`~client.Reader` with pulsar-client's method names."""
 
     def __init__(self, runner: _LoopThread, reader: Reader) -> None:
         self._runner = runner
         self._reader = reader
 
-    @property
     def topic(self) -> str:
-        return self._reader.topic
+        """The topic as given to ``create_reader``."""
+        return self._reader.topic()
 
-    def read_next(self, timeout_ms: int | None = None) -> Message:
-        """The next message; raises Timeout after ``timeout_ms``."""
-        return self._runner.run(self._reader.read_next(timeout_ms))
+    def is_connected(self) -> bool:
+        """Whether every stream is open."""
+        return self._reader.is_connected()
+
+    def read_next(
+        self, timeout_millis: int | None = None, *, timeout_ms: int | None = None
+    ) -> Message:
+        """The next message; raises Timeout after ``timeout_millis``."""
+        return self._runner.run(self._reader.read_next(timeout_millis, timeout_ms=timeout_ms))
+
+    def has_message_available(self) -> bool:
+        """Whether a message is there to read (asks the broker)."""
+        return self._runner.run(self._reader.has_message_available())
 
     def has_reached_end_of_topic(self) -> bool:
+        """Whether the topic was terminated and everything in it was read."""
         return self._reader.has_reached_end_of_topic()
 
     def seek(self, target: MessageId | int) -> None:
@@ -260,11 +303,20 @@ class SyncReader:
         self.close()
 
 
+SyncListener = Callable[[SyncConsumer, Message], None]
+
+
 class SyncClient:
-    """Blocking :class:`~client.Client`; takes the same arguments."""
+    """Blocking :class:`~client.Client`; takes the same arguments.
+
+    A ``message_listener`` given to :meth:`subscribe` is called as pulsar-client calls it,
+    ``listener(consumer, message)`` with a :class:`SyncConsumer`, on one listener thread of
+    this client (so it may block and call the consumer's blocking methods).
+    """
 
     def __init__(self, service_url: str, listener_name: str | None = None, **kwargs: Any) -> None:
         self._runner = _LoopThread()
+        self._listener_thread: concurrent.futures.ThreadPoolExecutor | None = None
         try:
             self._client = self._runner.run(_make_client(service_url, listener_name, kwargs))
         except BaseException:
@@ -277,9 +329,16 @@ class SyncClient:
         return SyncProducer(self._runner, producer)
 
     def subscribe(
-        self, topic: str, subscription_name: str, *args: Any, **kwargs: Any
+        self,
+        topic: str | Sequence[str] | re.Pattern[str],
+        subscription_name: str,
+        *args: Any,
+        message_listener: SyncListener | None = None,
+        **kwargs: Any,
     ) -> SyncConsumer:
         """See :meth:`Client.subscribe`."""
+        if message_listener is not None:
+            kwargs["message_listener"] = self._on_listener_thread(message_listener)
         consumer = self._runner.run(
             self._client.subscribe(topic, subscription_name, *args, **kwargs)
         )
@@ -298,6 +357,10 @@ class SyncClient:
         """See :meth:`Client.get_partitions_for_topic`."""
         return self._runner.run(self._client.get_partitions_for_topic(topic))
 
+    def get_topics_of_namespace(self, namespace: str) -> list[str]:
+        """See :meth:`Client.get_topics_of_namespace`."""
+        return self._runner.run(self._client.get_topics_of_namespace(namespace))
+
     def get_topic_partitions(self, topic: str) -> list[str]:
         """pulsar-client's name for :meth:`get_partitions_for_topic`.
 
@@ -311,10 +374,15 @@ class SyncClient:
         return self._runner.run(self._client.lookup(topic))
 
     def close(self) -> None:
-        """Close everything and stop the background loop. Idempotent."""
+        """Close everything and stop the background loop. Idempotent.
+
+        A listener call under way finishes first (its calls on the closed consumer raise
+        AlreadyClosed), so no thread outlives the client."""
         if self._runner.loop.is_closed():
             return
         self._runner.run(self._client.close())
+        if self._listener_thread is not None:
+            self._listener_thread.shutdown(wait=True, cancel_futures=True)
         self._runner.stop()
 
     def __enter__(self) -> SyncClient:
@@ -322,6 +390,22 @@ class SyncClient:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _on_listener_thread(
+        self, listener: SyncListener
+    ) -> Callable[[Consumer, Message], Awaitable[None]]:
+        """The async listener that runs ``listener`` on the listener thread and waits."""
+        if self._listener_thread is None:
+            self._listener_thread = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="pulsar-grpc-listener"
+            )
+        thread, runner = self._listener_thread, self._runner
+
+        async def call(consumer: Consumer, message: Message) -> None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(thread, listener, SyncConsumer(runner, consumer), message)
+
+        return call
 
 
 async def _make_client(service_url: str, listener_name: str | None, kwargs: Any) -> Client:

@@ -171,6 +171,11 @@ class GrpcProtocolHandler(ProtocolHandler):
                     request_deserializer=codec.identity,
                     response_serializer=pb.PartitionedTopicMetadataResponse.SerializeToString,
                 ),
+                "GetTopicsOfNamespace": grpc.unary_unary_rpc_method_handler(
+                    self._topics_of_namespace,
+                    request_deserializer=codec.identity,
+                    response_serializer=pb.GetTopicsOfNamespaceResponse.SerializeToString,
+                ),
             },
         )
 
@@ -238,6 +243,18 @@ class GrpcProtocolHandler(ProtocolHandler):
         except Exception as exc:
             await abort(context, exc, request.topic)
         return pb.PartitionedTopicMetadataResponse(partitions=partitions)
+
+    async def _topics_of_namespace(
+        self, raw: bytes, context: aio.ServicerContext
+    ) -> pb.GetTopicsOfNamespaceResponse:
+        assert self.service is not None
+        try:
+            self.service.check_open()
+            request = codec.parse(pb.GetTopicsOfNamespaceRequest, raw)
+            topics = await self.service.list_topics(request.namespace)
+        except Exception as exc:
+            await abort(context, exc)
+        return pb.GetTopicsOfNamespaceResponse(topics=topics)
 
 
 def _credentials(tls: TlsFiles) -> grpc.ServerCredentials:

@@ -311,12 +311,12 @@ async def test_key_shared_spreads_keyless_messages_and_keeps_keyed_ones_in_order
         total += 2
     await producer.flush()
 
-    got: dict[str, list[Message]] = {c.consumer_name: [] for c in consumers}
+    got: dict[str, list[Message]] = {c.consumer_name(): [] for c in consumers}
     async with asyncio.timeout(RECEIVE_MS / 1000):
         while sum(map(len, got.values())) < total:
             for c in consumers:
                 try:
-                    got[c.consumer_name].append(await c.receive(timeout_ms=50))
+                    got[c.consumer_name()].append(await c.receive(timeout_ms=50))
                 except Timeout:
                     continue
     for c in consumers:

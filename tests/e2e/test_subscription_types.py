@@ -42,7 +42,7 @@ async def send_all(producer: Producer, payloads: Sequence[bytes], key: str | Non
 async def drain(consumers: Sequence[Consumer], total: int) -> dict[str, list[Message]]:
     """Receive from all consumers at once until ``total`` messages arrived in all, then make
     sure none has more (``NOTHING_MS``). Fails if they don't add up within ``RECEIVE_MS``."""
-    got: dict[str, list[Message]] = {c.consumer_name: [] for c in consumers}
+    got: dict[str, list[Message]] = {c.consumer_name(): [] for c in consumers}
     done = asyncio.Event()
 
     async def pump(consumer: Consumer) -> None:
@@ -51,7 +51,7 @@ async def drain(consumers: Sequence[Consumer], total: int) -> dict[str, list[Mes
                 message = await consumer.receive(timeout_ms=100)
             except Timeout:
                 continue
-            got[consumer.consumer_name].append(message)
+            got[consumer.consumer_name()].append(message)
             if sum(map(len, got.values())) >= total:
                 done.set()
 
@@ -286,7 +286,7 @@ async def test_key_shared_keeps_each_key_on_one_consumer_in_order(client: Client
     for key in keys:
         assert sequence[key] == list(range(rounds * per_batch)), (key, sequence[key])
     # 30 keys over three hash ranges: every consumer owns some (checked for these keys).
-    assert all(got[c.consumer_name] for c in consumers), {n: len(m) for n, m in got.items()}
+    assert all(got[c.consumer_name()] for c in consumers), {n: len(m) for n, m in got.items()}
 
 
 async def test_key_shared_newcomer_never_overtakes_unacked_messages_of_its_keys(

@@ -8,17 +8,25 @@ import pytest
 from pulsar_grpc import client
 from pulsar_grpc.client import MessageId
 from pulsar_grpc.client._acks import AckGroup
-from pulsar_grpc.client._consumer import (
-    Consumer,
+from pulsar_grpc.client._consumer import Consumer
+from pulsar_grpc.client._flow import PermitTracker
+from pulsar_grpc.client._partition_consumer import (
     ConsumerConfig,
     MessageQueue,
     PartitionConsumer,
     seek_request,
 )
-from pulsar_grpc.client._flow import PermitTracker
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.unit.fake_stream import FakeCall
 from tests.waiting import eventually
+
+
+def consumer_of(parts: list[PartitionConsumer], queue: MessageQueue) -> Consumer:
+    """The application's consumer over streams started by the test."""
+    consumer = Consumer("t", "s", parts[0].config, queue)
+    consumer.add_streams(parts)
+    return consumer
+
 
 # ---------------------------------------------------------------- permits
 
@@ -120,16 +128,16 @@ async def settle() -> None:
 
 async def start_consumer(call: FakeCall, **conf) -> Consumer:
     queue = MessageQueue()
-    part = PartitionConsumer(ConsumerConfig(**conf), queue)
+    part = PartitionConsumer(ConsumerConfig(**conf), queue, "t")
     call.push(subscribed())
     await part.start(call.connect)
-    return Consumer("t", "s", [part], queue)
+    return consumer_of([part], queue)
 
 
 async def test_initial_flow_then_refill_at_half_in_one_flow():
     call = FakeCall()
     consumer = await start_consumer(call, receiver_queue_size=6)
-    assert consumer.consumer_name == "c-1"
+    assert consumer.consumer_name() == "c-1"
     await settle()
     assert [f.permits for f in call.of("flow")] == [6]
     call.push(batch(0, 4))
@@ -255,7 +263,7 @@ async def test_subscribe_error_maps_to_specific_error():
     call = FakeCall()
     trailers = grpc.aio.Metadata(("pulsar-error-code", "5"))
     call.push(grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, None, trailers, "busy"))
-    part = PartitionConsumer(ConsumerConfig(), MessageQueue())
+    part = PartitionConsumer(ConsumerConfig(), MessageQueue(), "t")
     with pytest.raises(client.ConsumerBusy):
         await part.start(call.connect)
 
@@ -264,11 +272,13 @@ async def test_partitioned_consumer_merges_and_credits_the_right_partition():
     queue = MessageQueue()
     calls, parts = [FakeCall(), FakeCall()], []
     for i, call in enumerate(calls):
-        part = PartitionConsumer(ConsumerConfig(receiver_queue_size=2), queue, partition=i)
+        part = PartitionConsumer(
+            ConsumerConfig(receiver_queue_size=2), queue, f"t-partition-{i}", partition=i
+        )
         call.push(subscribed(f"t-partition-{i}"))
         await part.start(call.connect)
         parts.append(part)
-    consumer = Consumer("t", "s", parts, queue)
+    consumer = consumer_of(parts, queue)
     calls[1].push(batch(0, 1))
     msg = await consumer.receive(timeout_ms=1000)
     await settle()
@@ -289,11 +299,13 @@ async def test_inactive_stream_drops_only_its_queued_messages_and_regrants_their
     queue = MessageQueue()
     calls, parts = [FakeCall(), FakeCall()], []
     for i, call in enumerate(calls):
-        part = PartitionConsumer(ConsumerConfig(receiver_queue_size=4), queue, partition=i)
+        part = PartitionConsumer(
+            ConsumerConfig(receiver_queue_size=4), queue, f"t-partition-{i}", partition=i
+        )
         call.push(subscribed(f"t-partition-{i}"))
         await part.start(call.connect)
         parts.append(part)
-    consumer = Consumer("t", "s", parts, queue)
+    consumer = consumer_of(parts, queue)
     calls[0].push(batch(0, 3))
     calls[1].push(batch(0, 2))
     await eventually(lambda: len(queue) == 5)

@@ -99,7 +99,7 @@ def test_messages_of_entry_numbers_messages_inside_the_batch():
     msgs = messages_of_entry(_entry(), partition=1, topic_name="persistent://t/n/x-partition-1")
     assert [m.message_id() for m in msgs] == [MessageId(9, 4, i, 1) for i in range(3)]
     assert [m.data() for m in msgs] == [b"m0", b"m1", b"m2"]
-    assert [m.value for m in msgs] == [b"m0", b"m1", b"m2"]
+    assert [m.value() for m in msgs] == [b"m0", b"m1", b"m2"]
     assert [m.sequence_id() for m in msgs] == [50, 51, 52]
     first, second = msgs[0], msgs[1]
     assert first.partition_key() == "k0" and first.properties() == {"a": "0"}

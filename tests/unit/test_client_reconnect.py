@@ -17,20 +17,28 @@ from pulsar_grpc import client
 from pulsar_grpc.client import HandleState, MessageId
 from pulsar_grpc.client._client import channel_options
 from pulsar_grpc.client._connection import Backoff, ConnectionHandler
-from pulsar_grpc.client._consumer import (
-    Consumer,
+from pulsar_grpc.client._consumer import Consumer
+from pulsar_grpc.client._errors import PulsarError, is_retryable
+from pulsar_grpc.client._partition_consumer import (
     ConsumerConfig,
     ConsumerType,
     MessageQueue,
     PartitionConsumer,
 )
-from pulsar_grpc.client._errors import PulsarError, is_retryable
 from pulsar_grpc.client._producer import PartitionProducer, Producer, ProducerConfig
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.unit.fake_stream import FakeCall, FakeDialer
 from tests.unit.test_client_batching import ready, receipt, settle
 from tests.unit.test_client_flow import batch, subscribed
 from tests.waiting import eventually
+
+
+def consumer_of(parts: list[PartitionConsumer], queue: MessageQueue) -> Consumer:
+    """The application's consumer over streams started by the test."""
+    consumer = Consumer("t", "s", parts[0].config, queue)
+    consumer.add_streams(parts)
+    return consumer
+
 
 FAST = {"initial_backoff_s": 0.001, "max_backoff_s": 0.002}
 
@@ -324,10 +332,15 @@ async def start_consumer(
     dialer: FakeDialer, partition: int = -1, **conf
 ) -> tuple[Consumer, PartitionConsumer]:
     queue = MessageQueue()
-    part = PartitionConsumer(ConsumerConfig(**{**FAST, **conf}), queue, partition)
+    part = PartitionConsumer(
+        ConsumerConfig(**{**FAST, **conf}),
+        queue,
+        "t" if partition < 0 else f"t-partition-{partition}",
+        partition,
+    )
     dialer.prepare = lambda call: call.push(subscribed())
     await part.start(dialer.connect)
-    return Consumer("t", "s", [part], queue), part
+    return consumer_of([part], queue), part
 
 
 async def test_consumer_resubscribes_and_the_receive_loop_sees_no_error():
@@ -400,11 +413,11 @@ async def test_each_partition_reconnects_on_its_own():
     dialers = [FakeDialer(), FakeDialer()]
     parts = []
     for i, dialer in enumerate(dialers):
-        part = PartitionConsumer(ConsumerConfig(**FAST), queue, i)
+        part = PartitionConsumer(ConsumerConfig(**FAST), queue, f"t-partition-{i}", i)
         dialer.prepare = lambda call, i=i: call.push(subscribed(f"t-partition-{i}"))
         await part.start(dialer.connect)
         parts.append(part)
-    consumer = Consumer("t", "s", parts, queue)
+    consumer = consumer_of(parts, queue)
     dialers[0].last.push(batch(0, 2))
     dialers[1].last.push(batch(0, 2))
     await settle()

@@ -60,6 +60,11 @@ class PulsarServiceStub:
                 request_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdRequest.SerializeToString,
                 response_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdResponse.FromString,
                 _registered_method=True)
+        self.GetTopicsOfNamespace = channel.unary_unary(
+                '/pulsargrpc.v1.PulsarService/GetTopicsOfNamespace',
+                request_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceRequest.SerializeToString,
+                response_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceResponse.FromString,
+                _registered_method=True)
 
 
 class PulsarServiceServicer:
@@ -105,6 +110,14 @@ class PulsarServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTopicsOfNamespace(self, request, context):
+        """The persistent topics of a namespace, as Pulsar's CommandGetTopicsOfNamespace: pattern
+        consumers list them to find the topics their regex matches.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PulsarServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -132,6 +145,11 @@ def add_PulsarServiceServicer_to_server(servicer, server):
                     servicer.GetLastMessageId,
                     request_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdRequest.FromString,
                     response_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdResponse.SerializeToString,
+            ),
+            'GetTopicsOfNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicsOfNamespace,
+                    request_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceRequest.FromString,
+                    response_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -270,6 +288,33 @@ class PulsarService:
             '/pulsargrpc.v1.PulsarService/GetLastMessageId',
             pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdRequest.SerializeToString,
             pulsargrpc_dot_v1_dot_pulsar__pb2.GetLastMessageIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopicsOfNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pulsargrpc.v1.PulsarService/GetTopicsOfNamespace',
+            pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceRequest.SerializeToString,
+            pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceResponse.FromString,
             options,
             channel_credentials,
             insecure,
