@@ -18,7 +18,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from ._connection import HandleState
-from ._errors import AlreadyClosed, InvalidConfiguration, PulsarError, Timeout
+from ._errors import (
+    AlreadyClosed,
+    CumulativeAcknowledgementNotAllowedError,
+    InvalidConfiguration,
+    PulsarError,
+    Timeout,
+)
 from ._message import Message, MessageId, TopicMessageId
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
 from ._stream import Params
@@ -374,7 +380,7 @@ class Consumer:
         >>> await consumer.acknowledge_cumulative(last_msg)
         """
         if self._config.subscription_type in (ConsumerType.Shared, ConsumerType.KeyShared):
-            raise InvalidConfiguration(
+            raise CumulativeAcknowledgementNotAllowedError(
                 "Cannot use cumulative acks with a Shared or Key_Shared subscription"
             )
         await self._ack([message], cumulative=True, wait=wait)

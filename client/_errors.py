@@ -370,8 +370,8 @@ class ConsumerAssignError(PulsarException):
 
 
 class CumulativeAcknowledgementNotAllowedError(PulsarException):
-    """pulsar-client's name for a cumulative ack on a Shared subscription (this client
-    raises InvalidConfiguration)."""
+    """A cumulative ack on a Shared or Key_Shared subscription, refused by the client before
+    anything is sent (as pulsar-client does)."""
 
     result_code = Result.CumulativeAcknowledgementNotAllowedError
 

@@ -433,7 +433,7 @@ async def test_cumulative_ack_refused_on_shared_and_key_shared_before_sending():
     for sub_type in (ConsumerType.Shared, ConsumerType.KeyShared):
         dialer = FakeDialer()
         consumer, _ = await start_consumer(dialer, subscription_type=sub_type)
-        with pytest.raises(client.InvalidConfiguration, match="cumulative"):
+        with pytest.raises(client.CumulativeAcknowledgementNotAllowedError, match="cumulative"):
             await consumer.acknowledge_cumulative(MessageId(1, 1, 0, -1), wait=True)
         await asyncio.sleep(0.01)
         assert dialer.last.of("ack") == []

@@ -44,3 +44,10 @@ def test_the_sdk_is_the_package_namespace() -> None:
     assert pulsar_grpc.Client is Client
     assert set(pulsar_grpc.__all__) == set(__all__)
     assert (ROOT / "pulsar_grpc" / "py.typed").exists()
+
+
+def test_pulsar_client_exception_imports_port_unchanged() -> None:
+    from pulsar_grpc.exceptions import PulsarException, Timeout, TopicNotFound
+
+    assert issubclass(Timeout, PulsarException) and issubclass(TopicNotFound, PulsarException)
+    assert pulsar_grpc.Timeout is Timeout
