@@ -76,7 +76,8 @@ def test_batch_read_with_starting_and_ending_offsets(
         [f"m{i}".encode() for i in range(10)] + [f"m{i}".encode() for i in range(100, 106)]
     )
     row = next(r for r in rows if r.value == b"m4")
-    assert row.key == "k1" and row.topic == topic and row.partition == 0
+    assert row.key == b"k1" and row.keyString == "k1"
+    assert row.topic == topic and row.partition == 0
     assert row.properties == {"i": "4"} and row.messageId == oid(ids0[4], 0)
     assert int(row.eventTime.timestamp() * 1000) == 1_700_000_000_004
     assert row.publishTime is not None
