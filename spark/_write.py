@@ -47,8 +47,8 @@ def check_save_mode(overwrite: bool) -> None:
     """Refuse Overwrite as Spark's Kafka sink does: a topic's messages cannot be replaced."""
     if overwrite:
         raise OptionError(
-            "mode: expected append or errorifexists (the default; both append to the topic), "
-            "got 'overwrite': a topic's messages cannot be replaced, as with Spark's Kafka sink"
+            "mode: expected append, got 'overwrite': a topic's messages cannot be replaced "
+            "(Spark's Kafka sink refuses it too)"
         )
 
 
