@@ -2,7 +2,8 @@
 
 Register the source once per SparkSession, then use it by name::
 
-    session = SparkSession.builder.config("spark.pyspark.python", sys.executable).getOrCreate()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's workers: this python
+    session = SparkSession.builder.getOrCreate()
     import pulsar_grpc.spark as pulsar_grpc_spark
     pulsar_grpc_spark.register(session)
     df = session.read.format("pulsar-grpc").option("service.url", "grpc://host:50051") \\
@@ -25,36 +26,62 @@ class ExecutorsCannotImport(RuntimeError):
     """Spark's Python workers run an interpreter that cannot import pulsar_grpc."""
 
 
-def _importable(_: Any) -> tuple[bool, str]:
-    """Runs on an executor: can it import the source, and which python is it?"""
-    import importlib.util
+def _check_workers(session: SparkSession) -> None:
+    """Fail (or, in local mode, fix) Python workers that cannot load the source.
+
+    Spark starts its workers with ``$PYSPARK_PYTHON`` or ``python3``, not the interpreter
+    that runs the driver script, and a ``python3`` outside the virtual environment cannot
+    import this package: every read would fail in its tasks. In local mode the workers run on
+    this machine, so the driver's own interpreter is the right one: the session is switched
+    to it. Elsewhere the error says what to set.
+    """
+    import logging
     import sys
 
-    return importlib.util.find_spec("pulsar_grpc.spark") is not None, sys.executable
+    def probe(_: Any) -> tuple[str, str]:
+        """Runs in a worker: its python, and why it cannot load what a task loads (the SDK,
+        its stubs, grpc, pyarrow); empty when it can. Nested, so that it is pickled by value:
+        a worker that cannot import this package can still run it."""
+        import sys
+
+        try:
+            import pulsar_grpc.spark._arrow  # noqa: F401
+        except Exception as exc:  # any reason a worker cannot load it is worth reporting
+            return sys.executable, f"{type(exc).__name__}: {exc}"
+        return sys.executable, ""
+
+    context = session.sparkContext
+    python, error = context.parallelize([0], 1).map(probe).first()
+    if error and (context.master or "").startswith("local"):
+        logging.getLogger(__name__).warning(
+            "Spark's Python workers ran %s, which cannot load pulsar_grpc (%s); this local "
+            "session's workers now run %s (set PYSPARK_PYTHON to choose)",
+            python,
+            error,
+            sys.executable,
+        )
+        context.pythonExec = sys.executable
+        python, error = context.parallelize([0], 1).map(probe).first()
+    if error:
+        raise ExecutorsCannotImport(
+            f"Spark's Python workers run {python}, which cannot load pulsar_grpc ({error}): "
+            "set PYSPARK_PYTHON (or spark.pyspark.python with spark-submit) to a python that "
+            "has pulsar-grpc installed"
+        )
 
 
 def register(session: SparkSession, check_executors: bool = True) -> None:
     """Register the ``pulsar-grpc`` format on ``session`` (Python data sources are
     per-session; pyspark is imported only here so ``pulsar_grpc.spark`` imports without it).
 
-    Spark starts its Python workers with ``python3`` unless told otherwise, and a
-    ``python3`` outside the virtual environment cannot import this package: every read would
-    then fail in its tasks with ``No module named ...``. So ``register`` runs one tiny task
-    first and, if its worker cannot import ``pulsar_grpc``, fails here with the fix
-    (``.config("spark.pyspark.python", sys.executable)`` or ``PYSPARK_PYTHON``);
-    ``check_executors=False`` skips it (e.g. on Spark Connect, where the server's workers
-    are configured elsewhere).
+    First one tiny task checks that Spark's Python workers can load the source (see
+    :func:`_check_workers`); ``check_executors=False`` skips it (e.g. on Spark Connect,
+    whose server configures its workers).
     """
     from .source import PulsarGrpcDataSource
 
     if check_executors and hasattr(session, "sparkContext"):
-        ok, python = session.sparkContext.parallelize([0], 1).map(_importable).first()
-        if not ok:
-            raise ExecutorsCannotImport(
-                f"Spark's Python workers run {python}, which cannot import pulsar_grpc: build "
-                'the session with .config("spark.pyspark.python", sys.executable) (or set '
-                "PYSPARK_PYTHON to the python that has pulsar-grpc installed)"
-            )
+        _check_workers(session)
     session.dataSource.register(PulsarGrpcDataSource)
 
 
