@@ -173,10 +173,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tails = await asyncio.gather(*(self._peek(runner, p, current[p], peek) for p in partitions))
         available = sum(len(t.peeked) for t in tails)
         overdue = time.monotonic() - self._last_batch_s >= self.options.max_trigger_delay_ms / 1000
-        if minimum is not None and available < minimum and not overdue:
-            return current  # not enough yet: wait (Kafka's minOffsetsPerTrigger)
-        if available:
-            self._last_batch_s = time.monotonic()
+        if not available or (minimum is not None and available < minimum and not overdue):
+            return current  # nothing, or not enough yet: wait (Kafka's minOffsetsPerTrigger)
+        self._last_batch_s = time.monotonic()
         if not quota.limited():  # the minimum is met: take everything there is now
             self._close_tails()
             ends = await asyncio.gather(

@@ -169,7 +169,12 @@ def test_time_window_min_partitions_keys_properties_and_pass_through(
 def test_save_modes_follow_the_kafka_sink(session: SparkSession, broker: BrokerThread) -> None:
     target = _topic("modes")
     df = session.range(0, 5).select(F.col("id").cast("string").alias("value"))
-    writer = df.write.format(FMT).option("service.url", broker.service_url).option("topic", target)
+    writer = (
+        df.write.format(FMT)
+        .option("service.url", broker.service_url)
+        .option("topic", target)
+        .option("pulsar.producer.batchingMaxBytes", "65536")  # passed to create_producer
+    )
     writer.mode("append").save()
     line = refused(lambda: writer.mode("overwrite").save())
     assert "mode: expected append, got 'overwrite'" in line, line
@@ -236,7 +241,7 @@ def test_streaming_admission_control_and_lag(
         eventually_sync(lambda: len(waiting.recentProgress) >= triggers + 3, timeout=30)
         assert rows() == 5 or time.monotonic() - batched >= 4
         eventually_sync(lambda: rows() == 8, timeout=30, interval=0.1)  # ... until the delay
-        assert time.monotonic() - batched >= 3.5
+        assert time.monotonic() - batched >= 2  # maxTriggerDelay=4s after the batch of 5
         assert waiting.exception() is None
     finally:
         waiting.stop()
