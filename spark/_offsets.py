@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from pulsar_grpc.client import Client, MessageId, Timeout
+from pulsar_grpc.client import Client, MessageId, Reader, Timeout
 
 from ._options import OptionError
 from ._sdk import TopicNotFound
@@ -184,7 +184,7 @@ async def first_id(
 ) -> MessageId | None:
     """The oldest available message of a partition (or the first published at or after
     ``at_ms``), None if there is none."""
-    reader = await client.create_reader(topic, MessageId.earliest, receiver_queue_size=1)
+    reader = await _probe_reader(client, topic)
     try:
         if at_ms is not None:
             await reader.seek(at_ms)
@@ -206,12 +206,17 @@ async def last_id(client: Client, topic: str) -> MessageId | None:
         return await client.get_last_message_id(topic)
     except TopicNotFound:
         pass
+    await (await _probe_reader(client, topic)).close()
+    return None
+
+
+async def _probe_reader(client: Client, topic: str) -> Reader:
+    """A one-message reader from earliest; opening it creates a missing topic where the
+    broker allows that, else the error names the topic."""
     try:
-        reader = await client.create_reader(topic, MessageId.earliest, receiver_queue_size=1)
+        return await client.create_reader(topic, MessageId.earliest, receiver_queue_size=1)
     except TopicNotFound:
         raise TopicMissing(
             f"topic: {topic} does not exist and the broker does not create topics on first "
             "use (allowAutoTopicCreation=false); create it or correct the name"
         ) from None
-    await reader.close()
-    return None

@@ -105,6 +105,12 @@ class _Raw:
             return False
         raise _bad(name, "true or false", raw)
 
+    def time_ms(self, name: str) -> int | None:
+        """A publish time in ms since the epoch, None when unset."""
+        if self.text(name) is None:
+            return None
+        return self.integer(name, 0)
+
     def duration_ms(self, name: str, default: int) -> int:
         raw = self.text(name)
         if raw is None:
@@ -268,15 +274,15 @@ class SourceOptions:
         if admin_url is not None and not re.match(r"^https?://", admin_url):
             raise _bad("admin.url", "http://host:port or https://host:port", admin_url)
         starting_offsets = raw.offsets("startingOffsets", allow_earliest=True)
-        starting_time = raw.integer("startingTime", -1) if raw.text("startingTime") else None
+        starting_time = raw.time_ms("startingTime")
         if starting_time is not None and starting_offsets is not None:
             raise _bad("startingTime", "either startingOffsets or startingTime, not both", "both")
-        ending_time = raw.integer("endingTime", -1) if raw.text("endingTime") else None
+        ending_time = raw.time_ms("endingTime")
         ending_offsets = raw.offsets("endingOffsets", allow_earliest=False)
         if ending_time is not None and ending_offsets is not None:
             raise _bad("endingTime", "either endingOffsets or endingTime, not both", "both")
-        if None not in (starting_time, ending_time) and ending_time < starting_time:  # type: ignore[operator]
-            raise _bad("endingTime", f"a time >= startingTime={starting_time}", ending_time)
+        if starting_time is not None and ending_time is not None and ending_time < starting_time:
+            raise _bad("endingTime", f"a time >= startingTime={starting_time}", str(ending_time))
         max_messages = raw.integer("maxMessagesPerTrigger", 0, minimum=1)
         return cls(
             client=client,

@@ -133,9 +133,10 @@ def test_topic_that_does_not_exist(
 
     strict = broker_factory(allowAutoTopicCreation=False)
     missing = _topic("missing")
-    with pytest.raises(Exception) as failure:
-        batch(session, strict, topic=missing).collect()
-    assert f"topic: {missing} does not exist" in last_line(failure.value)
+    for options in ({}, {"startingTime": "0"}):
+        with pytest.raises(Exception) as failure:
+            batch(session, strict, topic=missing, **options).collect()
+        assert f"topic: {missing} does not exist" in last_line(failure.value)
 
 
 def test_all_trimmed_with_fail_on_data_loss_false(
