@@ -48,7 +48,7 @@ async def open_reader(client: Client, topic: str, after: str, options: SourceOpt
     """A non-durable reader of ``topic`` positioned after offset ``after``."""
     start, inclusive = reader_start(after)
     kwargs = {"receiver_queue_size": options.receiver_queue_size, **dict(options.reader_extra)}
-    return await client.create_reader(topic, start, inclusive, **kwargs)
+    return await client.create_reader(topic, start, start_message_id_inclusive=inclusive, **kwargs)
 
 
 async def _chunk(reader: Reader, part: Range, options: SourceOptions) -> tuple[list[Message], bool]:
