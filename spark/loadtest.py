@@ -4,8 +4,9 @@ partitioned topic, then the ``pulsar-grpc`` source reads them back.
     python -m spark.loadtest --service-url grpc://broker:50051 --admin-url http://broker:8080 \\
         --topic perf --partitions 8 --producers 4 --messages 1000000 --size 100 --master local[*]
 
-or ``spark-submit spark/loadtest.py ...`` (the code of spark/, client/ and the generated
-protos is shipped to the executors with addPyFile; they need grpcio, protobuf and pyarrow).
+or ``spark-submit spark/loadtest.py ...`` (the package's ``pulsar_grpc.client`` and
+``pulsar_grpc.spark`` and the generated stubs are shipped to the executors with addPyFile;
+they need grpcio, protobuf and pyarrow).
 Prints a live progress line (driver thread polling topic stats over admin HTTP), then msgs/s
 and MB/s overall and per executor for both phases.
 """
@@ -27,11 +28,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from . import FORMAT, _admin, register
-from ._offsets import format_id, key, last_id
-from ._options import ClientOptions
-from ._runtime import LoopRunner
-from ._topics import full_topic_name, partition_index
+from pulsar_grpc.spark import FORMAT, _admin, register
+from pulsar_grpc.spark._offsets import format_id, key, last_id
+from pulsar_grpc.spark._options import ClientOptions
+from pulsar_grpc.spark._runtime import LoopRunner
+from pulsar_grpc.spark._topics import full_topic_name, partition_index
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,12 +178,22 @@ class Progress(threading.Thread):
 
 
 def _ship_code(session: Any) -> None:
-    """Make client/, spark/ and the generated protos importable on cluster executors."""
+    """Make the source, the SDK and the generated stubs importable on cluster executors: a
+    zip of ``pulsar_grpc`` (its ``__init__``, ``client`` and ``spark``) and ``pulsargrpc``,
+    taken from where this process imports them (a checkout's links are followed)."""
+    import pulsar_grpc
+    import pulsargrpc
+
+    package = Path(pulsar_grpc.__file__).parent
+    stubs = Path(pulsargrpc.__file__).parent
     target = Path(tempfile.mkdtemp(prefix="pulsar-grpc-")) / "pulsar_grpc_code.zip"
     with zipfile.ZipFile(target, "w") as archive:
-        for package, base in (("client", ROOT), ("spark", ROOT), ("pulsargrpc", ROOT / "protos")):
-            for path in (base / package).rglob("*.py"):
-                archive.write(path, str(path.relative_to(base)))
+        archive.write(package / "__init__.py", "pulsar_grpc/__init__.py")
+        for folder, name in ((package / "client", "pulsar_grpc/client"),
+                             (package / "spark", "pulsar_grpc/spark"),
+                             (stubs, "pulsargrpc")):  # fmt: skip
+            for path in folder.resolve().rglob("*.py"):
+                archive.write(path, f"{name}/{path.relative_to(folder.resolve())}")
     session.sparkContext.addPyFile(str(target))
 
 
