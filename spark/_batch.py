@@ -24,7 +24,7 @@ from ._offsets import (
     split,
 )
 from ._options import SourceOptions
-from ._read import read_range
+from ._read import no_data_left, read_range
 from ._runtime import LoopRunner
 from ._topics import resolve_partitions
 
@@ -70,6 +70,8 @@ async def _span(
     else:
         until = parse_id(end)
     if until is None:
+        if start != EARLIEST:
+            no_data_left(partition, start, options)
         return None
     first = await first_id(client, partition, idle) if start == EARLIEST else None
     span = Span(partition, start, until, first, inclusive)

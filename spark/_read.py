@@ -69,6 +69,18 @@ async def _chunk(reader: Reader, part: Range, options: SourceOptions) -> tuple[l
     return out, False
 
 
+def no_data_left(topic: str, after: str, options: SourceOptions) -> None:
+    """A read starts at an offset of a partition that holds no message at all any more:
+    what followed the offset may have been trimmed (failOnDataLoss decides)."""
+    text = (
+        f"{topic}: the start offset {after} is older than the first available message (none: "
+        "every message was trimmed, or the offset is not of this topic)"
+    )
+    if options.fail_on_data_loss:
+        raise DataLossError(text + "; set failOnDataLoss=false to read nothing instead")
+    log.warning("%s", text)
+
+
 def _missing(part: Range, options: SourceOptions, read: list[Message]) -> None:
     """The end id never arrived: it was trimmed while we read, or the range is wrong."""
     last = str(read[-1].message_id()) if read else part.after

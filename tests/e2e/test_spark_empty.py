@@ -8,6 +8,7 @@ messages, data all trimmed with failOnDataLoss=false, a topic that does not exis
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -159,6 +160,14 @@ def test_all_trimmed_with_fail_on_data_loss_false(
     for start in ("earliest", json.dumps({topic: oid(ids[3])})):
         df = batch(session, broker, topic=topic, startingOffsets=start, failOnDataLoss="false")
         assert_empty(df)
+    # With failOnDataLoss=true (the default), an offset into what was trimmed is a loss.
+    with pytest.raises(Exception) as failure:
+        batch(
+            session, broker, topic=topic, startingOffsets=json.dumps({topic: oid(ids[3])})
+        ).collect()
+    assert re.search(
+        r"DataLossError: .* is older than the first available", last_line(failure.value)
+    )
     rows = stream_available_now(
         session, broker, tmp_path, "trimmed", topic=topic, startingOffsets="earliest",
         failOnDataLoss="false",
