@@ -13,14 +13,17 @@ from pulsar_grpc.client import Message
 from ._offsets import format_id
 
 SCHEMA_DDL = (
-    "value binary, key string, topic string, partition int, messageId string, "
-    "publishTime timestamp, eventTime timestamp, properties map<string,string>"
+    "value binary, key binary, keyString string, topic string, partition int, "
+    "messageId string, publishTime timestamp, eventTime timestamp, properties map<string,string>"
 )
+#: Without the properties column (option includeProperties=false, like Kafka's headers).
+SCHEMA_DDL_NO_PROPERTIES = SCHEMA_DDL.removesuffix(", properties map<string,string>")
 
 ARROW_SCHEMA = pa.schema(
     [
         pa.field("value", pa.binary()),
-        pa.field("key", pa.string()),
+        pa.field("key", pa.binary()),
+        pa.field("keyString", pa.string()),
         pa.field("topic", pa.string()),
         pa.field("partition", pa.int32()),
         pa.field("messageId", pa.string()),
@@ -30,28 +33,34 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
+_NO_PROPERTIES = ARROW_SCHEMA.remove(ARROW_SCHEMA.get_field_index("properties"))
 
-def to_record_batch(messages: list[Message], topic: str, partition: int) -> pa.RecordBatch:
-    """Rows for messages of one partition; empty key and unset event time become null."""
+
+def to_record_batch(
+    messages: list[Message], topic: str, partition: int, include_properties: bool = True
+) -> pa.RecordBatch:
+    """Rows for messages of one partition; empty key and unset event time become null.
+
+    ``key`` is binary as in Spark's Kafka source (the UTF-8 bytes of Pulsar's string key),
+    ``keyString`` the same key as text, which is what Pulsar users mostly compare against.
+    """
     n = len(messages)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([m.data() for m in messages], pa.binary()),
-            pa.array([m.partition_key() or None for m in messages], pa.string()),
-            pa.array([topic] * n, pa.string()),
-            pa.array([partition] * n, pa.int32()),
-            pa.array([format_id(m.message_id(), partition) for m in messages], pa.string()),
-            pa.array(
-                [m.publish_timestamp() * 1000 for m in messages], pa.timestamp("us", tz="UTC")
-            ),
-            pa.array(
-                [(m.event_timestamp() * 1000) or None for m in messages],
-                pa.timestamp("us", tz="UTC"),
-            ),
-            pa.array(
-                [list(m.properties().items()) for m in messages],
-                pa.map_(pa.string(), pa.string()),
-            ),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    keys = [m.partition_key() or None for m in messages]
+    arrays = [
+        pa.array([m.data() for m in messages], pa.binary()),
+        pa.array([k.encode() if k is not None else None for k in keys], pa.binary()),
+        pa.array(keys, pa.string()),
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array([format_id(m.message_id(), partition) for m in messages], pa.string()),
+        pa.array([m.publish_timestamp() * 1000 for m in messages], pa.timestamp("us", tz="UTC")),
+        pa.array(
+            [(m.event_timestamp() * 1000) or None for m in messages],
+            pa.timestamp("us", tz="UTC"),
+        ),
+    ]
+    if not include_properties:
+        return pa.RecordBatch.from_arrays(arrays, schema=_NO_PROPERTIES)
+    properties = [list(m.properties().items()) for m in messages]
+    arrays.append(pa.array(properties, pa.map_(pa.string(), pa.string())))
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)

@@ -13,8 +13,9 @@ import json
 import math
 from dataclasses import dataclass
 
-from pulsar_grpc.client import Client, MessageId, Timeout
+from pulsar_grpc.client import Client, MessageId, Reader, Timeout, TopicNotFound
 
+from ._options import OptionError
 from ._topics import full_topic_name
 
 EARLIEST = "earliest"
@@ -39,32 +40,47 @@ def format_id(message_id: MessageId, partition: int) -> str:
     return f"{message_id.ledger_id}:{message_id.entry_id}:{message_id.batch_index}:{partition}"
 
 
-def parse_offsets(option: str | None, partitions: list[str], default: str) -> dict[str, str]:
+def parse_offsets(
+    name: str, option: str | None, partitions: list[str], default: str
+) -> dict[str, str]:
     """``earliest`` | ``latest`` | JSON ``{partition: id|earliest|latest}`` -> one value per
-    partition; partitions the JSON does not name get ``default``."""
+    partition; partitions the JSON does not name get ``default``. The syntax was checked when
+    the options were parsed; here the JSON's partitions are matched to those read."""
     text = (option or default).strip()
     if text.lower() in (EARLIEST, LATEST):
         return dict.fromkeys(partitions, text.lower())
-    try:
-        given = json.loads(text)
-    except json.JSONDecodeError:
-        raise ValueError(
-            f"offsets must be earliest, latest or a JSON object of partition -> "
-            f"'ledger:entry:batch:partition', got {text!r}"
-        ) from None
-    if not isinstance(given, dict):
-        raise ValueError(f"offsets JSON must be an object, got {text!r}")
+    given = json.loads(text)
     normalized = {full_topic_name(k): str(v).strip() for k, v in given.items()}
     unknown = sorted(set(normalized) - set(partitions))
     if unknown:
-        raise ValueError(f"offsets name partitions that are not read: {unknown}")
+        raise OptionError(
+            f"{name}: expected partitions of the topics read ({', '.join(partitions) or 'none'})"
+            f", got {', '.join(unknown)}"
+        )
     out = {}
-    for name in partitions:
-        value = normalized.get(name, default)
-        if value.lower() not in (EARLIEST, LATEST):
-            parse_id(value)  # validate now, on the driver
-        out[name] = value.lower() if value.lower() in (EARLIEST, LATEST) else value
+    for partition in partitions:
+        value = normalized.get(partition, default)
+        out[partition] = value.lower() if value.lower() in (EARLIEST, LATEST) else value
     return out
+
+
+def before(message_id: MessageId) -> str:
+    """The offset just before ``message_id``'s entry (``ledger:entry-1:-1``): reading after
+    it starts with that entry. Entry -1 stands for "from the ledger's first entry"."""
+    return f"{message_id.ledger_id}:{message_id.entry_id - 1}:-1"
+
+
+def reader_start(after: str) -> tuple[MessageId, bool]:
+    """Where a reader must start to read what follows offset ``after``: (id, inclusive).
+
+    The broker knows no entry -1, so :func:`before` of a ledger's first entry opens the
+    reader inclusively at that entry instead."""
+    if after == EARLIEST:
+        return MessageId.earliest, False
+    start = parse_id(after)
+    if start.entry_id < 0:
+        return MessageId(start.ledger_id, 0, -1, -1), True
+    return start, False
 
 
 @dataclass(frozen=True)
@@ -80,8 +96,9 @@ class Range:
     until: str  # an id
     until_inclusive: bool = True
 
-    def start_id(self) -> MessageId:
-        return MessageId.earliest if self.after == EARLIEST else parse_id(self.after)
+    def start(self) -> tuple[MessageId, bool]:
+        """Where the task's reader starts: (id, inclusive)."""
+        return reader_start(self.after)
 
     def end_key(self) -> Key:
         return key(parse_id(self.until))
@@ -94,40 +111,82 @@ class Range:
         return self.until_inclusive and key(message_id) == self.end_key()
 
 
-def split(
-    topic: str, after: str, until: MessageId, first: MessageId | None, entries_per_split: int
-) -> list[Range]:
-    """Cut (after, until] into ranges of about ``entries_per_split`` entries.
+@dataclass(frozen=True)
+class Span:
+    """What a batch read covers in one partition before it is split into tasks.
+
+    ``after`` is an offset (or earliest, then ``first`` is the partition's first id); the
+    span ends at ``until``, inclusively unless ``until_inclusive`` is False (an endingTime
+    ends before the first message published after it).
+    """
+
+    topic: str
+    after: str
+    until: MessageId
+    first: MessageId | None
+    until_inclusive: bool = True
+
+    def low(self) -> MessageId | None:
+        return self.first if self.after == EARLIEST else parse_id(self.after)
+
+    def is_empty(self) -> bool:
+        low = self.low()
+        if low is None:
+            return True
+        if self.after == EARLIEST:  # low is a message to read
+            return key(self.until) < key(low) or (
+                not self.until_inclusive and key(self.until) <= key(low)
+            )
+        return key(self.until) <= key(low)
+
+    def start_entry(self) -> int:
+        low = self.low()
+        assert low is not None  # callers check is_empty() first
+        return max(low.entry_id, 0) if low.ledger_id == self.until.ledger_id else 0
+
+    def entries(self) -> int:
+        """Entries of ``until``'s ledger the span covers (what :func:`split` cuts)."""
+        return self.until.entry_id - self.start_entry() + 1
+
+
+def split(span: Span, entries_per_split: int) -> list[Range]:
+    """Cut a span into ranges of about ``entries_per_split`` entries.
 
     Entry ids are contiguous within a ledger, so split points are computed, not found by
     reading: the span inside ``until``'s ledger is cut at entry boundaries; whatever lies in
-    earlier ledgers stays in the first range. ``first`` is the partition's first available id
-    (needed when ``after`` is earliest); None means the partition is empty.
+    earlier ledgers stays in the first range.
     """
-    low = first if after == EARLIEST else parse_id(after)
-    if low is None or key(until) < key(low) or (after != EARLIEST and key(until) <= key(low)):
+    if span.is_empty():
         return []
-    ledger = until.ledger_id
-    start_entry = low.entry_id if low.ledger_id == ledger else 0
-    span = until.entry_id - start_entry + 1
-    count = math.ceil(span / entries_per_split) if entries_per_split > 0 else 1
+    until, ledger = span.until, span.until.ledger_id
+    start_entry, count = span.start_entry(), math.ceil(span.entries() / entries_per_split)
+    last = Range(span.topic, span.after, str(until), span.until_inclusive)
     if count <= 1:
-        return [Range(topic, after, str(until))]
-    step = math.ceil(span / count)
+        return [last]
+    step = math.ceil(span.entries() / count)
     bounds = list(range(start_entry + step, until.entry_id + 1, step))
     ranges: list[Range] = []
-    previous = after
+    previous = span.after
     for entry in bounds:
-        ranges.append(Range(topic, previous, f"{ledger}:{entry}:-1", until_inclusive=False))
+        ranges.append(Range(span.topic, previous, f"{ledger}:{entry}:-1", until_inclusive=False))
         previous = f"{ledger}:{entry - 1}:-1"  # exclusive start at entry-1 = from entry on
-    ranges.append(Range(topic, previous, str(until)))
+    ranges.append(Range(span.topic, previous, last.until, last.until_inclusive))
     return ranges
 
 
-async def first_id(client: Client, topic: str, idle_ms: int) -> MessageId | None:
-    """The oldest available message of a partition, None if it holds none."""
-    reader = await client.create_reader(topic, MessageId.earliest, receiver_queue_size=1)
+class TopicMissing(RuntimeError):
+    """A topic read does not exist and the broker does not create topics."""
+
+
+async def first_id(
+    client: Client, topic: str, idle_ms: int, at_ms: int | None = None
+) -> MessageId | None:
+    """The oldest available message of a partition (or the first published at or after
+    ``at_ms``), None if there is none."""
+    reader = await _probe_reader(client, topic)
     try:
+        if at_ms is not None:
+            await reader.seek(at_ms)
         return (await reader.read_next(idle_ms)).message_id()
     except Timeout:
         return None
@@ -136,5 +195,27 @@ async def first_id(client: Client, topic: str, idle_ms: int) -> MessageId | None
 
 
 async def last_id(client: Client, topic: str) -> MessageId | None:
-    """The newest message of a partition now, None if it holds none (GetLastMessageId)."""
-    return await client.get_last_message_id(topic)
+    """The newest message of a partition now, None if it holds none (GetLastMessageId).
+
+    A topic that does not exist reads as empty where the broker creates topics on first use
+    (opening a reader creates it, as a Kafka consumer does); otherwise it is an error naming
+    the topic.
+    """
+    try:
+        return await client.get_last_message_id(topic)
+    except TopicNotFound:
+        pass
+    await (await _probe_reader(client, topic)).close()
+    return None
+
+
+async def _probe_reader(client: Client, topic: str) -> Reader:
+    """A one-message reader from earliest; opening it creates a missing topic where the
+    broker allows that, else the error names the topic."""
+    try:
+        return await client.create_reader(topic, MessageId.earliest, receiver_queue_size=1)
+    except TopicNotFound:
+        raise TopicMissing(
+            f"topic: {topic} does not exist and the broker does not create topics on first "
+            "use (allowAutoTopicCreation=false); create it or correct the name"
+        ) from None

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from pulsar_grpc.client import Message, MessageId, Reader, Timeout
+from pulsar_grpc.client import Client, Message, MessageId, Reader, Timeout
 
 from ._arrow import to_record_batch
-from ._offsets import EARLIEST, Range, first_id, key, parse_id
+from ._offsets import EARLIEST, Range, first_id, key, parse_id, reader_start
 from ._options import SourceOptions
 from ._runtime import LoopRunner
 from ._topics import base_topic, partition_index
@@ -31,13 +31,7 @@ def read_range(options: SourceOptions, part: Range) -> Iterator[pa.RecordBatch]:
     """The messages of ``part`` in publish order, ``arrow_batch_size`` rows per batch."""
     topic, partition = base_topic(part.topic), partition_index(part.topic)
     with LoopRunner(options.client) as runner:
-        reader = runner.run(
-            runner.client.create_reader(
-                part.topic,
-                part.start_id(),
-                receiver_queue_size=options.receiver_queue_size,
-            )
-        )
+        reader = runner.run(open_reader(runner.client, part.topic, part.after, options))
         checked = part.after == EARLIEST
         while True:
             messages, done = runner.run(_chunk(reader, part, options))
@@ -45,9 +39,16 @@ def read_range(options: SourceOptions, part: Range) -> Iterator[pa.RecordBatch]:
                 runner.run(_check_trimmed(runner, part, messages[0].message_id(), options))
                 checked = True
             if messages:
-                yield to_record_batch(messages, topic, partition)
+                yield to_record_batch(messages, topic, partition, options.include_properties)
             if done:
                 return
+
+
+async def open_reader(client: Client, topic: str, after: str, options: SourceOptions) -> Reader:
+    """A non-durable reader of ``topic`` positioned after offset ``after``."""
+    start, inclusive = reader_start(after)
+    kwargs = {"receiver_queue_size": options.receiver_queue_size, **dict(options.reader_extra)}
+    return await client.create_reader(topic, start, start_message_id_inclusive=inclusive, **kwargs)
 
 
 async def _chunk(reader: Reader, part: Range, options: SourceOptions) -> tuple[list[Message], bool]:
@@ -66,6 +67,18 @@ async def _chunk(reader: Reader, part: Range, options: SourceOptions) -> tuple[l
         if part.is_end(mid):
             return out, True
     return out, False
+
+
+def no_data_left(topic: str, after: str, options: SourceOptions) -> None:
+    """A read starts at an offset of a partition that holds no message at all any more:
+    what followed the offset may have been trimmed (failOnDataLoss decides)."""
+    text = (
+        f"{topic}: the start offset {after} is older than the first available message (none: "
+        "every message was trimmed, or the offset is not of this topic)"
+    )
+    if options.fail_on_data_loss:
+        raise DataLossError(text + "; set failOnDataLoss=false to read nothing instead")
+    log.warning("%s", text)
 
 
 def _missing(part: Range, options: SourceOptions, read: list[Message]) -> None:
@@ -90,7 +103,7 @@ async def _check_trimmed(
     the partition's first available message.
     """
     start = parse_id(part.after)
-    if got.ledger_id == start.ledger_id:
+    if got.ledger_id == start.ledger_id or start.entry_id < 0:  # entry -1: see before()
         return
     first = await first_id(runner.client, part.topic, options.latest_idle_ms)
     if first is None or key(start) >= key(first):

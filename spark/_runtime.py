@@ -11,23 +11,37 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from pulsar_grpc.client import Client
+from pulsar_grpc.client import Client, ConnectError
 
 from ._options import ClientOptions
 
 T = TypeVar("T")
 
 
+class BrokerUnreachable(ConnectionError):
+    """The broker at service.url did not answer within operationTimeoutMs."""
+
+
 class LoopRunner:
     """An event loop owned by one thread, plus one client created on it."""
 
     def __init__(self, options: ClientOptions) -> None:
+        self.options = options
         self.loop = asyncio.new_event_loop()
         self.client: Client = self.run(_make(options))
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` to completion on this runner's loop."""
-        return self.loop.run_until_complete(coro)
+        """Run ``coro`` to completion on this runner's loop.
+
+        The SDK retries a connection within its operation timeout; when that runs out, the
+        error says which URL and how long, in Spark's terms."""
+        try:
+            return self.loop.run_until_complete(coro)
+        except ConnectError as exc:
+            raise BrokerUnreachable(
+                f"service.url: cannot reach the broker at {self.options.service_url} within "
+                f"operationTimeoutMs={self.options.operation_timeout_ms} ({exc})"
+            ) from exc
 
     def close(self) -> None:
         """Close the client (its producers and readers) and the loop. Idempotent."""

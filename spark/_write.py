@@ -19,12 +19,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pulsar_grpc.client import MessageId, Producer, PulsarError
+from pulsar_grpc.client import MessageId, Producer, PulsarException
 
-from ._options import SourceOptions
+from ._options import OptionError, SourceOptions
 from ._runtime import LoopRunner
 
-ACCEPTED = {"value", "key", "properties", "eventTime", "topic"}
+ACCEPTED = {"value", "key", "keyString", "properties", "eventTime", "topic"}
 
 
 class WriteError(RuntimeError):
@@ -40,6 +40,15 @@ class WriteCommit(WriterCommitMessage):
 
 def _failed(topic: str, error: BaseException) -> WriteError:
     return WriteError(f"pulsar-grpc: writing to {topic} failed: {error!r}")
+
+
+def check_save_mode(overwrite: bool) -> None:
+    """Refuse Overwrite as Spark's Kafka sink does: a topic's messages cannot be replaced."""
+    if overwrite:
+        raise OptionError(
+            "mode: expected append, got 'overwrite': a topic's messages cannot be replaced "
+            "(Spark's Kafka sink refuses it too)"
+        )
 
 
 def check_schema(schema: StructType, options: SourceOptions) -> None:
@@ -60,6 +69,13 @@ def _as_bytes(value: bytes | str | None) -> bytes:
     return value.encode() if isinstance(value, str) else value
 
 
+def _as_key(key: bytes | str | None) -> str | None:
+    """Pulsar keys are strings: a binary key (the source's ``key`` column) is UTF-8 text."""
+    if isinstance(key, bytes):
+        return key.decode("utf-8")
+    return key
+
+
 async def _producer(
     runner: LoopRunner, producers: dict[str, Producer], topic: str, options: SourceOptions
 ) -> Producer:
@@ -72,6 +88,7 @@ async def _producer(
             max_pending_messages=options.max_pending_messages,
             send_timeout_millis=options.send_timeout_ms,
             block_if_queue_full=True,
+            **dict(options.producer_extra),
         )
         producers[topic] = producer
     return producer
@@ -87,7 +104,7 @@ async def _send_batch(
 ) -> None:
     columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
     values = columns["value"]
-    keys = columns.get("key")
+    keys = columns.get("key", columns.get("keyString"))
     props = columns.get("properties")
     event_times = columns.get("eventTime")
     topics = columns.get("topic")
@@ -102,10 +119,10 @@ async def _send_batch(
             future = await producer.enqueue(
                 _as_bytes(value),
                 dict(properties) if properties else None,
-                partition_key=keys[i] if keys is not None else None,
+                partition_key=_as_key(keys[i]) if keys is not None else None,
                 event_timestamp=int(event.timestamp() * 1000) if event is not None else None,
             )
-        except PulsarError as exc:
+        except PulsarException as exc:
             raise _failed(topic, exc) from exc
         futures.append((topic, future))
         if len(futures) >= 4 * options.max_pending_messages:
@@ -137,7 +154,7 @@ def write_batches(options: SourceOptions, batches: Iterator[pa.RecordBatch]) -> 
         for topic, producer in producers.items():
             try:
                 runner.run(producer.flush())
-            except PulsarError as exc:
+            except PulsarException as exc:
                 raise _failed(topic, exc) from exc
         runner.run(_settle(futures, counts))
     return WriteCommit(counts)

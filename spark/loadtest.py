@@ -4,8 +4,9 @@ partitioned topic, then the ``pulsar-grpc`` source reads them back.
     python -m spark.loadtest --service-url grpc://broker:50051 --admin-url http://broker:8080 \\
         --topic perf --partitions 8 --producers 4 --messages 1000000 --size 100 --master local[*]
 
-or ``spark-submit spark/loadtest.py ...`` (the code of spark/, client/ and the generated
-protos is shipped to the executors with addPyFile; they need grpcio, protobuf and pyarrow).
+or ``spark-submit spark/loadtest.py ...`` (the package's ``pulsar_grpc.client`` and
+``pulsar_grpc.spark`` and the generated stubs are shipped to the executors with addPyFile;
+they need grpcio, protobuf and pyarrow).
 Prints a live progress line (driver thread polling topic stats over admin HTTP), then msgs/s
 and MB/s overall and per executor for both phases.
 """
@@ -27,11 +28,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from . import FORMAT, _admin, register
-from ._offsets import format_id, key, last_id
-from ._options import ClientOptions
-from ._runtime import LoopRunner
-from ._topics import full_topic_name, partition_index
+from pulsar_grpc.spark import FORMAT, _admin, register
+from pulsar_grpc.spark._offsets import format_id, key, last_id
+from pulsar_grpc.spark._options import ClientOptions
+from pulsar_grpc.spark._runtime import LoopRunner
+from pulsar_grpc.spark._topics import full_topic_name, partition_index
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -122,51 +123,80 @@ def _produce_share(options: ClientOptions, topic: str, count: int, size: int) ->
 
 
 class Progress(threading.Thread):
-    """Prints one refreshing line: messages in (and out) of the topic, from admin stats."""
+    """Prints one refreshing line: messages in (and out) of the topic, from admin stats.
 
-    def __init__(self, admin_url: str, topic: str, total: int, out: Any = sys.stderr) -> None:
+    The counters are per partition and not monotonic for reads: a partition's msgOutCounter
+    sums its current subscriptions, and a task's reader subscription vanishes when the task
+    ends. So the line adds up each partition's *increases* since the previous poll (a drop
+    is a reset: the new value counts from zero), which never goes backwards.
+    """
+
+    def __init__(
+        self, admin_url: str, topic: str, total: int, out: Any = sys.stderr, interval: float = 1.0
+    ) -> None:
         super().__init__(name="loadtest-progress", daemon=True)
         self.admin_url, self.topic, self.total, self.out = admin_url, topic, total, out
+        self.interval = interval
         self.phase = "produce"
         self.done = threading.Event()
-        self._base: int | None = None
-        self._phase_seen = self.phase
 
-    def _counter(self) -> int:
-        """Messages stored (produce) or sent to connected readers (read) so far."""
+    def _counters(self, phase: str) -> dict[str, int]:
+        """Per partition: messages stored (produce) or sent to connected readers (read)."""
         stats = _admin.topic_stats(self.admin_url, self.topic)
-        parts = stats.get("partitions", {self.topic: stats}).values()
-        field = "msgInCounter" if self.phase == "produce" else "msgOutCounter"
-        return int(sum(p.get(field, 0) for p in parts))
+        parts = stats.get("partitions", {self.topic: stats})
+        field = "msgInCounter" if phase == "produce" else "msgOutCounter"
+        return {name: int(p.get(field, 0)) for name, p in parts.items()}
 
     def run(self) -> None:
-        started, previous, last_t = time.perf_counter(), 0, time.perf_counter()
-        while not self.done.wait(1.0):
+        started = last_t = time.perf_counter()
+        phase: str | None = None
+        last: dict[str, int] = {}
+        done = 0
+        while True:
             try:
-                now_count = self._counter()
+                counts: dict[str, int] | None = self._counters(self.phase)
             except Exception:  # the progress line must never fail the job
-                continue
-            if self._base is None or self.phase != self._phase_seen:
-                self._base, self._phase_seen, previous = now_count, self.phase, 0
-            produced = now_count - self._base
-            now = time.perf_counter()
-            rate = (produced - previous) / max(now - last_t, 1e-9)
-            previous, last_t = produced, now
-            self.out.write(
-                f"\r[{now - started:6.1f}s] {self.phase}: {produced}/{self.total} msgs, "
-                f"{rate:,.0f} msg/s   "
-            )
-            self.out.flush()
+                counts = None
+            if counts is not None:
+                if self.phase != phase:
+                    # A new phase: produce counts from what the topic held; reads from zero.
+                    phase, done = self.phase, 0
+                    last = counts if phase == "produce" else {}
+                step = sum(
+                    value - last.get(name, 0) if value >= last.get(name, 0) else value
+                    for name, value in counts.items()
+                )
+                last, done = counts, done + step
+                now = time.perf_counter()
+                rate = step / max(now - last_t, 1e-9)
+                last_t = now
+                self.out.write(
+                    f"\r[{now - started:6.1f}s] {phase}: {done}/{self.total} msgs, "
+                    f"{rate:,.0f} msg/s   "
+                )
+                self.out.flush()
+            if self.done.wait(self.interval):
+                break
         self.out.write("\n")
 
 
 def _ship_code(session: Any) -> None:
-    """Make client/, spark/ and the generated protos importable on cluster executors."""
+    """Make the source, the SDK and the generated stubs importable on cluster executors: a
+    zip of ``pulsar_grpc`` (its ``__init__``, ``client`` and ``spark``) and ``pulsargrpc``,
+    taken from where this process imports them (a checkout's links are followed)."""
+    import pulsar_grpc
+    import pulsargrpc
+
+    package = Path(pulsar_grpc.__file__).parent
+    stubs = Path(pulsargrpc.__file__).parent
     target = Path(tempfile.mkdtemp(prefix="pulsar-grpc-")) / "pulsar_grpc_code.zip"
     with zipfile.ZipFile(target, "w") as archive:
-        for package, base in (("client", ROOT), ("spark", ROOT), ("pulsargrpc", ROOT / "protos")):
-            for path in (base / package).rglob("*.py"):
-                archive.write(path, str(path.relative_to(base)))
+        archive.write(package / "__init__.py", "pulsar_grpc/__init__.py")
+        for folder, name in ((package / "client", "pulsar_grpc/client"),
+                             (package / "spark", "pulsar_grpc/spark"),
+                             (stubs, "pulsargrpc")):  # fmt: skip
+            for path in folder.resolve().rglob("*.py"):
+                archive.write(path, f"{name}/{path.relative_to(folder.resolve())}")
     session.sparkContext.addPyFile(str(target))
 
 

@@ -16,11 +16,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ._arrow import SCHEMA_DDL
+from ._arrow import SCHEMA_DDL, SCHEMA_DDL_NO_PROPERTIES
 from ._batch import BatchReader
 from ._options import SourceOptions
 from ._stream import StreamReader
-from ._write import BatchWriter, StreamWriter, check_schema
+from ._write import BatchWriter, StreamWriter, check_save_mode, check_schema
 
 
 class PulsarGrpcDataSource(DataSource):
@@ -38,7 +38,7 @@ class PulsarGrpcDataSource(DataSource):
         return "pulsar-grpc"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        return SCHEMA_DDL if self.parsed.include_properties else SCHEMA_DDL_NO_PROPERTIES
 
     def reader(self, schema: StructType) -> DataSourceReader:
         self.parsed.read_selector()
@@ -49,9 +49,11 @@ class PulsarGrpcDataSource(DataSource):
         return StreamReader(self.parsed)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        check_save_mode(overwrite)
         check_schema(schema, self.parsed)
         return BatchWriter(self.parsed)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        check_save_mode(overwrite)
         check_schema(schema, self.parsed)
         return StreamWriter(self.parsed)

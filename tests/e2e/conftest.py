@@ -34,6 +34,8 @@ def session() -> Iterator[object]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.pollingDelay", "10ms")
+        # a progress event per idle trigger too (default: one per 10 s), which tests wait on
+        .config("spark.sql.streaming.noDataProgressEventInterval", "50ms")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

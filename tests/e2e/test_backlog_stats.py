@@ -38,7 +38,7 @@ async def test_msg_backlog_counts_entries_and_unacked_messages_counts_messages(
         batching = await client.create_producer(
             topic, batching_max_messages=10, batching_max_publish_delay_ms=5000
         )
-        futures = [await batching.send_async(f"m{i}".encode()) for i in range(10)]
+        futures = [await batching.enqueue(f"m{i}".encode()) for i in range(10)]
         ids = await asyncio.gather(*futures)
         assert {(i.ledger_id, i.entry_id) for i in ids} == {(ids[0].ledger_id, ids[0].entry_id)}
         single = await client.create_producer(topic, batching_max_messages=1)

@@ -76,7 +76,8 @@ def test_batch_read_with_starting_and_ending_offsets(
         [f"m{i}".encode() for i in range(10)] + [f"m{i}".encode() for i in range(100, 106)]
     )
     row = next(r for r in rows if r.value == b"m4")
-    assert row.key == "k1" and row.topic == topic and row.partition == 0
+    assert row.key == b"k1" and row.keyString == "k1"
+    assert row.topic == topic and row.partition == 0
     assert row.properties == {"i": "4"} and row.messageId == oid(ids0[4], 0)
     assert int(row.eventTime.timestamp() * 1000) == 1_700_000_000_004
     assert row.publishTime is not None
@@ -202,3 +203,46 @@ def test_loadtest_produces_and_reads_back(
     assert read.bytes == 2001 * 64
     out = capsys.readouterr().out
     assert "produce: 2001 msgs" in out and "read: 2001 msgs" in out and "msg/s" in out
+
+
+def test_loadtest_progress_line_never_goes_backwards() -> None:
+    """Read counters drop when a task's reader subscription ends: the line must not."""
+    import io
+    import re
+
+    from pulsar_grpc.spark import loadtest
+
+    polls = iter(
+        [
+            {"p0": 100, "p1": 100},  # produce baseline: what the topic held before
+            {"p0": 150, "p1": 160},
+            ("read", {"p0": 40, "p1": 0}),
+            ("read", {"p0": 90, "p1": 30}),
+            ("read", {"p0": 10, "p1": 70}),  # p0's first reader ended, a new one started
+            ("read", {"p0": 60, "p1": 70}),
+        ]
+    )
+    out = io.StringIO()
+
+    class Scripted(loadtest.Progress):
+        def _counters(self, phase: str) -> dict[str, int]:
+            item = next(polls, None)
+            if item is None:
+                self.done.set()
+                raise RuntimeError("no more polls")
+            if isinstance(item, tuple):
+                self.phase, item = item
+            return item
+
+    progress = Scripted("http://unused", "t", 200, out, interval=0.01)
+    progress.run()
+    lines = re.findall(r"(produce|read): (\d+)/200 msgs, (-?[\d,]+) msg/s", out.getvalue())
+    assert [(p, int(d)) for p, d, _ in lines] == [
+        ("produce", 0),
+        ("produce", 110),
+        ("read", 40),
+        ("read", 120),
+        ("read", 170),
+        ("read", 220),
+    ]
+    assert all(not rate.startswith("-") for _, _, rate in lines)
