@@ -81,15 +81,15 @@ async def _producer(
 ) -> Producer:
     producer = producers.get(topic)
     if producer is None:
-        producer = await runner.client.create_producer(
-            topic,
-            batching_max_messages=options.batching_max_messages,
-            batching_max_publish_delay_ms=options.batching_max_publish_delay_ms,
-            max_pending_messages=options.max_pending_messages,
-            send_timeout_millis=options.send_timeout_ms,
-            block_if_queue_full=True,
-            **dict(options.producer_extra),
-        )
+        settings = {
+            "batching_max_messages": options.batching_max_messages,
+            "batching_max_publish_delay_ms": options.batching_max_publish_delay_ms,
+            "max_pending_messages": options.max_pending_messages,
+            "send_timeout_millis": options.send_timeout_ms,
+            "block_if_queue_full": True,
+            **dict(options.producer_extra),  # a pulsar.producer.* option wins
+        }
+        producer = await runner.client.create_producer(topic, **settings)
         producers[topic] = producer
     return producer
 

@@ -121,7 +121,7 @@ def test_time_window_min_partitions_keys_properties_and_pass_through(
     topic = _topic("window")
     with SyncClient(broker.service_url) as client:
         producer = client.create_producer(topic, batching_max_messages=1)
-        early = [producer.send(f"a{i}".encode(), key=f"k{i}") for i in range(20)]
+        early = [producer.send(f"a{i}".encode(), partition_key=f"k{i}") for i in range(20)]
         producer.close()
     rows = load(session, broker.service_url, topic=topic).collect()
     boundary = max(int(r.publishTime.timestamp() * 1000) for r in rows)
@@ -173,7 +173,7 @@ def test_save_modes_follow_the_kafka_sink(session: SparkSession, broker: BrokerT
         df.write.format(FMT)
         .option("service.url", broker.service_url)
         .option("topic", target)
-        .option("pulsar.producer.batchingMaxBytes", "65536")  # passed to create_producer
+        .option("pulsar.producer.batchingMaxAllowedSizeInBytes", "65536")  # passed to create_producer
     )
     writer.mode("append").save()
     line = refused(lambda: writer.mode("overwrite").save())
