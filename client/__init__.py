@@ -11,7 +11,8 @@ Every exception of pulsar-client's ``pulsar.exceptions`` is here by the same nam
 
 from . import exceptions
 from ._batching import BatchingType
-from ._client import Client, LookupResult
+from ._channels import LookupResult
+from ._client import Client
 from ._compression import CompressionType
 from ._connection import HandleState
 from ._consumer import (

@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, S
 from functools import partial
 from typing import Any, TypeVar
 
-from ._client import Client, LookupResult
+from ._channels import LookupResult
+from ._client import Client
 from ._consumer import Consumer, MessageTarget
 from ._errors import AlreadyClosed, PulsarException
 from ._message import Message, MessageId

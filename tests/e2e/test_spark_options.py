@@ -173,7 +173,9 @@ def test_save_modes_follow_the_kafka_sink(session: SparkSession, broker: BrokerT
         df.write.format(FMT)
         .option("service.url", broker.service_url)
         .option("topic", target)
-        .option("pulsar.producer.batchingMaxAllowedSizeInBytes", "65536")  # passed to create_producer
+        .option(
+            "pulsar.producer.batchingMaxAllowedSizeInBytes", "65536"
+        )  # passed to create_producer
     )
     writer.mode("append").save()
     line = refused(lambda: writer.mode("overwrite").save())

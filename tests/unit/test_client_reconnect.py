@@ -15,7 +15,7 @@ import pytest
 
 from pulsar_grpc import client
 from pulsar_grpc.client import HandleState, MessageId
-from pulsar_grpc.client._client import channel_options
+from pulsar_grpc.client._channels import channel_options
 from pulsar_grpc.client._connection import Backoff, ConnectionHandler
 from pulsar_grpc.client._consumer import Consumer
 from pulsar_grpc.client._errors import PulsarError, is_retryable

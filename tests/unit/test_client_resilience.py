@@ -13,7 +13,7 @@ import pytest
 
 from pulsar_grpc import client
 from pulsar_grpc.client import HandleState, MessageId
-from pulsar_grpc.client._client import channel_options
+from pulsar_grpc.client._channels import channel_options
 from pulsar_grpc.client._errors import is_retryable_at_creation
 from pulsar_grpc.client._reader import Reader
 from pulsargrpc.v1 import pulsar_pb2 as pb
