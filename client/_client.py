@@ -637,8 +637,13 @@ class Client:
             target = ref()
             return target.subscribed_topics() if target is not None else set()
 
+        async def forget(topics: list[str]) -> None:
+            target = ref()
+            if target is not None:
+                await target.forget_topics(topics)
+
         watcher = PatternWatcher(
-            pattern, period_s, self.get_topics_of_namespace, subscribe, subscribed
+            pattern, period_s, self.get_topics_of_namespace, subscribe, subscribed, forget
         )
         await subscribe(await watcher.matching())
         consumer.watch(watcher)

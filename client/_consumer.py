@@ -183,6 +183,16 @@ class Consumer:
             self._streams.pop(stream.topic, None)
             self._partitions.pop(stream.partition, None)
 
+    async def forget_topics(self, topics: list[str]) -> None:
+        """Close the streams on ``topics`` (full names of topics or partitions) and drop what
+        they queued, without unsubscribing: a pattern consumer's topic that stopped matching."""
+        streams = [self._streams.pop(t) for t in topics if t in self._streams]
+        for stream in streams:
+            if self._partitions.get(stream.partition) is stream:
+                del self._partitions[stream.partition]
+            stream.drop_queued()
+        await asyncio.gather(*(s.close() for s in streams))
+
     def new_stream(self, topic: str, partition: int) -> PartitionConsumer:
         """A stream on ``topic`` (full name; a partition's for a partitioned topic) feeding
         this consumer's queue; the client adds it with :meth:`add_streams`, then starts it."""

@@ -1,5 +1,6 @@
 """Pattern consumers: which topics of a namespace a regex names, and the periodic check that
-subscribes the consumer to topics created after it (Pulsar's PatternMultiTopicsConsumerImpl).
+subscribes the consumer to topics created after it and lets go of topics that are gone
+(Pulsar's PatternMultiTopicsConsumerImpl: onTopicsAdded / onTopicsRemoved).
 
 The topics come from the ``GetTopicsOfNamespace`` call (Pulsar's CommandGetTopicsOfNamespace).
 As in Pulsar's ``TopicList.filterTopics``, the regex is matched, whole, against a topic's name
@@ -14,6 +15,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ._errors import InvalidTopicName, PulsarError
 
@@ -56,17 +58,31 @@ class TopicsPattern:
 
     def matching(self, topics: list[str]) -> list[str]:
         """Full names of the topics (partitioned topics by their own name) that match."""
-        names = {_PARTITION.sub(r"\1", t) for t in topics if t.startswith(_SCHEME)}
+        names = {base_topic(t) for t in topics if t.startswith(_SCHEME)}
         return sorted(n for n in names if self.regex.fullmatch(n[len(_SCHEME) :]))
 
 
+def base_topic(topic: str) -> str:
+    """The partitioned topic a partition belongs to (a plain topic is its own)."""
+    return _PARTITION.sub(r"\1", topic)
+
+
+class TopicChanges(NamedTuple):
+    """What one check changed: topics subscribed to, and streams let go of."""
+
+    added: list[str]
+    removed: list[str]
+
+
 class PatternWatcher:
-    """Re-lists a pattern's namespace every ``period_s`` and subscribes to new matches.
+    """Re-lists a pattern's namespace every ``period_s``: subscribes to new matches and lets
+    go of the topics that no longer match (deleted, or renamed out of the pattern).
 
     ``list_topics`` answers a namespace's topic names; ``subscribe`` starts streams on the
-    given topics for the consumer, which owns this watcher and closes it first. A failed
-    check (broker away, a topic refusing the subscription) is logged and tried again at the
-    next period.
+    given topics for the consumer, which owns this watcher and closes it first; ``forget``
+    closes the consumer's streams on the given topics (partitions), as Pulsar's consumer
+    closes, without unsubscribing, the consumer of a removed topic. A failed check (broker
+    away, a topic refusing the subscription) is logged and tried again at the next period.
     """
 
     def __init__(
@@ -76,6 +92,7 @@ class PatternWatcher:
         list_topics: Callable[[str], Awaitable[list[str]]],
         subscribe: Callable[[list[str]], Awaitable[None]],
         subscribed: Callable[[], set[str]],
+        forget: Callable[[list[str]], Awaitable[None]],
     ) -> None:
         if period_s <= 0:
             raise ValueError("pattern_auto_discovery_period must be above 0 seconds")
@@ -84,6 +101,7 @@ class PatternWatcher:
         self._list_topics = list_topics
         self._subscribe = subscribe
         self._subscribed = subscribed
+        self._forget = forget
         self._task: asyncio.Task[None] | None = None
 
     async def matching(self) -> list[str]:
@@ -94,17 +112,20 @@ class PatternWatcher:
         """Begin checking every period."""
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def check(self) -> list[str]:
-        """Subscribe to the matching topics not subscribed yet; return them."""
+    async def check(self) -> TopicChanges:
+        """Subscribe to the matching topics not subscribed yet, let go of the subscribed
+        streams whose topic no longer matches; return both."""
+        matching = await self.matching()
         subscribed = self._subscribed()
-        new = [
-            t
-            for t in await self.matching()
-            if t not in subscribed and not any(s.startswith(f"{t}-partition-") for s in subscribed)
-        ]
-        if new:
-            await self._subscribe(new)
-        return new
+        subscribed_bases = {base_topic(t) for t in subscribed}
+        matched = set(matching)
+        added = [t for t in matching if t not in subscribed and t not in subscribed_bases]
+        removed = sorted(t for t in subscribed if base_topic(t) not in matched)
+        if removed:
+            await self._forget(removed)
+        if added:
+            await self._subscribe(added)
+        return TopicChanges(added, removed)
 
     async def close(self) -> None:
         """Stop checking (a check under way is cancelled)."""
@@ -117,9 +138,11 @@ class PatternWatcher:
         while True:
             await asyncio.sleep(self._period_s)
             try:
-                new = await self.check()
+                changes = await self.check()
             except PulsarError as exc:
                 log.warning("pattern %s: topic discovery failed: %s", self._pattern.regex, exc)
                 continue
-            if new:
-                log.info("pattern %s: subscribed to %s", self._pattern.regex.pattern, new)
+            if changes.added:
+                log.info("pattern %s: subscribed to %s", self._pattern.regex.pattern, changes.added)
+            if changes.removed:
+                log.info("pattern %s: let go of %s", self._pattern.regex.pattern, changes.removed)

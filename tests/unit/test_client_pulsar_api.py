@@ -53,10 +53,11 @@ def test_pattern_matches_whole_names_and_partitioned_topics_once() -> None:
     assert pattern.matching(listed) == [f"{NS}/orders-eu", f"{NS}/orders-us"]
 
 
-async def test_pattern_watcher_subscribes_only_to_new_topics() -> None:
+async def test_pattern_watcher_subscribes_to_new_topics_and_lets_go_of_gone_ones() -> None:
     listed = [f"{NS}/a-1", f"{NS}/a-2-partition-0", f"{NS}/a-2-partition-1"]
     subscribed_to: set[str] = {f"{NS}/a-1"}
     calls: list[list[str]] = []
+    forgotten: list[list[str]] = []
 
     async def list_topics(namespace: str) -> list[str]:
         assert namespace == "public/default"
@@ -66,14 +67,30 @@ async def test_pattern_watcher_subscribes_only_to_new_topics() -> None:
         calls.append(topics)
         subscribed_to.update(f"{t}-partition-{i}" for t in topics for i in range(2))
 
+    async def forget(topics: list[str]) -> None:
+        forgotten.append(topics)
+        subscribed_to.difference_update(topics)
+
     watcher = PatternWatcher(
-        TopicsPattern.of(re.compile("a-.*")), 60, list_topics, subscribe, lambda: subscribed_to
+        TopicsPattern.of(re.compile("a-.*")),
+        60,
+        list_topics,
+        subscribe,
+        lambda: subscribed_to,
+        forget,
     )
-    assert await watcher.check() == [f"{NS}/a-2"]
-    assert await watcher.check() == []  # its partitions count as the topic
+    assert await watcher.check() == ([f"{NS}/a-2"], [])
+    assert await watcher.check() == ([], [])  # its partitions count as the topic
     assert calls == [[f"{NS}/a-2"]]
+
+    # The partitioned topic is deleted: both its partitions' streams are let go of, once.
+    listed = [f"{NS}/a-1"]
+    gone = [f"{NS}/a-2-partition-0", f"{NS}/a-2-partition-1"]
+    assert await watcher.check() == ([], gone)
+    assert await watcher.check() == ([], [])
+    assert forgotten == [gone] and subscribed_to == {f"{NS}/a-1"}
     with pytest.raises(ValueError):
-        PatternWatcher(TopicsPattern.of(re.compile("a-.*")), 0, list_topics, subscribe, set)
+        PatternWatcher(TopicsPattern.of(re.compile("a-.*")), 0, list_topics, subscribe, set, forget)
 
 
 def test_topic_message_id_names_its_topic_and_equals_the_plain_id() -> None:
