@@ -8,6 +8,7 @@ does any ``x-pulsar-*`` header this broker does not know: a misspelt optional pa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -48,6 +49,8 @@ KNOWN_PARAMETERS = frozenset(
 # than reaching timers and counters the broker would then have to defend.
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
+# An integer as a header carries it: ASCII digits, maybe a minus sign, nothing else.
+_DECIMAL = re.compile(r"-?[0-9]+")
 
 
 class ParametersInterceptor(PreparingInterceptor):
@@ -102,10 +105,8 @@ def _int(
     raw = headers.get(key)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw) if len(raw) <= 20 else None  # no long digit strings to convert
-    except ValueError:
-        value = None
+    # Plain decimal digits only: Python's int() would also take " 5", "+5" and "5_000".
+    value = int(raw) if len(raw) <= 20 and _DECIMAL.fullmatch(raw) else None
     if value is None:
         raise InvalidArgumentError(f"{key}: '{raw[:40]}' is not an integer up to {maximum}")
     if not minimum <= value <= maximum:
@@ -139,10 +140,7 @@ def parse_message_id(raw: str) -> tuple[Position | Literal["earliest", "latest"]
     if raw.lower() in ("earliest", "latest"):
         return raw.lower(), -1  # type: ignore[return-value]
     parts = raw.split(":")
-    try:
-        numbers = [int(p) for p in parts]
-    except ValueError:
-        numbers = []
+    numbers = [int(p) for p in parts] if all(_DECIMAL.fullmatch(p) for p in parts) else []
     if not 2 <= len(numbers) <= 4 or numbers[0] < 0 or numbers[1] < 0:
         raise InvalidArgumentError(
             f"x-pulsar-start-message-id: '{raw}' is not ledger:entry[:batch[:partition]], "

@@ -156,7 +156,7 @@ async def test_subscription_names_with_slashes_are_kept_apart(channel: grpc.aio.
         "x-pulsar-negative-ack-delay-ms",
     ],
 )
-@pytest.mark.parametrize("value", [str(2**63), "9" * 5000, "-1", "1e3", ""])
+@pytest.mark.parametrize("value", [str(2**63), "9" * 5000, "-1", "1e3", "+5", "5_000", ""])
 async def test_out_of_range_numbers_in_call_metadata_are_invalid_argument(
     channel: grpc.aio.Channel, header: str, value: str
 ) -> None:
