@@ -1,0 +1,241 @@
+"""PostgresLedgerStore: entries in PostgreSQL, shared by the brokers of a cluster.
+
+Layout: `ledger_entries` keyed by (ledger_id, entry_id), so a range read or a ledger delete is
+one primary-key range; `ledger_cursors` keyed by (managed-ledger name, cursor name);
+`ledger_counters` holds the next ledger id in one row, advanced by an UPDATE ... RETURNING,
+which PostgreSQL serializes by the row lock: ids are never handed out twice, by any broker.
+The schema is created on first use (under an advisory lock, as several brokers may start at
+once). Payloads are stored uncompressed (STORAGE EXTERNAL): most are small or compressed by
+the producer already.
+
+Commits: the group commit of the embedded store, each group one transaction whose statements
+pass the whole batch as arrays (unnest), so a group costs the same round trips whatever its
+size. Durability is PostgreSQL's: a future resolves once COMMIT returned.
+
+Failures: every operation has a deadline (`timeout`), so a server that stopped answering
+fails calls with PersistenceError instead of hanging them; a connection whose command failed
+is discarded, never reused in an unknown state, and the next call connects again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
+
+import asyncpg
+
+from pulsar_grpc.broker.errors import PersistenceError
+from pulsar_grpc.broker.ledger.group_commit import GroupCommitter
+from pulsar_grpc.broker.ledger.store import (
+    CursorKey,
+    EntrySpan,
+    EntryWrite,
+    LedgerStats,
+    LedgerStore,
+)
+
+__all__ = ["PostgresLedgerStore"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Any constant shared by every broker: serializes concurrent schema creation.
+_SCHEMA_LOCK = 0x7075_6C73_6172  # "pulsar"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ledger_entries (
+    ledger_id bigint NOT NULL,
+    entry_id  bigint NOT NULL,
+    data      bytea  NOT NULL,
+    PRIMARY KEY (ledger_id, entry_id)
+);
+ALTER TABLE ledger_entries ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE TABLE IF NOT EXISTS ledger_cursors (
+    ledger_name text  NOT NULL,
+    cursor_name text  NOT NULL,
+    state       bytea NOT NULL,
+    PRIMARY KEY (ledger_name, cursor_name)
+);
+CREATE TABLE IF NOT EXISTS ledger_counters (name text PRIMARY KEY, value bigint NOT NULL);
+INSERT INTO ledger_counters (name, value) VALUES ('ledger_id', 1) ON CONFLICT DO NOTHING;
+"""
+
+_UPSERT_ENTRIES = """
+INSERT INTO ledger_entries (ledger_id, entry_id, data)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])
+ON CONFLICT (ledger_id, entry_id) DO UPDATE SET data = EXCLUDED.data
+"""
+_UPSERT_CURSORS = """
+INSERT INTO ledger_cursors (ledger_name, cursor_name, state)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])
+ON CONFLICT (ledger_name, cursor_name) DO UPDATE SET state = EXCLUDED.state
+"""
+_DELETE_CURSORS = """
+DELETE FROM ledger_cursors c USING unnest($1::text[], $2::text[]) AS d(ledger_name, cursor_name)
+WHERE c.ledger_name = d.ledger_name AND c.cursor_name = d.cursor_name
+"""
+# Every span in one statement, in span order (WITH ORDINALITY numbers them).
+_READ_SPANS = """
+SELECT e.ledger_id, e.entry_id, e.data
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS s(lid, lo, hi, n)
+JOIN ledger_entries e ON e.ledger_id = s.lid AND e.entry_id BETWEEN s.lo AND s.hi
+ORDER BY s.n, e.entry_id
+"""
+_STATS = """
+SELECT max(entry_id), coalesce(sum(octet_length(data)), 0)::bigint
+FROM ledger_entries WHERE ledger_id = $1
+"""
+_ALLOCATE = """
+UPDATE ledger_counters SET value = value + $1 WHERE name = 'ledger_id' RETURNING value - $1
+"""
+
+# What a lost, refused or silent server raises; each becomes a PersistenceError.
+_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+
+class _State(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class PostgresLedgerStore(LedgerStore):
+    """LedgerStore in the PostgreSQL database `dsn` names; `where` names it in messages."""
+
+    def __init__(self, dsn: str, where: str, timeout: float = 10.0, pool_size: int = 4) -> None:
+        self._dsn = dsn
+        self._where = where
+        self._timeout = timeout
+        self._pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
+        self._pool_lock = asyncio.Lock()
+        self._committer = GroupCommitter(self._commit)
+        self._state = _State.OPEN
+
+    async def connect(self) -> None:
+        """Connect and create the schema now, so that a broker fails at start-up when the
+        database is unreachable rather than at its first write. Otherwise done on first use."""
+        await self._run(lambda conn: conn.execute("SELECT 1"))
+
+    async def _get_pool(self) -> asyncpg.Pool:
+        async with self._pool_lock:
+            if self._pool is None:
+                pool = await asyncpg.create_pool(
+                    self._dsn,
+                    min_size=0,
+                    max_size=self._pool_size,
+                    timeout=self._timeout,
+                    command_timeout=self._timeout,
+                )
+                try:
+                    async with pool.acquire() as conn, conn.transaction():
+                        await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                        await conn.execute(_SCHEMA)
+                except BaseException:
+                    pool.terminate()
+                    raise
+                self._pool = pool
+            return self._pool
+
+    async def _run(self, op: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """`op` on a pooled connection within the deadline; failures as PersistenceError."""
+        if self._state is _State.CLOSED:
+            raise PersistenceError("ledger store is closed")
+        try:
+            async with asyncio.timeout(self._timeout):
+                pool = await self._get_pool()
+                conn = await pool.acquire()
+                try:
+                    result = await op(conn)
+                except BaseException:
+                    conn.terminate()  # its state is unknown: a later call gets a new one
+                    raise
+                finally:
+                    await pool.release(conn)
+                return result
+        except _FAILURES as e:
+            reason = "no answer in time" if isinstance(e, TimeoutError) else str(e) or repr(e)
+            raise PersistenceError(f"ledger store (PostgreSQL at {self._where}): {reason}") from e
+
+    def append(
+        self,
+        entries: Sequence[EntryWrite],
+        cursor_states: Mapping[CursorKey, bytes | None] | None = None,
+    ) -> asyncio.Future[None]:
+        if self._state is _State.CLOSED:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            fut.set_exception(PersistenceError("ledger store is closed"))
+            return fut
+        return self._committer.submit(entries, cursor_states or {})
+
+    async def _commit(
+        self, entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]
+    ) -> None:
+        # A later write of the same entry wins, as in the embedded store (and one INSERT may
+        # not touch a row twice).
+        latest = {(e.ledger_id, e.entry_id): e.data for e in entries}
+        upserts = [(ml, c, s) for (ml, c), s in cursors.items() if s is not None]
+        deletes = [(ml, c) for (ml, c), s in cursors.items() if s is None]
+
+        async def op(conn: asyncpg.Connection) -> None:
+            async with conn.transaction():
+                if latest:
+                    ledgers, ids = zip(*latest, strict=True)
+                    await conn.execute(_UPSERT_ENTRIES, ledgers, ids, list(latest.values()))
+                if upserts:
+                    await conn.execute(_UPSERT_CURSORS, *map(list, zip(*upserts, strict=True)))
+                if deletes:
+                    await conn.execute(_DELETE_CURSORS, *map(list, zip(*deletes, strict=True)))
+
+        await self._run(op)
+
+    async def read_entries(self, spans: Sequence[EntrySpan]) -> list[tuple[int, int, bytes]]:
+        if not spans:
+            return []
+        args = (
+            [s.ledger_id for s in spans],
+            [s.first_entry for s in spans],
+            [s.last_entry for s in spans],
+        )
+        rows = await self._run(lambda conn: conn.fetch(_READ_SPANS, *args))
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    async def ledger_stats(self, ledger_id: int) -> LedgerStats:
+        row = await self._run(lambda conn: conn.fetchrow(_STATS, ledger_id))
+        assert row is not None  # an aggregate always returns one row
+        last, size = row
+        return LedgerStats(0 if last is None else last + 1, size)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        await self._run(
+            lambda conn: conn.execute("DELETE FROM ledger_entries WHERE ledger_id = $1", ledger_id)
+        )
+
+    async def allocate_ledger_ids(self, count: int) -> int:
+        first = await self._run(lambda conn: conn.fetchval(_ALLOCATE, count))
+        return int(first)
+
+    async def get_cursor_states(self, ledger_name: str) -> dict[str, bytes]:
+        rows = await self._run(
+            lambda conn: conn.fetch(
+                "SELECT cursor_name, state FROM ledger_cursors WHERE ledger_name = $1",
+                ledger_name,
+            )
+        )
+        return {r[0]: r[1] for r in rows}
+
+    async def close(self) -> None:
+        if self._state is _State.CLOSED:
+            return
+        await self._committer.drain()
+        self._state = _State.CLOSED
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), self._timeout)
+            except TimeoutError:
+                log.warning("ledger store (PostgreSQL at %s): closing timed out", self._where)
+                pool.terminate()

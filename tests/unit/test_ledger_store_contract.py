@@ -1,0 +1,252 @@
+"""The LedgerStore contract, run unchanged against every implementation.
+
+Each test gets a :class:`Backing`: a place where a store's data lives (a data directory, a
+MemoryLedgerData, a PostgreSQL database) over which it opens stores one after another, as a
+broker does across restarts. ``poison`` makes every later commit writing a given cursor state
+fail inside its transaction (a trigger on the real databases), after the commit's entries were
+written, which is how atomicity is observed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from pulsar_grpc.broker.errors import PersistenceError
+from pulsar_grpc.broker.ledger.memory_store import MemoryLedgerData, MemoryLedgerStore
+from pulsar_grpc.broker.ledger.postgres_store import PostgresLedgerStore
+from pulsar_grpc.broker.ledger.sqlite_store import SqliteLedgerStore
+from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
+from pulsar_grpc.broker.ledger.store import EntrySpan, EntryWrite, LedgerStats, LedgerStore
+from tests.postgres import postgres_server, postgres_url  # noqa: F401
+
+ML = "public/default/persistent/t"
+POISON = b"poison"
+
+
+class Backing:
+    """Opens stores over one place; closes what it opened."""
+
+    def __init__(
+        self, open_store: Callable[[], LedgerStore], poison: Callable[[], Awaitable[None]]
+    ) -> None:
+        self._open = open_store
+        self.poison = poison
+        self.opened: list[LedgerStore] = []
+
+    def open(self) -> LedgerStore:
+        store = self._open()
+        self.opened.append(store)
+        return store
+
+    async def reopen(self, store: LedgerStore) -> LedgerStore:
+        await store.close()
+        return self.open()
+
+    async def close(self) -> None:
+        for store in self.opened:
+            await store.close()
+
+
+def sqlite_backing(data_dir: Path) -> Backing:
+    def poison() -> None:
+        with sqlite3.connect(data_dir / "ledgers.db") as conn:
+            conn.execute(
+                f"CREATE TRIGGER poison BEFORE INSERT ON cursors WHEN NEW.state = x'{POISON.hex()}'"
+                " BEGIN SELECT RAISE(ABORT, 'poisoned state'); END"
+            )
+
+    async def poison_async() -> None:
+        await asyncio.to_thread(poison)
+
+    return Backing(lambda: SqliteLedgerStore(data_dir, sync=False), poison_async)
+
+
+def memory_backing() -> Backing:
+    data = MemoryLedgerData()
+
+    async def poison() -> None:
+        data.rejected_states.add(POISON)
+
+    return Backing(lambda: MemoryLedgerStore(data), poison)
+
+
+def postgres_backing(url: str) -> Backing:
+    where = parse_ledger_storage_url(url).where
+
+    async def poison() -> None:
+        conn = await asyncpg.connect(url, timeout=30)
+        try:
+            await conn.execute(
+                f"""
+                CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN RAISE EXCEPTION 'poisoned state'; END $$;
+                CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON ledger_cursors FOR EACH ROW
+                WHEN (NEW.state = '\\x{POISON.hex()}'::bytea) EXECUTE FUNCTION poison();
+                """
+            )
+        finally:
+            await conn.close()
+
+    return Backing(lambda: PostgresLedgerStore(url, where, timeout=30), poison)
+
+
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
+async def backing(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backing]:
+    if request.param == "sqlite":
+        b = sqlite_backing(tmp_path)
+    elif request.param == "memory":
+        b = memory_backing()
+    else:
+        b = postgres_backing(request.getfixturevalue("postgres_url"))
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+@pytest.fixture
+async def store(backing: Backing) -> LedgerStore:
+    s = backing.open()
+    await s.allocate_ledger_ids(1)  # schema created before a test poisons it
+    return s
+
+
+def writes(ledger_id: int, ids: range, tag: str = "e") -> list[EntryWrite]:
+    return [EntryWrite(ledger_id, i, f"{tag}{ledger_id}-{i}".encode()) for i in ids]
+
+
+async def test_appended_entries_read_back_by_spans_in_span_order(store: LedgerStore) -> None:
+    await store.append(writes(7, range(10)) + writes(8, range(3)))
+    spans = [EntrySpan(8, 1, 5), EntrySpan(7, 6, 7), EntrySpan(7, 0, 1), EntrySpan(9, 0, 9)]
+    got = await store.read_entries(spans)
+    assert got == [
+        (8, 1, b"e8-1"), (8, 2, b"e8-2"),
+        (7, 6, b"e7-6"), (7, 7, b"e7-7"),
+        (7, 0, b"e7-0"), (7, 1, b"e7-1"),
+    ]  # fmt: skip
+    assert await store.read_entries([]) == []
+
+
+async def test_writes_commit_in_call_order_later_ones_win(store: LedgerStore) -> None:
+    key = (ML, "sub")
+    futures = [
+        store.append([EntryWrite(1, 0, f"v{i}".encode())], {key: f"s{i}".encode()})
+        for i in range(20)
+    ]
+    resolved: list[int] = []
+
+    def record(i: int, _fut: asyncio.Future[None]) -> None:
+        resolved.append(i)
+
+    for i, fut in enumerate(futures):
+        fut.add_done_callback(partial(record, i))
+    await asyncio.gather(*futures)
+    assert resolved == list(range(20))
+    assert await store.read_entries([EntrySpan(1, 0, 0)]) == [(1, 0, b"v19")]
+    assert await store.get_cursor_states(ML) == {"sub": b"s19"}
+
+
+async def test_calls_during_a_commit_in_flight_are_grouped_into_the_next(
+    store: LedgerStore,
+) -> None:
+    first = store.append(writes(1, range(0, 1)))
+    await asyncio.sleep(0)  # the first commit has taken its batch and is in flight
+    second = store.append(writes(1, range(1, 2)))
+    third = store.append(writes(1, range(2, 3)), {(ML, "c"): b"x"})
+    # What each future saw done among the others when it resolved.
+    seen: dict[str, tuple[bool, bool, bool]] = {}
+
+    def snapshot(name: str, _fut: asyncio.Future[None]) -> None:
+        seen[name] = (first.done(), second.done(), third.done())
+
+    for name, fut in {"first": first, "second": second, "third": third}.items():
+        fut.add_done_callback(partial(snapshot, name))
+    await asyncio.gather(first, second, third)
+    assert seen["first"] == (True, False, False)  # committed alone
+    assert seen["second"] == (True, True, True)  # second and third: one commit
+    assert len(await store.read_entries([EntrySpan(1, 0, 2)])) == 3
+
+
+@pytest.mark.allow_broker_errors  # the group commit logs the failed commit
+async def test_entries_and_cursor_states_commit_atomically(
+    backing: Backing, store: LedgerStore
+) -> None:
+    await backing.poison()
+    ok = store.append(writes(3, range(2)), {(ML, "a"): b"fine"})
+    await ok
+    await asyncio.sleep(0)
+    failing = store.append(writes(3, range(2, 5)))
+    also_failing = store.append((), {(ML, "a"): POISON})
+    with pytest.raises(PersistenceError):
+        await failing
+    with pytest.raises(PersistenceError):
+        await also_failing
+    # Neither the group's entries nor its cursor state is there; the store still works.
+    assert [e[1] for e in await store.read_entries([EntrySpan(3, 0, 9)])] == [0, 1]
+    assert await store.get_cursor_states(ML) == {"a": b"fine"}
+    await store.append(writes(3, range(2, 3)), {(ML, "a"): b"later"})
+    assert [e[1] for e in await store.read_entries([EntrySpan(3, 0, 9)])] == [0, 1, 2]
+    assert await store.get_cursor_states(ML) == {"a": b"later"}
+
+
+async def test_cursor_states_per_ledger_and_none_deletes(store: LedgerStore) -> None:
+    await store.append((), {(ML, "a"): b"1", (ML, "b"): b"2", (ML + "x", "a"): b"3"})
+    assert await store.get_cursor_states(ML) == {"a": b"1", "b": b"2"}
+    await store.append((), {(ML, "a"): None, (ML, "never-written"): None})
+    assert await store.get_cursor_states(ML) == {"b": b"2"}
+    assert await store.get_cursor_states(ML + "x") == {"a": b"3"}
+    assert await store.get_cursor_states("nothing") == {}
+
+
+async def test_ledger_stats_and_idempotent_delete(store: LedgerStore) -> None:
+    assert await store.ledger_stats(4) == LedgerStats(0, 0)
+    await store.append([EntryWrite(4, i, b"x" * (i + 1)) for i in range(6)] + writes(5, range(2)))
+    assert await store.ledger_stats(4) == LedgerStats(6, 21)
+    await store.delete_ledger(4)
+    await store.delete_ledger(4)
+    assert await store.ledger_stats(4) == LedgerStats(0, 0)
+    assert await store.read_entries([EntrySpan(4, 0, 9)]) == []
+    assert len(await store.read_entries([EntrySpan(5, 0, 9)])) == 2  # other ledgers untouched
+
+
+async def test_ledger_ids_are_never_reused_across_reopen(
+    backing: Backing, store: LedgerStore
+) -> None:
+    firsts = await asyncio.gather(*(store.allocate_ledger_ids(n) for n in (1, 5, 16, 2)))
+    used = {
+        i for first, n in zip(firsts, (1, 5, 16, 2), strict=True) for i in range(first, first + n)
+    }
+    assert len(used) == 24
+    store = await backing.reopen(store)
+    first = await store.allocate_ledger_ids(10)
+    assert first > max(used)
+
+
+async def test_entries_and_states_survive_reopen(backing: Backing, store: LedgerStore) -> None:
+    await store.append(writes(2, range(50)), {(ML, "sub"): b"state"})
+    store = await backing.reopen(store)
+    assert len(await store.read_entries([EntrySpan(2, 0, 49)])) == 50
+    assert await store.ledger_stats(2) == LedgerStats(
+        50, sum(len(w.data) for w in writes(2, range(50)))
+    )
+    assert await store.get_cursor_states(ML) == {"sub": b"state"}
+
+
+async def test_close_commits_what_is_queued_then_refuses(
+    backing: Backing, store: LedgerStore
+) -> None:
+    queued = [store.append(writes(6, range(i, i + 1)), {(ML, "c"): b"%d" % i}) for i in range(5)]
+    await store.close()
+    assert all(f.done() and f.exception() is None for f in queued)
+    with pytest.raises(PersistenceError):
+        await store.append(writes(6, range(9, 10)))
+    store = backing.open()
+    assert [e[1] for e in await store.read_entries([EntrySpan(6, 0, 9)])] == [0, 1, 2, 3, 4]
+    assert await store.get_cursor_states(ML) == {"c": b"4"}
