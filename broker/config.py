@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
 
 ENV_PREFIX = "PULSAR_PREFIX_"
@@ -59,6 +60,9 @@ class ServiceConfiguration:
     # --- storage ---
     # Embedded metadata and ledger data for standalone (Pulsar standalone uses data/).
     dataDirectory: str = "./data"
+    # Where the entries live: empty is the embedded store in dataDirectory; a cluster's brokers
+    # share a PostgreSQL database, postgresql://user[:password]@host[:port]/database.
+    ledgerStorageUrl: str = ""
     managedLedgerMaxEntriesPerLedger: int = 50000
     managedLedgerMaxSizePerLedgerMbytes: int = 2048
     managedLedgerCacheSizeMB: int = 64
@@ -327,6 +331,13 @@ def _check_tls_files(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
         yield "tlsTrustCertsFilePath", "required when tlsRequireTrustedClientCertOnConnect=true"
 
 
+def _check_ledger_storage_url(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    try:
+        parse_ledger_storage_url(config.ledgerStorageUrl)
+    except ValueError as e:
+        yield "ledgerStorageUrl", str(e)
+
+
 # Small rules, one concern each; a new one is appended here.
 RULES: list[Rule] = [
     _check_ports_in_range,
@@ -336,6 +347,7 @@ RULES: list[Rule] = [
     _check_not_empty,
     _check_tls_files,
     _check_unsupported,
+    _check_ledger_storage_url,
     *LISTENER_RULES,
 ]
 

@@ -27,7 +27,8 @@ from pulsar_grpc.broker.errors import (
     TopicNotFoundError,
 )
 from pulsar_grpc.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from pulsar_grpc.broker.ledger.sqlite_store import SqliteLedgerStore
+from pulsar_grpc.broker.ledger.factory import open_ledger_store
+from pulsar_grpc.broker.ledger.store import LedgerStore
 from pulsar_grpc.broker.listeners import WEB_SCHEMES, BindAddress, ListenerConfig
 from pulsar_grpc.broker.lookup import BrokerData, LookupResult, lookup, resolve_ports
 from pulsar_grpc.broker.metadata import EmbeddedMetadataStore, MetadataStore
@@ -61,7 +62,7 @@ class BrokerService:
         self.bound: dict[BindAddress, int] = {}
         self.handlers: list[ProtocolHandler] = load_protocol_handlers(config)
         self.metadata: MetadataStore | None = None
-        self._store: SqliteLedgerStore | None = None
+        self._store: LedgerStore | None = None
         self._ledgers: ManagedLedgerFactory | None = None
         self.topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         self.web: WebService | None = None
@@ -86,7 +87,9 @@ class BrokerService:
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         self._lock.acquire()  # before opening anything in it: another broker may own it
         self.metadata = EmbeddedMetadataStore(data_dir)
-        self._store = SqliteLedgerStore(data_dir, sync=self.config.journalSyncData)
+        self._store = await open_ledger_store(
+            self.config.ledgerStorageUrl, data_dir, sync=self.config.journalSyncData
+        )
         self._ledgers = ManagedLedgerFactory(
             self._store,
             self.metadata,
