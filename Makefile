@@ -1,6 +1,6 @@
 # pulsar-grpc: every target installs what it needs first, so a fresh machine needs only
 # Python 3.11, Java 17, Node 20 and the base tools (and, for `make test`, apt-get: the Go
-# client's Debian packages are installed by go-deps).
+# client's Debian packages are installed by go-deps, PostgreSQL by cluster-deps).
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,8 +14,10 @@ BUF := tests/node/node_modules/.bin/buf
 # What builds the Go end-to-end client offline (Debian/Ubuntu packages; GOPATH mode).
 GO_DEBS := golang-go protobuf-compiler protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev \
   golang-google-genproto-dev golang-github-golang-protobuf-1-5-dev
+# What the cluster tests start (Debian/Ubuntu packages): PostgreSQL for the shared ledger store.
+CLUSTER_DEBS := postgresql
 
-.PHONY: run test proto proto-check proto-lint lint typecheck unit e2e node-deps go-deps go-client bench clean
+.PHONY: run test proto proto-check proto-lint lint typecheck unit e2e node-deps go-deps go-client cluster-deps bench clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -72,13 +74,27 @@ go-deps:
 	  $$sudo apt-get update -q && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing; \
 	fi
 
+## cluster-deps: install the Debian packages the cluster tests start (apt-get, with sudo when
+## not root)
+cluster-deps:
+	@missing=""; for p in $(CLUSTER_DEBS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  command -v apt-get >/dev/null || { echo "cluster-deps: apt-get is not available; install these" \
+	    "Debian packages (or their equivalents) to run the cluster tests:$$missing" >&2; exit 1; }; \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  echo "cluster-deps: installing$$missing"; \
+	  $$sudo apt-get update -q && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing; \
+	fi
+
 ## go-client: build the Go end-to-end client from protos/ (tests/go/build/produce_consume)
 go-client: go-deps
 	tests/go/build.sh
 
 ## test: install the runtime and the development extras and run the whole suite (lint, types,
 ## generated code, wire lint, unit and e2e, the Node.js and Go clients)
-test: $(STAMP) node-deps go-client proto-check proto-lint lint typecheck
+test: $(STAMP) node-deps go-client cluster-deps proto-check proto-lint lint typecheck
 	$(VENV)/bin/pytest -q
 
 ## bench: produce/consume throughput and latency against a fresh standalone broker, in both
