@@ -1,9 +1,12 @@
 """LedgerStore: the durable bytes under managed ledgers.
 
-Kept deliberately small so that a PostgreSQL implementation (shared by the brokers of a
-cluster) can sit behind it. Everything above it — ledger lists, rollover, cursors, caching —
-lives in the managed-ledger layer; the store only knows entries by (ledger id, entry id),
-cursor state blobs by (managed-ledger name, cursor name), and a ledger-id counter.
+Kept deliberately small so that several implementations sit behind it: SqliteLedgerStore
+(embedded, standalone's default), PostgresLedgerStore (shared by the brokers of a cluster) and
+MemoryLedgerStore (tests); open_ledger_store picks one from ledgerStorageUrl, and
+tests/unit/test_ledger_store_contract.py holds each to this contract. Everything above it —
+ledger lists, rollover, cursors, caching — lives in the managed-ledger layer; the store only
+knows entries by (ledger id, entry id), cursor state blobs by (managed-ledger name, cursor
+name), and a ledger-id counter.
 """
 
 from __future__ import annotations
