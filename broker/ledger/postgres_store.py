@@ -88,6 +88,12 @@ FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS s(lid, 
 JOIN ledger_entries e ON e.ledger_id = s.lid AND e.entry_id BETWEEN s.lo AND s.hi
 ORDER BY s.n, e.entry_id
 """
+_SLICE = 2000
+_DELETE_SLICE = """
+DELETE FROM ledger_entries WHERE ledger_id = $1 AND entry_id IN (
+    SELECT entry_id FROM ledger_entries WHERE ledger_id = $1 ORDER BY entry_id LIMIT $2
+)
+"""
 _STATS = """
 SELECT max(entry_id), coalesce(sum(octet_length(data)), 0)::bigint
 FROM ledger_entries WHERE ledger_id = $1
@@ -216,9 +222,12 @@ class PostgresLedgerStore(LedgerStore):
         return LedgerStats(0 if last is None else last + 1, size)
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        await self._run(
-            lambda conn: conn.execute("DELETE FROM ledger_entries WHERE ledger_id = $1", ledger_id)
-        )
+        # In slices: a full ledger (50,000 entries by default) in one statement could outlast
+        # the deadline on a busy server, and each slice is a short transaction.
+        while True:
+            status = await self._run(lambda conn: conn.execute(_DELETE_SLICE, ledger_id, _SLICE))
+            if int(status.split()[-1]) < _SLICE:
+                return
 
     async def allocate_ledger_ids(self, count: int) -> int:
         first = await self._run(lambda conn: conn.fetchval(_ALLOCATE, count))

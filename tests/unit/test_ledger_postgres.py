@@ -14,7 +14,7 @@ import pytest
 from pulsar_grpc.broker.errors import PersistenceError
 from pulsar_grpc.broker.ledger.postgres_store import PostgresLedgerStore
 from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
-from pulsar_grpc.broker.ledger.store import EntrySpan, EntryWrite
+from pulsar_grpc.broker.ledger.store import EntrySpan, EntryWrite, LedgerStats
 from tests.faultproxy import FaultProxy
 from tests.postgres import postgres_server, postgres_url  # noqa: F401
 
@@ -115,3 +115,16 @@ async def test_brokers_sharing_a_database_get_distinct_ids_and_see_each_others_e
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_deleting_a_large_ledger_removes_every_entry_and_only_its_own(
+    postgres_url: str,  # noqa: F811
+) -> None:
+    store = store_at(postgres_url)
+    try:
+        await store.append([EntryWrite(3, i, b"x") for i in range(4500)] + [EntryWrite(4, 0, b"y")])
+        await store.delete_ledger(3)  # more than two slices
+        assert await store.ledger_stats(3) == LedgerStats(0, 0)
+        assert await store.ledger_stats(4) == LedgerStats(1, 1)
+    finally:
+        await store.close()
