@@ -5,8 +5,9 @@ unprivileged `postgres` system user the Debian package creates (or one created h
 fresh temporary directory. `initdb` with trust authentication on 127.0.0.1 only (no Unix
 socket); fsync off unless asked for, since these tests kill brokers, not the machine.
 
-One server serves the whole session (``postgres_server``); each test gets a database of its
-own (``postgres_url``), so tests never see each other's tables.
+One server serves the whole session (``postgres_server``; a test module imports it with
+``postgres_url``); each test gets a database of its own (``postgres_url``), so tests never see
+each other's tables.
 """
 
 from __future__ import annotations
@@ -116,13 +117,26 @@ class PostgresServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class _Shared:
+    """The session's one server. Each test module imports the fixture, which gives pytest one
+    session fixture per module: they share this server, and the last one stops it."""
+
+    server: PostgresServer | None = None
+    users = 0
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    server = PostgresServer().start()
+    if _Shared.server is None:
+        _Shared.server = PostgresServer().start()
+    _Shared.users += 1
     try:
-        yield server
+        yield _Shared.server
     finally:
-        server.stop()
+        _Shared.users -= 1
+        if _Shared.users == 0:
+            _Shared.server.stop()
+            _Shared.server = None
 
 
 @pytest.fixture
