@@ -1,8 +1,10 @@
 """A broker whose entries live in PostgreSQL (ledgerStorageUrl): messages and acks survive a
-restart and a kill -9; a bad or unreachable URL stops start-up with a clear message."""
+restart and a kill -9, one under load with 50 batches in flight; a bad or unreachable URL stops
+start-up with a clear message."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import Callable
@@ -31,6 +33,14 @@ async def produce(address: str, first_batch: int, batches: int) -> list[pb.SendR
         receipts = [(await producer.read()).receipt for _ in range(batches)]
         producer.cancel()
     return receipts
+
+
+async def subscribe(address: str, sub: str) -> None:
+    """Create subscription `sub` at the earliest message."""
+    async with grpc.aio.insecure_channel(address) as ch:
+        consumer = stub(ch).Consume(metadata=consume_metadata(TOPIC, sub))
+        await consumer.read()
+        consumer.cancel()
 
 
 async def subscribe_and_ack(address: str, receipts: list[pb.SendReceipt]) -> None:
@@ -80,6 +90,37 @@ async def test_messages_and_acks_in_postgres_survive_restart_and_kill_9(
         assert await conn.fetchval("SELECT count(*) FROM ledger_entries") >= 30
     finally:
         await conn.close()
+
+
+async def test_every_receipted_message_survives_kill_9_under_load(
+    standalone_factory: Callable[..., StandaloneProcess],
+    postgres_url: str,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "broker"
+    on_postgres = ("--set", f"ledgerStorageUrl={postgres_url}")
+    broker = standalone_factory(data_dir, *on_postgres)
+    await subscribe(broker.grpc_address, "sub")  # keeps what is produced (no retention)
+    receipted = 0  # receipts come in send order: batches 0..receipted-1 are durable
+    async with grpc.aio.insecure_channel(broker.grpc_address) as ch:
+        producer = stub(ch).Produce(metadata=(("x-pulsar-topic", TOPIC),))
+        await producer.read()
+        sent = 0
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            while True:
+                while sent - receipted < 50:  # 50 batches in flight while the broker dies
+                    await producer.write(batch(sent * 10, payloads(range(sent, sent + 1))))
+                    sent += 1
+                response = await producer.read()
+                assert response.HasField("receipt"), response
+                receipted += 1
+                if receipted == 300:
+                    broker.kill9()
+    assert receipted >= 300
+
+    broker = standalone_factory(data_dir, *on_postgres)
+    consumed = await drain(broker.grpc_address, TOPIC, "sub", receipted * 10)
+    assert consumed[: receipted * 10] == payloads(range(receipted))
 
 
 def start_standalone(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:
