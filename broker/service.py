@@ -30,7 +30,7 @@ from pulsar_grpc.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from pulsar_grpc.broker.ledger.sqlite_store import SqliteLedgerStore
 from pulsar_grpc.broker.listeners import WEB_SCHEMES, BindAddress, ListenerConfig
 from pulsar_grpc.broker.lookup import BrokerData, LookupResult, lookup, resolve_ports
-from pulsar_grpc.broker.metadata import EmbeddedMetadataStore, MetadataStore
+from pulsar_grpc.broker.metadata import MetadataStore, open_metadata_store
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.protocol import ProtocolHandler, load_protocol_handlers
 from pulsar_grpc.broker.tls import read_tls_files
@@ -85,7 +85,7 @@ class BrokerService:
         data_dir = Path(self.config.dataDirectory)
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         self._lock.acquire()  # before opening anything in it: another broker may own it
-        self.metadata = EmbeddedMetadataStore(data_dir)
+        self.metadata = await open_metadata_store(self.config.metadataStoreUrl, data_dir)
         self._store = SqliteLedgerStore(data_dir, sync=self.config.journalSyncData)
         self._ledgers = ManagedLedgerFactory(
             self._store,
