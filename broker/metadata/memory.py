@@ -99,8 +99,10 @@ class MemoryMetadataStore(MetadataStore):
 
     def deliver(self, changes: list[Notification]) -> None:
         """Called by the tree from whichever thread changed it."""
-        if not self._loop.is_closed():
+        try:
             self._loop.call_soon_threadsafe(self._deliver_on_loop, changes)
+        except RuntimeError:  # its loop is closed: nobody is left to tell
+            pass
 
     def _deliver_on_loop(self, changes: list[Notification]) -> None:
         if self._open:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -372,3 +373,38 @@ async def test_embedded_persists_across_reopen(tmp_path: Path) -> None:
     assert await s.get("/managed-ledgers/t") == GetResult(b"info2", 1)
     await s.close()
     assert (tmp_path / "metadata.db").exists()
+
+
+async def test_embedded_drops_a_killed_predecessors_ephemeral_nodes(tmp_path: Path) -> None:
+    crashed = EmbeddedMetadataStore(tmp_path)  # never closed before its successor opens
+    await crashed.put("/brokers/me", b"", options=CreateOption.EPHEMERAL)
+    await crashed.put("/kept", b"")
+    successor = EmbeddedMetadataStore(tmp_path)
+    try:
+        assert await successor.get_children("/brokers") == []
+        assert await successor.exists("/kept")
+    finally:
+        await crashed.close()
+        await successor.close()
+
+
+async def test_embedded_opens_a_file_from_before_ephemeral_nodes(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "metadata.db") as old:
+        old.executescript(
+            "CREATE TABLE nodes (path TEXT PRIMARY KEY, parent TEXT NOT NULL,"
+            " value BLOB NOT NULL, version INTEGER NOT NULL);"
+            "INSERT INTO nodes VALUES ('/a', '/', x'76', 3);"
+        )
+    old.close()
+    s = EmbeddedMetadataStore(tmp_path)
+    try:
+        assert await s.get("/a") == GetResult(b"v", 3)
+        await s.put("/e", b"", options=CreateOption.EPHEMERAL)
+        assert await s.get_children("/") == ["a", "e"]
+    finally:
+        await s.close()
+    s = EmbeddedMetadataStore(tmp_path)
+    try:
+        assert await s.get_children("/") == ["a"]
+    finally:
+        await s.close()
