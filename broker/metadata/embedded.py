@@ -29,6 +29,7 @@ from pulsar_grpc.broker.metadata.store import (
     Notification,
     NotificationType,
     parent_of,
+    sequential_name,
     validate_path,
     validate_writable,
 )
@@ -45,6 +46,10 @@ CREATE TABLE IF NOT EXISTS nodes (
     version INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS nodes_parent ON nodes(parent);
+CREATE TABLE IF NOT EXISTS sequences (
+    parent  TEXT PRIMARY KEY,
+    next    INTEGER NOT NULL
+);
 """
 # Added with ephemeral nodes; files written before get it on open.
 _EPHEMERAL_COLUMN = "ALTER TABLE nodes ADD COLUMN ephemeral INTEGER NOT NULL DEFAULT 0"
@@ -106,37 +111,36 @@ class EmbeddedMetadataStore(MetadataStore):
         data = bytes(value)
         ephemeral = CreateOption.EPHEMERAL in options
 
-        def op(conn: sqlite3.Connection) -> tuple[int, list[str]]:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = _put_locked(conn, path, data, expected_version, ephemeral)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
-
-        version, created = await self._run(op)
-        for p in created:
-            self._notify(Notification(NotificationType.CREATED, p))
-            self._notify(Notification(NotificationType.CHILDREN_CHANGED, parent_of(p)))
+        version, created = await self._run(
+            _transaction(lambda conn: _put_locked(conn, path, data, expected_version, ephemeral))
+        )
+        self._notify_created(created)
         if not created:
             self._notify(Notification(NotificationType.MODIFIED, path))
         return version
 
+    def _notify_created(self, created: list[str]) -> None:
+        for p in created:
+            self._notify(Notification(NotificationType.CREATED, p))
+            self._notify(Notification(NotificationType.CHILDREN_CHANGED, parent_of(p)))
+
+    async def put_sequential(
+        self, prefix: str, value: bytes, options: CreateOption = CreateOption.NONE
+    ) -> str:
+        validate_writable(prefix + "0")
+        data = bytes(value)
+        ephemeral = CreateOption.EPHEMERAL in options
+
+        path, created = await self._run(
+            _transaction(lambda conn: _put_sequential_locked(conn, prefix, data, ephemeral))
+        )
+        self._notify_created(created)
+        return path
+
     async def delete(self, path: str, expected_version: int | None = None) -> None:
         validate_path(path)
 
-        def op(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                _delete_locked(conn, path, expected_version)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-        await self._run(op)
+        await self._run(_transaction(lambda conn: _delete_locked(conn, path, expected_version)))
         self._notify(Notification(NotificationType.DELETED, path))
         self._notify(Notification(NotificationType.CHILDREN_CHANGED, parent_of(path)))
 
@@ -175,6 +179,22 @@ class EmbeddedMetadataStore(MetadataStore):
             self._executor.shutdown(wait=False)
 
 
+def _transaction(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+    """`fn` in one write transaction: committed whole, or rolled back when it raises."""
+
+    def run(conn: sqlite3.Connection) -> T:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    return run
+
+
 def _put_locked(
     conn: sqlite3.Connection,
     path: str,
@@ -198,6 +218,24 @@ def _put_locked(
         raise BadVersionError(f"{path} is at version {current}, expected {expected_version}")
     conn.execute("UPDATE nodes SET value=?, version=? WHERE path=?", (value, current + 1, path))
     return current + 1, []
+
+
+def _put_sequential_locked(
+    conn: sqlite3.Connection, prefix: str, value: bytes, ephemeral: bool
+) -> tuple[str, list[str]]:
+    """The path created, and every path created (as _put_locked)."""
+    parent = parent_of(prefix + "0")
+    row = conn.execute("SELECT next FROM sequences WHERE parent=?", (parent,)).fetchone()
+    counter = 0 if row is None else row[0]
+    taken = "SELECT 1 FROM nodes WHERE path=?"
+    while conn.execute(taken, (sequential_name(prefix, counter),)).fetchone():
+        counter += 1  # a node someone named like a sequential one: skip it
+    path = sequential_name(prefix, counter)
+    _, created = _put_locked(conn, path, value, -1, ephemeral)
+    conn.execute(
+        "INSERT OR REPLACE INTO sequences(parent, next) VALUES (?, ?)", (parent, counter + 1)
+    )
+    return path, created
 
 
 def _create_parents(conn: sqlite3.Connection, path: str) -> list[str]:

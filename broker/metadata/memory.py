@@ -25,6 +25,7 @@ from pulsar_grpc.broker.metadata.store import (
     NotificationType,
     SessionEvent,
     parent_of,
+    sequential_name,
     validate_path,
     validate_writable,
 )
@@ -38,6 +39,8 @@ class _Node:
     version: int = 0
     owner: int | None = None  # the session id of an ephemeral node
     children: set[str] = field(default_factory=set)
+    # Children ever created here: the next sequential child's number (ZooKeeper's cversion).
+    created_children: int = 0
 
 
 class _Tree:
@@ -55,12 +58,25 @@ class _Tree:
 
     def add(self, path: str, value: bytes, owner: int | None) -> list[Notification]:
         self.nodes[path] = _Node(value, owner=owner)
-        parent = parent_of(path)
-        self.nodes[parent].children.add(path.rsplit("/", 1)[1])
+        parent = self.nodes[parent_of(path)]
+        parent.children.add(path.rsplit("/", 1)[1])
+        parent.created_children += 1
         return [
             Notification(NotificationType.CREATED, path),
-            Notification(NotificationType.CHILDREN_CHANGED, parent),
+            Notification(NotificationType.CHILDREN_CHANGED, parent_of(path)),
         ]
+
+    def create(self, path: str, value: bytes, owner: int | None) -> list[Notification]:
+        """Create `path` and its missing parents (empty, persistent)."""
+        missing = []
+        parent = parent_of(path)
+        while parent not in self.nodes:
+            missing.append(parent)
+            parent = parent_of(parent)
+        changes: list[Notification] = []
+        for p in reversed(missing):
+            changes += self.add(p, b"", None)
+        return changes + self.add(path, value, owner)
 
     def remove(self, path: str) -> list[Notification]:
         del self.nodes[path]
@@ -145,18 +161,22 @@ class MemoryMetadataStore(MetadataStore):
                 raise BadVersionError(
                     f"{path} does not exist (expected version {expected_version})"
                 )
-            missing = []
-            parent = parent_of(path)
-            while parent not in tree.nodes:
-                missing.append(parent)
-                parent = parent_of(parent)
-            changes: list[Notification] = []
-            for p in reversed(missing):
-                changes += tree.add(p, b"", None)
             owner = self._session if CreateOption.EPHEMERAL in options else None
-            changes += tree.add(path, bytes(value), owner)
-            tree.broadcast(changes)
+            tree.broadcast(tree.create(path, bytes(value), owner))
             return 0
+
+    async def put_sequential(
+        self, prefix: str, value: bytes, options: CreateOption = CreateOption.NONE
+    ) -> str:
+        validate_writable(prefix + "0")
+        self._check_open()
+        tree = self._tree
+        owner = self._session if CreateOption.EPHEMERAL in options else None
+        with tree.lock:
+            parent = tree.nodes.get(parent_of(prefix))
+            path = sequential_name(prefix, 0 if parent is None else parent.created_children)
+            tree.broadcast(tree.create(path, bytes(value), owner))
+            return path
 
     async def delete(self, path: str, expected_version: int | None = None) -> None:
         validate_path(path)

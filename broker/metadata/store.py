@@ -38,6 +38,7 @@ __all__ = [
     "Notification",
     "NotificationType",
     "SessionEvent",
+    "sequential_name",
     "validate_path",
 ]
 
@@ -128,6 +129,11 @@ def validate_writable(path: str) -> None:
         raise MetadataStoreError("cannot write the root node")
 
 
+def sequential_name(prefix: str, counter: int) -> str:
+    """ZooKeeper's format: the counter as 10 digits (it wraps past 2**31 - 1, as there)."""
+    return f"{prefix}{counter % 2**31:010d}"
+
+
 def parent_of(path: str) -> str:
     """The parent path; '/' for top-level nodes."""
     head = path.rsplit("/", 1)[0]
@@ -182,6 +188,16 @@ class MetadataStore(ABC):
         expected_version: None = unconditional, -1 = must not exist, N = must be at version N;
         otherwise BadVersionError. Missing parents are created with an empty value (and are
         never ephemeral). `options` applies only when the node is created.
+        """
+
+    @abstractmethod
+    async def put_sequential(
+        self, prefix: str, value: bytes, options: CreateOption = CreateOption.NONE
+    ) -> str:
+        """Create a node named `prefix` + a 10-digit counter and return its path (ZooKeeper's
+        sequential node, as Pulsar's CreateOption.Sequential): the counter grows with every
+        child created under the parent, so concurrent creators never collide. Missing parents
+        are created as put does.
         """
 
     @abstractmethod

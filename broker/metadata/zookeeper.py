@@ -258,6 +258,23 @@ class ZooKeeperMetadataStore(MetadataStore):
         except KazooException as e:
             raise MetadataStoreError(f"ZooKeeper refused to write {path}: {e!r}") from e
 
+    async def put_sequential(
+        self, prefix: str, value: bytes, options: CreateOption = CreateOption.NONE
+    ) -> str:
+        validate_writable(prefix + "0")
+        data = bytes(value)
+        ephemeral = CreateOption.EPHEMERAL in options
+        try:
+            path: str = await self._call(
+                lambda: self._client.create_async(
+                    prefix, data, ephemeral=ephemeral, sequence=True, makepath=True
+                ),
+                prefix,
+            )
+        except KazooException as e:
+            raise MetadataStoreError(f"ZooKeeper refused to create {prefix}N: {e!r}") from e
+        return path
+
     async def delete(self, path: str, expected_version: int | None = None) -> None:
         validate_path(path)
         version = -1 if expected_version is None else expected_version

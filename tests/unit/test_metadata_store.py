@@ -408,3 +408,21 @@ async def test_embedded_opens_a_file_from_before_ephemeral_nodes(tmp_path: Path)
         assert await s.get_children("/") == ["a"]
     finally:
         await s.close()
+
+
+async def test_sequential_nodes(open_store: Opener) -> None:
+    first = await open_store()
+    a = await first.put_sequential("/counters/id-", b"a")
+    b = await first.put_sequential("/counters/id-", b"b", CreateOption.EPHEMERAL)
+    assert a.startswith("/counters/id-") and len(a) == len("/counters/id-") + 10
+    assert int(a[-10:]) < int(b[-10:])
+    assert await first.get(a) == GetResult(b"a", 0)
+    created = await asyncio.gather(*(first.put_sequential("/counters/c-", b"") for _ in range(5)))
+    assert len(set(created)) == 5
+    await first.delete(a)
+    c = await first.put_sequential("/counters/id-", b"c")
+    assert int(c[-10:]) > int(b[-10:])  # never reuses a number, even after a delete
+    await first.close()
+    second = await open_store()
+    assert b.rsplit("/", 1)[1] not in await second.get_children("/counters")  # was ephemeral
+    assert await second.exists(c)
