@@ -95,9 +95,12 @@ class SessionEvent(enum.Enum):
     CONNECTION_LOST = "ConnectionLost"
     # Connected again within the session timeout: the ephemeral nodes are still there.
     RECONNECTED = "Reconnected"
-    # The session expired: its ephemeral nodes are gone (and its watches with them).
+    # The session expired, or the connection has been lost for a whole session timeout (so
+    # the server has expired it, or will, even if it cannot say so): stop relying on the
+    # ephemeral nodes and the watches of the session.
     SESSION_LOST = "SessionLost"
-    # A new session is up after SESSION_LOST; ephemeral nodes must be created again.
+    # Connected again after SESSION_LOST: ephemeral nodes must be created again (those of a
+    # session presumed lost may turn out to be still there: an owner reads before it writes).
     SESSION_REESTABLISHED = "SessionReestablished"
 
     @property

@@ -14,6 +14,7 @@ an exists watch, so its creation is seen), and the watch fires one notification.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -67,14 +68,14 @@ _NOTIFICATION_TYPES = {
     EventType.CHILD: NotificationType.CHILDREN_CHANGED,
 }
 
-# What the connection state moving from one kazoo state to another means in Pulsar's terms.
-_SESSION_EVENTS = {
-    (KazooState.CONNECTED, KazooState.SUSPENDED): SessionEvent.CONNECTION_LOST,
-    (KazooState.SUSPENDED, KazooState.CONNECTED): SessionEvent.RECONNECTED,
-    (KazooState.SUSPENDED, KazooState.LOST): SessionEvent.SESSION_LOST,
-    (KazooState.CONNECTED, KazooState.LOST): SessionEvent.SESSION_LOST,
-    (KazooState.LOST, KazooState.CONNECTED): SessionEvent.SESSION_REESTABLISHED,
-}
+
+class _Session(enum.Enum):
+    """The session as this store last told its listeners (the loop owns it)."""
+
+    CONNECTED = "connected"
+    CONNECTION_LOST = "connection lost"  # told ConnectionLost; the session may still live
+    LOST = "lost"  # told SessionLost
+
 
 _CONNECTION_ERRORS = (
     ConnectionLoss,
@@ -104,8 +105,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._operation_timeout_s = operation_timeout_s
         self._loop = asyncio.get_running_loop()
         self._client = KazooClient(hosts=hosts + chroot, timeout=session_timeout_s)
-        # kazoo's last connection state (None before the first); owned by the loop.
-        self._state: str | None = None
+        self._session = _Session.CONNECTED
+        # Pulsar's ZKSessionWatcher: disconnected for a whole session timeout means the
+        # session is lost, whether or not ZooKeeper can tell us yet (it may be unreachable).
+        self._presumed_lost: asyncio.TimerHandle | None = None
         self._client.add_listener(self._on_state_change)
         self._closed = False
 
@@ -146,10 +149,30 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._call_on_loop(self._state_changed, state)
 
     def _state_changed(self, state: str) -> None:
-        event = _SESSION_EVENTS.get((self._state, state))
-        self._state = state
-        if event is not None and not self._closed:
-            self._session_event(event)
+        """kazoo's SUSPENDED / LOST / CONNECTED, in Pulsar's SessionEvent terms."""
+        if self._closed:
+            return
+        if state == KazooState.SUSPENDED:
+            if self._session is _Session.CONNECTED:
+                self._tell(_Session.CONNECTION_LOST, SessionEvent.CONNECTION_LOST)
+                self._presumed_lost = self._loop.call_later(
+                    self._session_timeout_s, self._tell, _Session.LOST, SessionEvent.SESSION_LOST
+                )
+            return
+        if self._presumed_lost is not None:
+            self._presumed_lost.cancel()
+            self._presumed_lost = None
+        if state == KazooState.LOST:
+            if self._session is not _Session.LOST:
+                self._tell(_Session.LOST, SessionEvent.SESSION_LOST)
+        elif self._session is _Session.CONNECTION_LOST:
+            self._tell(_Session.CONNECTED, SessionEvent.RECONNECTED)
+        elif self._session is _Session.LOST:
+            self._tell(_Session.CONNECTED, SessionEvent.SESSION_REESTABLISHED)
+
+    def _tell(self, session: _Session, event: SessionEvent) -> None:
+        self._session = session
+        self._session_event(event)
 
     def _on_watch(self, event: WatchedEvent) -> None:
         """kazoo's thread: a one-shot watch fired."""
@@ -309,6 +332,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         if self._closed:
             return
         self._closed = True
+        if self._presumed_lost is not None:
+            self._presumed_lost.cancel()
         await asyncio.to_thread(_stop, self._client)
 
 

@@ -354,6 +354,29 @@ async def test_zookeeper_connection_loss_and_reconnect(tmp_path: Path) -> None:
         server.stop()
 
 
+async def test_zookeeper_session_presumed_lost_past_the_timeout(tmp_path: Path) -> None:
+    """Pulsar's ZKSessionWatcher rule: disconnected for a whole session timeout is SessionLost
+    at once, without waiting for a server that cannot be reached; connecting again after it is
+    SessionReestablished."""
+    server = ZooKeeperServer(tmp_path / "zk").start()
+    try:
+        store = await ZooKeeperMetadataStore.connect(server.hosts, session_timeout_s=1)
+        seen = Recorder(store)
+        await asyncio.to_thread(server.stop)
+        await seen.wait(lambda: SessionEvent.SESSION_LOST in seen.sessions, "SessionLost")
+        assert seen.sessions == [SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST]
+        await asyncio.to_thread(server.start)
+        await seen.wait(
+            lambda: SessionEvent.SESSION_REESTABLISHED in seen.sessions, "SessionReestablished"
+        )
+        assert seen.sessions.count(SessionEvent.SESSION_LOST) == 1
+        assert SessionEvent.RECONNECTED not in seen.sessions
+        await store.put("/after", b"")
+        await store.close()
+    finally:
+        server.stop()
+
+
 async def test_zookeeper_unreachable_is_a_clear_error(tmp_path: Path) -> None:
     from tests.zookeeper import free_port
 
