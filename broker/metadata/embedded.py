@@ -241,7 +241,10 @@ def _put_sequential_locked(
 def _create_parents(conn: sqlite3.Connection, path: str) -> list[str]:
     missing: list[str] = []
     while path != "/":
-        if conn.execute("SELECT 1 FROM nodes WHERE path=?", (path,)).fetchone() is not None:
+        row = conn.execute("SELECT ephemeral FROM nodes WHERE path=?", (path,)).fetchone()
+        if row is not None:
+            if row[0]:
+                raise MetadataStoreError(f"{path} is ephemeral: it cannot have children")
             break
         missing.append(path)
         path = parent_of(path)

@@ -73,6 +73,8 @@ class _Tree:
         while parent not in self.nodes:
             missing.append(parent)
             parent = parent_of(parent)
+        if self.nodes[parent].owner is not None:
+            raise MetadataStoreError(f"{parent} is ephemeral: it cannot have children")
         changes: list[Notification] = []
         for p in reversed(missing):
             changes += self.add(p, b"", None)
@@ -88,7 +90,7 @@ class _Tree:
         ]
 
     def drop_session(self, session: int) -> list[Notification]:
-        """Delete a session's ephemeral nodes (they are leaves: nothing is put under them)."""
+        """Delete a session's ephemeral nodes (leaves: create refuses children under them)."""
         changes: list[Notification] = []
         for path in [p for p, n in self.nodes.items() if n.owner == session]:
             changes += self.remove(path)

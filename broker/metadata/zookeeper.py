@@ -17,7 +17,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -55,8 +55,6 @@ __all__ = ["ZooKeeperMetadataStore"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 # Pulsar's defaults: metadataStoreSessionTimeoutMillis and metadataStoreOperationTimeoutSeconds.
 DEFAULT_SESSION_TIMEOUT_S = 30.0
 DEFAULT_OPERATION_TIMEOUT_S = 30.0
@@ -84,6 +82,10 @@ _CONNECTION_ERRORS = (
     OperationTimeoutError,
 )
 
+# What the contract's methods turn into their own errors; any other refusal is a
+# MetadataStoreError naming kazoo's.
+_ANSWERED_BY_CALLERS = (NoNodeError, NodeExistsError, ZkBadVersionError)
+
 
 class ZooKeeperMetadataStore(MetadataStore):
     """A kazoo session with `hosts` ("h:p,h:p"), every path under `chroot` ("" for none).
@@ -100,7 +102,6 @@ class ZooKeeperMetadataStore(MetadataStore):
     ) -> None:
         super().__init__()
         self._hosts = hosts
-        self._chroot = chroot
         self._session_timeout_s = session_timeout_s
         self._operation_timeout_s = operation_timeout_s
         self._loop = asyncio.get_running_loop()
@@ -218,6 +219,10 @@ class ZooKeeperMetadataStore(MetadataStore):
             ) from e
         except NotEmptyError:
             raise MetadataStoreError(f"{path} has children") from None
+        except _ANSWERED_BY_CALLERS:
+            raise
+        except KazooException as e:  # e.g. no children for ephemerals, no auth
+            raise MetadataStoreError(f"ZooKeeper refused an operation on {path}: {e!r}") from e
 
     # ------------------------------------------------------------ the contract
 
@@ -278,8 +283,6 @@ class ZooKeeperMetadataStore(MetadataStore):
             ) from None
         except ZkBadVersionError:
             raise BadVersionError(f"{path} is not at version {expected_version}") from None
-        except KazooException as e:
-            raise MetadataStoreError(f"ZooKeeper refused to write {path}: {e!r}") from e
 
     async def put_sequential(
         self, prefix: str, value: bytes, options: CreateOption = CreateOption.NONE
@@ -287,15 +290,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         validate_writable(prefix + "0")
         data = bytes(value)
         ephemeral = CreateOption.EPHEMERAL in options
-        try:
-            path: str = await self._call(
-                lambda: self._client.create_async(
-                    prefix, data, ephemeral=ephemeral, sequence=True, makepath=True
-                ),
-                prefix,
-            )
-        except KazooException as e:
-            raise MetadataStoreError(f"ZooKeeper refused to create {prefix}N: {e!r}") from e
+        path: str = await self._call(
+            lambda: self._client.create_async(
+                prefix, data, ephemeral=ephemeral, sequence=True, makepath=True
+            ),
+            prefix,
+        )
         return path
 
     async def delete(self, path: str, expected_version: int | None = None) -> None:
@@ -307,8 +307,6 @@ class ZooKeeperMetadataStore(MetadataStore):
             raise MetadataNotFoundError(f"{path} does not exist") from None
         except ZkBadVersionError:
             raise BadVersionError(f"{path} is not at version {expected_version}") from None
-        except KazooException as e:
-            raise MetadataStoreError(f"ZooKeeper refused to delete {path}: {e!r}") from e
 
     async def get_children(self, path: str) -> list[str]:
         validate_path(path)

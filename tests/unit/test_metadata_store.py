@@ -449,3 +449,13 @@ async def test_sequential_nodes(open_store: Opener) -> None:
     second = await open_store()
     assert b.rsplit("/", 1)[1] not in await second.get_children("/counters")  # was ephemeral
     assert await second.exists(c)
+
+
+async def test_ephemeral_nodes_have_no_children(store: MetadataStore) -> None:
+    """ZooKeeper's rule, so that a session's end never leaves orphans behind."""
+    await store.put("/eph", b"", options=CreateOption.EPHEMERAL)
+    with pytest.raises(MetadataStoreError):
+        await store.put("/eph/child", b"")
+    with pytest.raises(MetadataStoreError):
+        await store.put_sequential("/eph/seq-", b"")
+    assert await store.get_children("/eph") == []
