@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pulsar_grpc.broker.config import ConfigError, load_config, parse_set_flags
 from pulsar_grpc.broker.data_lock import DataDirectoryInUseError
+from pulsar_grpc.broker.errors import MetadataError
 
 log = logging.getLogger("pulsar_grpc.standalone")
 
@@ -93,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     except DataDirectoryInUseError as exc:
         print(f"pulsar-grpc standalone: cannot start: {exc}", file=sys.stderr)
         return EXIT_DATA_DIRECTORY_IN_USE
-    except (OSError, RuntimeError) as exc:  # grpc reports a port it cannot bind as RuntimeError
+    # grpc reports a port it cannot bind as RuntimeError; MetadataError: e.g. ZooKeeper unreachable
+    except (OSError, RuntimeError, MetadataError) as exc:
         print(f"pulsar-grpc standalone: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0

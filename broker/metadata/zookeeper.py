@@ -36,6 +36,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+from kazoo.retry import KazooRetry
 
 from pulsar_grpc.broker.metadata.store import (
     BadVersionError,
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 # Pulsar's defaults: metadataStoreSessionTimeoutMillis and metadataStoreOperationTimeoutSeconds.
 DEFAULT_SESSION_TIMEOUT_S = 30.0
 DEFAULT_OPERATION_TIMEOUT_S = 30.0
+_RECONNECT_MAX_DELAY_S = 1.0
 
 _NOTIFICATION_TYPES = {
     EventType.CREATED: NotificationType.CREATED,
@@ -105,7 +107,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._session_timeout_s = session_timeout_s
         self._operation_timeout_s = operation_timeout_s
         self._loop = asyncio.get_running_loop()
-        self._client = KazooClient(hosts=hosts + chroot, timeout=session_timeout_s)
+        self._client = _client(hosts + chroot, session_timeout_s)
         self._session = _Session.CONNECTED
         # Pulsar's ZKSessionWatcher: disconnected for a whole session timeout means the
         # session is lost, whether or not ZooKeeper can tell us yet (it may be unreachable).
@@ -335,6 +337,14 @@ class ZooKeeperMetadataStore(MetadataStore):
         await asyncio.to_thread(_stop, self._client)
 
 
+def _client(hosts: str, session_timeout_s: float) -> KazooClient:
+    """A client that never stops reconnecting and tries at least every second, as ZooKeeper's
+    Java client does (kazoo's default backoff grows to an hour between tries, so a broker would
+    stay away long after a ZooKeeper outage ended)."""
+    retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=_RECONNECT_MAX_DELAY_S)
+    return KazooClient(hosts=hosts, timeout=session_timeout_s, connection_retry=retry)
+
+
 def _stop(client: KazooClient) -> None:
     client.stop()
     client.close()
@@ -342,7 +352,7 @@ def _stop(client: KazooClient) -> None:
 
 def _ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:
     """Create the chroot with a short-lived session outside it (a worker thread's job)."""
-    client = KazooClient(hosts=hosts, timeout=timeout_s)
+    client = _client(hosts, timeout_s)
     try:
         client.start(timeout_s)
         client.ensure_path(chroot)
