@@ -3,8 +3,9 @@
 ``ZooKeeperServer`` runs ``java ... ZooKeeperServerMain zoo.cfg`` as a child process (no root,
 no system service), waits until it answers ``ruok``, and can be stopped and started again on the
 same port and data (a connection loss for its clients, with their sessions intact). The
-``zookeeper`` fixture is session-scoped: one server for the run; tests take a fresh chroot each
-(``zk_chroot``) so they never see one another's nodes.
+``zookeeper`` fixture gives every test of the run the same server (import it, with
+``zk_chroot``, into a test module); tests take a fresh chroot each (``zk_chroot``) so they
+never see one another's nodes. A test that stops its server starts its own.
 
 The tick is short (100 ms) so that a test can ask for a session timeout of a fraction of a
 second and see it expire quickly (ZooKeeper allows 2 to 20 ticks unless told otherwise).
@@ -116,11 +117,35 @@ class ZooKeeperServer:
         self._process = None
 
 
+class _SharedServer:
+    """The run's one server. Each test module that imports the fixture gets its own
+    session-scoped instance of it (pytest keys fixtures by where they are defined); they all
+    share this server, started by the first and stopped by the last to finish."""
+
+    def __init__(self) -> None:
+        self._server: ZooKeeperServer | None = None
+        self._users = 0
+
+    def acquire(self, factory: pytest.TempPathFactory) -> ZooKeeperServer:
+        if self._server is None:
+            self._server = ZooKeeperServer(factory.mktemp("zookeeper")).start()
+        self._users += 1
+        return self._server
+
+    def release(self) -> None:
+        self._users -= 1
+        if self._users == 0 and self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
+_SHARED = _SharedServer()
+
+
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
-    yield server
-    server.stop()
+    yield _SHARED.acquire(tmp_path_factory)
+    _SHARED.release()
 
 
 _CHROOTS = itertools.count()
