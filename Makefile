@@ -1,6 +1,6 @@
 # pulsar-grpc: every target installs what it needs first, so a fresh machine needs only
 # Python 3.11, Java 17, Node 20 and the base tools (and, for `make test`, apt-get: the Go
-# client's Debian packages are installed by go-deps, PostgreSQL by cluster-deps).
+# client's Debian packages are installed by go-deps, PostgreSQL and ZooKeeper by cluster-deps).
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,10 +14,27 @@ BUF := tests/node/node_modules/.bin/buf
 # What builds the Go end-to-end client offline (Debian/Ubuntu packages; GOPATH mode).
 GO_DEBS := golang-go protobuf-compiler protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev \
   golang-google-genproto-dev golang-github-golang-protobuf-1-5-dev
-# What the cluster tests start (Debian/Ubuntu packages): PostgreSQL for the shared ledger store.
-CLUSTER_DEBS := postgresql
+# What the cluster tests start as real servers (Debian packages; started by test fixtures as the
+# current user, never as system services): PostgreSQL for the shared ledger store, ZooKeeper for
+# the metadata.
+CLUSTER_DEBS := postgresql zookeeper
 
-.PHONY: run test proto proto-check proto-lint lint typecheck unit e2e node-deps go-deps go-client cluster-deps bench clean
+# $(call apt_install,TARGET,PACKAGES,WHAT): install the missing Debian packages (apt-get, with
+# sudo when not root), or name them and fail where there is no apt-get.
+define apt_install
+	@missing=""; for p in $(2); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  command -v apt-get >/dev/null || { echo "$(1): apt-get is not available; install these" \
+	    "Debian packages (or their equivalents) $(3):$$missing" >&2; exit 1; }; \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  echo "$(1): installing$$missing"; \
+	  $$sudo apt-get update -q && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing; \
+	fi
+endef
+
+.PHONY: run test proto proto-check proto-lint lint typecheck unit e2e node-deps go-deps cluster-deps go-client bench clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -63,30 +80,12 @@ node-deps:
 
 ## go-deps: install the Debian packages the Go client needs (apt-get, with sudo when not root)
 go-deps:
-	@missing=""; for p in $(GO_DEBS); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  command -v apt-get >/dev/null || { echo "go-deps: apt-get is not available; install these" \
-	    "Debian packages (or their equivalents) to build the Go client:$$missing" >&2; exit 1; }; \
-	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
-	  echo "go-deps: installing$$missing"; \
-	  $$sudo apt-get update -q && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing; \
-	fi
+	$(call apt_install,go-deps,$(GO_DEBS),to build the Go client)
 
-## cluster-deps: install the Debian packages the cluster tests start (apt-get, with sudo when
-## not root)
+## cluster-deps: install the Debian packages of the servers the cluster tests start (PostgreSQL,
+## ZooKeeper)
 cluster-deps:
-	@missing=""; for p in $(CLUSTER_DEBS); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  command -v apt-get >/dev/null || { echo "cluster-deps: apt-get is not available; install these" \
-	    "Debian packages (or their equivalents) to run the cluster tests:$$missing" >&2; exit 1; }; \
-	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
-	  echo "cluster-deps: installing$$missing"; \
-	  $$sudo apt-get update -q && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing; \
-	fi
+	$(call apt_install,cluster-deps,$(CLUSTER_DEBS),for the cluster tests)
 
 ## go-client: build the Go end-to-end client from protos/ (tests/go/build/produce_consume)
 go-client: go-deps

@@ -22,6 +22,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
+from pulsar_grpc.broker.metadata.factory import parse_metadata_store_url
 
 ENV_PREFIX = "PULSAR_PREFIX_"
 
@@ -60,6 +61,9 @@ class ServiceConfiguration:
     # --- storage ---
     # Embedded metadata and ledger data for standalone (Pulsar standalone uses data/).
     dataDirectory: str = "./data"
+    # Pulsar's name: where the metadata lives. Empty: the embedded store in dataDirectory;
+    # zk:host:port[,host:port...][/chroot] for a cluster; memory:<name> (tests).
+    metadataStoreUrl: str = ""
     # Where the entries live: empty is the embedded store in dataDirectory; a cluster's brokers
     # share a PostgreSQL database, postgresql://user[:password]@host[:port]/database.
     ledgerStorageUrl: str = ""
@@ -306,6 +310,13 @@ def _check_not_empty(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
             yield name, "must not be empty"
 
 
+def _check_metadata_store_url(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    try:
+        parse_metadata_store_url(config.metadataStoreUrl)
+    except ValueError as e:
+        yield "metadataStoreUrl", f"{config.metadataStoreUrl!r} {e}"
+
+
 def _check_unsupported(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
     if config.authenticationEnabled:
         yield (
@@ -347,6 +358,7 @@ RULES: list[Rule] = [
     _check_not_empty,
     _check_tls_files,
     _check_unsupported,
+    _check_metadata_store_url,
     _check_ledger_storage_url,
     *LISTENER_RULES,
 ]

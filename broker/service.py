@@ -31,7 +31,7 @@ from pulsar_grpc.broker.ledger.factory import open_ledger_store
 from pulsar_grpc.broker.ledger.store import LedgerStore
 from pulsar_grpc.broker.listeners import WEB_SCHEMES, BindAddress, ListenerConfig
 from pulsar_grpc.broker.lookup import BrokerData, LookupResult, lookup, resolve_ports
-from pulsar_grpc.broker.metadata import EmbeddedMetadataStore, MetadataStore
+from pulsar_grpc.broker.metadata import MetadataStore, open_metadata_store
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.protocol import ProtocolHandler, load_protocol_handlers
 from pulsar_grpc.broker.tls import read_tls_files
@@ -86,7 +86,7 @@ class BrokerService:
         data_dir = Path(self.config.dataDirectory)
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         self._lock.acquire()  # before opening anything in it: another broker may own it
-        self.metadata = EmbeddedMetadataStore(data_dir)
+        self.metadata = await open_metadata_store(self.config.metadataStoreUrl, data_dir)
         self._store = await open_ledger_store(
             self.config.ledgerStorageUrl, data_dir, sync=self.config.journalSyncData
         )

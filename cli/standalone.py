@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pulsar_grpc.broker.config import ConfigError, load_config, parse_set_flags
 from pulsar_grpc.broker.data_lock import DataDirectoryInUseError
-from pulsar_grpc.broker.errors import PersistenceError
+from pulsar_grpc.broker.errors import MetadataError, PersistenceError
 
 log = logging.getLogger("pulsar_grpc.standalone")
 
@@ -95,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"pulsar-grpc standalone: cannot start: {exc}", file=sys.stderr)
         return EXIT_DATA_DIRECTORY_IN_USE
     # grpc reports a port it cannot bind as RuntimeError; an unreachable ledgerStorageUrl
-    # database is a PersistenceError.
-    except (OSError, RuntimeError, PersistenceError) as exc:
+    # database is a PersistenceError, an unreachable metadataStoreUrl ZooKeeper a MetadataError.
+    except (OSError, RuntimeError, PersistenceError, MetadataError) as exc:
         print(f"pulsar-grpc standalone: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0

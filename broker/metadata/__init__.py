@@ -1,19 +1,35 @@
-"""Broker metadata: the MetadataStore API and its embedded (SQLite) implementation."""
+"""Broker metadata: the MetadataStore API and its implementations (embedded SQLite for
+`standalone`, in-memory for tests, ZooKeeper for clusters), chosen by metadataStoreUrl."""
 
 from pulsar_grpc.broker.metadata.embedded import EmbeddedMetadataStore
+from pulsar_grpc.broker.metadata.factory import open_metadata_store, parse_metadata_store_url
+from pulsar_grpc.broker.metadata.memory import MemoryMetadataStore
 from pulsar_grpc.broker.metadata.store import (
     BadVersionError,
+    CreateOption,
     GetResult,
     MetadataNotFoundError,
     MetadataStore,
     MetadataStoreError,
+    Notification,
+    NotificationType,
+    SessionEvent,
 )
+from pulsar_grpc.broker.metadata.zookeeper import ZooKeeperMetadataStore
 
 __all__ = [
     "BadVersionError",
+    "CreateOption",
     "EmbeddedMetadataStore",
     "GetResult",
+    "MemoryMetadataStore",
     "MetadataNotFoundError",
     "MetadataStore",
     "MetadataStoreError",
+    "Notification",
+    "NotificationType",
+    "SessionEvent",
+    "ZooKeeperMetadataStore",
+    "open_metadata_store",
+    "parse_metadata_store_url",
 ]

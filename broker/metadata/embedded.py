@@ -4,6 +4,10 @@ Every put is its own committed transaction in WAL mode with synchronous=FULL: me
 are rare (ledger rollover, cursor creation, policies) so paying a full sync for each is cheap
 and makes them survive power loss as well as kill -9. All SQLite calls run in one dedicated
 worker thread holding the only connection, so the event loop never blocks on disk.
+
+The session is the store object's life: ephemeral nodes are deleted when it closes, and those a
+killed process left behind are deleted when the next one opens the file. Only this store writes
+the file (the data-directory lock), so it notifies its listeners of every change it makes.
 """
 
 from __future__ import annotations
@@ -17,12 +21,17 @@ from typing import TypeVar
 
 from pulsar_grpc.broker.metadata.store import (
     BadVersionError,
+    CreateOption,
     GetResult,
     MetadataNotFoundError,
     MetadataStore,
     MetadataStoreError,
+    Notification,
+    NotificationType,
     parent_of,
+    sequential_name,
     validate_path,
+    validate_writable,
 )
 
 __all__ = ["EmbeddedMetadataStore"]
@@ -37,13 +46,20 @@ CREATE TABLE IF NOT EXISTS nodes (
     version INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS nodes_parent ON nodes(parent);
+CREATE TABLE IF NOT EXISTS sequences (
+    parent  TEXT PRIMARY KEY,
+    next    INTEGER NOT NULL
+);
 """
+# Added with ephemeral nodes; files written before get it on open.
+_EPHEMERAL_COLUMN = "ALTER TABLE nodes ADD COLUMN ephemeral INTEGER NOT NULL DEFAULT 0"
 
 
 class EmbeddedMetadataStore(MetadataStore):
     """MetadataStore in `<data_dir>/metadata.db` (the directory is created if missing)."""
 
     def __init__(self, data_dir: Path) -> None:
+        super().__init__()
         self._path = Path(data_dir) / "metadata.db"
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metadata-sqlite")
         # The open is the worker's first job, so every later job finds the connection ready;
@@ -57,6 +73,10 @@ class EmbeddedMetadataStore(MetadataStore):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.executescript(_SCHEMA)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(nodes)")}
+        if "ephemeral" not in columns:
+            conn.execute(_EPHEMERAL_COLUMN)
+        conn.execute("DELETE FROM nodes WHERE ephemeral=1")  # a killed predecessor's session
         return conn
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -80,37 +100,49 @@ class EmbeddedMetadataStore(MetadataStore):
 
         return await self._run(op)
 
-    async def put(self, path: str, value: bytes, expected_version: int | None = None) -> int:
-        validate_path(path)
-        if path == "/":
-            raise MetadataStoreError("cannot write the root node")
+    async def put(
+        self,
+        path: str,
+        value: bytes,
+        expected_version: int | None = None,
+        options: CreateOption = CreateOption.NONE,
+    ) -> int:
+        validate_writable(path)
         data = bytes(value)
+        ephemeral = CreateOption.EPHEMERAL in options
 
-        def op(conn: sqlite3.Connection) -> int:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                version = _put_locked(conn, path, data, expected_version)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return version
+        version, created = await self._run(
+            _transaction(lambda conn: _put_locked(conn, path, data, expected_version, ephemeral))
+        )
+        self._notify_created(created)
+        if not created:
+            self._notify(Notification(NotificationType.MODIFIED, path))
+        return version
 
-        return await self._run(op)
+    def _notify_created(self, created: list[str]) -> None:
+        for p in created:
+            self._notify(Notification(NotificationType.CREATED, p))
+            self._notify(Notification(NotificationType.CHILDREN_CHANGED, parent_of(p)))
+
+    async def put_sequential(
+        self, prefix: str, value: bytes, options: CreateOption = CreateOption.NONE
+    ) -> str:
+        validate_writable(prefix + "0")
+        data = bytes(value)
+        ephemeral = CreateOption.EPHEMERAL in options
+
+        path, created = await self._run(
+            _transaction(lambda conn: _put_sequential_locked(conn, prefix, data, ephemeral))
+        )
+        self._notify_created(created)
+        return path
 
     async def delete(self, path: str, expected_version: int | None = None) -> None:
         validate_path(path)
 
-        def op(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                _delete_locked(conn, path, expected_version)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-        await self._run(op)
+        await self._run(_transaction(lambda conn: _delete_locked(conn, path, expected_version)))
+        self._notify(Notification(NotificationType.DELETED, path))
+        self._notify(Notification(NotificationType.CHILDREN_CHANGED, parent_of(path)))
 
     async def get_children(self, path: str) -> list[str]:
         validate_path(path)
@@ -135,45 +167,94 @@ class EmbeddedMetadataStore(MetadataStore):
     async def close(self) -> None:
         if self._closed:
             return
+
+        def end_session(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM nodes WHERE ephemeral=1")
+            conn.close()
+
         try:
-            await self._run(lambda conn: conn.close())
+            await self._run(end_session)
         finally:
             self._closed = True
             self._executor.shutdown(wait=False)
 
 
+def _transaction(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+    """`fn` in one write transaction: committed whole, or rolled back when it raises."""
+
+    def run(conn: sqlite3.Connection) -> T:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    return run
+
+
 def _put_locked(
-    conn: sqlite3.Connection, path: str, value: bytes, expected_version: int | None
-) -> int:
+    conn: sqlite3.Connection,
+    path: str,
+    value: bytes,
+    expected_version: int | None,
+    ephemeral: bool,
+) -> tuple[int, list[str]]:
+    """The new version, and the paths created (parents first; [] for an update)."""
     row = conn.execute("SELECT version FROM nodes WHERE path=?", (path,)).fetchone()
     if row is None:
         if expected_version is not None and expected_version != -1:
             raise BadVersionError(f"{path} does not exist (expected version {expected_version})")
-        _create_parents(conn, parent_of(path))
+        created = _create_parents(conn, parent_of(path))
         conn.execute(
-            "INSERT INTO nodes(path, parent, value, version) VALUES (?, ?, ?, 0)",
-            (path, parent_of(path), value),
+            "INSERT INTO nodes(path, parent, value, version, ephemeral) VALUES (?, ?, ?, 0, ?)",
+            (path, parent_of(path), value, int(ephemeral)),
         )
-        return 0
+        return 0, [*created, path]
     current: int = row[0]
     if expected_version is not None and expected_version != current:
         raise BadVersionError(f"{path} is at version {current}, expected {expected_version}")
     conn.execute("UPDATE nodes SET value=?, version=? WHERE path=?", (value, current + 1, path))
-    return current + 1
+    return current + 1, []
 
 
-def _create_parents(conn: sqlite3.Connection, path: str) -> None:
+def _put_sequential_locked(
+    conn: sqlite3.Connection, prefix: str, value: bytes, ephemeral: bool
+) -> tuple[str, list[str]]:
+    """The path created, and every path created (as _put_locked)."""
+    parent = parent_of(prefix + "0")
+    row = conn.execute("SELECT next FROM sequences WHERE parent=?", (parent,)).fetchone()
+    counter = 0 if row is None else row[0]
+    taken = "SELECT 1 FROM nodes WHERE path=?"
+    while conn.execute(taken, (sequential_name(prefix, counter),)).fetchone():
+        counter += 1  # a node someone named like a sequential one: skip it
+    path = sequential_name(prefix, counter)
+    _, created = _put_locked(conn, path, value, -1, ephemeral)
+    conn.execute(
+        "INSERT OR REPLACE INTO sequences(parent, next) VALUES (?, ?)", (parent, counter + 1)
+    )
+    return path, created
+
+
+def _create_parents(conn: sqlite3.Connection, path: str) -> list[str]:
     missing: list[str] = []
     while path != "/":
-        if conn.execute("SELECT 1 FROM nodes WHERE path=?", (path,)).fetchone() is not None:
+        row = conn.execute("SELECT ephemeral FROM nodes WHERE path=?", (path,)).fetchone()
+        if row is not None:
+            if row[0]:
+                raise MetadataStoreError(f"{path} is ephemeral: it cannot have children")
             break
         missing.append(path)
         path = parent_of(path)
-    for p in reversed(missing):
+    missing.reverse()
+    for p in missing:
         conn.execute(
             "INSERT INTO nodes(path, parent, value, version) VALUES (?, ?, x'', 0)",
             (p, parent_of(p)),
         )
+    return missing
 
 
 def _delete_locked(conn: sqlite3.Connection, path: str, expected_version: int | None) -> None:
