@@ -91,6 +91,15 @@ class ServiceConfiguration:
     brokerDeduplicationEntriesInterval: int = 1000
     brokerDeduplicationSnapshotFrequencyInSeconds: int = 120
 
+    # --- load balancing (Pulsar's names and defaults) ---
+    # A cluster member's load report (/loadbalance/brokers/<advertisedAddress>:<webServicePort>)
+    # is checked every loadBalancerReportUpdateMinIntervalMillis and rewritten when its load
+    # moved by more than loadBalancerReportUpdateThresholdPercentage percent since the last
+    # write, or when loadBalancerReportUpdateMaxIntervalMinutes have passed since then.
+    loadBalancerReportUpdateThresholdPercentage: int = 10
+    loadBalancerReportUpdateMinIntervalMillis: int = 5000
+    loadBalancerReportUpdateMaxIntervalMinutes: int = 15
+
     # --- dispatch ---
     dispatcherMaxReadBatchSize: int = 100
     # Shared and Key_Shared only; 0 means no limit, as in Pulsar.
@@ -294,6 +303,9 @@ _AT_LEAST: dict[str, int] = {
     "brokerDeduplicationSnapshotFrequencyInSeconds": 0,
     "defaultRetentionTimeInMinutes": -1,
     "defaultRetentionSizeInMB": -1,
+    "loadBalancerReportUpdateThresholdPercentage": 0,
+    "loadBalancerReportUpdateMinIntervalMillis": 1,
+    "loadBalancerReportUpdateMaxIntervalMinutes": 1,
 }
 
 

@@ -17,6 +17,9 @@ import logging
 from pathlib import Path
 from urllib.parse import unquote
 
+from pulsar_grpc.broker.cluster import is_cluster_store
+from pulsar_grpc.broker.cluster.id_generator import PRODUCER_NAME_PATH, DistributedIdGenerator
+from pulsar_grpc.broker.cluster.load_report import LoadReporter
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 from pulsar_grpc.broker.data_lock import DataDirectoryLock
 from pulsar_grpc.broker.errors import (
@@ -66,6 +69,8 @@ class BrokerService:
         self._ledgers: ManagedLedgerFactory | None = None
         self.topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         self.web: WebService | None = None
+        self.producer_names: DistributedIdGenerator | None = None
+        self.load_reporter: LoadReporter | None = None
         self._lock = DataDirectoryLock(Path(config.dataDirectory))
         self.state = ServiceState.OPEN
 
@@ -87,6 +92,9 @@ class BrokerService:
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         self._lock.acquire()  # before opening anything in it: another broker may own it
         self.metadata = await open_metadata_store(self.config.metadataStoreUrl, data_dir)
+        self.producer_names = await DistributedIdGenerator.create(
+            self.metadata, PRODUCER_NAME_PATH, self.config.clusterName
+        )
         self._store = await open_ledger_store(
             self.config.ledgerStorageUrl, data_dir, sync=self.config.journalSyncData
         )
@@ -110,6 +118,10 @@ class BrokerService:
             self.web = web
         for handler in self.handlers:
             await handler.start(self)
+        if is_cluster_store(self.config.metadataStoreUrl):
+            reporter = LoadReporter(self, self.metadata)
+            await reporter.start()
+            self.load_reporter = reporter
         listeners = self.broker_data().listeners.values()
         log.info(
             "broker started: %s",
@@ -123,6 +135,8 @@ class BrokerService:
         if self.state is ServiceState.CLOSING:
             return
         self.state = ServiceState.CLOSING
+        if self.load_reporter is not None:
+            await self.load_reporter.close()  # leave the cluster before serving stops
         await self._close_topics()
         for handler in self.handlers:
             await handler.close()

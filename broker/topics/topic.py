@@ -77,7 +77,8 @@ class PersistentTopic:
     def add_producer(self, name: str | None, client_address: str = "") -> Producer:
         self._check_open()
         if name is None:
-            name = f"{self.config.clusterName}-{next(_ids)}-{int(time.time() * 1000) % 100000}"
+            assert self.service.producer_names is not None, "broker not started"
+            name = self.service.producer_names.next_id()
         if name in self.producers:
             raise ProducerBusyError(
                 f"producer with name '{name}' is already connected to topic {self.name}"
