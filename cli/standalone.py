@@ -8,9 +8,15 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from pulsar_grpc.broker.config import ConfigError, load_config, parse_set_flags
+from pulsar_grpc.broker.config import (
+    ConfigError,
+    ServiceConfiguration,
+    load_config,
+    parse_set_flags,
+)
 from pulsar_grpc.broker.data_lock import DataDirectoryInUseError
 from pulsar_grpc.broker.errors import MetadataError, PersistenceError
 
@@ -27,6 +33,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         description="Run one broker: metadata and ledgers in --data (default ./data), gRPC on "
         "127.0.0.1:50051, HTTP on 127.0.0.1:8080 unless configured otherwise.",
     )
+    add_broker_options(p)
+    p.set_defaults(run=run)
+
+
+def add_broker_options(p: argparse.ArgumentParser) -> None:
+    """The options `standalone` and `broker` share."""
     p.add_argument(
         "--config", "-c", type=Path, help="broker.conf-style file (Pulsar property names)"
     )
@@ -40,10 +52,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--data", help="shortcut for --set dataDirectory=DIR")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_broker(args, "standalone")
+
+
+def run_broker(
+    args: argparse.Namespace,
+    command: str,
+    check: Callable[[ServiceConfiguration], None] = lambda config: None,
+) -> int:
+    """Load the configuration, run `check` on it (a ConfigError refuses the start), then run
+    the broker until SIGINT or SIGTERM; the exit codes are the module docstring's."""
     from pulsar_grpc.broker.service import BrokerService
 
     try:
@@ -53,9 +74,10 @@ def run(args: argparse.Namespace) -> int:
         if args.config is not None and not args.config.is_file():
             raise ConfigError([f"--config: {args.config}: no such file"])
         config = load_config(args.config, os.environ, overrides)
+        check(config)
         broker = BrokerService(config)
     except ConfigError as exc:
-        print(f"pulsar-grpc standalone: invalid configuration:\n{exc}", file=sys.stderr)
+        print(_invalid(command, exc), file=sys.stderr)
         return 2
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -74,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         urls = broker.internal_urls()
         # One parseable line: tests and scripts wait for it to know the broker is up.
         print(
-            f"pulsar-grpc standalone ready grpc={urls.grpc_url or urls.grpc_url_tls} "
+            f"pulsar-grpc {command} ready grpc={urls.grpc_url or urls.grpc_url_tls} "
             f"http={urls.http_url or urls.http_url_tls}",
             flush=True,
         )
@@ -89,14 +111,20 @@ def run(args: argparse.Namespace) -> int:
 
         uvloop.run(main())
     except ConfigError as exc:
-        print(f"pulsar-grpc standalone: invalid configuration:\n{exc}", file=sys.stderr)
+        print(_invalid(command, exc), file=sys.stderr)
         return 2
     except DataDirectoryInUseError as exc:
-        print(f"pulsar-grpc standalone: cannot start: {exc}", file=sys.stderr)
+        print(f"pulsar-grpc {command}: cannot start: {exc}", file=sys.stderr)
         return EXIT_DATA_DIRECTORY_IN_USE
     # grpc reports a port it cannot bind as RuntimeError; an unreachable ledgerStorageUrl
     # database is a PersistenceError, an unreachable metadataStoreUrl ZooKeeper a MetadataError.
     except (OSError, RuntimeError, PersistenceError, MetadataError) as exc:
-        print(f"pulsar-grpc standalone: cannot start: {exc}", file=sys.stderr)
+        print(f"pulsar-grpc {command}: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _invalid(command: str, exc: ConfigError) -> str:
+    """One line for one problem (what scripts grep), else a header and a line each."""
+    separator = " " if len(exc.errors) == 1 else "\n"
+    return f"pulsar-grpc {command}: invalid configuration:{separator}{exc}"
