@@ -172,6 +172,7 @@ class LoadReporter:
         self._last: LoadSample | None = None
         self._last_write = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._recreating: set[asyncio.Task[None]] = set()  # held until done; close cancels
 
     def _identity(self) -> dict[str, object]:
         """The fields that do not change while the broker runs: its addresses and the
@@ -252,7 +253,9 @@ class LoadReporter:
 
     def _on_session_event(self, event: SessionEvent) -> None:
         if event is SessionEvent.SESSION_REESTABLISHED and self._task is not None:
-            asyncio.get_running_loop().create_task(self._recreate())
+            task = asyncio.get_running_loop().create_task(self._recreate())
+            self._recreating.add(task)
+            task.add_done_callback(self._recreating.discard)
 
     async def _recreate(self) -> None:
         try:
@@ -284,10 +287,10 @@ class LoadReporter:
     async def close(self) -> None:
         """Stop updating and remove the node: the broker leaves the cluster at once."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
+        for running in [*self._recreating, *([task] if task else [])]:
+            running.cancel()
             try:
-                await task
+                await running
             except asyncio.CancelledError:
                 pass
         try:

@@ -4,12 +4,14 @@ than loadBalancerReportUpdateThresholdPercentage, or when the maximum interval h
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 from pulsar_grpc.broker.cluster.load_report import LoadSample, needs_update, percent_change
 from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.metadata import MemoryMetadataStore, Notification, NotificationType
 from pulsar_grpc.client import Client
 from tests.support import BrokerThread
 from tests.waiting import eventually
@@ -78,3 +80,41 @@ async def test_a_broker_rewrites_its_report_when_traffic_starts_not_before(
     assert written is not None and written.version > first.version
     report = json.loads(written.value)
     assert report["msgRateIn"] > 0 and report["numProducers"] == 1
+
+
+async def test_a_lost_session_takes_the_report_away_and_the_new_session_writes_it_again(
+    broker_factory: Callable[..., BrokerThread], tmp_path: Path
+) -> None:
+    # No timer: only the new session can bring the report back.
+    broker = broker_factory(
+        metadataStoreUrl=f"memory:{tmp_path.name}",
+        loadBalancerReportUpdateMinIntervalMillis=3_600_000,
+    )
+    service = broker.service
+    assert service is not None and service.load_reporter is not None
+    path = service.load_reporter.path
+    watcher = MemoryMetadataStore(tmp_path.name)  # another broker's view of the cluster
+    try:
+        before = await watcher.get(path)
+        assert before is not None
+        deleted = asyncio.Event()
+
+        def on_change(change: Notification) -> None:
+            if (change.type, change.path) == (NotificationType.DELETED, path):
+                deleted.set()
+
+        watcher.register_listener(on_change)
+        assert isinstance(service.store, MemoryMetadataStore)
+        service.store.expire_session()
+        await asyncio.wait_for(deleted.wait(), 10)  # the ephemeral node went with the session
+
+        async def written_again() -> bool:
+            found = await watcher.get(path)
+            return (
+                found is not None
+                and json.loads(found.value)["lastUpdate"] >= json.loads(before.value)["lastUpdate"]
+            )
+
+        await eventually(written_again, timeout=10)
+    finally:
+        await watcher.close()
