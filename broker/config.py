@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from pulsar_grpc.broker.cluster import is_cluster_store
 from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
 from pulsar_grpc.broker.metadata.factory import parse_metadata_store_url
@@ -329,6 +330,20 @@ def _check_metadata_store_url(config: ServiceConfiguration) -> Iterator[tuple[st
         yield "metadataStoreUrl", f"{config.metadataStoreUrl!r} {e}"
 
 
+def _check_cluster_member(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    """A cluster member is named by its web address (/loadbalance/brokers/<host>:<port>)."""
+    try:
+        shared = is_cluster_store(config.metadataStoreUrl)
+    except ValueError:
+        return  # _check_metadata_store_url reports it
+    if shared and config.webServicePort is None and config.webServicePortTls is None:
+        yield (
+            "webServicePort",
+            "a cluster member (metadataStoreUrl is a shared store) needs webServicePort or "
+            "webServicePortTls: the broker's name in the cluster is <advertisedAddress>:<port>",
+        )
+
+
 def _check_unsupported(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
     if config.authenticationEnabled:
         yield (
@@ -371,6 +386,7 @@ RULES: list[Rule] = [
     _check_tls_files,
     _check_unsupported,
     _check_metadata_store_url,
+    _check_cluster_member,
     _check_ledger_storage_url,
     *LISTENER_RULES,
 ]

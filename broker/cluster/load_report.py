@@ -267,7 +267,11 @@ class LoadReporter:
         interval = self.config.loadBalancerReportUpdateMinIntervalMillis / 1000
         while True:
             await asyncio.sleep(interval)
-            await self.update()
+            try:
+                await self.update()
+            except Exception:
+                # One failed sample (psutil, a broken topic) must not end the reports for good.
+                log.exception("load report %s: update failed", self.path)
 
     async def update(self) -> bool:
         """Write the report if the rule asks for it; whether it was written."""

@@ -9,8 +9,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from pulsar_grpc.broker.cluster.load_report import LoadSample, needs_update, percent_change
-from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration, load_config
 from pulsar_grpc.broker.metadata import MemoryMetadataStore, Notification, NotificationType
 from pulsar_grpc.client import Client
 from tests.support import BrokerThread
@@ -118,3 +120,21 @@ async def test_a_lost_session_takes_the_report_away_and_the_new_session_writes_i
         await eventually(written_again, timeout=10)
     finally:
         await watcher.close()
+
+
+def test_a_cluster_member_needs_a_web_port_to_be_named_by() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, {}, {"metadataStoreUrl": "memory:x", "webServicePort": ""})
+    (problem,) = refused.value.errors
+    assert problem.startswith("--set webServicePort: webServicePort: a cluster member")
+    # Standalone on its embedded store has no such need.
+    assert load_config(None, {}, {"webServicePort": ""}).webServicePort is None
+
+
+def test_the_report_properties_are_pulsars_with_their_defaults() -> None:
+    config = load_config(None, {}, {})
+    assert config.loadBalancerReportUpdateThresholdPercentage == 10
+    assert config.loadBalancerReportUpdateMinIntervalMillis == 5000
+    assert config.loadBalancerReportUpdateMaxIntervalMinutes == 15
+    with pytest.raises(ConfigError, match="loadBalancerReportUpdateMinIntervalMillis: 0 is less"):
+        load_config(None, {"PULSAR_PREFIX_loadBalancerReportUpdateMinIntervalMillis": "0"}, {})
