@@ -1,8 +1,10 @@
 """The broker service: lifecycle, the topic registry, namespaces and partitioned metadata.
 
 Start-up order: metadata store, ledger storage, built-in namespace, web service, protocol
-handlers (last, so nothing reaches a half-built broker). Shutdown: new calls are refused with
-ServiceNotReady at once, then topics close (each ends its producers' and consumers' streams with
+handlers (last, so nothing reaches a half-built broker), then a cluster member's load report (so
+the cluster sees the broker only once it serves). Shutdown: new calls are refused with
+ServiceNotReady at once, the load report is removed (the broker leaves the cluster), then topics
+close (each ends its producers' and consumers' streams with
 ServiceNotReady, a status every client retries, once what it accepted is durable), then the
 handlers' servers stop (their streams have ended: nothing is left for gRPC to cancel), then the
 web service and storage.
