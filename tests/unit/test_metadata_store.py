@@ -245,10 +245,10 @@ async def test_notifications_for_what_was_read(store: MetadataStore) -> None:
     await seen.notified(NotificationType.DELETED, "/n/a")
 
 
+# Not the embedded store: it has one client per file (the data-directory lock).
+@pytest.mark.parametrize("open_store", ["memory", "zookeeper"], indirect=True)
 async def test_notified_of_another_clients_changes(open_store: Opener) -> None:
     reader = await open_store()
-    if isinstance(reader, EmbeddedMetadataStore):
-        pytest.skip("the embedded store has one client per file (the data-directory lock)")
     writer = await open_store()
     seen = Recorder(reader)
     assert await reader.get("/cfg") is None
