@@ -194,7 +194,7 @@ class GrpcProtocolHandler(ProtocolHandler):
         try:
             self.service.check_open()
             request = codec.parse(pb.LookupRequest, raw)
-            result = self.service.lookup_topic(
+            result = await self.service.lookup_topic(
                 request.topic, request.listener_name or ctx.listener_name, ctx.bind_listener
             )
         except Exception as exc:

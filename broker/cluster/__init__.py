@@ -1,0 +1,35 @@
+"""What makes a broker a cluster member: its load report and cluster-wide unique ids.
+
+A broker is a cluster member when its metadataStoreUrl names a store other brokers can share
+(zk: or memory:); the embedded store of `standalone` belongs to one broker.
+"""
+
+from __future__ import annotations
+
+from pulsar_grpc.broker.listeners import HTTP, HTTPS, BindAddress, ListenerConfig
+from pulsar_grpc.broker.metadata.factory import StoreKind, parse_metadata_store_url
+
+__all__ = ["broker_id", "is_cluster_store"]
+
+
+def is_cluster_store(metadata_store_url: str) -> bool:
+    """Whether brokers can share the store: zk: and memory:, not the embedded one."""
+    return parse_metadata_store_url(metadata_store_url).kind is not StoreKind.EMBEDDED
+
+
+def broker_id(
+    advertised_address: str | None, listeners: ListenerConfig, bound: dict[BindAddress, int]
+) -> str:
+    """Pulsar's lookupServiceAddress, `<advertisedAddress>:<webServicePort>`: the broker's name
+    in the cluster (its load-report node). The port is the one the primary web socket really
+    got (plain HTTP first, else HTTPS); the host is advertisedAddress, else the internal
+    listener's host."""
+    primary = {bind.scheme: port for bind, port in bound.items() if bind.listener is None}
+    port = primary.get(HTTP) or primary.get(HTTPS)
+    if port is None:
+        raise ValueError("a cluster member needs webServicePort or webServicePortTls")
+    host = advertised_address
+    if not host:
+        internal = listeners.listeners[listeners.internal_listener_name]
+        host = next(iter(internal.urls.values())).host
+    return f"{host}:{port}"
