@@ -26,6 +26,7 @@ from pulsar_grpc.broker.metadata.store import (
     BadVersionError,
     CreateOption,
     MetadataStore,
+    MetadataStoreError,
     Notification,
     NotificationType,
     SessionEvent,
@@ -285,6 +286,14 @@ class OwnershipCache:
         task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
+        """Let go of every bundle (the broker has closed their topics): other brokers can take
+        them at once instead of when this broker's session ends."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        owned, self._owned = list(self._owned), {}
+        for path in owned:
+            try:
+                await self.store.delete(path)
+            except MetadataStoreError as exc:  # gone already, or the store is: the session ends
+                log.info("could not release %s: %s", path, exc)

@@ -103,6 +103,15 @@ async def test_a_lost_session_lets_go_at_once_and_another_broker_takes_over(
     assert not a.cache.owns(second)  # nobody asked: not re-taken behind the clients' back
 
 
+async def test_closing_lets_go_of_every_bundle(members: tuple[Member, Member]) -> None:
+    a, b = members
+    bundle = NamespaceBundle(DEFAULT_NAMESPACE, 0, 0x80000000)
+    await a.cache.owner(bundle)
+    await a.cache.close()  # the broker closed its topics; its session still lives
+    assert not await a.store.exists(bundle_path(bundle))
+    assert await b.cache.owner(bundle) is b.cache.me
+
+
 async def test_owner_data_is_pulsars_namespace_ephemeral_data(
     members: tuple[Member, Member],
 ) -> None:
