@@ -30,6 +30,7 @@ from grpc import aio
 
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.cluster.ownership import NotOwnerError
+from pulsar_grpc.handler.advertised import grpc_urls
 from pulsar_grpc.interceptors.context import current_or_none
 
 if TYPE_CHECKING:
@@ -103,8 +104,10 @@ def owner_trailers(service: BrokerService, exc: BaseException) -> list[tuple[str
         )
     except e.BrokerError:  # the owner advertises no such listener: a lookup will say so
         return []
-    urls = ((OWNER_URL_KEY, owner.grpc_url), (OWNER_URL_TLS_KEY, owner.grpc_url_tls))
-    return [(key, url) for key, url in urls if url]
+    grpc_url, grpc_url_tls = grpc_urls(owner)
+    return [
+        (k, url) for k, url in ((OWNER_URL_KEY, grpc_url), (OWNER_URL_TLS_KEY, grpc_url_tls)) if url
+    ]
 
 
 async def abort(
