@@ -221,7 +221,6 @@ class BrokerService:
         ]
         if closing:
             log.info("unloading %d topics of %d lost bundles", len(closing), len(bundles))
-        if closing:
             await asyncio.wait(closing)
         for future in closing:
             if not future.cancelled() and future.exception() is None:
