@@ -7,7 +7,6 @@ topic, so the owner is the local broker; the cluster reuses this with other brok
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 
 from pulsar_grpc.broker.listeners import (
@@ -34,6 +33,9 @@ class LookupResult:
     http_url_tls: str | None
     authoritative: bool = True
     redirect: bool = False
+    # The owner's protocol handlers' advertised data (BrokerData.protocols): a handler answers
+    # with the addresses its own data gives for ``listener``.
+    protocols: dict[str, str] = field(default_factory=dict)
 
     def as_lookup_data(self) -> dict[str, object]:
         """The JSON of Pulsar's HTTP lookup; brokerUrl carries this product's client protocol."""
@@ -53,20 +55,12 @@ class BrokerData:
     """What a broker publishes about itself (Pulsar's LocalBrokerData, the parts lookups use).
 
     ``listeners`` holds the advertised addresses with bound ports filled in; ``protocols`` the
-    handlers' advertised data, keyed by protocol name.
+    handlers' advertised data, keyed by protocol name, opaque here: each protocol handler
+    reads its own (the broker core does not know their formats).
     """
 
     listeners: dict[str, Listener]
     protocols: dict[str, str] = field(default_factory=dict)
-
-    def grpc_urls(self, listener: str) -> tuple[str | None, str | None]:
-        """The gRPC handler's addresses for a listener, from its advertised protocol data."""
-        raw = self.protocols.get("grpc")
-        if raw:
-            urls = json.loads(raw).get(listener, {})
-            return urls.get(GRPC), urls.get(GRPC_TLS)
-        advertised = self.listeners[listener]
-        return advertised.grpc_url, advertised.grpc_url_tls
 
 
 def resolve_ports(config: ListenerConfig, bound: dict[BindAddress, int]) -> dict[str, Listener]:
@@ -91,14 +85,15 @@ def lookup(
 ) -> LookupResult:
     """Answer a lookup with the owner's addresses for the chosen listener (see
     :func:`broker.listeners.choose_listener` for the precedence; an unknown name raises
-    InvalidArgumentError)."""
+    InvalidArgumentError). The gRPC addresses are the listener's advertised ones; the gRPC
+    handler answers from its own advertised data in ``protocols``."""
     name = choose_listener(config, requested, via).name
     listener = owner.listeners[name]
-    grpc_url, grpc_url_tls = owner.grpc_urls(name)
     return LookupResult(
         listener=name,
-        grpc_url=grpc_url,
-        grpc_url_tls=grpc_url_tls,
+        grpc_url=listener.url(GRPC),
+        grpc_url_tls=listener.url(GRPC_TLS),
         http_url=listener.url(HTTP),
         http_url_tls=listener.url(HTTPS),
+        protocols=dict(owner.protocols),
     )

@@ -22,6 +22,7 @@ from urllib.parse import unquote
 from pulsar_grpc.broker.cluster import is_cluster_store
 from pulsar_grpc.broker.cluster.id_generator import PRODUCER_NAME_PATH, DistributedIdGenerator
 from pulsar_grpc.broker.cluster.load_report import LoadReporter
+from pulsar_grpc.broker.cluster.ownership import NamespaceEphemeralData, OwnershipCache
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 from pulsar_grpc.broker.data_lock import DataDirectoryLock
 from pulsar_grpc.broker.errors import (
@@ -37,7 +38,7 @@ from pulsar_grpc.broker.ledger.store import LedgerStore
 from pulsar_grpc.broker.listeners import WEB_SCHEMES, BindAddress, ListenerConfig
 from pulsar_grpc.broker.lookup import BrokerData, LookupResult, lookup, resolve_ports
 from pulsar_grpc.broker.metadata import MetadataStore, open_metadata_store
-from pulsar_grpc.broker.naming import NamespaceName, TopicName
+from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceBundles, NamespaceName, TopicName
 from pulsar_grpc.broker.protocol import ProtocolHandler, load_protocol_handlers
 from pulsar_grpc.broker.tls import read_tls_files
 from pulsar_grpc.broker.topics import PersistentTopic
@@ -73,6 +74,10 @@ class BrokerService:
         self.web: WebService | None = None
         self.producer_names: DistributedIdGenerator | None = None
         self.load_reporter: LoadReporter | None = None
+        # Cluster mode only (a shared metadata store): which bundles this broker serves.
+        # None in standalone, which owns every topic.
+        self.ownership: OwnershipCache | None = None
+        self.clustered = is_cluster_store(config.metadataStoreUrl)
         self._lock = DataDirectoryLock(Path(config.dataDirectory))
         self.state = ServiceState.OPEN
 
@@ -120,8 +125,16 @@ class BrokerService:
             self.web = web
         for handler in self.handlers:
             await handler.start(self)
-        if is_cluster_store(self.config.metadataStoreUrl):
-            reporter = LoadReporter(self, self.metadata)
+        if self.clustered:
+            # After the handlers: the ownership data and the load report carry their bound
+            # addresses and advertised data.
+            me = NamespaceEphemeralData.of(
+                self.broker_data(), self.listeners.internal_listener_name
+            )
+            ownership = self.ownership = OwnershipCache(self.store, me, self._unload_bundles)
+            reporter = LoadReporter(
+                self, self.metadata, bundles=lambda: [str(b) for b in ownership.owned()]
+            )
             await reporter.start()
             self.load_reporter = reporter
         listeners = self.broker_data().listeners.values()
@@ -140,6 +153,8 @@ class BrokerService:
         if self.load_reporter is not None:
             await self.load_reporter.close()  # leave the cluster before serving stops
         await self._close_topics()
+        if self.ownership is not None:
+            await self.ownership.close()
         for handler in self.handlers:
             await handler.close()
         if self.web is not None:
@@ -185,10 +200,48 @@ class BrokerService:
             {h.protocol_name(): h.protocol_data_to_advertise() for h in self.handlers},
         )
 
-    def lookup_topic(self, topic: str, requested: str | None, via: str | None) -> LookupResult:
-        """Standalone owns every topic: the answer is this broker's addresses."""
-        TopicName.get(topic)
-        return lookup(self.listeners, self.broker_data(), requested, via)
+    async def lookup_topic(
+        self, topic: str, requested: str | None, via: str | None
+    ) -> LookupResult:
+        """The owner's addresses for the chosen listener. Standalone owns every topic; in a
+        cluster the bundle's owner answers, and an unowned bundle is taken by this broker
+        (first come, as Pulsar without a leader's assignment)."""
+        name = TopicName.get(topic)
+        if not self.clustered:
+            return lookup(self.listeners, self.broker_data(), requested, via)
+        ownership = self._ownership()
+        await self.check_topic_can_exist(name)
+        owner = await ownership.owner(await ownership.bundle_of(name))
+        return self.owner_lookup(owner, requested, via)
+
+    def owner_lookup(
+        self, owner: NamespaceEphemeralData, requested: str | None, via: str | None
+    ) -> LookupResult:
+        """A lookup answer with ``owner``'s addresses (this broker's when it is the owner)."""
+        assert self.ownership is not None
+        if owner is self.ownership.me:
+            return lookup(self.listeners, self.broker_data(), requested, via)
+        return lookup(self.listeners, owner.broker_data(), requested, via)
+
+    def _ownership(self) -> OwnershipCache:
+        if self.ownership is None:
+            raise ServiceNotReadyError("broker is starting")
+        return self.ownership
+
+    async def _unload_bundles(self, bundles: list[NamespaceBundle]) -> None:
+        """Stop serving ``bundles`` at once: their topics close, and their producers and
+        consumers end with ServiceNotReady, which clients retry after a fresh lookup."""
+        closing = [
+            self.topics.pop(key)
+            for key in list(self.topics)
+            if any(b.includes(TopicName.get(key)) for b in bundles)
+        ]
+        if closing:
+            log.info("unloading %d topics of %d lost bundles", len(closing), len(bundles))
+            await asyncio.wait(closing)
+        for future in closing:
+            if not future.cancelled() and future.exception() is None:
+                await future.result().close()
 
     def internal_urls(self) -> LookupResult:
         """This broker's addresses on the internal listener (what `standalone` prints)."""
@@ -226,7 +279,8 @@ class BrokerService:
             if exist_ok:
                 return
             raise NotAllowedError(f"namespace {ns} already exists")
-        policies = {"bundles": {"numBundles": self.config.defaultNumberOfNamespaceBundles}}
+        bundles = NamespaceBundles.with_count(ns, self.config.defaultNumberOfNamespaceBundles)
+        policies = {"bundles": {"boundaries": bundles.boundary_strings, "numBundles": len(bundles)}}
         await self.store.put(path, json.dumps(policies).encode())
 
     async def list_namespaces(self, tenant: str) -> list[str]:
@@ -316,6 +370,8 @@ class BrokerService:
 
     async def _load_topic(self, topic: TopicName, create: bool, explicit: bool) -> PersistentTopic:
         await self.check_topic_can_exist(topic)
+        if self.clustered:
+            await self._ownership().check_owner(topic)  # NotOwnerError names the owner
         ledger_name = topic.persistence_naming_encoding
         if topic.is_partitioned:
             base = TopicName.get(topic.partitioned_topic_name)

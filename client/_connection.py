@@ -79,11 +79,15 @@ async def retry_creation(
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
+    followed = False  # the last retry went at once after a refusal naming the owner
     while True:
         try:
             return await attempt()
         except PulsarError as exc:
-            delay = backoff.next()
+            # Sent on to the topic's owner: look up again at once (once in a row: two brokers
+            # naming each other while ownership moves must not spin).
+            followed = bool(exc.owner_url) and not followed
+            delay = 0.0 if followed else backoff.next()
             if not is_retryable_at_creation(exc) or loop.time() + delay >= deadline:
                 raise
             log.info("creation failed (%s); retrying in %.2f s", exc.message, delay)
@@ -153,7 +157,9 @@ class ConnectionHandler:
             return
         log.warning("%s: connection lost (%s); reconnecting", self.name, error.message)
         self._set(HandleState.CONNECTING)
-        self._task = asyncio.get_running_loop().create_task(self._reconnect())
+        self._task = asyncio.get_running_loop().create_task(
+            self._reconnect(at_once=error.owner_url is not None)
+        )
 
     async def wait_ready(self, timeout_s: float) -> bool:
         """Wait until the handle is READY (False when it is not within ``timeout_s``)."""
@@ -183,14 +189,18 @@ class ConnectionHandler:
             self._task.cancel()
         self._task = None
 
-    async def _reconnect(self) -> None:
+    async def _reconnect(self, at_once: bool = False) -> None:
+        """``at_once``: the stream ended naming the topic's new owner (a broker that does
+        not own the topic refused it), so the first attempt looks up again without waiting."""
         while self._state is HandleState.CONNECTING:
-            await self._sleep(self.backoff.next())
+            await self._sleep(0.0 if at_once else self.backoff.next())
+            followed, at_once = at_once, False
             if self._state is not HandleState.CONNECTING:
                 return
             try:
                 await self.reopen()
             except PulsarError as exc:
+                at_once = exc.owner_url is not None and not followed  # once in a row
                 if not is_retryable(exc, reconnecting=True):
                     log.warning("%s: reconnect refused for good: %s", self.name, exc.message)
                     self._give_up(exc)

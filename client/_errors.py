@@ -34,6 +34,9 @@ from typing import Any, ClassVar, Protocol
 import grpc
 
 ERROR_CODE_KEY = "pulsar-error-code"
+# A call refused because another broker owns the topic names the owner's gRPC addresses
+# (docs/protocol.md): the client looks the topic up again at once instead of backing off.
+OWNER_URL_KEYS = ("pulsar-owner-url", "pulsar-owner-url-tls")
 
 
 class Result(IntEnum):
@@ -124,9 +127,12 @@ class PulsarException(Exception):
     """Base of every client error, as in pulsar-client.
 
     ``code`` is Pulsar's ServerError number (0 = UnknownError when the broker sent none),
-    ``status`` the gRPC status code (None for errors raised by the client itself) and
-    :meth:`result` the pulsar-client :class:`Result` of the class.
+    ``status`` the gRPC status code (None for errors raised by the client itself),
+    ``owner_url`` the topic owner's address when a broker that does not own the topic refused
+    the call, and :meth:`result` the pulsar-client :class:`Result` of the class.
     """
+
+    owner_url: str | None = None
 
     result_code: ClassVar[Result] = Result.UnknownError
 
@@ -483,6 +489,13 @@ class RpcErrorLike(Protocol):
     def trailing_metadata(self) -> Any: ...
 
 
+def _owner_url(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
+    for key, value in metadata or ():
+        if key.lower() in OWNER_URL_KEYS:
+            return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
 def _server_error_code(metadata: Iterable[tuple[str, str | bytes]] | None) -> int | None:
     for key, value in metadata or ():
         if key.lower() == ERROR_CODE_KEY:
@@ -514,7 +527,9 @@ def error_from_rpc(err: RpcErrorLike) -> PulsarException:
         cls = _BY_CODE[code]
     else:
         cls = _BY_STATUS.get(status, UnknownError)
-    return cls(message, code if code is not None else ServerError.UnknownError, status)
+    error = cls(message, code if code is not None else ServerError.UnknownError, status)
+    error.owner_url = _owner_url(err.trailing_metadata())
+    return error
 
 
 # Broker faults that pass: the broker restarts, loads the topic elsewhere, or catches up.

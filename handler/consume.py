@@ -15,7 +15,7 @@ from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.broker.topics import AckId, Consumer, ConsumerOptions, Delivery
 from pulsar_grpc.handler import codec
-from pulsar_grpc.handler.errors import abort
+from pulsar_grpc.handler.errors import abort, owner_trailers
 from pulsar_grpc.interceptors import ConsumerParams, current
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
@@ -164,7 +164,7 @@ async def consume(
             client_address=ctx.peer,
         )
     except Exception as exc:
-        await abort(context, exc)
+        await abort(context, exc, trailers=owner_trailers(service, exc))
     subscribed = pb.ConsumerSubscribed(
         consumer_name=consumer.name, topic=topic.name, subscription=subscription
     )

@@ -9,6 +9,11 @@ A call that fails ends with a gRPC status and the error's message, and two trail
   metadata: the call's topic when it has one), which generic gRPC tooling (grpcurl,
   ``grpc_status.rpc_status.from_call``, Go's ``status.FromError``) decodes without our .proto.
 
+A call refused because another broker owns the topic (a cluster's bundle ownership) ends with
+UNAVAILABLE + ServiceNotReady, like an unload, plus ``pulsar-owner-url`` and
+``pulsar-owner-url-tls``: the owner's gRPC addresses for the call's listener (only those it
+advertises), so a client can go there after a fresh lookup (docs/protocol.md).
+
 A request refused inside a Consume stream (an Ack, Seek or Unsubscribe) is answered with a
 ``RequestError`` message instead and the call goes on: that error exists only in the message.
 """
@@ -16,7 +21,7 @@ A request refused inside a Consume stream (an Ack, Seek or Unsubscribe) is answe
 from __future__ import annotations
 
 import logging
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 from google.protobuf import any_pb2
@@ -24,12 +29,19 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc import aio
 
 from pulsar_grpc.broker import errors as e
+from pulsar_grpc.broker.cluster.ownership import NotOwnerError
+from pulsar_grpc.handler.advertised import grpc_urls
 from pulsar_grpc.interceptors.context import current_or_none
+
+if TYPE_CHECKING:
+    from pulsar_grpc.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 
 ERROR_CODE_KEY = "pulsar-error-code"
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
+OWNER_URL_KEY = "pulsar-owner-url"
+OWNER_URL_TLS_KEY = "pulsar-owner-url-tls"
 # The ErrorInfo reasons are the names of Pulsar's ServerError enum, so they belong to Pulsar's
 # domain: a client that knows Pulsar's error names knows ours.
 ERROR_DOMAIN = "pulsar.apache.org"
@@ -78,12 +90,35 @@ def rich_status(
     return status_pb2.Status(code=status.value[0], message=message, details=[detail])
 
 
+def owner_trailers(service: BrokerService, exc: BaseException) -> list[tuple[str, str]]:
+    """The owner's gRPC addresses for the call's listener when ``exc`` says another broker
+    owns the topic; nothing otherwise."""
+    if not isinstance(exc, NotOwnerError):
+        return []
+    ctx = current_or_none()
+    try:
+        owner = service.owner_lookup(
+            exc.owner,
+            ctx.listener_name if ctx else None,
+            ctx.bind_listener if ctx else None,
+        )
+    except e.BrokerError:  # the owner advertises no such listener: a lookup will say so
+        return []
+    grpc_url, grpc_url_tls = grpc_urls(owner)
+    return [
+        (k, url) for k, url in ((OWNER_URL_KEY, grpc_url), (OWNER_URL_TLS_KEY, grpc_url_tls)) if url
+    ]
+
+
 async def abort(
-    context: aio.ServicerContext, exc: BaseException, topic: str | None = None
+    context: aio.ServicerContext,
+    exc: BaseException,
+    topic: str | None = None,
+    trailers: list[tuple[str, str]] | None = None,
 ) -> NoReturn:
     """End the call with ``exc`` as its status and trailers (any exception: one the broker did
     not expect becomes INTERNAL and is logged). ``topic``: the one a unary request named; a
-    stream's comes from its call context."""
+    stream's comes from its call context. ``trailers``: more to send (see owner_trailers)."""
     error = as_broker_error(exc)
     status = status_for(error)
     message = _clip(error.message, MAX_MESSAGE_CHARS)
@@ -95,6 +130,7 @@ async def abort(
         trailing_metadata=(
             (ERROR_CODE_KEY, str(int(error.code))),
             (STATUS_DETAILS_KEY, rich_status(error, status, message, topic).SerializeToString()),
+            *(trailers or ()),
         ),
     )
     raise AssertionError("unreachable: abort raises")

@@ -10,7 +10,7 @@ from grpc import aio
 from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.broker.topics import Producer, PublishReceipt
 from pulsar_grpc.handler import codec
-from pulsar_grpc.handler.errors import abort
+from pulsar_grpc.handler.errors import abort, owner_trailers
 from pulsar_grpc.interceptors import current
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
@@ -30,7 +30,7 @@ async def produce(
         topic = await service.get_topic(ctx.topic)
         producer = topic.add_producer(ctx.producer.producer_name, ctx.peer)
     except Exception as exc:
-        await abort(context, exc)
+        await abort(context, exc, trailers=owner_trailers(service, exc))
     try:
         last = topic.last_sequence_id(producer.name)
         ready = pb.ProducerReady(

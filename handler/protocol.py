@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 
@@ -12,12 +11,12 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from pulsar_grpc.broker.config import ServiceConfiguration
-from pulsar_grpc.broker.listeners import GRPC_SCHEMES, Listener, ListenerConfig
+from pulsar_grpc.broker.listeners import GRPC_SCHEMES, ListenerConfig
 from pulsar_grpc.broker.lookup import resolve_ports
 from pulsar_grpc.broker.protocol import ProtocolHandler
 from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.broker.tls import TlsFiles, read_tls_files
-from pulsar_grpc.handler import codec
+from pulsar_grpc.handler import advertised, codec
 from pulsar_grpc.handler.consume import consume
 from pulsar_grpc.handler.errors import abort
 from pulsar_grpc.handler.produce import produce
@@ -49,26 +48,16 @@ class GrpcProtocolHandler(ProtocolHandler):
         self._advertised = ""
 
     def protocol_name(self) -> str:
-        return "grpc"
+        return advertised.PROTOCOL_NAME
 
     def initialize(self, config: ServiceConfiguration) -> None:
         self.config = config
         self.listeners = ListenerConfig.from_config(config)
-        self._advertised = self._endpoints(self.listeners.listeners)
+        self._advertised = advertised.advertise(self.listeners.listeners)
 
     def protocol_data_to_advertise(self) -> str:
         """JSON: for every listener, this handler's ``grpc`` and ``grpc+ssl`` URLs."""
         return self._advertised
-
-    @staticmethod
-    def _endpoints(listeners: dict[str, Listener]) -> str:
-        return json.dumps(
-            {
-                name: {s: url for s in GRPC_SCHEMES if (url := listener.url(s))}
-                for name, listener in listeners.items()
-            },
-            sort_keys=True,
-        )
 
     async def start(self, service: BrokerService) -> None:
         assert self.config is not None and self.listeners is not None
@@ -93,7 +82,7 @@ class GrpcProtocolHandler(ProtocolHandler):
         await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         # Ports configured as 0 are known now: advertise the real ones.
-        self._advertised = self._endpoints(resolve_ports(self.listeners, service.bound))
+        self._advertised = advertised.advertise(resolve_ports(self.listeners, service.bound))
         log.info("grpc handler listening: %s", self._advertised)
 
     def _server(
@@ -194,16 +183,17 @@ class GrpcProtocolHandler(ProtocolHandler):
         try:
             self.service.check_open()
             request = codec.parse(pb.LookupRequest, raw)
-            result = self.service.lookup_topic(
+            result = await self.service.lookup_topic(
                 request.topic, request.listener_name or ctx.listener_name, ctx.bind_listener
             )
         except Exception as exc:
             await abort(context, exc, request.topic)
+        grpc_url, grpc_url_tls = advertised.grpc_urls(result)
         return pb.LookupResponse(
             response=pb.LookupResponse.Redirect if result.redirect else pb.LookupResponse.Connect,
             authoritative=result.authoritative,
-            grpc_url=result.grpc_url or "",
-            grpc_url_tls=result.grpc_url_tls or "",
+            grpc_url=grpc_url or "",
+            grpc_url_tls=grpc_url_tls or "",
             http_url=result.http_url or "",
             http_url_tls=result.http_url_tls or "",
             listener_name=result.listener,

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from yarl import URL
 
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.listeners import WEB_SCHEMES
+from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.tls import server_ssl_context
 from pulsar_grpc.broker.web.metrics import BrokerCollector
@@ -138,8 +140,28 @@ class WebService:
         requested = request.query.get("listenerName") or request.headers.get(
             "X-Pulsar-ListenerName"
         )
-        result = self.service.lookup_topic(topic.full_name, requested, self._arrived_via(request))
+        result = await self.service.lookup_topic(
+            topic.full_name, requested, self._arrived_via(request)
+        )
+        if not self._answers_for(result):
+            # Another broker owns it: send the client there (PIP-338: on the chosen listener's
+            # address, same scheme as it came with, carrying listenerName along).
+            tls = request.scheme == "https" or not result.http_url
+            owner_url = (result.http_url_tls if tls else result.http_url) or result.http_url
+            if owner_url is None:
+                raise e.ServiceNotReadyError(f"the owner of {topic} has no web address")
+            query = {**request.query, "authoritative": "true", "listenerName": result.listener}
+            location = URL(owner_url).with_path(request.path).with_query(query)
+            raise web.HTTPTemporaryRedirect(str(location))
         return web.json_response(result.as_lookup_data())
+
+    def _answers_for(self, result: LookupResult) -> bool:
+        """Whether ``result`` names this broker (same web addresses on its listener)."""
+        mine = self.service.broker_data().listeners.get(result.listener)
+        return mine is not None and (mine.http_url, mine.https_url) == (
+            result.http_url,
+            result.http_url_tls,
+        )
 
     async def clusters(self, request: web.Request) -> web.Response:
         return web.json_response([self.service.config.clusterName])

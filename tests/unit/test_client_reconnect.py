@@ -501,3 +501,30 @@ async def test_a_seek_pending_on_a_lost_stream_fails_clearly_and_close_while_rec
     assert part.state is HandleState.CLOSED
     with pytest.raises(client.AlreadyClosed):
         await asyncio.wait_for(receiving, 1)
+
+
+def not_owner(owner: str) -> PulsarError:
+    """What a broker that does not own the topic ends a Produce or Consume with."""
+    trailers = grpc.aio.Metadata(("pulsar-error-code", "6"), ("pulsar-owner-url", owner))
+    return client.error_from_rpc(grpc.aio.AioRpcError(S.UNAVAILABLE, None, trailers, "x"))
+
+
+async def test_a_refusal_naming_the_owner_is_followed_at_once_but_only_once_in_a_row():
+    moved = not_owner("grpc://10.0.0.2:6650")
+    assert moved.owner_url == "grpc://10.0.0.2:6650"
+    assert isinstance(moved, client.ServiceUnitNotReady)
+    assert rpc_error(S.UNAVAILABLE, "6").owner_url is None
+    rec = Recorder([])
+    h = handler(rec)
+    await h.connect_first(5)
+    # The stream ends naming the owner: the first attempt (a fresh lookup) goes at once; two
+    # brokers naming each other while a bundle moves fall back to the backoff.
+    rec.failures = [not_owner("grpc://a:1"), not_owner("grpc://b:1")]
+    h.lost(moved)
+    assert await h.wait_ready(5)
+    assert rec.delays == [0.0, 0.1, 0.0]
+    # Creating: the same rule.
+    rec = Recorder([moved, moved, moved])
+    h = handler(rec)
+    await h.connect_first(5)
+    assert rec.delays == [0.0, 0.1, 0.0]

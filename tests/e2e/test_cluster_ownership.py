@@ -1,0 +1,251 @@
+"""Three brokers on one real ZooKeeper and one real PostgreSQL: bundles are owned through
+ephemeral /namespace nodes by the broker first asked, every broker answers a lookup (gRPC and
+HTTP, each listener) with the owner's addresses, the SDK given a non-owner's URL works through
+the owner, and a broker whose ZooKeeper session is lost stops serving while another takes its
+bundles over with nothing receipted lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+import grpc
+import pytest
+
+from pulsar_grpc.broker.metadata import ZooKeeperMetadataStore
+from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
+from pulsar_grpc.client import Client
+from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.e2e.messaging import receive_n
+from tests.e2e.test_listeners import EXTERNAL_HOST, INTERNAL_HOST, Ports, two_listener_config
+from tests.e2e.wire import stub
+from tests.postgres import postgres_server, postgres_url
+from tests.support import BrokerThread
+from tests.waiting import eventually
+from tests.zookeeper import ZooKeeperServer, end_session, zk_chroot, zookeeper
+
+__all__ = ["postgres_server", "postgres_url", "zk_chroot", "zookeeper"]  # fixtures
+
+EXTERNAL_GRPC_TLS = "grpc+ssl://broker.example.com:6651"
+
+
+@dataclass
+class Member:
+    broker: BrokerThread
+    ports: Ports
+
+    def grpc(self, listener: str) -> str:
+        """The address this broker's ``listener`` is bound on (host:port)."""
+        if listener == "internal":
+            return f"{INTERNAL_HOST}:{self.ports.grpc_internal}"
+        return f"{EXTERNAL_HOST}:{self.ports.grpc_external}"
+
+    def http(self, listener: str) -> str:
+        if listener == "internal":
+            return f"http://{INTERNAL_HOST}:{self.ports.http_internal}"
+        return f"http://{EXTERNAL_HOST}:{self.ports.http_external}"
+
+    def answer(self, listener: str) -> dict[str, str]:
+        """What a lookup for ``listener`` answers when this broker owns the topic."""
+        p = self.ports
+        if listener == "internal":
+            return {
+                "grpc_url": f"grpc://{INTERNAL_HOST}:{p.grpc_internal}",
+                "grpc_url_tls": "",
+                "http_url": f"http://{INTERNAL_HOST}:{p.http_internal}",
+            }
+        return {
+            "grpc_url": f"grpc://{EXTERNAL_HOST}:{p.grpc_external}",
+            "grpc_url_tls": EXTERNAL_GRPC_TLS,
+            "http_url": f"http://broker.example.com:{p.http_external}",
+        }
+
+    @property
+    def service_url(self) -> str:
+        return f"grpc://{self.grpc('internal')}"
+
+
+@pytest.fixture
+def cluster(
+    broker_factory: Callable[..., BrokerThread],
+    zookeeper: ZooKeeperServer,
+    zk_chroot: str,
+    postgres_url: str,
+) -> list[Member]:
+    members = []
+    for _ in range(3):
+        ports = Ports.pick()
+        config = two_listener_config(ports, INTERNAL_HOST, f"{EXTERNAL_HOST}:{ports.grpc_external}")
+        broker = broker_factory(
+            metadataStoreUrl=f"zk:{zookeeper.hosts}{zk_chroot}",
+            ledgerStorageUrl=postgres_url,
+            **config,
+        )
+        members.append(Member(broker, ports))
+    return members
+
+
+def one_topic_per_bundle() -> list[TopicName]:
+    """Topics of public/default, one in each of its 4 default bundles, in bundle order."""
+    bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4)
+    found: dict[int, TopicName] = {}
+    i = 0
+    while len(found) < len(bundles):
+        topic = TopicName.get(f"spread-{i}")
+        found.setdefault(bundles.bundles.index(bundles.bundle_for(topic)), topic)
+        i += 1
+    return [found[k] for k in sorted(found)]
+
+
+async def grpc_lookup(address: str, topic: TopicName) -> dict[str, str]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        r = await stub(channel).Lookup(pb.LookupRequest(topic=topic.full_name), timeout=30)
+    assert r.response == pb.LookupResponse.Connect and r.authoritative
+    return {"grpc_url": r.grpc_url, "grpc_url_tls": r.grpc_url_tls, "http_url": r.http_url}
+
+
+def lookup_path(topic: TopicName) -> str:
+    return f"/lookup/v2/topic/persistent/public/default/{topic.local_name}"
+
+
+async def test_bundles_owned_by_first_asked_and_every_broker_answers_the_owner(
+    cluster: list[Member], zookeeper: ZooKeeperServer, zk_chroot: str
+) -> None:
+    topics = one_topic_per_bundle()
+    owners = {}
+    for i, topic in enumerate(topics):  # broker i % 3 is asked first, so it takes the bundle
+        owner = cluster[i % len(cluster)]
+        assert await grpc_lookup(owner.grpc("internal"), topic) == owner.answer("internal")
+        owners[topic] = owner
+
+    async with aiohttp.ClientSession() as http:
+        for topic, owner in owners.items():
+            for member in cluster:
+                for listener in ("internal", "external"):
+                    # gRPC: every broker, through each listener, names the same owner
+                    answer = await grpc_lookup(member.grpc(listener), topic)
+                    assert answer == owner.answer(listener), (topic, member.ports, listener)
+                    # HTTP: the owner answers; the others send the client to the owner
+                    url = member.http(listener) + lookup_path(topic)
+                    async with http.get(url, allow_redirects=False) as response:
+                        if member is owner:
+                            assert response.status == 200
+                            body = await response.json()
+                            assert body["brokerUrl"] == owner.answer(listener)["grpc_url"]
+                            continue
+                        assert response.status == 307
+                        location = response.headers["Location"]
+                    assert location == (
+                        owner.answer(listener)["http_url"]
+                        + lookup_path(topic)
+                        + f"?authoritative=true&listenerName={listener}"
+                    )
+                    if listener == "internal":  # reachable from here: follow it
+                        async with http.get(location, allow_redirects=False) as response:
+                            assert response.status == 200
+                            body = await response.json()
+                        assert body["brokerUrl"] == owner.answer(listener)["grpc_url"]
+
+    outside = await ZooKeeperMetadataStore.connect(zookeeper.hosts, zk_chroot)
+    try:
+        bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4)
+        policies = await outside.get("/admin/policies/public/default")
+        assert policies is not None
+        assert json.loads(policies.value)["bundles"] == {
+            "boundaries": ["0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"],
+            "numBundles": 4,
+        }
+        assert await outside.get_children("/namespace/public/default") == [
+            b.range_str for b in bundles
+        ]
+        for topic, owner in owners.items():
+            node = await outside.get(
+                f"/namespace/public/default/{bundles.bundle_for(topic).range_str}"
+            )
+            assert node is not None
+            data = json.loads(node.value)
+            assert data["nativeUrl"] == owner.answer("internal")["grpc_url"]
+            assert data["httpUrl"] == owner.answer("internal")["http_url"]
+            assert data["disabled"] is False
+            assert data["advertisedListeners"]["external"]["brokerServiceUrlTls"] == (
+                EXTERNAL_GRPC_TLS
+            )
+    finally:
+        await outside.close()
+
+
+async def test_sdk_given_a_non_owner_produces_and_consumes_through_the_owner(
+    cluster: list[Member],
+) -> None:
+    owner, other = cluster[0], cluster[1]
+    topic = one_topic_per_bundle()[0]
+    await grpc_lookup(owner.grpc("internal"), topic)  # the owner takes the bundle
+
+    # A Produce reaching a broker that does not own the topic: retryable, names the owner.
+    async with grpc.aio.insecure_channel(other.grpc("internal")) as channel:
+        call = stub(channel).Produce(metadata=(("x-pulsar-topic", topic.full_name),))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call.read()
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    trailers = dict(refused.value.trailing_metadata() or ())
+    assert trailers["pulsar-error-code"] == "6"  # ServiceNotReady
+    assert trailers["pulsar-owner-url"] == owner.answer("internal")["grpc_url"]
+
+    payloads = [f"m{i}".encode() for i in range(20)]
+    async with Client(other.service_url) as client:
+        consumer = await client.subscribe(topic.full_name, "sub", initial_position="Earliest")
+        producer = await client.create_producer(topic.full_name, batching_max_messages=5)
+        for payload in payloads:
+            producer.send_async(payload, lambda *_: None)
+        await producer.flush()
+        received = await receive_n(consumer, len(payloads))
+        assert [m.data() for m in received] == payloads
+    assert owner.broker.service is not None and other.broker.service is not None
+    assert topic.full_name in owner.broker.service.topics
+    assert topic.full_name not in other.broker.service.topics
+
+
+async def test_lost_session_stops_serving_and_another_broker_takes_over(
+    cluster: list[Member], zookeeper: ZooKeeperServer
+) -> None:
+    doomed, survivor = cluster[0], cluster[1]
+    topic = one_topic_per_bundle()[0]
+    await grpc_lookup(doomed.grpc("internal"), topic)
+    service = doomed.broker.service
+    assert service is not None and service.ownership is not None
+
+    async with Client(survivor.service_url) as client:
+        consumer = await client.subscribe(topic.full_name, "sub", initial_position="Earliest")
+        producer = await client.create_producer(topic.full_name, batching_max_messages=1)
+        receipted = []
+        for i in range(10):
+            await producer.send(f"before-{i}".encode())
+            receipted.append(f"before-{i}".encode())
+        assert topic.full_name in service.topics
+
+        store = service.store
+        assert isinstance(store, ZooKeeperMetadataStore)
+        client_id = store.client_id
+        assert client_id is not None
+        await asyncio.to_thread(end_session, zookeeper.hosts, client_id)
+
+        # The doomed broker stops serving at once: its topic is unloaded, its bundle let go.
+        await eventually(lambda: topic.full_name not in service.topics, timeout=30)
+        assert service.ownership is not None
+        assert service.ownership.owned() == []
+
+        # Clients carry on through the broker that took the bundle over.
+        for i in range(10):
+            await producer.send(f"after-{i}".encode())
+            receipted.append(f"after-{i}".encode())
+        seen: set[bytes] = set()
+        async with asyncio.timeout(60):
+            while not set(receipted) <= seen:
+                message = await consumer.receive()
+                seen.add(message.data())
+                await consumer.acknowledge(message)
+        assert await grpc_lookup(survivor.grpc("internal"), topic) == survivor.answer("internal")
+        assert await grpc_lookup(doomed.grpc("internal"), topic) == survivor.answer("internal")

@@ -1,0 +1,143 @@
+"""Bundle ownership over the in-memory metadata store shared by two brokers' caches: the first
+asker owns a bundle, the other reads the owner, both agree when they race, a lost session lets
+the bundles go at once (and they are not taken back), and the owner data is Pulsar's JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+
+import pytest
+
+from pulsar_grpc.broker.cluster.ownership import (
+    NamespaceEphemeralData,
+    NotOwnerError,
+    OwnershipCache,
+    bundle_path,
+)
+from pulsar_grpc.broker.listeners import Endpoint, Listener
+from pulsar_grpc.broker.lookup import BrokerData
+from pulsar_grpc.broker.metadata import MemoryMetadataStore
+from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundle, TopicName
+from tests.waiting import eventually
+
+_TREES = itertools.count()
+
+
+def broker(port: int) -> NamespaceEphemeralData:
+    listeners = {
+        "internal": Listener(
+            "internal", {"grpc": Endpoint("127.0.0.1", port), "http": Endpoint("127.0.0.1", 8000)}
+        ),
+        "external": Listener("external", {"grpc+ssl": Endpoint("gw.example.com", port + 1)}),
+    }
+    return NamespaceEphemeralData.of(BrokerData(listeners, {"grpc": "{}"}), "internal")
+
+
+class Member:
+    def __init__(self, tree: str, port: int) -> None:
+        self.store = MemoryMetadataStore(tree)
+        self.lost: list[NamespaceBundle] = []
+        self.cache = OwnershipCache(self.store, broker(port), self.on_lost)
+
+    async def on_lost(self, bundles: list[NamespaceBundle]) -> None:
+        self.lost.extend(bundles)
+
+
+@pytest.fixture
+async def members() -> tuple[Member, Member]:
+    tree = f"ownership-{next(_TREES)}"
+    a, b = Member(tree, 6650), Member(tree, 6660)
+    policies = {"bundles": {"boundaries": ["0x00000000", "0x80000000", "0xffffffff"]}}
+    await a.store.put("/admin/policies/public/default", json.dumps(policies).encode())
+    yield a, b
+    await a.cache.close()
+    await b.cache.close()
+    await a.store.close()
+    await b.store.close()
+
+
+async def test_first_asker_owns_and_the_other_is_refused_naming_it(
+    members: tuple[Member, Member],
+) -> None:
+    a, b = members
+    topic = TopicName.get("t")
+    bundle = await a.cache.bundle_of(topic)
+    assert bundle.range_str in ("0x00000000_0x80000000", "0x80000000_0xffffffff")  # policies'
+    assert await a.cache.owner(bundle) is a.cache.me
+    assert a.cache.owns(bundle) and a.cache.owned() == [bundle]
+    assert await b.cache.owner(bundle) == a.cache.me
+    with pytest.raises(NotOwnerError) as refused:
+        await b.cache.check_owner(topic)
+    assert refused.value.owner == a.cache.me
+    assert await a.cache.check_owner(topic) == bundle
+
+
+async def test_racing_brokers_agree_on_one_owner(members: tuple[Member, Member]) -> None:
+    a, b = members
+    bundle = NamespaceBundle(DEFAULT_NAMESPACE, 0, 0x80000000)
+    seen_by_a, seen_by_b = await asyncio.gather(a.cache.owner(bundle), b.cache.owner(bundle))
+    assert seen_by_a == seen_by_b
+    assert a.cache.owns(bundle) != b.cache.owns(bundle)
+
+
+async def test_a_lost_session_lets_go_at_once_and_another_broker_takes_over(
+    members: tuple[Member, Member],
+) -> None:
+    a, b = members
+    first = NamespaceBundle(DEFAULT_NAMESPACE, 0, 0x80000000)
+    second = NamespaceBundle(DEFAULT_NAMESPACE, 0x80000000, 0xFFFFFFFF)
+    await a.cache.owner(first)
+    await a.cache.owner(second)
+    assert await b.cache.owner(first) == a.cache.me  # cached by b from now on
+    a.store.expire_session()
+    await eventually(lambda: sorted(a.lost, key=str) == [first, second])
+    assert a.cache.owned() == []
+    # b heard the node go (the store tells of deletions before the session events): its
+    # next lookup takes the bundle rather than naming a.
+    assert await b.cache.owner(first) is b.cache.me
+    for _ in range(10):  # let a's re-own pass (after SessionReestablished) read both nodes
+        await asyncio.sleep(0)
+    assert not a.cache.owns(first) and await a.cache.owner(first) == b.cache.me
+    assert not a.cache.owns(second)  # nobody asked: not re-taken behind the clients' back
+
+
+async def test_closing_lets_go_of_every_bundle(members: tuple[Member, Member]) -> None:
+    a, b = members
+    bundle = NamespaceBundle(DEFAULT_NAMESPACE, 0, 0x80000000)
+    await a.cache.owner(bundle)
+    await a.cache.close()  # the broker closed its topics; its session still lives
+    assert not await a.store.exists(bundle_path(bundle))
+    assert await b.cache.owner(bundle) is b.cache.me
+
+
+async def test_owner_data_is_pulsars_namespace_ephemeral_data(
+    members: tuple[Member, Member],
+) -> None:
+    a, _ = members
+    bundle = NamespaceBundle(DEFAULT_NAMESPACE, 0, 0x80000000)
+    await a.cache.owner(bundle)
+    node = await a.store.get(bundle_path(bundle))
+    assert node is not None
+    assert bundle_path(bundle) == "/namespace/public/default/0x00000000_0x80000000"
+    assert json.loads(node.value) == {
+        "nativeUrl": "grpc://127.0.0.1:6650",
+        "nativeUrlTls": None,
+        "httpUrl": "http://127.0.0.1:8000",
+        "httpUrlTls": None,
+        "disabled": False,
+        "advertisedListeners": {
+            "internal": {
+                "brokerServiceUrl": "grpc://127.0.0.1:6650",
+                "brokerHttpUrl": "http://127.0.0.1:8000",
+            },
+            "external": {"brokerServiceUrlTls": "grpc+ssl://gw.example.com:6651"},
+        },
+        "protocols": {"grpc": "{}"},
+    }
+    back = NamespaceEphemeralData.from_json(node.value)
+    assert back == a.cache.me
+    assert back.broker_data().listeners["external"].url("grpc+ssl") == (
+        "grpc+ssl://gw.example.com:6651"
+    )
