@@ -13,6 +13,7 @@ import pytest
 
 from pulsar_grpc.broker.cluster.load_report import LOADBALANCE_BROKERS_ROOT
 from pulsar_grpc.broker.metadata import ZooKeeperMetadataStore
+from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.client import Client
 from tests.support import BrokerThread
 from tests.waiting import eventually
@@ -139,8 +140,20 @@ async def test_producers_without_names_get_names_unique_across_brokers(
     brokers = [broker_factory(metadataStoreUrl=url, clusterName="c1") for _ in range(2)]
     names = []
     for broker in brokers:
+        # Topics whose bundles no other broker owns yet, so each broker serves (and names)
+        # its producers itself instead of sending the client to an owner.
+        assert broker.service is not None and broker.service.ownership is not None
+        ownership = broker.service.ownership
+        topics: list[str] = []
+        for i in range(100):
+            bundle = await broker.call(ownership.bundle_of(TopicName.get(f"t{i}")))
+            owner = await broker.call(ownership.owner(bundle))
+            if owner is ownership.me:
+                topics.append(f"t{i}")
+            if len(topics) == 2:
+                break
         async with Client(broker.service_url) as client:
-            for topic in ("t1", "t2"):
+            for topic in topics:
                 producer = await client.create_producer(topic)
                 names.append(producer.producer_name())
     assert len(set(names)) == len(names), names
