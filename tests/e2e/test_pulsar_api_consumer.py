@@ -243,7 +243,7 @@ async def test_an_undecodable_listing_request_is_invalid_argument(
 async def test_seek_to_a_message_of_one_partition_moves_only_that_partition(
     broker: BrokerThread,
 ) -> None:
-    topic = unique("api-seek-partition")
+    topic = unique("api-seek-one-of-two")
     await broker.call(broker.service.create_partitioned_topic(f"{NS}/{topic}", 2))
     async with Client(broker.service_url) as client:
         consumer = await client.subscribe(topic, "sub", initial_position=InitialPosition.Earliest)
