@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from pulsar_grpc.broker.errors import PersistenceError
-from pulsar_grpc.broker.ledger.store import CursorKey, EntryWrite
+from pulsar_grpc.broker.ledger.store import CursorKey, EntryWrite, LedgerStore
 
-__all__ = ["CommitFn", "GroupCommitter"]
+__all__ = ["CommitFn", "GroupCommittedStore", "GroupCommitter"]
 
 log = logging.getLogger(__name__)
 
@@ -71,3 +72,26 @@ class GroupCommitter:
                         fut.set_exception(PersistenceError(f"commit failed: {error}"))
         finally:
             self._task = None
+
+
+class GroupCommittedStore(LedgerStore):
+    """A LedgerStore whose appends go through a :class:`GroupCommitter` (every store today):
+    the append path, refused once the store is closed, is written once here."""
+
+    _committer: GroupCommitter
+
+    @property
+    @abstractmethod
+    def closed(self) -> bool:
+        """Whether close() has run: appends and reads are refused."""
+
+    def append(
+        self,
+        entries: Sequence[EntryWrite],
+        cursor_states: Mapping[CursorKey, bytes | None] | None = None,
+    ) -> asyncio.Future[None]:
+        if self.closed:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            fut.set_exception(PersistenceError("ledger store is closed"))
+            return fut
+        return self._committer.submit(entries, cursor_states or {})

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pulsar_grpc.broker.errors import PersistenceError
-from pulsar_grpc.broker.ledger.group_commit import GroupCommitter
+from pulsar_grpc.broker.ledger.group_commit import GroupCommittedStore, GroupCommitter
 from pulsar_grpc.broker.ledger.store import (
     CursorKey,
     EntrySpan,
     EntryWrite,
     LedgerStats,
-    LedgerStore,
 )
 
 __all__ = ["MemoryLedgerData", "MemoryLedgerStore"]
@@ -44,7 +43,7 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-class MemoryLedgerStore(LedgerStore):
+class MemoryLedgerStore(GroupCommittedStore):
     """LedgerStore over a :class:`MemoryLedgerData` (a fresh one unless given)."""
 
     def __init__(self, data: MemoryLedgerData | None = None) -> None:
@@ -56,16 +55,9 @@ class MemoryLedgerStore(LedgerStore):
         if self._state is _State.CLOSED:
             raise PersistenceError("ledger store is closed")
 
-    def append(
-        self,
-        entries: Sequence[EntryWrite],
-        cursor_states: Mapping[CursorKey, bytes | None] | None = None,
-    ) -> asyncio.Future[None]:
-        if self._state is _State.CLOSED:
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            fut.set_exception(PersistenceError("ledger store is closed"))
-            return fut
-        return self._committer.submit(entries, cursor_states or {})
+    @property
+    def closed(self) -> bool:
+        return self._state is _State.CLOSED
 
     async def _commit(
         self, entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]

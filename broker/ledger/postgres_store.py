@@ -23,19 +23,18 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import asyncpg
 
 from pulsar_grpc.broker.errors import PersistenceError
-from pulsar_grpc.broker.ledger.group_commit import GroupCommitter
+from pulsar_grpc.broker.ledger.group_commit import GroupCommittedStore, GroupCommitter
 from pulsar_grpc.broker.ledger.store import (
     CursorKey,
     EntrySpan,
     EntryWrite,
     LedgerStats,
-    LedgerStore,
 )
 
 __all__ = ["PostgresLedgerStore"]
@@ -111,7 +110,7 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-class PostgresLedgerStore(LedgerStore):
+class PostgresLedgerStore(GroupCommittedStore):
     """LedgerStore in the PostgreSQL database `dsn` names; `where` names it in messages."""
 
     def __init__(self, dsn: str, where: str, timeout: float = 10.0, pool_size: int = 4) -> None:
@@ -169,16 +168,9 @@ class PostgresLedgerStore(LedgerStore):
             reason = "no answer in time" if isinstance(e, TimeoutError) else str(e) or repr(e)
             raise PersistenceError(f"ledger store (PostgreSQL at {self._where}): {reason}") from e
 
-    def append(
-        self,
-        entries: Sequence[EntryWrite],
-        cursor_states: Mapping[CursorKey, bytes | None] | None = None,
-    ) -> asyncio.Future[None]:
-        if self._state is _State.CLOSED:
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            fut.set_exception(PersistenceError("ledger store is closed"))
-            return fut
-        return self._committer.submit(entries, cursor_states or {})
+    @property
+    def closed(self) -> bool:
+        return self._state is _State.CLOSED
 
     async def _commit(
         self, entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]

@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
 from pulsar_grpc.broker.errors import PersistenceError
-from pulsar_grpc.broker.ledger.group_commit import GroupCommitter
+from pulsar_grpc.broker.ledger.group_commit import GroupCommittedStore, GroupCommitter
 from pulsar_grpc.broker.ledger.store import (
     CursorKey,
     EntrySpan,
     EntryWrite,
     LedgerStats,
-    LedgerStore,
 )
 
 __all__ = ["SqliteLedgerStore"]
@@ -59,7 +58,7 @@ def _key(ledger_id: int, entry_id: int) -> int:
     return (ledger_id << _ENTRY_BITS) | entry_id
 
 
-class SqliteLedgerStore(LedgerStore):
+class SqliteLedgerStore(GroupCommittedStore):
     """LedgerStore in SQLite; `sync=True` fsyncs every commit (power-loss safe)."""
 
     def __init__(self, data_dir: Path, sync: bool = False) -> None:
@@ -92,16 +91,9 @@ class SqliteLedgerStore(LedgerStore):
         except (sqlite3.Error, OSError) as e:
             raise PersistenceError(f"ledger store failure: {e}") from e
 
-    def append(
-        self,
-        entries: Sequence[EntryWrite],
-        cursor_states: Mapping[CursorKey, bytes | None] | None = None,
-    ) -> asyncio.Future[None]:
-        if self._closed:
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            fut.set_exception(PersistenceError("ledger store is closed"))
-            return fut
-        return self._committer.submit(entries, cursor_states or {})
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     async def _commit(
         self, entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]
