@@ -11,7 +11,15 @@ import asyncio
 
 import pytest
 
-from pulsar_grpc.client import Consumer, Message, Producer, Reader, Timeout
+from pulsar_grpc.client import (
+    Client,
+    Consumer,
+    DeadLetterPolicy,
+    Message,
+    Producer,
+    Reader,
+    Timeout,
+)
 
 RECEIVE_MS = 5000  # a message that must arrive
 NOTHING_MS = 400  # bounded wait for "no (more) messages"
@@ -73,3 +81,20 @@ class LivePublisher:
         assert self._task is not None
         self._stop.set()
         self.sent = await self._task
+
+
+async def dead_letter_pair(client: Client, topic: str) -> tuple[Consumer, Consumer]:
+    """A reader of ``topic``'s dead-letter topic (Pulsar's ``<topic>-sub-DLQ``), subscribed
+    first so it sees everything, and a Shared consumer of subscription ``sub`` whose messages go
+    there after one redelivery (nacks redelivered after 100 ms)."""
+    full = f"persistent://public/default/{topic}"
+    dlq = await client.subscribe(f"{full}-sub-DLQ", "r", initial_position="Earliest")
+    consumer = await client.subscribe(
+        topic,
+        "sub",
+        "Shared",
+        initial_position="Earliest",
+        negative_ack_redelivery_delay_ms=100,
+        dead_letter_policy=DeadLetterPolicy(max_redeliver_count=1),
+    )
+    return dlq, consumer

@@ -9,11 +9,11 @@ import aiohttp
 import grpc
 import pytest
 
-from pulsar_grpc.client import Client, CompressionType, DeadLetterPolicy, InvalidMessage, Timeout
+from pulsar_grpc.client import Client, CompressionType, InvalidMessage, Timeout
 from pulsar_grpc.client._compression import compress_batch
 from pulsar_grpc.client._wire import encode_message
 from pulsargrpc.v1 import pulsar_pb2 as pb
-from tests.e2e.messaging import assert_nothing_more, receive_n
+from tests.e2e.messaging import assert_nothing_more, dead_letter_pair, receive_n
 from tests.e2e.wire import stub
 from tests.support import BrokerThread
 
@@ -212,17 +212,8 @@ async def test_a_dead_lettered_compressed_batch_moves_whole(broker: BrokerThread
     the dead-letter topic as it was: all its messages, still readable, without the origin
     properties an uncompressed batch's messages get."""
     topic = "zip-dlq"
-    full = f"persistent://public/default/{topic}"
     async with Client(broker.service_url) as client:
-        dlq = await client.subscribe(f"{full}-sub-DLQ", "r", initial_position="Earliest")
-        consumer = await client.subscribe(
-            topic,
-            "sub",
-            "Shared",
-            initial_position="Earliest",
-            negative_ack_redelivery_delay_ms=100,
-            dead_letter_policy=DeadLetterPolicy(max_redeliver_count=1),
-        )
+        dlq, consumer = await dead_letter_pair(client, topic)
         producer = await client.create_producer(
             topic,
             compression_type=CompressionType.LZ4,

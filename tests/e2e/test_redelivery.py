@@ -15,6 +15,7 @@ from tests.e2e.messaging import (
     RECEIVE_MS,
     LivePublisher,
     assert_nothing_more,
+    dead_letter_pair,
     receive_n,
 )
 from tests.support import BrokerThread
@@ -180,17 +181,8 @@ async def test_dead_letter_of_a_partly_acked_batch_carries_only_the_unacked_mess
     broker: BrokerThread,
 ) -> None:
     topic = "dlq-batch"
-    full = f"persistent://public/default/{topic}"
     async with Client(broker.service_url) as client:
-        dlq = await client.subscribe(f"{full}-sub-DLQ", "r", initial_position="Earliest")
-        consumer = await client.subscribe(
-            topic,
-            "sub",
-            "Shared",
-            initial_position="Earliest",
-            negative_ack_redelivery_delay_ms=100,
-            dead_letter_policy=DeadLetterPolicy(max_redeliver_count=1),
-        )
+        dlq, consumer = await dead_letter_pair(client, topic)
         producer = await client.create_producer(
             topic, batching_max_messages=3, batching_max_publish_delay_ms=10_000
         )
