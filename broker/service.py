@@ -22,7 +22,11 @@ from urllib.parse import unquote
 from pulsar_grpc.broker.cluster import is_cluster_store
 from pulsar_grpc.broker.cluster.id_generator import PRODUCER_NAME_PATH, DistributedIdGenerator
 from pulsar_grpc.broker.cluster.load_report import LoadReporter
-from pulsar_grpc.broker.cluster.ownership import NamespaceEphemeralData, OwnershipCache
+from pulsar_grpc.broker.cluster.ownership import (
+    POLICIES_ROOT,
+    NamespaceEphemeralData,
+    OwnershipCache,
+)
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 from pulsar_grpc.broker.data_lock import DataDirectoryLock
 from pulsar_grpc.broker.errors import (
@@ -46,7 +50,6 @@ from pulsar_grpc.broker.web import WebService
 
 log = logging.getLogger(__name__)
 
-POLICIES_ROOT = "/admin/policies"
 PARTITIONED_ROOT = "/admin/partitioned-topics"
 
 
@@ -173,10 +176,7 @@ class BrokerService:
         while self.topics:
             futures = list(self.topics.values())
             self.topics.clear()
-            await asyncio.wait(futures)
-            for future in futures:
-                if not future.cancelled() and future.exception() is None:
-                    await future.result().close()
+            await _close_when_loaded(futures)
 
     def check_open(self) -> None:
         """Refuse a request once the broker is closing, with a status clients retry (on this
@@ -238,10 +238,7 @@ class BrokerService:
         ]
         if closing:
             log.info("unloading %d topics of %d lost bundles", len(closing), len(bundles))
-            await asyncio.wait(closing)
-        for future in closing:
-            if not future.cancelled() and future.exception() is None:
-                await future.result().close()
+            await _close_when_loaded(closing)
 
     def internal_urls(self) -> LookupResult:
         """This broker's addresses on the internal listener (what `standalone` prints)."""
@@ -420,3 +417,12 @@ class BrokerService:
 
     def loaded_topics(self) -> list[PersistentTopic]:
         return [f.result() for f in self.topics.values() if f.done() and f.exception() is None]
+
+
+async def _close_when_loaded(futures: list[asyncio.Future[PersistentTopic]]) -> None:
+    """Close the topics of ``futures`` (not empty) once they have loaded; those that failed to
+    load have nothing to close."""
+    await asyncio.wait(futures)
+    for future in futures:
+        if not future.cancelled() and future.exception() is None:
+            await future.result().close()

@@ -6,10 +6,27 @@ A broker is a cluster member when its metadataStoreUrl names a store other broke
 
 from __future__ import annotations
 
-from pulsar_grpc.broker.listeners import HTTP, HTTPS, BindAddress, ListenerConfig
+from pulsar_grpc.broker.listeners import (
+    GRPC,
+    GRPC_TLS,
+    HTTP,
+    HTTPS,
+    BindAddress,
+    Listener,
+    ListenerConfig,
+)
 from pulsar_grpc.broker.metadata.factory import StoreKind, parse_metadata_store_url
 
-__all__ = ["broker_id", "is_cluster_store"]
+__all__ = ["LISTENER_FIELDS", "advertised_listener", "broker_id", "is_cluster_store"]
+
+# Pulsar's AdvertisedListener field names, and the listener scheme each one carries (this
+# product's broker service URL is its gRPC address).
+LISTENER_FIELDS = {
+    "brokerServiceUrl": GRPC,
+    "brokerServiceUrlTls": GRPC_TLS,
+    "brokerHttpUrl": HTTP,
+    "brokerHttpsUrl": HTTPS,
+}
 
 
 def is_cluster_store(metadata_store_url: str) -> bool:
@@ -33,3 +50,11 @@ def broker_id(
         internal = listeners.listeners[listeners.internal_listener_name]
         host = next(iter(internal.urls.values())).host
     return f"{host}:{port}"
+
+
+def advertised_listener(listener: Listener) -> dict[str, str]:
+    """A listener as Pulsar's AdvertisedListener JSON (the URLs it has), as both the load
+    report and the ownership data carry it."""
+    return {
+        field: url for field, scheme in LISTENER_FIELDS.items() if (url := listener.url(scheme))
+    }

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from pulsar_grpc.broker.cluster import broker_id
+from pulsar_grpc.broker.cluster import advertised_listener, broker_id
 from pulsar_grpc.broker.config import ServiceConfiguration
-from pulsar_grpc.broker.listeners import GRPC, GRPC_TLS, HTTP, HTTPS, Listener
+from pulsar_grpc.broker.listeners import GRPC, GRPC_TLS, HTTP, HTTPS
 from pulsar_grpc.broker.metadata import (
     CreateOption,
     MetadataNotFoundError,
@@ -140,17 +140,6 @@ class SystemUsage:
         }
 
 
-def _listener_json(listener: Listener) -> dict[str, str]:
-    """Pulsar's AdvertisedListener fields (the broker service URLs are the gRPC ones here)."""
-    fields = {
-        "brokerServiceUrl": listener.url(GRPC),
-        "brokerServiceUrlTls": listener.url(GRPC_TLS),
-        "brokerHttpUrl": listener.url(HTTP),
-        "brokerHttpsUrl": listener.url(HTTPS),
-    }
-    return {name: url for name, url in fields.items() if url}
-
-
 class LoadReporter:
     """Keeps this broker's load-report node; :meth:`start` writes it, :meth:`close` removes it."""
 
@@ -187,7 +176,7 @@ class LoadReporter:
             "persistentTopicsEnabled": True,
             "nonPersistentTopicsEnabled": False,
             "advertisedListeners": {
-                name: _listener_json(listener) for name, listener in data.listeners.items()
+                name: advertised_listener(listener) for name, listener in data.listeners.items()
             },
             "protocols": dict(data.protocols),
             "brokerVersionString": _version(),

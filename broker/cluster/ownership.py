@@ -19,6 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from pulsar_grpc.broker.cluster import LISTENER_FIELDS, advertised_listener
 from pulsar_grpc.broker.errors import ServiceNotReadyError
 from pulsar_grpc.broker.listeners import GRPC, GRPC_TLS, HTTP, HTTPS, Endpoint, Listener
 from pulsar_grpc.broker.lookup import BrokerData
@@ -45,15 +46,6 @@ log = logging.getLogger(__name__)
 
 OWNERSHIP_ROOT = "/namespace"
 POLICIES_ROOT = "/admin/policies"
-
-# Pulsar's AdvertisedListener field names, and the listener scheme each one carries (this
-# product's broker service URL is its gRPC address).
-_LISTENER_FIELDS = {
-    "brokerServiceUrl": GRPC,
-    "brokerServiceUrlTls": GRPC_TLS,
-    "brokerHttpUrl": HTTP,
-    "brokerHttpsUrl": HTTPS,
-}
 
 
 def bundle_path(bundle: NamespaceBundle) -> str:
@@ -82,8 +74,7 @@ class NamespaceEphemeralData:
             http_url=internal.url(HTTP),
             http_url_tls=internal.url(HTTPS),
             advertised_listeners={
-                name: {f: url for f, scheme in _LISTENER_FIELDS.items() if (url := lst.url(scheme))}
-                for name, lst in data.listeners.items()
+                name: advertised_listener(lst) for name, lst in data.listeners.items()
             },
             protocols=dict(data.protocols),
         )
@@ -121,9 +112,9 @@ class NamespaceEphemeralData:
             name: Listener(
                 name,
                 {
-                    _LISTENER_FIELDS[f]: _endpoint(url)
+                    LISTENER_FIELDS[f]: _endpoint(url)
                     for f, url in urls.items()
-                    if f in _LISTENER_FIELDS
+                    if f in LISTENER_FIELDS
                 },
             )
             for name, urls in self.advertised_listeners.items()

@@ -103,10 +103,6 @@ class SessionEvent(enum.Enum):
     # session presumed lost may turn out to be still there: an owner reads before it writes).
     SESSION_REESTABLISHED = "SessionReestablished"
 
-    @property
-    def is_connected(self) -> bool:
-        return self in (SessionEvent.RECONNECTED, SessionEvent.SESSION_REESTABLISHED)
-
 
 NotificationListener = Callable[[Notification], None]
 SessionListener = Callable[[SessionEvent], None]
