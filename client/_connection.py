@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import TypeVar
 
-from ._errors import PulsarError, is_retryable, is_retryable_at_creation
+from ._errors import PulsarException, is_retryable, is_retryable_at_creation
 
 T = TypeVar("T")
 
@@ -83,7 +83,7 @@ async def retry_creation(
     while True:
         try:
             return await attempt()
-        except PulsarError as exc:
+        except PulsarException as exc:
             # Sent on to the topic's owner: look up again at once (once in a row: two brokers
             # naming each other while ownership moves must not spin).
             followed = bool(exc.owner_url) and not followed
@@ -107,7 +107,7 @@ class ConnectionHandler:
     """The state of one handle and its reconnect loop.
 
     ``reopen`` opens a new stream (fresh lookup included) and makes it the handle's current
-    one, raising a :class:`PulsarError` when it cannot; ``give_up`` fails the handle with a
+    one, raising a :class:`PulsarException` when it cannot; ``give_up`` fails the handle with a
     non-retryable error. ``clock_sleep`` is ``asyncio.sleep`` unless a test drives time.
     """
 
@@ -116,7 +116,7 @@ class ConnectionHandler:
         name: str,
         backoff: Backoff,
         reopen: Callable[[], Awaitable[None]],
-        give_up: Callable[[PulsarError], None],
+        give_up: Callable[[PulsarException], None],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.name = name
@@ -148,7 +148,7 @@ class ConnectionHandler:
         self.backoff.reset()
         self._set(HandleState.READY)
 
-    def lost(self, error: PulsarError) -> None:
+    def lost(self, error: PulsarException) -> None:
         """The current stream ended with ``error``: reconnect if it is retryable."""
         if self._state is not HandleState.READY:
             return
@@ -199,7 +199,7 @@ class ConnectionHandler:
                 return
             try:
                 await self.reopen()
-            except PulsarError as exc:
+            except PulsarException as exc:
                 at_once = exc.owner_url is not None and not followed  # once in a row
                 if not is_retryable(exc, reconnecting=True):
                     log.warning("%s: reconnect refused for good: %s", self.name, exc.message)

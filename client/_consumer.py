@@ -22,7 +22,7 @@ from ._errors import (
     AlreadyClosed,
     CumulativeAcknowledgementNotAllowedError,
     InvalidConfiguration,
-    PulsarError,
+    PulsarException,
     Timeout,
 )
 from ._message import Message, MessageId, TopicMessageId
@@ -201,7 +201,7 @@ class Consumer:
         # Weak: a stream must not keep a consumer the application dropped alive.
         drop_failed = weakref.WeakMethod(self._drop_failed)
 
-        def on_failed(stream: PartitionConsumer, error: PulsarError) -> None:
+        def on_failed(stream: PartitionConsumer, error: PulsarException) -> None:
             method = drop_failed()
             if method is not None:
                 method(stream, error)
@@ -214,7 +214,7 @@ class Consumer:
             on_failed if self._config.topic_ids else None,
         )
 
-    def _drop_failed(self, stream: PartitionConsumer, error: PulsarError) -> None:
+    def _drop_failed(self, stream: PartitionConsumer, error: PulsarException) -> None:
         """A stream of a multi-topic consumer failed for good: forget it and what it queued
         (unacked, so the broker redelivers it if the topic comes back)."""
         if self._closed or isinstance(error, AlreadyClosed):
@@ -338,7 +338,7 @@ class Consumer:
                 message = await self._queue.get(remaining)
             except Timeout:
                 break
-            except PulsarError:  # closed or failed: hand out what was taken, raise next time
+            except PulsarException:  # closed or failed: hand out what was taken, raise next time
                 if batch:
                     break
                 raise
@@ -481,7 +481,7 @@ class Consumer:
             await self._listening.wait()
             try:
                 message = await self.receive()
-            except PulsarError:  # closed, or failed for good: receive() would say so
+            except PulsarException:  # closed, or failed for good: receive() would say so
                 return
             await self._listening.wait()  # paused while waiting: hold it until resumed
             try:

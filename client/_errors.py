@@ -33,6 +33,8 @@ from typing import Any, ClassVar, Protocol
 
 import grpc
 
+from pulsargrpc.v1 import pulsar_pb2 as pb
+
 ERROR_CODE_KEY = "pulsar-error-code"
 # A call refused because another broker owns the topic names the owner's gRPC addresses
 # (docs/protocol.md): the client looks the topic up again at once instead of backing off.
@@ -91,38 +93,6 @@ class Result(IntEnum):
     Interrupted = 45
 
 
-class ServerError(IntEnum):
-    """Pulsar's ServerError numbers (the wire contract's ``ServerError`` enum), as they arrive
-    in ``pulsar-error-code``."""
-
-    UnknownError = 0
-    MetadataError = 1
-    PersistenceError = 2
-    AuthenticationError = 3
-    AuthorizationError = 4
-    ConsumerBusy = 5
-    ServiceNotReady = 6
-    ProducerBlockedQuotaExceededError = 7
-    ProducerBlockedQuotaExceededException = 8
-    ChecksumError = 9
-    UnsupportedVersionError = 10
-    TopicNotFound = 11
-    SubscriptionNotFound = 12
-    ConsumerNotFound = 13
-    TooManyRequests = 14
-    TopicTerminatedError = 15
-    ProducerBusy = 16
-    InvalidTopicName = 17
-    IncompatibleSchema = 18
-    ConsumerAssignError = 19
-    TransactionCoordinatorNotFound = 20
-    InvalidTxnStatus = 21
-    NotAllowedError = 22
-    TransactionConflict = 23
-    TransactionNotFound = 24
-    ProducerFenced = 25
-
-
 class PulsarException(Exception):
     """Base of every client error, as in pulsar-client.
 
@@ -139,7 +109,7 @@ class PulsarException(Exception):
     def __init__(
         self,
         message: str,
-        code: int = ServerError.UnknownError,
+        code: int = pb.UnknownError,
         status: grpc.StatusCode | None = None,
     ) -> None:
         super().__init__(message)
@@ -437,31 +407,31 @@ NotAllowed = NotAllowedError
 
 # ServerError -> exception, as Pulsar's C++ client maps them (ClientConnection::getResult).
 _BY_CODE: dict[int, type[PulsarException]] = {
-    ServerError.MetadataError: BrokerMetadataError,
-    ServerError.PersistenceError: BrokerPersistenceError,
-    ServerError.AuthenticationError: AuthenticationError,
-    ServerError.AuthorizationError: AuthorizationError,
-    ServerError.ConsumerBusy: ConsumerBusy,
-    ServerError.ServiceNotReady: ServiceUnitNotReady,
-    ServerError.ProducerBlockedQuotaExceededError: ProducerBlockedQuotaExceededError,
-    ServerError.ProducerBlockedQuotaExceededException: ProducerBlockedQuotaExceededException,
-    ServerError.ChecksumError: ChecksumError,
-    ServerError.UnsupportedVersionError: UnsupportedVersionError,
-    ServerError.TopicNotFound: TopicNotFound,
-    ServerError.SubscriptionNotFound: SubscriptionNotFound,
-    ServerError.ConsumerNotFound: ConsumerNotFound,
-    ServerError.TooManyRequests: TooManyLookupRequestException,
-    ServerError.TopicTerminatedError: TopicTerminated,
-    ServerError.ProducerBusy: ProducerBusy,
-    ServerError.InvalidTopicName: InvalidTopicName,
-    ServerError.IncompatibleSchema: IncompatibleSchema,
-    ServerError.ConsumerAssignError: ConsumerAssignError,
-    ServerError.TransactionCoordinatorNotFound: TransactionCoordinatorNotFoundError,
-    ServerError.InvalidTxnStatus: InvalidTxnStatusError,
-    ServerError.NotAllowedError: NotAllowedError,
-    ServerError.TransactionConflict: TransactionConflict,
-    ServerError.TransactionNotFound: TransactionNotFound,
-    ServerError.ProducerFenced: ProducerFenced,
+    pb.MetadataError: BrokerMetadataError,
+    pb.PersistenceError: BrokerPersistenceError,
+    pb.AuthenticationError: AuthenticationError,
+    pb.AuthorizationError: AuthorizationError,
+    pb.ConsumerBusy: ConsumerBusy,
+    pb.ServiceNotReady: ServiceUnitNotReady,
+    pb.ProducerBlockedQuotaExceededError: ProducerBlockedQuotaExceededError,
+    pb.ProducerBlockedQuotaExceededException: ProducerBlockedQuotaExceededException,
+    pb.ChecksumError: ChecksumError,
+    pb.UnsupportedVersionError: UnsupportedVersionError,
+    pb.TopicNotFound: TopicNotFound,
+    pb.SubscriptionNotFound: SubscriptionNotFound,
+    pb.ConsumerNotFound: ConsumerNotFound,
+    pb.TooManyRequests: TooManyLookupRequestException,
+    pb.TopicTerminatedError: TopicTerminated,
+    pb.ProducerBusy: ProducerBusy,
+    pb.InvalidTopicName: InvalidTopicName,
+    pb.IncompatibleSchema: IncompatibleSchema,
+    pb.ConsumerAssignError: ConsumerAssignError,
+    pb.TransactionCoordinatorNotFound: TransactionCoordinatorNotFoundError,
+    pb.InvalidTxnStatus: InvalidTxnStatusError,
+    pb.NotAllowedError: NotAllowedError,
+    pb.TransactionConflict: TransactionConflict,
+    pb.TransactionNotFound: TransactionNotFound,
+    pb.ProducerFenced: ProducerFenced,
 }
 
 # Without a specific ServerError the status decides; the rest is UnknownError.
@@ -527,7 +497,7 @@ def error_from_rpc(err: RpcErrorLike) -> PulsarException:
         cls = _BY_CODE[code]
     else:
         cls = _BY_STATUS.get(status, UnknownError)
-    error = cls(message, code if code is not None else ServerError.UnknownError, status)
+    error = cls(message, code if code is not None else pb.UnknownError, status)
     error.owner_url = _owner_url(err.trailing_metadata())
     return error
 

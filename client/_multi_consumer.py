@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ._errors import InvalidTopicName, PulsarError
+from ._errors import InvalidTopicName, PulsarException
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class PatternWatcher:
             await asyncio.sleep(self._period_s)
             try:
                 changes = await self.check()
-            except PulsarError as exc:
+            except PulsarException as exc:
                 log.warning("pattern %s: topic discovery failed: %s", self._pattern.regex, exc)
                 continue
             if changes.added:

@@ -27,7 +27,7 @@ from ._connection import (
 from ._errors import (
     AlreadyClosed,
     ConnectError,
-    PulsarError,
+    PulsarException,
     Timeout,
     error_from_code,
     is_retryable,
@@ -35,6 +35,7 @@ from ._errors import (
 from ._flow import PermitTracker
 from ._message import Message, MessageId, messages_of_entry
 from ._stream import (
+    CLOSE_GRACE_S,
     Connect,
     Params,
     StreamCall,
@@ -44,8 +45,8 @@ from ._stream import (
     open_expecting,
 )
 
-_CLOSE_GRACE_S = 2.0
-_MAX_LONG = 2**63 - 1
+# Seeking to "latest" is seeking to a publish time after every message (Java's Long.MAX_VALUE).
+_AFTER_EVERY_MESSAGE_MS = 2**63 - 1
 
 
 class MessageQueue:
@@ -58,7 +59,7 @@ class MessageQueue:
     def __init__(self) -> None:
         self._items: deque[Message] = deque()
         self._nonempty = asyncio.Event()
-        self._error: PulsarError | None = None
+        self._error: PulsarException | None = None
         self.waiting = 0  # receivers waiting for a message (zero-queue consumers ask anew)
 
     def __len__(self) -> int:
@@ -75,7 +76,7 @@ class MessageQueue:
         self._items.appendleft(message)
         self._nonempty.set()
 
-    def fail(self, error: PulsarError) -> None:
+    def fail(self, error: PulsarException) -> None:
         """Make receivers raise ``error`` once the queue is empty (first error wins)."""
         if self._error is None:
             self._error = error
@@ -152,7 +153,7 @@ class PartitionConsumer:
         queue: MessageQueue,
         topic: str,
         partition: int = -1,
-        on_failed: Callable[[PartitionConsumer, PulsarError], None] | None = None,
+        on_failed: Callable[[PartitionConsumer, PulsarException], None] | None = None,
     ) -> None:
         self.config = config
         self.partition = partition
@@ -179,7 +180,7 @@ class PartitionConsumer:
         # its start position (the one it was created with, or the one it last sought).
         self._last_dequeued: Message | None = None
         self._start = (config.start_message_id, config.start_inclusive)
-        self._error: PulsarError | None = None
+        self._error: PulsarException | None = None
         # Zero-queue consumers: whether a receive() waits for the one message it asked for
         # (asked again on a new stream, whose permits start at zero).
         self._wants_one = False
@@ -331,7 +332,7 @@ class PartitionConsumer:
             await self._writer.close()
         if self._reader is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._reader), _CLOSE_GRACE_S)
+                await asyncio.wait_for(asyncio.shield(self._reader), CLOSE_GRACE_S)
         self._fail(AlreadyClosed("the consumer is closed"))
 
     def on_response(self, response: pb.ConsumeResponse) -> None:
@@ -423,7 +424,7 @@ class PartitionConsumer:
         finally:
             self._requests.pop(request_id, None)
 
-    def _lost(self, call: StreamCall, error: PulsarError) -> None:
+    def _lost(self, call: StreamCall, error: PulsarException) -> None:
         """A stream ended: reconnect (retryable error) or fail (not retryable)."""
         if call is not self._call or self.connection.state is not HandleState.READY:
             return  # an older stream, already replaced; or close() is ending this one
@@ -445,14 +446,14 @@ class PartitionConsumer:
         cancel_stream(self._reader, self._writer, self._call)
         self._reader = self._writer = self._call = None
 
-    def _fail_requests(self, error: PulsarError) -> None:
+    def _fail_requests(self, error: PulsarException) -> None:
         """Requests waiting for an answer get ``error``: none will come."""
         for future in self._requests.values():
             if not future.done():
                 future.set_exception(error)
         self._requests.clear()
 
-    def _fail(self, error: PulsarError) -> None:
+    def _fail(self, error: PulsarException) -> None:
         """Close for good: requests and receivers get ``error`` (first error wins)."""
         if self._error is None:
             self._error = error
@@ -492,5 +493,5 @@ def seek_request(target: MessageId | int, request_id: int) -> pb.Seek:
     if target == MessageId.earliest:
         return pb.Seek(publish_time=0, request_id=request_id)
     if target == MessageId.latest:
-        return pb.Seek(publish_time=_MAX_LONG, request_id=request_id)
+        return pb.Seek(publish_time=_AFTER_EVERY_MESSAGE_MS, request_id=request_id)
     return pb.Seek(message_id=target.to_proto(), request_id=request_id)

@@ -48,6 +48,7 @@ from ._errors import (
 from ._message import MessageId, ids_of_receipt
 from ._routing import Router
 from ._stream import (
+    CLOSE_GRACE_S,
     Connect,
     Params,
     StreamCall,
@@ -57,9 +58,6 @@ from ._stream import (
     open_expecting,
 )
 from ._wire import encode_message
-
-# How long close() gives the broker to end the stream after the last receipt.
-_CLOSE_GRACE_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +285,7 @@ class PartitionProducer:
             await self._writer.close()
         if self._reader is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._reader), _CLOSE_GRACE_S)
+                await asyncio.wait_for(asyncio.shield(self._reader), CLOSE_GRACE_S)
         self._fail(AlreadyClosed("the producer is closed"))
 
     def _lost(self, call: StreamCall, error: PulsarException) -> None:

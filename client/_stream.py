@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from ._errors import ConnectError, PulsarError, Timeout, error_from_rpc
+from ._errors import ConnectError, PulsarException, Timeout, error_from_rpc
 
 Metadata = tuple[tuple[str, str], ...]
 
@@ -70,13 +70,18 @@ async def open_expecting(
     return call, getattr(response, first)
 
 
-def as_pulsar_error(exc: BaseException) -> PulsarError:
+def as_pulsar_error(exc: BaseException) -> PulsarException:
     """The client error for anything a stream raised."""
-    if isinstance(exc, PulsarError):
+    if isinstance(exc, PulsarException):
         return exc
     if isinstance(exc, grpc.aio.AioRpcError):
         return error_from_rpc(exc)
     return ConnectError(f"stream failed: {exc!r}")
+
+
+# How long close() gives the broker to end a stream after half-closing it (the last receipt
+# or acks are on their way): producers and consumers alike.
+CLOSE_GRACE_S = 2.0
 
 
 def cancel_stream(
@@ -101,7 +106,7 @@ class StreamWriter:
 
     _DONE = object()
 
-    def __init__(self, call: StreamCall, on_error: Callable[[PulsarError], None]) -> None:
+    def __init__(self, call: StreamCall, on_error: Callable[[PulsarException], None]) -> None:
         self._call = call
         self._on_error = on_error
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
