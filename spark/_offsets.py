@@ -96,10 +96,6 @@ class Range:
     until: str  # an id
     until_inclusive: bool = True
 
-    def start(self) -> tuple[MessageId, bool]:
-        """Where the task's reader starts: (id, inclusive)."""
-        return reader_start(self.after)
-
     def end_key(self) -> Key:
         return key(parse_id(self.until))
 

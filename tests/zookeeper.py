@@ -24,19 +24,14 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from tests.faultproxy import free_port
+
 JAR = Path("/usr/share/java/zookeeper.jar")  # its manifest names the jars it needs
 # slf4j's simple binding: the server logs to stderr (our log file) instead of nowhere.
 LOGGING_JAR = Path("/usr/share/java/slf4j-simple.jar")
 TICK_MS = 100
 MIN_SESSION_TIMEOUT_MS = 2 * TICK_MS
 MAX_SESSION_TIMEOUT_MS = 60_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class ZooKeeperServer:

@@ -59,6 +59,7 @@ async def test_broker_joins_the_cluster_on_zookeeper_and_leaves_on_sigterm(
         f"dataDirectory={tmp_path / 'data'}\n"
         "grpcServicePort=0\nwebServicePort=0\n"
     )
+    store = await ZooKeeperMetadataStore.connect(zookeeper.hosts, zk_chroot)
     process = await asyncio.create_subprocess_exec(
         *broker_command(config),
         cwd=ROOT,
@@ -66,13 +67,19 @@ async def test_broker_joins_the_cluster_on_zookeeper_and_leaves_on_sigterm(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    store = await ZooKeeperMetadataStore.connect(zookeeper.hosts, zk_chroot)
+    drain: asyncio.Task[bytes] | None = None
     try:
         assert process.stdout is not None
+        output = process.stdout
         lines = []
-        while not (match := READY.search(line := (await process.stdout.readline()).decode())):
+
+        async def next_line() -> str:
+            return (await asyncio.wait_for(output.readline(), 60)).decode()
+
+        while not (match := READY.search(line := await next_line())):
             lines.append(line)
             assert line, "the broker did not start:\n" + "".join(lines)
+        drain = asyncio.create_task(output.read())  # what it logs later cannot fill the pipe
         http_port = match.group(2).rsplit(":", 1)[1]
         assert await store.get_children(LOADBALANCE_BROKERS_ROOT) == [f"127.0.0.1:{http_port}"]
         found = await store.get(f"{LOADBALANCE_BROKERS_ROOT}/127.0.0.1:{http_port}")
@@ -85,6 +92,8 @@ async def test_broker_joins_the_cluster_on_zookeeper_and_leaves_on_sigterm(
         if process.returncode is None:
             process.kill()
             await process.wait()
+        if drain is not None:
+            await drain
         await store.close()
 
 

@@ -6,7 +6,6 @@ One SparkSession for all Spark tests (tests/e2e/conftest.py); a fresh broker per
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,15 +16,12 @@ from pyspark.sql import functions as F
 import pulsar_grpc.spark as pulsar_grpc_spark
 from pulsar_grpc.client import MessageId, SyncClient
 from pulsar_grpc.spark import _admin
+from tests.e2e.sparkcheck import fresh_topic, oid
 from tests.support import BrokerThread
 
 FMT = pulsar_grpc_spark.FORMAT
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _topic(name: str) -> str:
-    return f"persistent://public/default/{name}-{time.time_ns() % 10**9}"
 
 
 def produce(
@@ -58,14 +54,10 @@ def reader(session: SparkSession, broker: BrokerThread, **options: str):  # type
     return r
 
 
-def oid(mid: MessageId, partition: int) -> str:
-    return f"{mid.ledger_id}:{mid.entry_id}:{mid.batch_index}:{partition}"
-
-
 def test_batch_read_with_starting_and_ending_offsets(
     session: SparkSession, broker: BrokerThread
 ) -> None:
-    topic = _topic("batch")
+    topic = fresh_topic("batch")
     _admin.create_partitioned_topic(broker.http_url, topic, 2)
     ids0 = produce(broker, f"{topic}-partition-0", 10, 0)
     ids1 = produce(broker, f"{topic}-partition-1", 6, 100)
@@ -103,7 +95,7 @@ def test_batch_read_with_starting_and_ending_offsets(
 def test_streaming_available_now_restarts_exactly(
     session: SparkSession, broker: BrokerThread, tmp_path: Path
 ) -> None:
-    topic = _topic("stream")
+    topic = fresh_topic("stream")
     _admin.create_partitioned_topic(broker.http_url, topic, 2)
     produce(broker, topic, 10, 0)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
@@ -140,7 +132,7 @@ def test_streaming_available_now_restarts_exactly(
 def test_batch_and_streaming_write_read_back(
     session: SparkSession, broker: BrokerThread, tmp_path: Path
 ) -> None:
-    target = _topic("write")
+    target = fresh_topic("write")
     df = session.range(0, 50).select(
         F.concat(F.lit("v"), F.col("id").cast("string")).alias("value"),
         (F.col("id") % 5).cast("string").alias("key"),
@@ -156,7 +148,7 @@ def test_batch_and_streaming_write_read_back(
     assert all(r.properties["n"] == r.value.decode()[1:] for r in rows)
 
     # Streaming: copy the topic into another through the sink.
-    copy = _topic("copy")
+    copy = fresh_topic("copy")
     query = (
         session.readStream.format(FMT)
         .option("service.url", broker.service_url)
@@ -184,7 +176,7 @@ def test_write_broker_error_fails_the_job(
     df = session.range(0, 3).select(F.expr("repeat('x', 4096)").alias("value"))
     with pytest.raises(Exception, match=r"writing to .*big.* failed: MessageTooBig"):
         df.write.format(FMT).option("service.url", small.service_url).option(
-            "topic", _topic("big")
+            "topic", fresh_topic("big")
         ).mode("append").save()
 
 
@@ -195,7 +187,7 @@ def test_loadtest_produces_and_reads_back(
 
     args = loadtest.parse_args(
         ["--service-url", broker.service_url, "--admin-url", broker.http_url,
-         "--topic", _topic("load"), "--partitions", "2", "--producers", "2",
+         "--topic", fresh_topic("load"), "--partitions", "2", "--producers", "2",
          "--messages", "2001", "--size", "64"]
     )  # fmt: skip
     produce, read = loadtest.run(session, args)

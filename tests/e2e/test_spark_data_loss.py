@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from pyspark.sql import SparkSession
 
 import pulsar_grpc.spark as pulsar_grpc_spark
 from pulsar_grpc.client import MessageId, SyncClient, Timeout
+from tests.e2e.sparkcheck import fresh_topic, oid
 from tests.support import BrokerThread
 from tests.waiting import eventually_sync
 
@@ -33,14 +33,6 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture
 def trimming_broker(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
     return broker_factory(managedLedgerMaxEntriesPerLedger=ENTRIES_PER_LEDGER)
-
-
-def _topic(name: str) -> str:
-    return f"persistent://public/default/{name}-{time.time_ns() % 10**9}"
-
-
-def oid(mid: MessageId) -> str:
-    return f"{mid.ledger_id}:{mid.entry_id}:{mid.batch_index}:-1"  # non-partitioned topic
 
 
 def produce(broker: BrokerThread, topic: str, start: int, count: int) -> list[MessageId]:
@@ -94,7 +86,7 @@ def batch(session: SparkSession, broker: BrokerThread, topic: str, start: str, f
 def test_batch_read_from_trimmed_offset(
     session: SparkSession, trimming_broker: BrokerThread
 ) -> None:
-    broker, topic = trimming_broker, _topic("loss-batch")
+    broker, topic = trimming_broker, fresh_topic("loss-batch")
     # No durable cursor at all: every ledger the producer closes is consumed and trimmed.
     ids = produce(broker, topic, 0, 42)
     assert [i.ledger_id for i in ids[:6]] == [ids[0].ledger_id] * 5 + [ids[5].ledger_id]
@@ -123,7 +115,7 @@ def test_batch_read_from_trimmed_offset(
 def test_streaming_restart_from_trimmed_checkpoint(
     session: SparkSession, trimming_broker: BrokerThread, tmp_path: Path
 ) -> None:
-    broker, topic = trimming_broker, _topic("loss-stream")
+    broker, topic = trimming_broker, fresh_topic("loss-stream")
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     with SyncClient(broker.service_url) as client:
         # A durable subscription holds every ledger until it acknowledges.

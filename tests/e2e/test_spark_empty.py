@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 import pulsar_grpc.spark as pulsar_grpc_spark
 from pulsar_grpc.client import MessageId, SyncClient, Timeout
 from pulsar_grpc.spark import _admin
+from tests.e2e.sparkcheck import fresh_topic, last_line, oid
 from tests.support import BrokerThread
 from tests.waiting import eventually_sync
 
@@ -39,10 +40,6 @@ FULL_SCHEMA = [
 pytestmark = pytest.mark.timeout(240)
 
 
-def _topic(name: str) -> str:
-    return f"persistent://public/default/{name}-{time.time_ns() % 10**9}"
-
-
 def produce(broker: BrokerThread, topic: str, count: int) -> list[MessageId]:
     """One message per entry."""
     with SyncClient(broker.service_url) as client:
@@ -52,24 +49,11 @@ def produce(broker: BrokerThread, topic: str, count: int) -> list[MessageId]:
     return ids
 
 
-def oid(mid: MessageId, partition: int = -1) -> str:
-    return f"{mid.ledger_id}:{mid.entry_id}:{mid.batch_index}:{partition}"
-
-
 def batch(session: SparkSession, broker: BrokerThread, **options: str) -> Any:
     reader = session.read.format(FMT).option("service.url", broker.service_url)
     for name, value in options.items():
         reader = reader.option(name, value)
     return reader.load()
-
-
-def last_line(error: BaseException) -> str:
-    """The last line of Spark's message for a Python error: the exception's own line (Spark
-    appends a `` SQLSTATE: ...`` line after the traceback)."""
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    if lines and lines[-1].strip().startswith("SQLSTATE"):
-        lines.pop()
-    return lines[-1]
 
 
 def assert_empty(df: Any) -> None:
@@ -93,7 +77,10 @@ def stream_available_now(
         .trigger(availableNow=True)
         .start()
     )
-    assert query.awaitTermination(90), "an availableNow query on nothing must end"
+    try:
+        assert query.awaitTermination(90), "an availableNow query on nothing must end"
+    finally:
+        query.stop()  # a query that did not end must not run on in the shared session
     assert query.exception() is None
     assert query.lastProgress is not None
     assert all(p["numInputRows"] == 0 for p in query.recentProgress)
@@ -103,15 +90,15 @@ def stream_available_now(
 def test_batch_reads_that_plan_nothing_are_empty(
     session: SparkSession, broker: BrokerThread
 ) -> None:
-    empty = _topic("empty")
+    empty = fresh_topic("empty")
     produce(broker, empty, 0)  # created by the producer, never written
     assert_empty(batch(session, broker, topic=empty))
 
-    parts = _topic("parts")
+    parts = fresh_topic("parts")
     _admin.create_partitioned_topic(broker.http_url, parts, 3)
     assert_empty(batch(session, broker, topic=parts))
 
-    full = _topic("full")
+    full = fresh_topic("full")
     ids = produce(broker, full, 5)
     same = json.dumps({full: oid(ids[2])})
     assert_empty(batch(session, broker, topic=full, startingOffsets=same, endingOffsets=same))
@@ -130,10 +117,10 @@ def test_topic_that_does_not_exist(
     session: SparkSession, broker_factory: Callable[..., BrokerThread]
 ) -> None:
     auto = broker_factory()
-    assert_empty(batch(session, auto, topic=_topic("new")))
+    assert_empty(batch(session, auto, topic=fresh_topic("new")))
 
     strict = broker_factory(allowAutoTopicCreation=False)
-    missing = _topic("missing")
+    missing = fresh_topic("missing")
     for options in ({}, {"startingTime": "0"}):
         with pytest.raises(Exception) as failure:
             batch(session, strict, topic=missing, **options).collect()
@@ -144,7 +131,7 @@ def test_all_trimmed_with_fail_on_data_loss_false(
     session: SparkSession, broker_factory: Callable[..., BrokerThread], tmp_path: Path
 ) -> None:
     broker = broker_factory(managedLedgerMaxEntriesPerLedger=5)
-    topic = _topic("trimmed")
+    topic = fresh_topic("trimmed")
     ids = produce(broker, topic, 10)  # two full ledgers, no cursor: both trimmed
 
     def gone() -> None:
@@ -178,7 +165,7 @@ def test_all_trimmed_with_fail_on_data_loss_false(
 def test_streaming_available_now_on_nothing_ends_with_zero_rows(
     session: SparkSession, broker: BrokerThread, tmp_path: Path
 ) -> None:
-    empty = _topic("s-empty")
+    empty = fresh_topic("s-empty")
     assert stream_available_now(session, broker, tmp_path, "a", topic=empty) == []
     assert (
         stream_available_now(
@@ -187,11 +174,11 @@ def test_streaming_available_now_on_nothing_ends_with_zero_rows(
         == []
     )
 
-    parts = _topic("s-parts")
+    parts = fresh_topic("s-parts")
     _admin.create_partitioned_topic(broker.http_url, parts, 2)
     assert stream_available_now(session, broker, tmp_path, "c", topic=parts) == []
 
-    full = _topic("s-full")
+    full = fresh_topic("s-full")
     produce(broker, full, 4)
     assert stream_available_now(session, broker, tmp_path, "d", topic=full) == []  # latest
     future = str(int(time.time() * 1000) + 3_600_000)
@@ -203,7 +190,7 @@ def test_streaming_available_now_on_nothing_ends_with_zero_rows(
 def test_continuous_query_on_empty_topic_waits_for_data(
     session: SparkSession, broker: BrokerThread
 ) -> None:
-    topic = _topic("wait")
+    topic = fresh_topic("wait")
     _admin.create_partitioned_topic(broker.http_url, topic, 2)
     name = f"wait_{time.time_ns()}"
     query = (

@@ -17,16 +17,13 @@ from pyspark.sql import functions as F
 
 import pulsar_grpc.spark as pulsar_grpc_spark
 from pulsar_grpc.client import MessageId, SyncClient
+from tests.e2e.sparkcheck import fresh_topic, last_line
 from tests.support import BrokerThread
 from tests.waiting import eventually_sync
 
 FMT = pulsar_grpc_spark.FORMAT
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def _topic(name: str) -> str:
-    return f"persistent://public/default/{name}-{time.time_ns() % 10**9}"
 
 
 def produce(broker: BrokerThread, topic: str, values: list[bytes]) -> list[MessageId]:
@@ -42,14 +39,6 @@ def load(session: SparkSession, url: str, **options: str) -> Any:
     for name, value in options.items():
         reader = reader.option(name, value)
     return reader.load()
-
-
-def last_line(error: BaseException) -> str:
-    """The exception's own line in Spark's message (before its trailing SQLSTATE line)."""
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    if lines and lines[-1].strip().startswith("SQLSTATE"):
-        lines.pop()
-    return lines[-1]
 
 
 def refused(action: Any) -> str:
@@ -95,7 +84,7 @@ def test_bad_options_fail_at_planning_with_one_message(
     line = refused(lambda: session.read.format(FMT).option("topic", "t").load())
     assert "service.url: expected grpc://host:port or grpc+ssl://host:port, got None" in line
     # A JSON offset naming a partition that is not read: at planning, before any task.
-    topic = _topic("other")
+    topic = fresh_topic("other")
     line = refused(
         lambda: load(
             session, broker.service_url, topic=topic, startingOffsets='{"elsewhere": "1:2"}'
@@ -118,7 +107,7 @@ def test_unreachable_broker_fails_in_bounded_time_naming_the_url(session: SparkS
 def test_time_window_min_partitions_keys_properties_and_pass_through(
     session: SparkSession, broker: BrokerThread
 ) -> None:
-    topic = _topic("window")
+    topic = fresh_topic("window")
     with SyncClient(broker.service_url) as client:
         producer = client.create_producer(topic, batching_max_messages=1)
         early = [producer.send(f"a{i}".encode(), partition_key=f"k{i}") for i in range(20)]
@@ -167,7 +156,7 @@ def test_time_window_min_partitions_keys_properties_and_pass_through(
 
 
 def test_save_modes_follow_the_kafka_sink(session: SparkSession, broker: BrokerThread) -> None:
-    target = _topic("modes")
+    target = fresh_topic("modes")
     df = session.range(0, 5).select(F.col("id").cast("string").alias("value"))
     writer = (
         df.write.format(FMT)
@@ -191,7 +180,7 @@ def test_save_modes_follow_the_kafka_sink(session: SparkSession, broker: BrokerT
 def test_streaming_admission_control_and_lag(
     session: SparkSession, broker: BrokerThread, tmp_path: Path
 ) -> None:
-    topic = _topic("admit")
+    topic = fresh_topic("admit")
     produce(broker, topic, [b"x" * 100 for _ in range(12)])
 
     # maxBytesPerTrigger: 350 bytes per trigger = 3 messages of 100 bytes per micro-batch.
@@ -208,7 +197,10 @@ def test_streaming_admission_control_and_lag(
         .trigger(availableNow=True)
         .start()
     )
-    assert query.awaitTermination(90) and query.exception() is None
+    try:
+        assert query.awaitTermination(90) and query.exception() is None
+    finally:
+        query.stop()  # a query that did not end must not run on in the shared session
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [3, 3, 3, 3], sizes
     source = query.recentProgress[0]["sources"][0]
