@@ -3,8 +3,12 @@
 Handlers are found through the ``pulsar_grpc.protocol_handlers`` entry-point group and chosen by
 ``messagingProtocols``. The lifecycle is Pulsar's: ``initialize`` once configuration is known,
 ``protocol_data_to_advertise`` read before ``start`` (it goes into the broker's load data, so a
-lookup can tell clients where this handler listens), ``start`` with the running broker service,
+lookup can tell clients where this handler listens), ``start`` with the running broker,
 ``close`` on shutdown.
+
+A handler sees the broker only through :class:`BrokerContext`, the few calls a transport needs,
+never the broker service itself: the core can change behind it, and a new transport can be
+written against this module alone.
 """
 
 from __future__ import annotations
@@ -12,15 +16,53 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 
 if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
+    from pulsar_grpc.broker.cluster.ownership import NamespaceEphemeralData
+    from pulsar_grpc.broker.listeners import BindAddress
+    from pulsar_grpc.broker.lookup import LookupResult
+    from pulsar_grpc.broker.naming import TopicName
+    from pulsar_grpc.broker.topics import PersistentTopic
 
 ENTRY_POINT_GROUP = "pulsar_grpc.protocol_handlers"
 log = logging.getLogger(__name__)
+
+
+class BrokerContext(Protocol):
+    """What a protocol handler may use of the running broker (BrokerService implements it)."""
+
+    @property
+    def bound(self) -> dict[BindAddress, int]:
+        """The port each server socket really got, by bind address: a handler records the
+        ports it binds here (a configured 0 is resolved at bind time), for lookups and the
+        load report to advertise."""
+
+    def check_open(self) -> None:
+        """Raise ServiceNotReadyError once the broker is closing."""
+
+    async def get_topic(self, name: str | TopicName, create: bool = True) -> PersistentTopic:
+        """The loaded topic, loading it (and creating it when ``create`` and the broker
+        allows) first; NotOwnerError when another broker owns it."""
+
+    async def lookup_topic(
+        self, topic: str, requested: str | None, via: str | None
+    ) -> LookupResult:
+        """The owner's addresses for the listener ``requested`` (or the one the call came
+        in on, ``via``)."""
+
+    def owner_lookup(
+        self, owner: NamespaceEphemeralData, requested: str | None, via: str | None
+    ) -> LookupResult:
+        """The addresses of ``owner`` (from a NotOwnerError) for the chosen listener."""
+
+    async def get_partitioned_metadata(self, name: str) -> int:
+        """Partitions of a topic, 0 when not partitioned (may auto-create, as Pulsar)."""
+
+    async def list_topics(self, namespace: str) -> list[str]:
+        """Every stored topic of ``namespace``."""
 
 
 class ProtocolHandler(ABC):
@@ -40,7 +82,7 @@ class ProtocolHandler(ABC):
         """Endpoints to publish in the broker's load data, computed by ``initialize``."""
 
     @abstractmethod
-    async def start(self, service: BrokerService) -> None:
+    async def start(self, context: BrokerContext) -> None:
         """Open the handler's servers on the running broker."""
 
     @abstractmethod

@@ -93,7 +93,7 @@ def run_broker(
         except BaseException:
             await broker.close()
             raise
-        urls = broker.internal_urls()
+        urls = broker.namespaces.internal_urls()
         # One parseable line: tests and scripts wait for it to know the broker is up.
         print(
             f"pulsar-grpc {command} ready grpc={urls.grpc_url or urls.grpc_url_tls} "

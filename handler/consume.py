@@ -12,7 +12,7 @@ from grpc import aio
 
 from pulsar_grpc.broker.errors import BrokerError, InvalidArgumentError
 from pulsar_grpc.broker.ledger import Position
-from pulsar_grpc.broker.service import BrokerService
+from pulsar_grpc.broker.protocol import BrokerContext
 from pulsar_grpc.broker.topics import AckId, Consumer, ConsumerOptions, Delivery
 from pulsar_grpc.handler import codec
 from pulsar_grpc.handler.errors import abort, owner_trailers
@@ -142,14 +142,14 @@ def _options(params: ConsumerParams) -> ConsumerOptions:
 
 
 async def consume(
-    service: BrokerService, requests: AsyncIterator[pb.ConsumeRequest], context: aio.ServicerContext
+    broker: BrokerContext, requests: AsyncIterator[pb.ConsumeRequest], context: aio.ServicerContext
 ) -> None:
     ctx = current()
     params = ctx.consumer
     assert ctx.topic is not None and params is not None
     transport = GrpcConsumerTransport(ctx.topic.partition_index)
     try:
-        topic = await service.get_topic(ctx.topic)
+        topic = await broker.get_topic(ctx.topic)
         subscription = params.subscription or f"reader-{next(_names)}"
         consumer = await topic.subscribe(
             subscription,
@@ -164,7 +164,7 @@ async def consume(
             client_address=ctx.peer,
         )
     except Exception as exc:
-        await abort(context, exc, trailers=owner_trailers(service, exc))
+        await abort(context, exc, trailers=owner_trailers(broker, exc))
     subscribed = pb.ConsumerSubscribed(
         consumer_name=consumer.name, topic=topic.name, subscription=subscription
     )

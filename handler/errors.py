@@ -34,7 +34,7 @@ from pulsar_grpc.handler.advertised import grpc_urls
 from pulsar_grpc.interceptors.context import current_or_none
 
 if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
+    from pulsar_grpc.broker.protocol import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -90,14 +90,14 @@ def rich_status(
     return status_pb2.Status(code=status.value[0], message=message, details=[detail])
 
 
-def owner_trailers(service: BrokerService, exc: BaseException) -> list[tuple[str, str]]:
+def owner_trailers(broker: BrokerContext, exc: BaseException) -> list[tuple[str, str]]:
     """The owner's gRPC addresses for the call's listener when ``exc`` says another broker
     owns the topic; nothing otherwise."""
     if not isinstance(exc, NotOwnerError):
         return []
     ctx = current_or_none()
     try:
-        owner = service.owner_lookup(
+        owner = broker.owner_lookup(
             exc.owner,
             ctx.listener_name if ctx else None,
             ctx.bind_listener if ctx else None,

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from grpc import aio
 
-from pulsar_grpc.broker.service import BrokerService
+from pulsar_grpc.broker.protocol import BrokerContext
 from pulsar_grpc.broker.topics import Producer, PublishReceipt
 from pulsar_grpc.handler import codec
 from pulsar_grpc.handler.errors import abort, owner_trailers
@@ -22,15 +22,15 @@ _END = object()
 
 
 async def produce(
-    service: BrokerService, requests: AsyncIterator[bytes], context: aio.ServicerContext
+    broker: BrokerContext, requests: AsyncIterator[bytes], context: aio.ServicerContext
 ) -> None:
     ctx = current()
     assert ctx.topic is not None and ctx.producer is not None
     try:
-        topic = await service.get_topic(ctx.topic)
+        topic = await broker.get_topic(ctx.topic)
         producer = topic.add_producer(ctx.producer.producer_name, ctx.peer)
     except Exception as exc:
-        await abort(context, exc, trailers=owner_trailers(service, exc))
+        await abort(context, exc, trailers=owner_trailers(broker, exc))
     try:
         last = topic.last_sequence_id(producer.name)
         ready = pb.ProducerReady(

@@ -13,8 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, ListenerConfig
 from pulsar_grpc.broker.lookup import resolve_ports
-from pulsar_grpc.broker.protocol import ProtocolHandler
-from pulsar_grpc.broker.service import BrokerService
+from pulsar_grpc.broker.protocol import BrokerContext, ProtocolHandler
 from pulsar_grpc.broker.tls import TlsFiles, read_tls_files
 from pulsar_grpc.handler import advertised, codec
 from pulsar_grpc.handler.consume import consume
@@ -43,7 +42,7 @@ class GrpcProtocolHandler(ProtocolHandler):
     def __init__(self) -> None:
         self.config: ServiceConfiguration | None = None
         self.listeners: ListenerConfig | None = None
-        self.service: BrokerService | None = None
+        self.broker: BrokerContext | None = None
         self.servers: list[aio.Server] = []
         self._advertised = ""
 
@@ -59,9 +58,9 @@ class GrpcProtocolHandler(ProtocolHandler):
         """JSON: for every listener, this handler's ``grpc`` and ``grpc+ssl`` URLs."""
         return self._advertised
 
-    async def start(self, service: BrokerService) -> None:
+    async def start(self, context: BrokerContext) -> None:
         assert self.config is not None and self.listeners is not None
-        self.service = service
+        self.broker = context
         binds = self.listeners.bind_addresses_for(GRPC_SCHEMES)
         tls = read_tls_files(self.config) if any(b.tls for b in binds) else None
         health_servicer = health.aio.HealthServicer()
@@ -74,7 +73,7 @@ class GrpcProtocolHandler(ProtocolHandler):
                     port = server.add_secure_port(bind.address, _credentials(tls))
                 else:
                     port = server.add_insecure_port(bind.address)
-                service.bound[bind] = port
+                context.bound[bind] = port
                 await server.start()
         except BaseException:
             await self.close()
@@ -82,7 +81,7 @@ class GrpcProtocolHandler(ProtocolHandler):
         await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         # Ports configured as 0 are known now: advertise the real ones.
-        self._advertised = advertised.advertise(resolve_ports(self.listeners, service.bound))
+        self._advertised = advertised.advertise(resolve_ports(self.listeners, context.bound))
         log.info("grpc handler listening: %s", self._advertised)
 
     def _server(
@@ -169,21 +168,21 @@ class GrpcProtocolHandler(ProtocolHandler):
         )
 
     async def _produce(self, requests: AsyncIterator[bytes], context: aio.ServicerContext) -> None:
-        assert self.service is not None
-        await produce(self.service, requests, context)
+        assert self.broker is not None
+        await produce(self.broker, requests, context)
 
     async def _consume(self, requests: AsyncIterator[bytes], context: aio.ServicerContext) -> None:
-        assert self.service is not None
-        await consume(self.service, codec.parse_stream(pb.ConsumeRequest, requests), context)
+        assert self.broker is not None
+        await consume(self.broker, codec.parse_stream(pb.ConsumeRequest, requests), context)
 
     async def _lookup(self, raw: bytes, context: aio.ServicerContext) -> pb.LookupResponse:
-        assert self.service is not None
+        assert self.broker is not None
         ctx = current()
         request = pb.LookupRequest()
         try:
-            self.service.check_open()
+            self.broker.check_open()
             request = codec.parse(pb.LookupRequest, raw)
-            result = await self.service.lookup_topic(
+            result = await self.broker.lookup_topic(
                 request.topic, request.listener_name or ctx.listener_name, ctx.bind_listener
             )
         except Exception as exc:
@@ -202,11 +201,11 @@ class GrpcProtocolHandler(ProtocolHandler):
     async def _last_message_id(
         self, raw: bytes, context: aio.ServicerContext
     ) -> pb.GetLastMessageIdResponse:
-        assert self.service is not None
+        assert self.broker is not None
         request = pb.GetLastMessageIdRequest()
         try:
             request = codec.parse(pb.GetLastMessageIdRequest, raw)
-            topic = await self.service.get_topic(request.topic, create=False)
+            topic = await self.broker.get_topic(request.topic, create=False)
             last = await topic.last_message()
         except Exception as exc:
             await abort(context, exc, request.topic)
@@ -224,12 +223,12 @@ class GrpcProtocolHandler(ProtocolHandler):
     async def _partitioned_metadata(
         self, raw: bytes, context: aio.ServicerContext
     ) -> pb.PartitionedTopicMetadataResponse:
-        assert self.service is not None
+        assert self.broker is not None
         request = pb.PartitionedTopicMetadataRequest()
         try:
-            self.service.check_open()
+            self.broker.check_open()
             request = codec.parse(pb.PartitionedTopicMetadataRequest, raw)
-            partitions = await self.service.get_partitioned_metadata(request.topic)
+            partitions = await self.broker.get_partitioned_metadata(request.topic)
         except Exception as exc:
             await abort(context, exc, request.topic)
         return pb.PartitionedTopicMetadataResponse(partitions=partitions)
@@ -237,11 +236,11 @@ class GrpcProtocolHandler(ProtocolHandler):
     async def _topics_of_namespace(
         self, raw: bytes, context: aio.ServicerContext
     ) -> pb.GetTopicsOfNamespaceResponse:
-        assert self.service is not None
+        assert self.broker is not None
         try:
-            self.service.check_open()
+            self.broker.check_open()
             request = codec.parse(pb.GetTopicsOfNamespaceRequest, raw)
-            topics = await self.service.list_topics(request.namespace)
+            topics = await self.broker.list_topics(request.namespace)
         except Exception as exc:
             await abort(context, exc)
         return pb.GetTopicsOfNamespaceResponse(topics=topics)

@@ -71,7 +71,7 @@ class BrokerThread:
     @property
     def grpc_address(self) -> str:
         assert self.service is not None
-        url = self.service.internal_urls().grpc_url
+        url = self.service.namespaces.internal_urls().grpc_url
         assert url is not None, "the internal listener advertises no plaintext gRPC address"
         return url.removeprefix("grpc://")
 

@@ -186,7 +186,7 @@ class LoadReporter:
 
     def report(self) -> tuple[dict[str, object], LoadSample]:
         """The current LocalBrokerData JSON (lastUpdate: now) and its sample for the rule."""
-        topics = self.service.loaded_topics()
+        topics = self.service.topics.loaded_topics()
         subscriptions = [s for t in topics for s in t.subscriptions.values()]
         counters = (
             sum(t.msg_in_counter for t in topics),

@@ -291,7 +291,7 @@ class Subscription:
         entry that cannot be dead-lettered goes back for redelivery (and is tried again on its
         next negative ack or ack timeout), so it is never left neither delivered nor dead."""
         try:
-            dlq = await self.topic.service.get_topic(topic_name, create=True)
+            dlq = await self.topic.registry.get_topic(topic_name, create=True)
         except Exception as exc:
             self._dead_letter_failed(topic_name, dead, exc)
             return

@@ -25,7 +25,7 @@ from pulsar_grpc.broker.topics.subscription import Subscription, SubType
 from pulsar_grpc.broker.topics.transport import ConsumerTransport
 
 if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
+    from pulsar_grpc.broker.topics.registry import TopicRegistry
 
 _ids = itertools.count(1)
 
@@ -33,17 +33,17 @@ _ids = itertools.count(1)
 class PersistentTopic:
     def __init__(
         self,
-        service: BrokerService,
+        registry: TopicRegistry,
         topic_name: TopicName,
         ledger: ManagedLedger,
         dedup: Deduplication | None,
     ) -> None:
-        self.service = service
+        self.registry = registry  # the broker's topics: a dead-letter topic is loaded there
         self.topic_name = topic_name
         self.name = topic_name.full_name
         self.partition = topic_name.partition_index
         self.ledger = ledger
-        self.config: ServiceConfiguration = service.config
+        self.config: ServiceConfiguration = registry.config
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self._dedup = dedup
@@ -54,19 +54,20 @@ class PersistentTopic:
 
     @classmethod
     async def load(
-        cls, service: BrokerService, topic_name: TopicName, ledger: ManagedLedger
+        cls, registry: TopicRegistry, topic_name: TopicName, ledger: ManagedLedger
     ) -> PersistentTopic:
+        config = registry.config
         dedup = None
-        if service.config.brokerDeduplicationEnabled:
+        if config.brokerDeduplicationEnabled:
             dedup = await Deduplication.recover(
                 ledger,
-                service.config.brokerDeduplicationEntriesInterval,
-                service.config.brokerDeduplicationSnapshotFrequencyInSeconds,
+                config.brokerDeduplicationEntriesInterval,
+                config.brokerDeduplicationSnapshotFrequencyInSeconds,
             )
-        topic = cls(service, topic_name, ledger, dedup)
+        topic = cls(registry, topic_name, ledger, dedup)
         for name, cursor in ledger.cursors.items():
             if name != DEDUPLICATION_CURSOR:
-                topic.subscriptions[name] = Subscription(topic, name, cursor, service.config)
+                topic.subscriptions[name] = Subscription(topic, name, cursor, config)
         # Ledgers every cursor had consumed before the restart (the dedup cursor's snapshot at
         # close moves it to the end) would otherwise wait for the next rollover or ack.
         ledger.schedule_trim()
@@ -77,8 +78,7 @@ class PersistentTopic:
     def add_producer(self, name: str | None, client_address: str = "") -> Producer:
         self._check_open()
         if name is None:
-            assert self.service.producer_names is not None, "broker not started"
-            name = self.service.producer_names.next_id()
+            name = self.registry.producer_names.next_id()
         if name in self.producers:
             raise ProducerBusyError(
                 f"producer with name '{name}' is already connected to topic {self.name}"
@@ -197,7 +197,7 @@ class PersistentTopic:
         every message over the redelivery limit would bounce between redelivery and a failed
         dead-letter publish."""
         try:
-            await self.service.check_topic_can_exist(TopicName.get(name))
+            await self.registry.resources.check_topic_can_exist(TopicName.get(name))
         except BrokerError as exc:
             raise type(exc)(f"dead-letter topic {name}: {exc.message}") from exc
 

@@ -59,7 +59,7 @@ class WebService:
     @property
     def http_url(self) -> str:
         """This broker's web address on the internal listener."""
-        urls = self.service.internal_urls()
+        urls = self.service.namespaces.internal_urls()
         url = urls.http_url or urls.http_url_tls
         assert url is not None, "the internal listener advertises no web address"
         return url
@@ -140,7 +140,7 @@ class WebService:
         requested = request.query.get("listenerName") or request.headers.get(
             "X-Pulsar-ListenerName"
         )
-        result = await self.service.lookup_topic(
+        result = await self.service.namespaces.lookup_topic(
             topic.full_name, requested, self._arrived_via(request)
         )
         if not self._answers_for(result):
@@ -168,7 +168,7 @@ class WebService:
 
     async def create_tenant(self, request: web.Request) -> web.Response:
         try:
-            await self.service.create_tenant(request.match_info["tenant"])
+            await self.service.resources.create_tenant(request.match_info["tenant"])
         except e.MetadataError:
             raise e.NotAllowedError(
                 f"tenant {request.match_info['tenant']} already exists"
@@ -176,16 +176,18 @@ class WebService:
         return web.Response(status=204)
 
     async def list_namespaces(self, request: web.Request) -> web.Response:
-        return web.json_response(await self.service.list_namespaces(request.match_info["tenant"]))
+        return web.json_response(
+            await self.service.resources.list_namespaces(request.match_info["tenant"])
+        )
 
     async def create_namespace(self, request: web.Request) -> web.Response:
         ns = NamespaceName.get(f"{request.match_info['tenant']}/{request.match_info['namespace']}")
-        await self.service.create_namespace(ns)
+        await self.service.resources.create_namespace(ns)
         return web.Response(status=204)
 
     async def list_topics(self, request: web.Request) -> web.Response:
         ns = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-        return web.json_response(await self.service.list_topics(ns))
+        return web.json_response(await self.service.resources.list_topics(ns))
 
     def _topic(self, request: web.Request) -> str:
         m = request.match_info
@@ -193,15 +195,15 @@ class WebService:
 
     async def create_topic(self, request: web.Request) -> web.Response:
         name = self._topic(request)
-        if await self.service.get_partitioned_metadata(name, auto_create=False):
+        if await self.service.resources.get_partitioned_metadata(name, auto_create=False):
             raise e.NotAllowedError(f"partitioned topic {name} already exists")
         if await self.service.ledgers.exists(TopicName.get(name).persistence_naming_encoding):
             raise e.NotAllowedError(f"topic {name} already exists")
-        await self.service.get_topic(name, explicit=True)
+        await self.service.topics.get_topic(name, explicit=True)
         return web.Response(status=204)
 
     async def delete_topic(self, request: web.Request) -> web.Response:
-        await self.service.delete_topic(self._topic(request))
+        await self.service.topics.delete_topic(self._topic(request))
         return web.Response(status=204)
 
     async def create_partitioned(self, request: web.Request) -> web.Response:
@@ -212,23 +214,23 @@ class WebService:
             raise e.InvalidArgumentError(
                 f"body must be the number of partitions, got {body!r}"
             ) from None
-        await self.service.create_partitioned_topic(self._topic(request), partitions)
+        await self.service.resources.create_partitioned_topic(self._topic(request), partitions)
         return web.Response(status=204)
 
     async def partitions(self, request: web.Request) -> web.Response:
-        partitions = await self.service.get_partitioned_metadata(self._topic(request))
+        partitions = await self.service.resources.get_partitioned_metadata(self._topic(request))
         return web.json_response({"partitions": partitions})
 
     async def stats(self, request: web.Request) -> web.Response:
         name = self._topic(request)
-        partitions = await self.service.get_partitioned_metadata(name, auto_create=False)
+        partitions = await self.service.resources.get_partitioned_metadata(name, auto_create=False)
         if partitions:
             parts = {
                 f"{name}-partition-{i}": (
-                    await self.service.get_topic(f"{name}-partition-{i}", create=False)
+                    await self.service.topics.get_topic(f"{name}-partition-{i}", create=False)
                 ).stats()
                 for i in range(partitions)
             }
             return web.json_response({"metadata": {"partitions": partitions}, "partitions": parts})
-        topic = await self.service.get_topic(name, create=False)
+        topic = await self.service.topics.get_topic(name, create=False)
         return web.json_response(topic.stats())

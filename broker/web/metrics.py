@@ -73,7 +73,7 @@ class BrokerCollector(Collector):
         sub_consumers = GaugeMetricFamily(
             "pulsar_subscription_consumers_count", "Consumers", labels=sub_labels
         )
-        for topic in self.service.loaded_topics():
+        for topic in self.service.topics.loaded_topics():
             ns = str(topic.topic_name.namespace)
             values = [cluster, ns, topic.name]
             out_msgs = sum(s.msg_out_counter for s in topic.subscriptions.values())

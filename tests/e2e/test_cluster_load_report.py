@@ -142,8 +142,8 @@ async def test_producers_without_names_get_names_unique_across_brokers(
     for broker in brokers:
         # Topics whose bundles no other broker owns yet, so each broker serves (and names)
         # its producers itself instead of sending the client to an owner.
-        assert broker.service is not None and broker.service.ownership is not None
-        ownership = broker.service.ownership
+        assert broker.service is not None and broker.service.namespaces.ownership is not None
+        ownership = broker.service.namespaces.ownership
         topics: list[str] = []
         for i in range(100):
             bundle = await broker.call(ownership.bundle_of(TopicName.get(f"t{i}")))

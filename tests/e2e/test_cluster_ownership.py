@@ -17,6 +17,7 @@ import pytest
 
 from pulsar_grpc.broker.metadata import ZooKeeperMetadataStore
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
+from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.messaging import receive_n
@@ -98,6 +99,11 @@ def one_topic_per_bundle() -> list[TopicName]:
         found.setdefault(bundles.bundles.index(bundles.bundle_for(topic)), topic)
         i += 1
     return [found[k] for k in sorted(found)]
+
+
+def loaded(service: BrokerService) -> set[str]:
+    """The topics ``service`` serves now."""
+    return {t.name for t in service.topics.loaded_topics()}
 
 
 async def grpc_lookup(address: str, topic: TopicName) -> dict[str, str]:
@@ -204,8 +210,8 @@ async def test_sdk_given_a_non_owner_produces_and_consumes_through_the_owner(
         received = await receive_n(consumer, len(payloads))
         assert [m.data() for m in received] == payloads
     assert owner.broker.service is not None and other.broker.service is not None
-    assert topic.full_name in owner.broker.service.topics
-    assert topic.full_name not in other.broker.service.topics
+    assert topic.full_name in loaded(owner.broker.service)
+    assert topic.full_name not in loaded(other.broker.service)
 
 
 async def test_lost_session_stops_serving_and_another_broker_takes_over(
@@ -215,7 +221,7 @@ async def test_lost_session_stops_serving_and_another_broker_takes_over(
     topic = one_topic_per_bundle()[0]
     await grpc_lookup(doomed.grpc("internal"), topic)
     service = doomed.broker.service
-    assert service is not None and service.ownership is not None
+    assert service is not None and service.namespaces.ownership is not None
 
     async with Client(survivor.service_url) as client:
         consumer = await client.subscribe(topic.full_name, "sub", initial_position="Earliest")
@@ -224,7 +230,7 @@ async def test_lost_session_stops_serving_and_another_broker_takes_over(
         for i in range(10):
             await producer.send(f"before-{i}".encode())
             receipted.append(f"before-{i}".encode())
-        assert topic.full_name in service.topics
+        assert topic.full_name in loaded(service)
 
         store = service.store
         assert isinstance(store, ZooKeeperMetadataStore)
@@ -233,9 +239,8 @@ async def test_lost_session_stops_serving_and_another_broker_takes_over(
         await asyncio.to_thread(end_session, zookeeper.hosts, client_id)
 
         # The doomed broker stops serving at once: its topic is unloaded, its bundle let go.
-        await eventually(lambda: topic.full_name not in service.topics, timeout=30)
-        assert service.ownership is not None
-        assert service.ownership.owned() == []
+        await eventually(lambda: topic.full_name not in loaded(service), timeout=30)
+        assert service.namespaces.owned_bundles() == []
 
         # Clients carry on through the broker that took the bundle over.
         for i in range(10):

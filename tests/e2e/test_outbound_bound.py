@@ -121,8 +121,8 @@ async def test_queued_bytes_stay_bounded_and_answers_come_through(broker: Broker
 
     def queued_bytes() -> int:
         assert broker.service is not None
-        (future,) = [f for name, f in broker.service.topics.items() if name.endswith(topic)]
-        (consumer,) = future.result().subscriptions["stalled"].consumers
+        (loaded,) = [t for t in broker.service.topics.loaded_topics() if t.name.endswith(topic)]
+        (consumer,) = loaded.subscriptions["stalled"].consumers
         return int(consumer.transport.queued_bytes)  # type: ignore[attr-defined]
 
     async with grpc.aio.insecure_channel(broker.grpc_address) as ch:
@@ -186,8 +186,8 @@ async def test_a_broker_side_close_does_not_wait_behind_unread_messages(
         await call.write(pb.ConsumeRequest(flow=pb.Flow(permits=MAX_PERMITS)))
         dispatched = await settled(lambda: msg_out(broker.http_url, topic))
         assert broker.service is not None
-        (name,) = [n for n in broker.service.topics if n.endswith(topic)]
-        await broker.call(broker.service.topics[name].result().close())
+        (loaded,) = [t for t in broker.service.topics.loaded_topics() if t.name.endswith(topic)]
+        await broker.call(loaded.close())
         received = 0
         with pytest.raises(grpc.aio.AioRpcError) as err:
             while True:

@@ -161,10 +161,10 @@ async def test_multi_topic_consumer_goes_on_when_one_topic_is_deleted(
     broker = broker_factory(allowAutoTopicCreation=False)
     a, b = unique("api-deleted-a"), unique("api-deleted-b")
     for topic in (a, b):
-        await broker.call(broker.service.get_topic(f"{NS}/{topic}", explicit=True))
+        await broker.call(broker.service.topics.get_topic(f"{NS}/{topic}", explicit=True))
     async with Client(broker.service_url) as client:
         consumer = await client.subscribe([a, b], "sub")
-        await broker.call(broker.service.delete_topic(f"{NS}/{a}"))
+        await broker.call(broker.service.topics.delete_topic(f"{NS}/{a}"))
         await eventually(lambda: consumer.is_connected() and len(consumer.subscribed_topics()) == 1)
         producer = await client.create_producer(b)
         await producer.send(b"still here")
@@ -189,7 +189,7 @@ async def test_pattern_consumer_subscribes_to_topics_created_later(broker: Broke
         # A partitioned topic created after subscribing: found at the next check, every
         # partition subscribed, acks go to the partition each message came from.
         two = f"{prefix}-two"
-        await broker.call(broker.service.create_partitioned_topic(f"{NS}/{two}", 2))
+        await broker.call(broker.service.resources.create_partitioned_topic(f"{NS}/{two}", 2))
         for p in range(2):
             await (await client.create_producer(f"{two}-partition-{p}")).send(f"p{p}".encode())
         later = await receive_n(consumer, 2, timeout_ms=10_000)
@@ -244,7 +244,7 @@ async def test_seek_to_a_message_of_one_partition_moves_only_that_partition(
     broker: BrokerThread,
 ) -> None:
     topic = unique("api-seek-one-of-two")
-    await broker.call(broker.service.create_partitioned_topic(f"{NS}/{topic}", 2))
+    await broker.call(broker.service.resources.create_partitioned_topic(f"{NS}/{topic}", 2))
     async with Client(broker.service_url) as client:
         consumer = await client.subscribe(topic, "sub", initial_position=InitialPosition.Earliest)
         for p in range(2):
@@ -332,7 +332,8 @@ async def test_zero_queue_consumer_prefetches_nothing(broker: BrokerThread) -> N
         with pytest.raises(InvalidConfiguration):
             await zero.receive(timeout_millis=100)  # as Pulsar's: no timeout without a queue
         partitioned = unique("api-zero-partitioned")
-        await broker.call(broker.service.create_partitioned_topic(f"{NS}/{partitioned}", 2))
+        resources = broker.service.resources
+        await broker.call(resources.create_partitioned_topic(f"{NS}/{partitioned}", 2))
         with pytest.raises(InvalidConfiguration):
             await client.subscribe(partitioned, "sub", receiver_queue_size=0)
 

@@ -220,7 +220,7 @@ async def test_partitioned_reader_and_consumer_reconnect_per_partition(
     broker, proxy = proxied
     topic = "persistent://public/default/cut-partitioned"
     assert broker.service is not None
-    await broker.call(broker.service.create_partitioned_topic(topic, 3))
+    await broker.call(broker.service.resources.create_partitioned_topic(topic, 3))
     async with fast_client(f"grpc://{proxy.address}") as client:
         producer = await client.create_producer(topic)
         reader = await client.create_reader(topic, MessageId.earliest)

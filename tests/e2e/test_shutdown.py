@@ -13,6 +13,7 @@ from typing import TypeAlias
 import grpc
 import pytest
 
+from pulsar_grpc.broker.naming import NamespaceBundle, topic_hash
 from pulsar_grpc.broker.service import BrokerService, ServiceState
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import batch, error_code, stub
@@ -150,10 +151,13 @@ async def test_sigterm_ends_every_stream_with_service_not_ready(
 
 
 async def _unload(service: BrokerService, name: str) -> None:
-    """What a bundle move does to a topic: close it here; the next client loads it again."""
-    topic = await service.get_topic(name, create=False)
-    del service.topics[topic.name]
-    await topic.close()
+    """What a bundle move does to a topic: unload its bundle here (a bundle of its hash
+    alone, so other topics stay); the next client loads the topic again."""
+    topic = (await service.get_topic(name, create=False)).topic_name
+    hash_value = topic_hash(topic)
+    await service.topics.unload_bundles(
+        [NamespaceBundle(topic.namespace, hash_value, hash_value + 1)]
+    )
 
 
 async def test_topic_unload_ends_its_streams_with_service_not_ready(broker: BrokerThread) -> None:

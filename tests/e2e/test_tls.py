@@ -40,7 +40,7 @@ def tls_config(files: TlsFiles, **extra: str) -> dict[str, str]:
 
 def tls_url(broker: BrokerThread) -> str:
     assert broker.service is not None
-    url = broker.service.internal_urls().grpc_url_tls
+    url = broker.service.namespaces.internal_urls().grpc_url_tls
     assert url is not None and url.startswith("grpc+ssl://127.0.0.1:")
     return url
 
@@ -163,7 +163,7 @@ async def test_mutual_tls_admits_a_certificate_signed_by_the_ca(mtls_broker, tls
 
 async def test_https_web_port_serves_metrics_to_a_client_trusting_the_ca(tls_broker, tls_files):
     assert tls_broker.service is not None
-    https_url = tls_broker.service.internal_urls().http_url_tls
+    https_url = tls_broker.service.namespaces.internal_urls().http_url_tls
     assert https_url is not None and https_url.startswith("https://127.0.0.1:")
     timeout = aiohttp.ClientTimeout(total=10)
     trusting = ssl.create_default_context(cafile=str(tls_files.ca))

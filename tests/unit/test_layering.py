@@ -1,7 +1,11 @@
 """The layering the architecture depends on (ARCHITECTURE.md): checked on every import line.
 
 protos <- client <- (spark, proxy); protos <- handler -> broker <- interceptors. The broker core
-must stay protocol-neutral (PIP-59) so another transport can be added as one more handler.
+must stay protocol-neutral (PIP-59) so another transport can be added as one more handler, and a
+handler sees the broker only through broker.protocol's BrokerContext, never broker.service.
+
+Modules are named inside the ``pulsar_grpc`` package (``broker.service``); a forbidden name also
+forbids the modules under it, and ``grpc`` (a top-level library) is matched the same way.
 """
 
 from __future__ import annotations
@@ -25,25 +29,61 @@ FORBIDDEN = {
     },
     "client": {"broker", "handler", "interceptors", "cli"},
     "interceptors": {"handler", "client", "cli"},
-    "handler": {"client", "cli"},
+    "handler": {"client", "cli", "broker.service"},
 }
+PACKAGE = "pulsar_grpc."
 
 
-def imported_top_levels(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+def imported_modules(source: str, package: tuple[str, ...]) -> set[str]:
+    """Every module ``source`` (a module of ``package``, e.g. ("handler",)) imports, absolute,
+    with the ``pulsar_grpc.`` prefix dropped. ``from X import y`` counts X and X.y, since y may
+    be a submodule; relative imports are resolved against ``package``."""
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-    return names
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = [*package[: len(package) - node.level + 1]] if node.level else []
+            module = ".".join([*parts, *([node.module] if node.module else [])])
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return {n.removeprefix(PACKAGE) for n in names}
+
+
+def forbidden_in(modules: set[str], forbidden: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in forbidden))
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_package_does_not_import_across_layers(package: str) -> None:
     offenders = {
-        str(path.relative_to(ROOT)): sorted(imported_top_levels(path) & FORBIDDEN[package])
+        str(path.relative_to(ROOT)): forbidden_in(
+            imported_modules(path.read_text(), path.relative_to(ROOT).parent.parts),
+            FORBIDDEN[package],
+        )
         for path in (ROOT / package).rglob("*.py")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from pulsar_grpc.broker.service import BrokerService",
+        "from pulsar_grpc.broker import service",
+        "from ..broker import service",
+        "from ..broker.service import BrokerService",
+        "import pulsar_grpc.broker.service",
+    ],
+)
+def test_a_handler_importing_the_broker_service_is_caught(line: str) -> None:
+    """The check itself: however the import is spelled, it is found."""
+    modules = imported_modules(line, ("handler",))
+    assert "broker.service" in forbidden_in(modules, FORBIDDEN["handler"])
+
+
+def test_the_narrow_interface_is_allowed() -> None:
+    modules = imported_modules(
+        "from pulsar_grpc.broker.protocol import BrokerContext", ("handler",)
+    )
+    assert forbidden_in(modules, FORBIDDEN["handler"]) == []

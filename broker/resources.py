@@ -1,0 +1,133 @@
+"""Namespace resources (Pulsar's PulsarResources / NamespaceResources): tenants, namespaces and
+partitioned-topic metadata, kept on the metadata store.
+
+Nothing here loads a topic or knows who owns one: this is what every broker of a cluster reads
+alike. Topic existence (a managed ledger) is asked of the ledger factory, because a partitioned
+topic and a non-partitioned one of the same name must not both exist.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import unquote
+
+from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
+from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.errors import (
+    InvalidArgumentError,
+    NotAllowedError,
+    NotFoundError,
+    TopicNotFoundError,
+)
+from pulsar_grpc.broker.ledger import ManagedLedgerFactory
+from pulsar_grpc.broker.metadata import MetadataStore
+from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
+
+PARTITIONED_ROOT = "/admin/partitioned-topics"
+
+
+class NamespaceResources:
+    """Tenants, namespaces (created with their bundles), partitioned-topic metadata and the
+    listing of a namespace's topics."""
+
+    def __init__(
+        self, config: ServiceConfiguration, store: MetadataStore, ledgers: ManagedLedgerFactory
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.ledgers = ledgers
+
+    # ------------------------------------------------------------ tenants and namespaces
+
+    async def ensure_namespace(self, ns: NamespaceName) -> None:
+        """Create ``ns`` and its tenant unless they exist (the built-in public/default)."""
+        tenant_path = f"{POLICIES_ROOT}/{ns.tenant}"
+        if not await self.store.exists(tenant_path):
+            await self.store.put(tenant_path, json.dumps({"allowedClusters": []}).encode())
+        await self.create_namespace(ns, exist_ok=True)
+
+    async def create_tenant(self, tenant: str) -> None:
+        NamespaceName.get(f"{tenant}/x")  # validates the tenant part
+        await self.store.put(f"{POLICIES_ROOT}/{tenant}", json.dumps({}).encode(), -1)
+
+    async def create_namespace(self, ns: NamespaceName, exist_ok: bool = False) -> None:
+        if not await self.store.exists(f"{POLICIES_ROOT}/{ns.tenant}"):
+            raise NotFoundError(f"tenant {ns.tenant} does not exist")
+        path = f"{POLICIES_ROOT}/{ns}"
+        if await self.store.exists(path):
+            if exist_ok:
+                return
+            raise NotAllowedError(f"namespace {ns} already exists")
+        bundles = NamespaceBundles.with_count(ns, self.config.defaultNumberOfNamespaceBundles)
+        policies = {"bundles": {"boundaries": bundles.boundary_strings, "numBundles": len(bundles)}}
+        await self.store.put(path, json.dumps(policies).encode())
+
+    async def list_namespaces(self, tenant: str) -> list[str]:
+        return [f"{tenant}/{n}" for n in await self.store.get_children(f"{POLICIES_ROOT}/{tenant}")]
+
+    async def check_namespace(self, ns: NamespaceName) -> None:
+        if not await self.store.exists(f"{POLICIES_ROOT}/{ns}"):
+            raise TopicNotFoundError(f"namespace {ns} does not exist")
+
+    async def check_topic_can_exist(self, topic: TopicName) -> None:
+        """Refuse a topic whose name alone rules it out: another domain than persistent, or a
+        namespace that does not exist."""
+        if topic.domain.value != "persistent":
+            raise NotAllowedError(f"{topic}: only persistent topics are supported")
+        await self.check_namespace(topic.namespace)
+
+    async def list_topics(self, namespace: str) -> list[str]:
+        """Every stored topic of ``namespace``: non-partitioned topics and partitions (their
+        managed ledgers) and partitioned topics (their metadata), loaded here or not."""
+        ns = NamespaceName.get(namespace)
+        await self.check_namespace(ns)
+        prefix = f"{ns}/persistent/"
+        # Listed as stored, not parsed again: a name that an older version accepted and the
+        # naming rules refuse now is still listed rather than failing the whole listing.
+        names = [
+            f"persistent://{ns}/{unquote(n[len(prefix) :])}"
+            for n in await self.ledgers.list_names(prefix)
+        ]
+        partitioned = await self.store.get_children(f"{PARTITIONED_ROOT}/{ns}/persistent")
+        names += [f"persistent://{ns}/{unquote(n)}" for n in partitioned]
+        return sorted(set(names))
+
+    # ------------------------------------------------------------ partitioned topics
+
+    def _partitioned_path(self, topic: TopicName) -> str:
+        return f"{PARTITIONED_ROOT}/{topic.persistence_naming_encoding}"
+
+    async def get_partitioned_metadata(self, name: str, auto_create: bool = True) -> int:
+        """Partitions of a topic (0 = not partitioned); like Pulsar, this may auto-create a
+        partitioned topic when allowAutoTopicCreationType is ``partitioned``."""
+        topic = TopicName.get(name)
+        if topic.is_partitioned:
+            return 0
+        found = await self.store.get(self._partitioned_path(topic))
+        if found is not None:
+            return int(json.loads(found.value)["partitions"])
+        if (
+            auto_create
+            and self.config.allowAutoTopicCreation
+            and self.config.allowAutoTopicCreationType == "partitioned"
+            and not await self.ledgers.exists(topic.persistence_naming_encoding)
+        ):
+            await self.create_partitioned_topic(name, self.config.defaultNumPartitions)
+            return self.config.defaultNumPartitions
+        return 0
+
+    async def create_partitioned_topic(self, name: str, partitions: int) -> None:
+        topic = TopicName.get(name)
+        if partitions < 1:
+            raise InvalidArgumentError(f"number of partitions must be at least 1, got {partitions}")
+        if topic.is_partitioned:
+            raise InvalidArgumentError(
+                f"{topic} is a partition name; a partitioned topic's name has no -partition- suffix"
+            )
+        await self.check_namespace(topic.namespace)
+        if await self.ledgers.exists(topic.persistence_naming_encoding):
+            raise NotAllowedError(f"a non-partitioned topic {topic} already exists")
+        path = self._partitioned_path(topic)
+        if await self.store.exists(path):
+            raise NotAllowedError(f"partitioned topic {topic} already exists")
+        await self.store.put(path, json.dumps({"partitions": partitions}).encode())

@@ -1,0 +1,147 @@
+"""The topic registry (the topics map of Pulsar's BrokerService): the one owner of this
+broker's loaded topics.
+
+A topic is loaded only where its bundle is owned (the namespace service says; a NotOwnerError
+sends the client to the owner) and leaves when its bundle does: :meth:`TopicRegistry.unload_bundles`
+closes its topics, whose producers and consumers end with ServiceNotReady, a status every client
+retries after a fresh lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from pulsar_grpc.broker.cluster.id_generator import DistributedIdGenerator
+from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.errors import NotAllowedError, TopicNotFoundError
+from pulsar_grpc.broker.ledger import ManagedLedgerFactory
+from pulsar_grpc.broker.namespace_service import NamespaceService
+from pulsar_grpc.broker.naming import NamespaceBundle, TopicName
+from pulsar_grpc.broker.resources import NamespaceResources
+from pulsar_grpc.broker.topics.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+
+class TopicRegistry:
+    """Loaded topics by full name; a topic still loading is a pending future, so concurrent
+    callers share one load."""
+
+    def __init__(
+        self,
+        config: ServiceConfiguration,
+        ledgers: ManagedLedgerFactory,
+        resources: NamespaceResources,
+        namespaces: NamespaceService,
+        producer_names: DistributedIdGenerator,
+        check_open: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.ledgers = ledgers
+        self.resources = resources
+        self.namespaces = namespaces
+        self.producer_names = producer_names  # names producers that bring none, cluster-unique
+        self._check_open = check_open  # the broker's: refuses loads once it is closing
+        self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
+
+    async def get_topic(
+        self, name: str | TopicName, create: bool = True, explicit: bool = False
+    ) -> PersistentTopic:
+        """The loaded topic, loading (and, when allowed, creating) it first.
+
+        ``explicit`` is an admin's create: allowAutoTopicCreation does not apply to it.
+        """
+        self._check_open()
+        topic_name = name if isinstance(name, TopicName) else TopicName.get(name)
+        key = topic_name.full_name
+        while (future := self._topics.get(key)) is not None:
+            try:
+                return await asyncio.shield(future)
+            except TopicNotFoundError:
+                # Someone else's load did not create it (e.g. a stats request); we may.
+                if not (create or explicit):
+                    raise
+        future = asyncio.get_running_loop().create_future()
+        self._topics[key] = future
+        try:
+            future.set_result(await self._load_topic(topic_name, create, explicit))
+        except BaseException as exc:
+            if self._topics.get(key) is future:  # close_all() may have taken it already
+                del self._topics[key]
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiting callers get it from their own await
+            raise
+        return future.result()
+
+    async def _load_topic(self, topic: TopicName, create: bool, explicit: bool) -> PersistentTopic:
+        await self.resources.check_topic_can_exist(topic)
+        await self.namespaces.check_owner(topic)  # NotOwnerError names the owner
+        ledger_name = topic.persistence_naming_encoding
+        if topic.is_partitioned:
+            base = TopicName.get(topic.partitioned_topic_name)
+            partitions = await self.resources.get_partitioned_metadata(str(base), auto_create=False)
+            if partitions and topic.partition_index >= partitions:
+                raise TopicNotFoundError(
+                    f"{topic}: partitioned topic {base} has only {partitions} partitions"
+                )
+            known = partitions > 0
+        else:
+            partitions = await self.resources.get_partitioned_metadata(
+                str(topic), auto_create=False
+            )
+            if partitions:
+                raise NotAllowedError(
+                    f"{topic} is a partitioned topic with {partitions} partitions: "
+                    f"use {topic}-partition-<0..{partitions - 1}>"
+                )
+            known = False
+        if not known and not await self.ledgers.exists(ledger_name):
+            if not (explicit or (create and self.config.allowAutoTopicCreation)):
+                raise TopicNotFoundError(f"topic {topic} does not exist")
+        ledger = await self.ledgers.open(ledger_name)
+        return await PersistentTopic.load(self, topic, ledger)
+
+    def loaded_topics(self) -> list[PersistentTopic]:
+        """The topics loaded now (not those still loading, nor those that failed to)."""
+        return [f.result() for f in self._topics.values() if f.done() and f.exception() is None]
+
+    async def delete_topic(self, name: str) -> None:
+        """Close the topic if loaded, then delete its managed ledger."""
+        topic = TopicName.get(name)
+        future = self._topics.pop(topic.full_name, None)
+        if future is not None and future.done() and not future.exception():
+            await future.result().close()
+        if not await self.ledgers.exists(topic.persistence_naming_encoding):
+            raise TopicNotFoundError(f"topic {topic} does not exist")
+        await self.ledgers.delete(topic.persistence_naming_encoding)
+
+    async def unload_bundles(self, bundles: list[NamespaceBundle]) -> None:
+        """Stop serving ``bundles`` at once: their topics close, and their producers and
+        consumers end with ServiceNotReady, which clients retry after a fresh lookup."""
+        closing = [
+            self._topics.pop(key)
+            for key in list(self._topics)
+            if any(b.includes(TopicName.get(key)) for b in bundles)
+        ]
+        if closing:
+            log.info("unloading %d topics of %d bundles", len(closing), len(bundles))
+            await _close_when_loaded(closing)
+
+    async def close_all(self) -> None:
+        """Close every topic, those still loading too (once loaded): a topic left open would
+        keep its streams open until the server cancels them."""
+        while self._topics:
+            futures = list(self._topics.values())
+            self._topics.clear()
+            await _close_when_loaded(futures)
+
+
+async def _close_when_loaded(futures: list[asyncio.Future[PersistentTopic]]) -> None:
+    """Close the topics of ``futures`` (not empty) once they have loaded; those that failed to
+    load have nothing to close."""
+    await asyncio.wait(futures)
+    for future in futures:
+        if not future.cancelled() and future.exception() is None:
+            await future.result().close()
