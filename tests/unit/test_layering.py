@@ -2,7 +2,8 @@
 
 protos <- client <- (spark, proxy); protos <- handler -> broker <- interceptors. The broker core
 must stay protocol-neutral (PIP-59) so another transport can be added as one more handler, and a
-handler sees the broker only through broker.protocol's BrokerContext, never broker.service.
+handler sees the broker only through broker.protocol's BrokerContext, never broker.service or
+the parts it holds.
 
 Modules are named inside the ``pulsar_grpc`` package (``broker.service``); a forbidden name also
 forbids the modules under it, and ``grpc`` (a top-level library) is matched the same way.
@@ -29,7 +30,17 @@ FORBIDDEN = {
     },
     "client": {"broker", "handler", "interceptors", "cli"},
     "interceptors": {"handler", "client", "cli"},
-    "handler": {"client", "cli", "broker.service"},
+    # A handler gets the broker as a BrokerContext (broker.protocol): never the service or
+    # the parts behind it.
+    "handler": {
+        "client",
+        "cli",
+        "broker.service",
+        "broker.resources",
+        "broker.namespace_service",
+        "broker.topics.registry",
+        "broker.web",
+    },
 }
 PACKAGE = "pulsar_grpc."
 
