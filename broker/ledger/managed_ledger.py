@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import time
 from collections import deque
@@ -28,6 +27,7 @@ from typing import Any, Literal
 from pulsar_grpc.broker.errors import NotFoundError, PersistenceError
 from pulsar_grpc.broker.ledger.cache import EntryCache
 from pulsar_grpc.broker.ledger.cursor import ManagedCursor
+from pulsar_grpc.broker.ledger.cursor_state import decode_cursor_info, encode_cursor_info
 from pulsar_grpc.broker.ledger.id_pool import LedgerIdPool
 from pulsar_grpc.broker.ledger.info import (
     LedgerInfo,
@@ -420,9 +420,10 @@ class ManagedLedger:
             else:
                 mark_delete = self.last_confirmed_entry or Position(self.current_ledger_id, -1)
             cursor = ManagedCursor(self, name, True, mark_delete)
-            node = {"name": name, "markDelete": str(mark_delete), "createdAt": _now_ms()}
             await self._shared.metadata.put(
-                cursor_path(self.name, name), _json(node), expected_version=None
+                cursor_path(self.name, name),
+                encode_cursor_info(cursor.state(), _now_ms()),
+                expected_version=None,
             )
             self.cursors[name] = cursor
             await cursor._persist()
@@ -469,14 +470,27 @@ class ManagedLedger:
             if state is not None:
                 cursor.restore_state(state)
             else:
-                # Created but its first state write did not commit: use the metadata's.
+                # Created but its first state write did not commit: use the node's snapshot.
                 got = await metadata.get(cursor_path(self.name, name))
                 if got is None or not got.value:
                     continue
-                cursor.mark_delete_position = Position.parse(json.loads(got.value)["markDelete"])
-                cursor.persisted_mark_delete = cursor.mark_delete_position
-                cursor.read_position = self.next_position(cursor.mark_delete_position)
+                cursor.restore_state(decode_cursor_info(got.value))
             self.cursors[name] = cursor
+
+    async def _snapshot_cursors(self) -> None:
+        """Write each durable cursor's state to its node (ManagedCursorInfo), so that the
+        metadata store holds a fresh position that Pulsar's tools read without the ledger
+        store. Only at a graceful close: per ack, the state goes to the store's commit."""
+        for cursor in self.cursors.values():
+            try:
+                await self._shared.metadata.put(
+                    cursor_path(self.name, cursor.name),
+                    encode_cursor_info(cursor.state(), _now_ms()),
+                    expected_version=None,
+                )
+            except MetadataStoreError as e:
+                # The store's row still holds the state; only the snapshot is stale.
+                log.warning("%s: cannot snapshot cursor %s: %s", self.name, cursor.name, e)
 
     # -- trimming ----------------------------------------------------------------------------
 
@@ -563,13 +577,10 @@ class ManagedLedger:
         for cursor in self.cursors.values():
             await cursor.flush()
             cursor.close()
+        await self._snapshot_cursors()
         if self._tasks:
             await asyncio.wait(list(self._tasks))
         self._shared.on_close(self)
-
-
-def _json(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 class ManagedLedgerFactory:
