@@ -477,21 +477,6 @@ class ManagedLedger:
                 cursor.restore_state(decode_cursor_info(got.value))
             self.cursors[name] = cursor
 
-    async def _snapshot_cursors(self) -> None:
-        """Write each durable cursor's state to its node (ManagedCursorInfo), so that the
-        metadata store holds a fresh position that Pulsar's tools read without the ledger
-        store. Only at a graceful close: per ack, the state goes to the store's commit."""
-        for cursor in self.cursors.values():
-            try:
-                await self._shared.metadata.put(
-                    cursor_path(self.name, cursor.name),
-                    encode_cursor_info(cursor.state(), _now_ms()),
-                    expected_version=None,
-                )
-            except MetadataStoreError as e:
-                # The store's row still holds the state; only the snapshot is stale.
-                log.warning("%s: cannot snapshot cursor %s: %s", self.name, cursor.name, e)
-
     # -- trimming ----------------------------------------------------------------------------
 
     def schedule_trim(self) -> None:
@@ -577,10 +562,34 @@ class ManagedLedger:
         for cursor in self.cursors.values():
             await cursor.flush()
             cursor.close()
-        await self._snapshot_cursors()
         if self._tasks:
             await asyncio.wait(list(self._tasks))
+        await self._snapshot_metadata()
         self._shared.on_close(self)
+
+    async def _snapshot_metadata(self) -> None:
+        """At a graceful close, leave fresh metadata for Pulsar's tools: the current ledger is
+        closed (its count final, its close time set) in the ledger node, and each durable
+        cursor's state is written to its node (ManagedCursorInfo). Per ack, the state goes to
+        the store's commit instead; a failure here loses nothing (the next open recounts the
+        ledger from the store, and the store's row holds the cursor's state)."""
+        if not self._pending and not self._unregistered:
+            self._ledgers[-1].timestamp = _now_ms()
+            try:
+                await self._write_info()
+            except MetadataStoreError as e:
+                # e.g. another broker took the ledger over: its metadata is not ours to write.
+                log.warning("%s: cannot record the closed ledger: %s", self.name, e)
+                return
+        for cursor in self.cursors.values():
+            try:
+                await self._shared.metadata.put(
+                    cursor_path(self.name, cursor.name),
+                    encode_cursor_info(cursor.state(), _now_ms()),
+                    expected_version=None,
+                )
+            except MetadataStoreError as e:
+                log.warning("%s: cannot snapshot cursor %s: %s", self.name, cursor.name, e)
 
 
 class ManagedLedgerFactory:
