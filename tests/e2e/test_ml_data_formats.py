@@ -1,11 +1,14 @@
 """What a real broker leaves in /managed-ledgers is Pulsar's MLDataFormats encoding: decoded here
 by protoc (a parser independent of the broker's Python classes) after producing, acking out of
-order and acking batch indexes, with the embedded metadata store and with ZooKeeper."""
+order and acking batch indexes, with the embedded metadata store and with ZooKeeper; and read by
+a Java program written against Pulsar's classes (tests/java/ReadManagedLedgerMetadata.java),
+compiled with Debian's protoc and protobuf-java."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -13,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import pytest
 
 from pulsar_grpc.broker.metadata import (
     EmbeddedMetadataStore,
@@ -31,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PROTO = ROOT / "protos/pulsargrpc/internal/v1/ml_data_formats.proto"
 TOPIC = "ml-formats"
 NODE = f"/managed-ledgers/public/default/persistent/{TOPIC}"
+JAVA_READER = ROOT / "tests/java/ReadManagedLedgerMetadata.java"
+PROTOBUF_JAR = Path("/usr/share/java/protobuf.jar")  # Debian's libprotobuf-java
 BATCHES = 6
 BATCH_SIZE = 3
 
@@ -106,11 +112,50 @@ def store_row(data_dir: Path) -> bytes:
     return bytes(state)
 
 
-async def check_nodes(metadata: MetadataStore, root: str, receipts: list[pb.SendReceipt]) -> None:
+def java_read(workdir: Path, ledger_node: bytes, cursor_node: bytes) -> list[str]:
+    """The lines ReadManagedLedgerMetadata.java prints for the two nodes."""
+    protoc, javac, java = shutil.which("protoc"), shutil.which("javac"), shutil.which("java")
+    if protoc is None or javac is None or java is None or not PROTOBUF_JAR.exists():
+        pytest.fail(
+            "the Java reader needs protoc, a JDK and /usr/share/java/protobuf.jar: install "
+            "the Debian packages protobuf-compiler and libprotobuf-java (make cluster-deps)"
+        )
+    sources, classes = workdir / "java-src", workdir / "java-classes"
+    sources.mkdir()
+    subprocess.run(
+        [protoc, f"-I{ROOT / 'protos'}", f"--java_out={sources}", str(PROTO)],
+        check=True,
+        timeout=60,
+    )
+    subprocess.run(
+        [javac, "-nowarn", "-cp", str(PROTOBUF_JAR), "-d", str(classes), str(JAVA_READER)]
+        + [str(p) for p in sources.rglob("*.java")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    nodes = [workdir / "ledger.bin", workdir / "cursor.bin"]
+    nodes[0].write_bytes(ledger_node)
+    nodes[1].write_bytes(cursor_node)
+    done = subprocess.run(
+        [java, "-cp", f"{classes}:{PROTOBUF_JAR}", "ReadManagedLedgerMetadata", *map(str, nodes)],
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode().splitlines()
+
+
+async def check_nodes(
+    metadata: MetadataStore, root: str, receipts: list[pb.SendReceipt]
+) -> tuple[bytes, bytes]:
+    """Decode both nodes with protoc and check them; their bytes."""
     ledger_id = receipts[0].ledger_id
     got = await metadata.get(f"{root}{NODE}")
     assert got is not None
-    text = protoc_decode("ManagedLedgerInfo", got.value)
+    ledger_node = got.value
+    text = protoc_decode("ManagedLedgerInfo", ledger_node)
     # The ledger was closed with the broker: its entry count and close time are recorded.
     match = re.fullmatch(
         r"ledgerInfo \{\n  ledgerId: (\d+)\n  entries: (\d+)\n  size: (\d+)\n"
@@ -127,6 +172,7 @@ async def check_nodes(metadata: MetadataStore, root: str, receipts: list[pb.Send
     last_active = re.search(r"^lastActive: (\d+)$", text, re.MULTILINE)
     assert last_active is not None and int(last_active[1]) > 0, text
     assert text.replace(last_active[0] + "\n", "") == cursor_text("ManagedCursorInfo", ledger_id)
+    return ledger_node, got.value
 
 
 def cursor_text(message: str, ledger_id: int) -> str:
@@ -162,9 +208,18 @@ async def test_embedded_metadata_is_pulsars_encoding(
     )
     metadata = EmbeddedMetadataStore(data)
     try:
-        await check_nodes(metadata, "", receipts)
+        ledger_node, cursor_node = await check_nodes(metadata, "", receipts)
     finally:
         await metadata.close()
+
+    lines = java_read(tmp_path, ledger_node, cursor_node)
+    lid = receipts[0].ledger_id
+    assert re.fullmatch(rf"ledgerId={lid}, entries={BATCHES}, size=\d+, timestamp=\d+", lines[0])
+    assert re.fullmatch(
+        rf"cursorsLedgerId=-1, markDeleteLedgerId={lid}, markDeleteEntryId=1, lastActive=\d+",
+        lines[1],
+    )
+    assert lines[2:] == [f"deleted=({lid}:2, {lid}:3]", f"batch={lid}:4, deleteSet=[2]"]
 
 
 async def test_zookeeper_metadata_is_pulsars_encoding(

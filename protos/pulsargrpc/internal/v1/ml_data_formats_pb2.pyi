@@ -6,7 +6,10 @@ managed-ledger/src/main/proto/MLDataFormats.proto, with Pulsar's message names, 
 numbers, types and proto2 labels, so that bytes written by this broker parse with Pulsar's
 classes and tools, and Pulsar's bytes parse here. Only the package differs (Pulsar's file has
 none); a package is not part of the encoding. Do not renumber or rename: a field name shows in
-`protoc --decode` output, which tools compare with Pulsar's.
+`protoc --decode` output, which tools compare with Pulsar's. The Java options are Pulsar's, so
+that Java generated from this file has Pulsar's class names
+(org.apache.bookkeeper.mledger.proto.MLDataFormats) and Java code written against Pulsar's
+classes compiles against it unchanged (tests/java/ReadManagedLedgerMetadata.java).
 
 Where the broker keeps them (docs/storage.md, "Metadata"):
   /managed-ledgers/<tenant>/<ns>/persistent/<topic>           ManagedLedgerInfo
