@@ -2,9 +2,9 @@
 
 State: the mark-delete position (everything <= it is acked), the individually deleted
 positions above it, batch indexes acked inside not-fully-acked entries, and properties, stored
-as Pulsar's PositionInfo (broker/ledger/cursor_state.py). The
-read position is not persisted: after a restart reading resumes after mark-delete, so unacked
-entries are redelivered (at-least-once, as in Pulsar).
+as Pulsar's PositionInfo (broker/ledger/cursor_state.py). The read position is not persisted:
+after a restart reading resumes after mark-delete, so unacked entries are redelivered
+(at-least-once, as in Pulsar).
 
 Persistence is coalesced: every ack of one loop iteration marks the cursor dirty and they all
 share one state write, which rides in the store's group commit next to entries.

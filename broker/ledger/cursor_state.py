@@ -49,7 +49,7 @@ class CursorState:
     ``deleted`` holds closed ranges of individually deleted entries, ``(first, last)`` with
     ``first <= last``; a range may cross ledgers only when Pulsar wrote it. ``batch_deleted``
     maps an entry to its unacked-index bitset (negative when the batch size is unknown: every
-    index above the acked ones counts as unacked, see ``legacy_batch_mask``).
+    index above the acked ones counts as unacked, see ``_legacy_batch_mask``).
     """
 
     mark_delete: Position
@@ -58,7 +58,7 @@ class CursorState:
     properties: dict[str, int] = field(default_factory=dict)
 
 
-def legacy_batch_mask(acked: list[int]) -> int:
+def _legacy_batch_mask(acked: list[int]) -> int:
     """The unacked-index bitset for an entry whose batch size is unknown: all bits set but the
     acked ones (a negative int); the cursor cuts it to the batch size on the next ack."""
     return ~sum(1 << i for i in set(acked) if i >= 0)
@@ -162,7 +162,7 @@ def _decode_legacy_json(data: bytes) -> CursorState:
             for ledger_id, first, last in doc.get("individuallyDeleted", ())
         ],
         batch_deleted={
-            Position.parse(p): legacy_batch_mask(acked)
+            Position.parse(p): _legacy_batch_mask(acked)
             for p, acked in doc.get("batchDeleted", {}).items()
             if acked
         },

@@ -7,7 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pulsar_grpc.broker.ledger import ManagedLedgerFactory, Position, SqliteLedgerStore
+from pulsar_grpc.broker.ledger import (
+    ManagedLedgerConfig,
+    ManagedLedgerFactory,
+    Position,
+    SqliteLedgerStore,
+)
 from pulsar_grpc.broker.ledger.cursor_state import (
     CursorState,
     decode_cursor_info,
@@ -165,6 +170,42 @@ async def test_a_data_directory_written_by_the_json_version_opens(tmp_path: Path
             for r in node.individualDeletedMessages
         ]
         assert deleted == [(2, 4), (5, 6)]
+    finally:
+        await store.close()
+        await metadata.close()
+
+
+async def test_a_pulsar_range_across_ledgers_restores(tmp_path: Path) -> None:
+    """Pulsar may write one deleted range over a ledger boundary, (L1:1, L2:1]: every entry
+    of it is deleted here too, and nothing past the end of L1."""
+    store = SqliteLedgerStore(tmp_path, sync=False)
+    metadata = EmbeddedMetadataStore(tmp_path)
+    try:
+        factory = ManagedLedgerFactory(
+            store, metadata, ManagedLedgerConfig(max_entries_per_ledger=4)
+        )
+        ml_ = await factory.open(NAME)
+        cursor = await ml_.open_cursor("sub", "earliest")
+        positions = [await ml_.add_entry(f"e{i}".encode()) for i in range(8)]
+        first, second = positions[0].ledger_id, positions[4].ledger_id
+        assert first != second
+        node = ml.ManagedCursorInfo(
+            cursorsLedgerId=-1, markDeleteLedgerId=first, markDeleteEntryId=0
+        )
+        node.individualDeletedMessages.add(
+            lowerEndpoint=ml.NestedPositionInfo(ledgerId=first, entryId=1),
+            upperEndpoint=ml.NestedPositionInfo(ledgerId=second, entryId=1),
+        )
+        cursor.restore_state(decode_cursor_info(node.SerializeToString()))
+        assert [e.position for e in await cursor.read_entries(100)] == [
+            positions[1],
+            *positions[6:],
+        ]
+        assert cursor.individually_deleted.ranges() == [
+            (P(first, 2), P(first, 3)),
+            (P(second, 0), P(second, 1)),
+        ]
+        await factory.close()
     finally:
         await store.close()
         await metadata.close()
