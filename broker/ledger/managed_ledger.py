@@ -15,6 +15,7 @@ crash can never leave a confirmed entry in a ledger the metadata does not know a
 from __future__ import annotations
 
 import asyncio
+import enum
 import itertools
 import logging
 import time
@@ -44,6 +45,7 @@ from pulsar_grpc.broker.metadata.store import (
     MetadataNotFoundError,
     MetadataStore,
     MetadataStoreError,
+    SessionEvent,
     validate_path,
 )
 
@@ -68,6 +70,13 @@ class _PendingAdd:
     committed: bool = False
 
 
+class _MetadataLink(enum.Enum):
+    """Whether the metadata store's connection is up, as its session events last said."""
+
+    CONNECTED = "connected"
+    DISCONNECTED = "disconnected"
+
+
 @dataclass(slots=True)
 class _Shared:
     """What every managed ledger of one factory uses."""
@@ -78,6 +87,9 @@ class _Shared:
     ids: LedgerIdPool
     on_close: Callable[[ManagedLedger], None]
     reader_ids: Iterator[int] = field(default_factory=itertools.count)
+    # Set by the factory's session listener; closes skip their metadata snapshots while the
+    # connection is down, so that a shutdown does not wait out a timeout per topic.
+    link: _MetadataLink = _MetadataLink.CONNECTED
 
 
 class ManagedLedger:
@@ -573,6 +585,9 @@ class ManagedLedger:
         cursor's state is written to its node (ManagedCursorInfo). Per ack, the state goes to
         the store's commit instead; a failure here loses nothing (the next open recounts the
         ledger from the store, and the store's row holds the cursor's state)."""
+        if self._shared.link is _MetadataLink.DISCONNECTED:
+            log.info("%s: metadata store disconnected, no metadata snapshot at close", self.name)
+            return
         if not self._pending and not self._unregistered:
             self._ledgers[-1].timestamp = _now_ms()
             try:
@@ -613,6 +628,11 @@ class ManagedLedgerFactory:
         )
         self._ledgers: dict[str, ManagedLedger] = {}
         self._opening: dict[str, asyncio.Task[ManagedLedger]] = {}
+        metadata.register_session_listener(self._on_session_event)
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        down = event in (SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST)
+        self._shared.link = _MetadataLink.DISCONNECTED if down else _MetadataLink.CONNECTED
 
     @property
     def cache(self) -> EntryCache:

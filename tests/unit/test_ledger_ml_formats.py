@@ -4,7 +4,9 @@ opening unchanged."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 
 from pulsar_grpc.broker.ledger import (
@@ -27,8 +29,13 @@ from pulsar_grpc.broker.ledger.info import (
     encode_ledgers,
     ledger_path,
 )
-from pulsar_grpc.broker.metadata import EmbeddedMetadataStore
+from pulsar_grpc.broker.metadata import (
+    EmbeddedMetadataStore,
+    SessionEvent,
+    ZooKeeperMetadataStore,
+)
 from pulsargrpc.internal.v1 import ml_data_formats_pb2 as ml
+from tests.zookeeper import ZooKeeperServer
 
 NAME = "public/default/persistent/upgraded"
 P = Position
@@ -209,3 +216,42 @@ async def test_a_pulsar_range_across_ledgers_restores(tmp_path: Path) -> None:
     finally:
         await store.close()
         await metadata.close()
+
+
+async def test_a_close_while_zookeeper_is_down_skips_the_snapshots(tmp_path: Path) -> None:
+    """The snapshots at close are a courtesy to Pulsar's tools: with the metadata store's
+    connection down, closing does not wait out an operation timeout per managed ledger, and
+    the store's rows still hold the cursor's state for the next open."""
+    server = ZooKeeperServer(tmp_path / "zk").start()
+    store = SqliteLedgerStore(tmp_path / "ledgers", sync=False)
+    try:
+        metadata = await ZooKeeperMetadataStore.connect(
+            server.hosts, "/ml", session_timeout_s=20, operation_timeout_s=10
+        )
+        factory = ManagedLedgerFactory(store, metadata)
+        lost = asyncio.Event()
+        # Registered after the factory's listener, so it runs after the factory saw the event.
+        metadata.register_session_listener(
+            lambda e: lost.set() if e is SessionEvent.CONNECTION_LOST else None
+        )
+        ml_ = await factory.open(NAME)
+        cursor = await ml_.open_cursor("sub", "earliest")
+        positions = [await ml_.add_entry(b"x") for _ in range(3)]
+        await cursor.mark_delete(positions[1])
+        await asyncio.to_thread(server.stop)
+        await asyncio.wait_for(lost.wait(), 30)
+        started = time.monotonic()
+        await factory.close()
+        assert time.monotonic() - started < 5  # an attempt would wait 10 s for the timeout
+        await metadata.close()
+
+        await asyncio.to_thread(server.start)
+        metadata = await ZooKeeperMetadataStore.connect(server.hosts, "/ml")
+        factory = ManagedLedgerFactory(store, metadata)
+        ml_ = await factory.open(NAME)
+        assert ml_.cursors["sub"].mark_delete_position == positions[1]
+        await factory.close()
+        await metadata.close()
+    finally:
+        await store.close()
+        server.stop()
