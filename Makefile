@@ -16,8 +16,9 @@ GO_DEBS := golang-go protobuf-compiler protoc-gen-go protoc-gen-go-grpc golang-g
   golang-google-genproto-dev golang-github-golang-protobuf-1-5-dev
 # What the cluster tests start as real servers (Debian packages; started by test fixtures as the
 # current user, never as system services): PostgreSQL for the shared ledger store, ZooKeeper for
-# the metadata.
-CLUSTER_DEBS := postgresql zookeeper
+# the metadata; and what reads the managed-ledger metadata with Java classes generated from
+# Pulsar's MLDataFormats (tests/e2e/test_ml_data_formats.py): protoc and protobuf-java.
+CLUSTER_DEBS := postgresql zookeeper protobuf-compiler libprotobuf-java
 
 # $(call apt_install,TARGET,PACKAGES,WHAT): install the missing Debian packages (apt-get, with
 # sudo when not root), or name them and fail where there is no apt-get.

@@ -1,9 +1,10 @@
 """ManagedCursor: a subscription's position in a managed ledger (Pulsar's ManagedCursor).
 
 State: the mark-delete position (everything <= it is acked), the individually deleted
-positions above it, batch indexes acked inside not-fully-acked entries, and properties. The
-read position is not persisted: after a restart reading resumes after mark-delete, so unacked
-entries are redelivered (at-least-once, as in Pulsar).
+positions above it, batch indexes acked inside not-fully-acked entries, and properties, stored
+as Pulsar's PositionInfo (broker/ledger/cursor_state.py). The read position is not persisted:
+after a restart reading resumes after mark-delete, so unacked entries are redelivered
+(at-least-once, as in Pulsar).
 
 Persistence is coalesced: every ack of one loop iteration marks the cursor dirty and they all
 share one state write, which rides in the store's group commit next to entries.
@@ -12,11 +13,15 @@ share one state write, which rides in the store's group commit next to entries.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pulsar_grpc.broker.errors import InvalidArgumentError, PersistenceError
+from pulsar_grpc.broker.ledger.cursor_state import (
+    CursorState,
+    decode_position_info,
+    encode_position_info,
+)
 from pulsar_grpc.broker.ledger.position import Entry, Position
 from pulsar_grpc.broker.ledger.range_set import PositionRangeSet
 from pulsar_grpc.broker.ledger.store import EntrySpan
@@ -40,7 +45,10 @@ class ManagedCursor:
         # would bring back a cursor pointing into deleted ledgers.
         self.persisted_mark_delete = mark_delete
         self.individually_deleted = PositionRangeSet()
-        self.batch_deleted: dict[Position, set[int]] = {}
+        # Pulsar's batchDeletedIndexes: per partly acked entry, the bitset of the indexes NOT
+        # acked yet (Pulsar's ackSet, bit i = index i). Negative when restored from an earlier
+        # version's state, which did not record the batch size: cut to it on the next ack.
+        self.batch_deleted: dict[Position, int] = {}
         self.properties: dict[str, int] = {}
         self._ledger = ledger
         self.read_position = ledger.next_position(mark_delete)
@@ -139,8 +147,12 @@ class ManagedCursor:
     def is_deleted(self, position: Position) -> bool:
         return position <= self.mark_delete_position or position in self.individually_deleted
 
-    def acked_batch_indexes(self, position: Position) -> set[int]:
-        return set(self.batch_deleted.get(position, ()))
+    def acked_batch_indexes(self, position: Position, batch_size: int) -> set[int]:
+        """The acked indexes of the batch of ``batch_size`` messages at position."""
+        unacked = self.batch_deleted.get(position)
+        if unacked is None:
+            return set()
+        return {i for i in range(batch_size) if not unacked >> i & 1}
 
     def check_ackable(self, position: Position) -> None:
         """Refuse an ack of an entry that does not exist (yet): acking ahead of the last
@@ -209,15 +221,16 @@ class ManagedCursor:
             return self._state_durable()
         if (refused := self._refusal([position])) is not None:
             return refused
-        acked = self.batch_deleted.setdefault(position, set())
-        before = len(acked)
-        acked.update(i for i in indexes if 0 <= i < batch_size)
-        if len(acked) >= batch_size:
+        before = self.batch_deleted.get(position, -1) & ((1 << batch_size) - 1)
+        unacked = before
+        for i in indexes:
+            if 0 <= i < batch_size:
+                unacked &= ~(1 << i)
+        if not unacked:
             return self.delete([position])
-        if len(acked) == before:
-            if not acked:
-                del self.batch_deleted[position]
+        if unacked == before:
             return self._state_durable()
+        self.batch_deleted[position] = unacked
         return self._persist()
 
     def get_number_of_entries_in_backlog(self) -> int:
@@ -244,10 +257,12 @@ class ManagedCursor:
         self.individually_deleted.clear()
         self.batch_deleted.clear()
         if skip_indexes > 0 and position < end:
-            self.batch_deleted[position] = set(range(min(skip_indexes, batch_size)))
             if skip_indexes >= batch_size:
                 self.mark_delete_position = position
-                del self.batch_deleted[position]
+            else:
+                self.batch_deleted[position] = (
+                    ((1 << batch_size) - 1) >> skip_indexes << skip_indexes
+                )
         self.read_position = self._ledger.next_position(self.mark_delete_position)
         self._epoch += 1
         await self._persist()
@@ -264,35 +279,49 @@ class ManagedCursor:
 
     # -- persistence -------------------------------------------------------------------------
 
-    def encode_state(self) -> bytes:
-        return json.dumps(
-            {
-                "markDelete": str(self.mark_delete_position),
-                "individuallyDeleted": [
-                    [lo.ledger_id, lo.entry_id, hi.entry_id]
-                    for lo, hi in self.individually_deleted.ranges()
-                ],
-                "batchDeleted": {str(p): sorted(i) for p, i in self.batch_deleted.items()},
-                "properties": self.properties,
-            },
-            separators=(",", ":"),
-        ).encode()
+    def state(self) -> CursorState:
+        """A copy of what is persisted."""
+        return CursorState(
+            self.mark_delete_position,
+            list(self.individually_deleted.ranges()),
+            dict(self.batch_deleted),
+            dict(self.properties),
+        )
 
-    def restore_state(self, state: bytes) -> None:
-        """Load a persisted state (at ledger recovery: every ledger but the new one is closed).
+    def encode_state(self) -> bytes:
+        """The store's cursor-state row: Pulsar's PositionInfo."""
+        return encode_position_info(self.state())
+
+    def restore_state(self, state: bytes | CursorState) -> None:
+        """Load a persisted state (at ledger recovery: every ledger but the new one is closed):
+        a store row (PositionInfo, or JSON from earlier versions) or a decoded snapshot.
 
         A state written before acks and seeks past the end were refused may name entries
         that never came to be: those are dropped, so the cursor does not skip new entries.
         """
-        doc = json.loads(state)
+        if isinstance(state, bytes):
+            state = decode_position_info(state)
         ml = self._ledger
-        self.mark_delete_position = Position.parse(doc["markDelete"])
-        for ledger_id, first, last in doc["individuallyDeleted"]:
-            last = min(last, ml.entries_in(ledger_id) - 1)
-            if first <= last:
-                self.individually_deleted.add_range(ledger_id, first, last)
-        self.batch_deleted = {Position.parse(p): set(i) for p, i in doc["batchDeleted"].items()}
-        self.properties = {k: int(v) for k, v in doc["properties"].items()}
+        self.mark_delete_position = state.mark_delete
+        for first, last in state.deleted:
+            # Ranges this broker writes stay in one ledger; Pulsar's may span several.
+            ledger_ids = (
+                [first.ledger_id]
+                if first.ledger_id == last.ledger_id
+                else [
+                    i.ledger_id
+                    for i in ml.ledgers
+                    if first.ledger_id <= i.ledger_id <= last.ledger_id
+                ]
+            )
+            for ledger_id in ledger_ids:
+                lo = first.entry_id if ledger_id == first.ledger_id else 0
+                count = ml.entries_in(ledger_id)
+                hi = min(last.entry_id if ledger_id == last.ledger_id else count - 1, count - 1)
+                if lo <= hi:
+                    self.individually_deleted.add_range(ledger_id, lo, hi)
+        self.batch_deleted = {p: m for p, m in state.batch_deleted.items() if m}
+        self.properties = dict(state.properties)
         end = ml.end_position()
         if self.mark_delete_position >= end:
             self.mark_delete_position = Position(end.ledger_id, end.entry_id - 1)

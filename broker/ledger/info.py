@@ -1,8 +1,11 @@
 """Managed-ledger configuration and the metadata it keeps in the MetadataStore.
 
-Paths are Pulsar's: `/managed-ledgers/<name>` holds the ledger list (JSON here, protobuf in
-Pulsar), `/managed-ledgers/<name>/<cursor>` one node per durable cursor (cursor names are
-URL-encoded, as Pulsar's Codec.encode does, so any subscription name is a single path segment).
+Paths and encoding are Pulsar's: `/managed-ledgers/<name>` holds the ledger list as Pulsar's
+ManagedLedgerInfo (MLDataFormats, protos/pulsargrpc/internal/v1/ml_data_formats.proto),
+`/managed-ledgers/<name>/<cursor>` one ManagedCursorInfo per durable cursor
+(broker/ledger/cursor_state.py; cursor names are URL-encoded, as Pulsar's Codec.encode does, so
+any subscription name is a single path segment). Ledger lists written as JSON by earlier
+versions still decode, and are rewritten in Pulsar's encoding at the next write (the open).
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
+
+from pulsargrpc.internal.v1 import ml_data_formats_pb2 as ml
 
 __all__ = [
     "LedgerInfo",
@@ -57,23 +62,21 @@ def cursor_name_from_node(node: str) -> str:
 
 
 def encode_ledgers(ledgers: list[LedgerInfo]) -> bytes:
-    return json.dumps(
-        {
-            "ledgers": [
-                {
-                    "ledgerId": i.ledger_id,
-                    "entries": i.entries,
-                    "size": i.size,
-                    "timestamp": i.timestamp,
-                }
-                for i in ledgers
-            ]
-        },
-        separators=(",", ":"),
-    ).encode()
+    """The ManagedLedgerInfo of the ledger list (never empty: there is always a current ledger,
+    and an empty node value means "no managed ledger here")."""
+    info = ml.ManagedLedgerInfo()
+    for i in ledgers:
+        info.ledgerInfo.add(
+            ledgerId=i.ledger_id, entries=i.entries, size=i.size, timestamp=i.timestamp
+        )
+    return info.SerializeToString()
 
 
 def decode_ledgers(value: bytes) -> list[LedgerInfo]:
+    """The ledger list of a ManagedLedgerInfo, or of the JSON that earlier versions wrote."""
+    if not value.startswith(b"{"):
+        info = ml.ManagedLedgerInfo.FromString(value)
+        return [LedgerInfo(i.ledgerId, i.entries, i.size, i.timestamp) for i in info.ledgerInfo]
     doc = json.loads(value)
     return [
         LedgerInfo(int(i["ledgerId"]), int(i["entries"]), int(i["size"]), int(i["timestamp"]))

@@ -15,8 +15,8 @@ crash can never leave a confirmed entry in a ledger the metadata does not know a
 from __future__ import annotations
 
 import asyncio
+import enum
 import itertools
-import json
 import logging
 import time
 from collections import deque
@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pulsar_grpc.broker.errors import NotFoundError, PersistenceError
 from pulsar_grpc.broker.ledger.cache import EntryCache
 from pulsar_grpc.broker.ledger.cursor import ManagedCursor
+from pulsar_grpc.broker.ledger.cursor_state import decode_cursor_info, encode_cursor_info
 from pulsar_grpc.broker.ledger.id_pool import LedgerIdPool
 from pulsar_grpc.broker.ledger.info import (
     LedgerInfo,
@@ -44,6 +45,7 @@ from pulsar_grpc.broker.metadata.store import (
     MetadataNotFoundError,
     MetadataStore,
     MetadataStoreError,
+    SessionEvent,
     validate_path,
 )
 
@@ -68,6 +70,13 @@ class _PendingAdd:
     committed: bool = False
 
 
+class _MetadataLink(enum.Enum):
+    """Whether the metadata store's connection is up, as its session events last said."""
+
+    CONNECTED = "connected"
+    DISCONNECTED = "disconnected"
+
+
 @dataclass(slots=True)
 class _Shared:
     """What every managed ledger of one factory uses."""
@@ -78,6 +87,9 @@ class _Shared:
     ids: LedgerIdPool
     on_close: Callable[[ManagedLedger], None]
     reader_ids: Iterator[int] = field(default_factory=itertools.count)
+    # Set by the factory's session listener; closes skip their metadata snapshots while the
+    # connection is down, so that a shutdown does not wait out a timeout per topic.
+    link: _MetadataLink = _MetadataLink.CONNECTED
 
 
 class ManagedLedger:
@@ -420,9 +432,10 @@ class ManagedLedger:
             else:
                 mark_delete = self.last_confirmed_entry or Position(self.current_ledger_id, -1)
             cursor = ManagedCursor(self, name, True, mark_delete)
-            node = {"name": name, "markDelete": str(mark_delete), "createdAt": _now_ms()}
             await self._shared.metadata.put(
-                cursor_path(self.name, name), _json(node), expected_version=None
+                cursor_path(self.name, name),
+                encode_cursor_info(cursor.state(), _now_ms()),
+                expected_version=None,
             )
             self.cursors[name] = cursor
             await cursor._persist()
@@ -469,13 +482,11 @@ class ManagedLedger:
             if state is not None:
                 cursor.restore_state(state)
             else:
-                # Created but its first state write did not commit: use the metadata's.
+                # Created but its first state write did not commit: use the node's snapshot.
                 got = await metadata.get(cursor_path(self.name, name))
                 if got is None or not got.value:
                     continue
-                cursor.mark_delete_position = Position.parse(json.loads(got.value)["markDelete"])
-                cursor.persisted_mark_delete = cursor.mark_delete_position
-                cursor.read_position = self.next_position(cursor.mark_delete_position)
+                cursor.restore_state(decode_cursor_info(got.value))
             self.cursors[name] = cursor
 
     # -- trimming ----------------------------------------------------------------------------
@@ -565,11 +576,35 @@ class ManagedLedger:
             cursor.close()
         if self._tasks:
             await asyncio.wait(list(self._tasks))
+        await self._snapshot_metadata()
         self._shared.on_close(self)
 
-
-def _json(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode()
+    async def _snapshot_metadata(self) -> None:
+        """At a graceful close, leave fresh metadata for Pulsar's tools: the current ledger is
+        closed (its count final, its close time set) in the ledger node, and each durable
+        cursor's state is written to its node (ManagedCursorInfo). Per ack, the state goes to
+        the store's commit instead; a failure here loses nothing (the next open recounts the
+        ledger from the store, and the store's row holds the cursor's state)."""
+        if self._shared.link is _MetadataLink.DISCONNECTED:
+            log.info("%s: metadata store disconnected, no metadata snapshot at close", self.name)
+            return
+        if not self._pending and not self._unregistered:
+            self._ledgers[-1].timestamp = _now_ms()
+            try:
+                await self._write_info()
+            except MetadataStoreError as e:
+                # e.g. another broker took the ledger over: its metadata is not ours to write.
+                log.warning("%s: cannot record the closed ledger: %s", self.name, e)
+                return
+        for cursor in self.cursors.values():
+            try:
+                await self._shared.metadata.put(
+                    cursor_path(self.name, cursor.name),
+                    encode_cursor_info(cursor.state(), _now_ms()),
+                    expected_version=None,
+                )
+            except MetadataStoreError as e:
+                log.warning("%s: cannot snapshot cursor %s: %s", self.name, cursor.name, e)
 
 
 class ManagedLedgerFactory:
@@ -593,6 +628,11 @@ class ManagedLedgerFactory:
         )
         self._ledgers: dict[str, ManagedLedger] = {}
         self._opening: dict[str, asyncio.Task[ManagedLedger]] = {}
+        metadata.register_session_listener(self._on_session_event)
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        down = event in (SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST)
+        self._shared.link = _MetadataLink.DISCONNECTED if down else _MetadataLink.CONNECTED
 
     @property
     def cache(self) -> EntryCache:

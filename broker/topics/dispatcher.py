@@ -170,7 +170,7 @@ class Dispatcher(ABC):
         total = 0
         for entry in entries:
             info = entry_format.info(entry.data)
-            acked = frozenset(self.cursor.acked_batch_indexes(entry.position))
+            acked = frozenset(self.cursor.acked_batch_indexes(entry.position, info.num_messages))
             num = info.num_messages - len(acked)
             total += info.num_messages
             delivery = Delivery(

@@ -171,7 +171,7 @@ class Subscription:
                 by_entry.setdefault(position, set()).add(batch_index)
         for position, indexes in by_entry.items():
             size = sizes[position]
-            acked = indexes | self.cursor.acked_batch_indexes(position)
+            acked = indexes | self.cursor.acked_batch_indexes(position, size)
             if len(acked) >= size:
                 whole.append(position)
             else:
@@ -190,7 +190,7 @@ class Subscription:
         if size is not None and batch_index < size - 1:
             # Inside a batch: everything before the entry, and its indexes up to this one.
             done = self.cursor.mark_delete_before(position, range(batch_index + 1), size)
-            acked = self.cursor.acked_batch_indexes(position)
+            acked = self.cursor.acked_batch_indexes(position, size)
             self._partially_acked(position, size - len(acked))
             self._forget([p for p in consumer.pending if p < position])
         else:
@@ -302,7 +302,9 @@ class Subscription:
                     continue  # acked meanwhile
                 data = entry_format.dead_letter(
                     entries[0].data,
-                    acked=self.cursor.acked_batch_indexes(position),
+                    acked=self.cursor.acked_batch_indexes(
+                        position, entry_format.info(entries[0].data).num_messages
+                    ),
                     real_topic=self.topic.name,
                     real_subscription=self.name,
                     origin_position=position,

@@ -198,7 +198,7 @@ async def test_batch_index_acks(env: Env) -> None:
     cursor = await ml.open_cursor("sub", "earliest")
     positions = await add_all(ml, [b"a", b"b"])
     await cursor.ack_batch_indexes(positions[1], [0, 2], batch_size=3)
-    assert cursor.acked_batch_indexes(positions[1]) == {0, 2}
+    assert cursor.acked_batch_indexes(positions[1], 3) == {0, 2}
     assert not cursor.is_deleted(positions[1])
     await cursor.ack_batch_indexes(positions[1], [1], batch_size=3)
     assert cursor.is_deleted(positions[1]) and positions[1] not in cursor.batch_deleted
@@ -285,7 +285,7 @@ async def test_cursor_state_recovered_after_reopen(tmp_path: Path) -> None:
     assert cursor.mark_delete_position == positions[2]
     assert cursor.properties == {"seq": 42}
     assert cursor.is_deleted(positions[5]) and cursor.is_deleted(positions[6])
-    assert cursor.acked_batch_indexes(positions[8]) == {1, 3}
+    assert cursor.acked_batch_indexes(positions[8], 5) == {1, 3}
     entries = await cursor.read_entries(100)
     assert [e.position for e in entries] == [positions[i] for i in (3, 4, 7, 8, 9)]
     # Appends continue in a new ledger after the recovered ones.
