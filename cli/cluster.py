@@ -156,9 +156,11 @@ def run(args: argparse.Namespace) -> int:
                 MemberPorts.fixed(i), workdir / f"broker-{i}" / "data", metadata, postgres.url()
             )
             brokers.append(write_broker(workdir, f"broker-{i}", properties))
-        for i, broker in enumerate(brokers):
-            print(f"starting broker-{i} ...", flush=True)
-            broker.start()
+        print(f"starting {BROKERS} brokers ...", flush=True)
+        for broker in brokers:
+            broker.launch()
+        for broker in brokers:
+            broker.wait_ready()
         print(_summary(workdir, metadata, postgres.url()), flush=True)
         while not stop.event.wait(1):
             for i, broker in enumerate(brokers):

@@ -274,13 +274,19 @@ class BrokerProcess:
         self.grpc_url = ""  # the internal listener's, from the ready line
         self.http_url = ""
         self._process: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0  # where this start's output begins in the log
 
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
     def start(self, timeout: float = 60) -> BrokerProcess:
-        offset = self.log.stat().st_size if self.log.exists() else 0
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to serve (brokers start side by side)."""
+        self._log_offset = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as output:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "pulsar_grpc.cli.main", "broker",
@@ -290,11 +296,16 @@ class BrokerProcess:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # stopped by its parent, in order
             )  # fmt: skip
+
+    def wait_ready(self, timeout: float = 60) -> BrokerProcess:
+        """Wait for the launched broker's ready line (its addresses); killed if it does not
+        come within `timeout` seconds."""
         process = self._process
+        assert process is not None, "launch() first"
 
         def ready() -> bool:
             with open(self.log, "rb") as f:
-                f.seek(offset)
+                f.seek(self._log_offset)
                 match = BROKER_READY.search(f.read().decode(errors="replace"))
             if match:
                 self.grpc_url, self.http_url = match.group(1), match.group(2)
