@@ -87,11 +87,6 @@ class Cluster:
     zookeeper: ZooKeeperServer
     chroot: str
 
-    def member_at(self, grpc_url: str) -> Member:
-        """The member whose internal gRPC URL this is."""
-        (found,) = [m for m in self.members if m.service_url() == grpc_url]
-        return found
-
     def stop(self) -> None:
         for member in self.members:
             member.process.stop()

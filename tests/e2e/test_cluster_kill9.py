@@ -68,8 +68,10 @@ class Sent:
     after_kill: int = 0
 
 
-async def produce(producer: Producer, k: int, sent: Sent, killed: asyncio.Event,
-                  stop: asyncio.Event) -> None:  # fmt: skip
+async def produce(
+    producer: Producer, k: int, sent: Sent, killed: asyncio.Event, stop: asyncio.Event
+) -> None:
+    """Send p<k>-0, p<k>-1, ... one at a time, each awaited to its receipt, until `stop`."""
     last = time.monotonic()
     i = 0
     while not stop.is_set():
@@ -119,9 +121,11 @@ async def test_kill_9_of_a_broker_under_load_loses_no_receipted_message(
         Client(consuming_via.service_url()) as consumer_client,
     ):
         consumer = await consumer_client.subscribe(
-            topic.full_name, "load", consumer_type=ConsumerType.Shared,
+            topic.full_name,
+            "load",
+            consumer_type=ConsumerType.Shared,
             initial_position="Earliest",
-        )  # fmt: skip
+        )
 
         async def consume() -> None:
             last = time.monotonic()
