@@ -8,8 +8,9 @@ keeps the configurations and logs after the stop for reading.
 
 Each broker has two listeners, so that lookups show listener selection: ``internal`` on
 127.0.0.1 (also the broker's primary address) and ``external`` on 127.0.0.2 (another loopback
-address, standing for a second network). The ports are fixed, clear of `make run`'s
-standalone (50051, 8080): broker i serves gRPC on 6650+i, HTTP on 8180+i, on both hosts.
+address, standing for a second network). The ports have fixed defaults, clear of `make run`'s
+standalone (50051, 8080): broker i serves gRPC on 6650+i, HTTP on 8180+i, on both hosts;
+options move them (and ZooKeeper's and PostgreSQL's) where those are taken.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ POSTGRES_PORT = 5433  # not 5432, where a system PostgreSQL may already listen
 # The metadata under one chroot: the cluster's nodes stay apart from anything else in the
 # ZooKeeper a reader may point it at.
 CHROOT = "/pulsar-grpc"
+# Marks a work directory as this command's, so that the next run may empty it.
+WORKDIR_MARKER = ".pulsar-grpc-cluster"
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,6 @@ class MemberPorts:
 
     grpc: int
     http: int
-
-    @classmethod
-    def fixed(cls, index: int) -> MemberPorts:
-        """`make cluster`'s documented ports for broker `index`."""
-        return cls(FIRST_GRPC_PORT + index, FIRST_HTTP_PORT + index)
 
     @classmethod
     def free(cls) -> MemberPorts:
@@ -123,6 +121,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=Path(".cluster"),
         help="work directory, emptied first: configurations, data, logs (default .cluster)",
     )
+    ports = (
+        ("--zookeeper-port", ZOOKEEPER_PORT, "ZooKeeper's port"),
+        ("--postgres-port", POSTGRES_PORT, "PostgreSQL's port"),
+        ("--grpc-port", FIRST_GRPC_PORT, "broker 0's gRPC port; broker i's is this + i"),
+        ("--http-port", FIRST_HTTP_PORT, "broker 0's HTTP port; broker i's is this + i"),
+    )
+    for flag, default, what in ports:
+        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
     p.set_defaults(run=run)
 
 
@@ -135,25 +141,40 @@ class _Stop:
             signal.signal(sig, lambda *_: self.event.set())
 
 
+def _fresh_workdir(workdir: Path) -> None:
+    """Empty `workdir` for a new cluster; refuse a non-empty directory an earlier run did not
+    make (a mistyped --dir must not delete someone's files)."""
+    if workdir.exists() and any(workdir.iterdir()):
+        if not (workdir / WORKDIR_MARKER).exists():
+            raise ValueError(f"--dir {workdir}: not empty and not made by pulsar-grpc cluster")
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / WORKDIR_MARKER).touch()
+
+
 def run(args: argparse.Namespace) -> int:
-    stop = _Stop()
     workdir: Path = args.dir.resolve()
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    try:
+        _fresh_workdir(workdir)
+    except ValueError as exc:
+        print(f"pulsar-grpc cluster: {exc}", file=sys.stderr)
+        return 2
+    stop = _Stop()
     zookeeper: ZooKeeperServer | None = None
     postgres: PostgresServer | None = None
     brokers: list[BrokerProcess] = []
     try:
-        zookeeper = ZooKeeperServer(workdir / "zookeeper", port=ZOOKEEPER_PORT)
+        members = [MemberPorts(args.grpc_port + i, args.http_port + i) for i in range(BROKERS)]
+        zookeeper = ZooKeeperServer(workdir / "zookeeper", port=args.zookeeper_port)
         print(f"starting ZooKeeper on {zookeeper.hosts} ...", flush=True)
         zookeeper.start()
-        postgres = PostgresServer(port=POSTGRES_PORT)
-        print(f"starting PostgreSQL on 127.0.0.1:{POSTGRES_PORT} ...", flush=True)
+        postgres = PostgresServer(port=args.postgres_port)
+        print(f"starting PostgreSQL on 127.0.0.1:{args.postgres_port} ...", flush=True)
         postgres.start()
         metadata = f"zk:{zookeeper.hosts}{CHROOT}"
-        for i in range(BROKERS):
+        for i, ports in enumerate(members):
             properties = broker_properties(
-                MemberPorts.fixed(i), workdir / f"broker-{i}" / "data", metadata, postgres.url()
+                ports, workdir / f"broker-{i}" / "data", metadata, postgres.url()
             )
             brokers.append(write_broker(workdir, f"broker-{i}", properties))
         print(f"starting {BROKERS} brokers ...", flush=True)
@@ -161,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
             broker.launch()
         for broker in brokers:
             broker.wait_ready()
-        print(_summary(workdir, metadata, postgres.url()), flush=True)
+        print(_summary(workdir, metadata, postgres.url(), members), flush=True)
         # A broker that exits (kill -9 it to see its bundles move) is reported; the others
         # carry on.
         exited: set[int] = set()
@@ -185,15 +206,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(workdir: Path, metadata: str, ledgers: str) -> str:
+def _summary(workdir: Path, metadata: str, ledgers: str, members: list[MemberPorts]) -> str:
     lines = [
         "",
         "pulsar-grpc cluster ready:",
         f"  metadataStoreUrl={metadata}",
         f"  ledgerStorageUrl={ledgers}",
     ]
-    for i in range(BROKERS):
-        ports = MemberPorts.fixed(i)
+    for i, ports in enumerate(members):
         lines.append(f"  broker-{i}")
         for listener in ("internal", "external"):
             lines.append(
