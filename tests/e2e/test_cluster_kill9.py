@@ -25,7 +25,7 @@ from pulsar_grpc.broker.metadata import ZooKeeperMetadataStore
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
 from pulsar_grpc.client import Client, ConsumerType, Producer
 from pulsar_grpc.client.exceptions import Timeout
-from tests.cluster import BROKERS, Cluster, cluster_factory, grpc_lookup
+from tests.cluster import BROKERS, SESSION_TIMEOUT_MS, Cluster, cluster_factory, grpc_lookup
 from tests.postgres import postgres_server, postgres_url
 from tests.waiting import eventually
 from tests.zookeeper import zk_chroot, zookeeper
@@ -39,6 +39,7 @@ RECEIPTS_BEFORE = 50
 RECEIPTS_AFTER = 50
 LOAD_TIMEOUT_S = 40  # the whole produce phase, kill and recovery included
 DRAIN_TIMEOUT_S = 30
+RECOVERY_BOUND_S = SESSION_TIMEOUT_MS / 1000 + 15
 # How a message id reads when its receipt answered a duplicate (ledger and entry -1).
 DUPLICATE_RECEIPT = "-1:-1:"
 
@@ -186,6 +187,9 @@ async def test_kill_9_of_a_broker_under_load_loses_no_receipted_message(
         f"{[round(s.longest_gap_s, 2) for s in sent]} s; longest gap between deliveries "
         f"{consumer_gap['longest_s']:.2f} s; {len(receipted)} messages receipted"
     )
+    # Within the fixture's session timeout and some, not Pulsar's default of 30 s: the
+    # brokers took metadataStoreSessionTimeoutMillis.
+    assert recovered_s < RECOVERY_BOUND_S
     # The dead broker's bundles moved to the living, and its load report is gone.
     for p in victims_partitions:
         answer = await grpc_lookup(producing_via.address(), topic.get_partition(p))
