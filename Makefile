@@ -14,10 +14,11 @@ BUF := tests/node/node_modules/.bin/buf
 # What builds the Go end-to-end client offline (Debian/Ubuntu packages; GOPATH mode).
 GO_DEBS := golang-go protobuf-compiler protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev \
   golang-google-genproto-dev golang-github-golang-protobuf-1-5-dev
-# What the cluster tests start as real servers (Debian packages; started by test fixtures as the
-# current user, never as system services): PostgreSQL for the shared ledger store, ZooKeeper for
-# the metadata; and what reads the managed-ledger metadata with Java classes generated from
-# Pulsar's MLDataFormats (tests/e2e/test_ml_data_formats.py): protoc and protobuf-java.
+# What `make cluster` and the cluster tests start as real servers (Debian packages; started as
+# child processes by pulsar_grpc.cli.local_servers, never as system services): PostgreSQL for
+# the shared ledger store, ZooKeeper for the metadata; and what reads the managed-ledger metadata
+# with Java classes generated from Pulsar's MLDataFormats (tests/e2e/test_ml_data_formats.py):
+# protoc and protobuf-java.
 CLUSTER_DEBS := postgresql zookeeper protobuf-compiler libprotobuf-java
 
 # $(call apt_install,TARGET,PACKAGES,WHAT): install the missing Debian packages (apt-get, with
@@ -35,7 +36,7 @@ define apt_install
 	fi
 endef
 
-.PHONY: run test proto proto-check proto-lint lint typecheck unit e2e node-deps go-deps cluster-deps go-client bench clean
+.PHONY: run cluster test proto proto-check proto-lint lint typecheck unit e2e node-deps go-deps cluster-deps go-client bench clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +52,13 @@ $(STAMP): $(RUN_STAMP)
 ## (gRPC 127.0.0.1:50051, HTTP 127.0.0.1:8080)
 run: $(RUN_STAMP)
 	$(VENV)/bin/pulsar-grpc standalone
+
+## cluster: a fresh three-broker cluster on this machine until Ctrl-C, for trying it out
+## (installs the runtime and, if missing, the Debian packages zookeeper and postgresql):
+## ZooKeeper 127.0.0.1:2181, PostgreSQL 127.0.0.1:5433, broker i serving gRPC 665i and HTTP
+## 818i on 127.0.0.1 (listener internal) and 127.0.0.2 (listener external); files in .cluster/
+cluster: $(RUN_STAMP) cluster-deps
+	$(VENV)/bin/pulsar-grpc cluster
 
 ## proto: regenerate the Python code for protos/ (committed; CI checks it is fresh)
 proto: $(STAMP)
@@ -83,10 +91,10 @@ node-deps:
 go-deps:
 	$(call apt_install,go-deps,$(GO_DEBS),to build the Go client)
 
-## cluster-deps: install the Debian packages of the servers the cluster tests start (PostgreSQL,
-## ZooKeeper)
+## cluster-deps: install the Debian packages of the servers `make cluster` and the cluster tests
+## start (PostgreSQL, ZooKeeper)
 cluster-deps:
-	$(call apt_install,cluster-deps,$(CLUSTER_DEBS),for the cluster tests)
+	$(call apt_install,cluster-deps,$(CLUSTER_DEBS),for the cluster)
 
 ## go-client: build the Go end-to-end client from protos/ (tests/go/build/produce_consume)
 go-client: go-deps
@@ -103,4 +111,4 @@ bench: $(RUN_STAMP)
 	$(VENV)/bin/pulsar-grpc perf all --sync
 
 clean:
-	rm -rf $(VENV) tests/node/node_modules tests/go/build data
+	rm -rf $(VENV) tests/node/node_modules tests/go/build data .cluster

@@ -99,7 +99,11 @@ class BrokerService:
         data_dir = Path(self.config.dataDirectory)
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         self._lock.acquire()  # before opening anything in it: another broker may own it
-        metadata = self.metadata = await open_metadata_store(self.config.metadataStoreUrl, data_dir)
+        metadata = self.metadata = await open_metadata_store(
+            self.config.metadataStoreUrl,
+            data_dir,
+            session_timeout_s=self.config.metadataStoreSessionTimeoutMillis / 1000,
+        )
         producer_names = await DistributedIdGenerator.create(
             metadata, PRODUCER_NAME_PATH, self.config.clusterName
         )

@@ -21,14 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 
+from pulsar_grpc.cli.local_servers import free_port
 
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["FaultProxy", "free_port"]
 
 
 class FaultProxy:

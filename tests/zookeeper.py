@@ -1,9 +1,7 @@
-"""A real ZooKeeper server for tests: the Debian package's jars, a free port, temporary data.
+"""A real ZooKeeper server for tests: the product's (pulsar_grpc.cli.local_servers, what
+`make cluster` runs), with a short tick, on a free port, with temporary data.
 
-``ZooKeeperServer`` runs ``java ... ZooKeeperServerMain zoo.cfg`` as a child process (no root,
-no system service), waits until it answers ``ruok``, and can be stopped and started again on the
-same port and data (a connection loss for its clients, with their sessions intact). The
-``zookeeper`` fixture gives every test of the run the same server (import it, with
+The ``zookeeper`` fixture gives every test of the run the same server (import it, with
 ``zk_chroot``, into a test module); tests take a fresh chroot each (``zk_chroot``) so they
 never see one another's nodes. A test that stops its server starts its own.
 
@@ -14,102 +12,43 @@ second and see it expire quickly (ZooKeeper allows 2 to 20 ticks unless told oth
 from __future__ import annotations
 
 import itertools
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
+from pulsar_grpc.cli import local_servers
+from pulsar_grpc.cli.local_servers import ServerNotInstalledError
 from tests.faultproxy import free_port
 
-JAR = Path("/usr/share/java/zookeeper.jar")  # its manifest names the jars it needs
-# slf4j's simple binding: the server logs to stderr (our log file) instead of nowhere.
-LOGGING_JAR = Path("/usr/share/java/slf4j-simple.jar")
+__all__ = ["ZooKeeperServer", "end_session", "free_port", "zk_chroot", "zookeeper"]
+
 TICK_MS = 100
 MIN_SESSION_TIMEOUT_MS = 2 * TICK_MS
 MAX_SESSION_TIMEOUT_MS = 60_000
 
 
-class ZooKeeperServer:
-    """One standalone ZooKeeper on 127.0.0.1:<port> with its data under `workdir`."""
+class ZooKeeperServer(local_servers.ZooKeeperServer):
+    """The product's server with the tests' tick; a missing package fails the test, naming it."""
 
     def __init__(self, workdir: Path) -> None:
-        if not JAR.exists():
-            pytest.fail(
-                f"{JAR} is missing: install the Debian package zookeeper (make cluster-deps)"
+        try:
+            super().__init__(
+                workdir,
+                tick_ms=TICK_MS,
+                min_session_ms=MIN_SESSION_TIMEOUT_MS,
+                max_session_ms=MAX_SESSION_TIMEOUT_MS,
             )
-        self.workdir = workdir
-        self.port = free_port()
-        self._process: subprocess.Popen[bytes] | None = None
-        (workdir / "data").mkdir(parents=True, exist_ok=True)
-        (workdir / "zoo.cfg").write_text(
-            f"tickTime={TICK_MS}\n"
-            f"dataDir={workdir / 'data'}\n"
-            f"clientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\n"
-            f"minSessionTimeout={MIN_SESSION_TIMEOUT_MS}\n"
-            f"maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}\n"
-            "admin.enableServer=false\n"
-            "4lw.commands.whitelist=ruok,srvr\n"
-        )
-
-    @property
-    def hosts(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        except ServerNotInstalledError as exc:
+            pytest.fail(str(exc))
 
     def start(self, timeout: float = 60) -> ZooKeeperServer:
-        java = shutil.which("java")
-        if java is None:
-            pytest.fail("java is not on PATH: ZooKeeper needs a JRE")
-        log = self.workdir / "zookeeper.log"
-        with open(log, "ab") as output:  # the child keeps its own descriptor
-            self._process = subprocess.Popen(
-                [
-                    java,
-                    "-Xmx256m",
-                    f"-Dzookeeper.log.dir={self.workdir}",
-                    "-cp",
-                    f"{JAR}:{LOGGING_JAR}",
-                    "org.apache.zookeeper.server.ZooKeeperServerMain",
-                    str(self.workdir / "zoo.cfg"),
-                ],
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        deadline = time.monotonic() + timeout
-        while not self.answers():
-            if self._process.poll() is not None:
-                raise RuntimeError(f"ZooKeeper exited with {self._process.returncode}; see {log}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"ZooKeeper did not answer within {timeout}s; see {log}")
-            time.sleep(0.05)
+        try:
+            super().start(timeout)
+        except ServerNotInstalledError as exc:
+            pytest.fail(str(exc))
         return self
-
-    def answers(self) -> bool:
-        """Whether the server says imok to ruok (ZooKeeper's four-letter health check)."""
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"ruok")
-                return s.recv(16) == b"imok"
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self._process is None:
-            return
-        self._process.terminate()
-        try:
-            self._process.wait(30)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-        self._process = None
 
 
 class _SharedServer:

@@ -35,20 +35,36 @@ class LedgerIdPool:
     def available(self) -> int:
         return sum(len(r) for r in self._ranges)
 
-    async def ensure(self) -> None:
-        """Wait until an id is available; the caller takes it without awaiting in between.
+    async def ensure(self, above: int = 0) -> None:
+        """Wait until an id greater than `above` is available; the caller takes it without
+        awaiting in between.
+
+        Ids are increasing within one pool, not across the brokers sharing a store: each
+        reserves its own blocks. A managed ledger's ledgers must be in id order (positions
+        compare by ledger id first), so a broker opening a ledger another broker wrote
+        passes its last ledger id as `above`, and the pool drops its ids up to it; the
+        store's next block is past every id it ever gave out.
 
         Others may drain a refill before this waiter runs again, so it waits for as many
         refills as that takes. Only the store failing ends the wait, with its error.
         """
         self._waiters += 1
         try:
-            while self.available() == 0:
+            while self._drop_through(above) == 0:
                 self._start_refill()
                 assert self._refill is not None
                 await asyncio.shield(self._refill)
         finally:
             self._waiters -= 1
+
+    def _drop_through(self, last: int) -> int:
+        """Drop the ids up to `last` (never to be used); how many ids are left."""
+        while self._ranges and self._ranges[0].start <= last:
+            r = self._ranges.popleft()
+            if r.stop - 1 > last:
+                self._ranges.appendleft(range(last + 1, r.stop))
+                break
+        return self.available()
 
     def take(self) -> int:
         """The next id; PersistenceError when the pool ran dry (a refill is then under way)."""

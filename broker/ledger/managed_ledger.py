@@ -659,6 +659,9 @@ class ManagedLedgerFactory:
         got = await metadata.get(path)
         ledgers = decode_ledgers(got.value) if got is not None and got.value else []
         version = got.version if got is not None else -1
+        # The new ledger's id must follow every one before it, which other brokers may have
+        # created (from their own blocks of ids).
+        newest = max((info.ledger_id for info in ledgers), default=0)
         if ledgers:
             # The last ledger was open when the ledger stopped: its true size is in the store.
             last = ledgers[-1]
@@ -666,7 +669,7 @@ class ManagedLedgerFactory:
             last.entries, last.size, last.timestamp = stats.entries, stats.size, _now_ms()
             if last.entries == 0:
                 ledgers.pop()
-        await self._shared.ids.ensure()
+        await self._shared.ids.ensure(above=newest)
         ledgers.append(LedgerInfo(self._shared.ids.take()))
         try:
             version = await metadata.put(path, encode_ledgers(ledgers), version)

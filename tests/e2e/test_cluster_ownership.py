@@ -16,10 +16,10 @@ import grpc
 import pytest
 
 from pulsar_grpc.broker.metadata import ZooKeeperMetadataStore
-from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
+from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles
 from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.client import Client
-from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.cluster import grpc_lookup, lookup_path, one_topic_per_bundle
 from tests.e2e.messaging import receive_n
 from tests.e2e.test_listeners import EXTERNAL_HOST, INTERNAL_HOST, Ports, two_listener_config
 from tests.e2e.wire import stub
@@ -89,32 +89,9 @@ def cluster(
     return members
 
 
-def one_topic_per_bundle() -> list[TopicName]:
-    """Topics of public/default, one in each of its 4 default bundles, in bundle order."""
-    bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4)
-    found: dict[int, TopicName] = {}
-    i = 0
-    while len(found) < len(bundles):
-        topic = TopicName.get(f"spread-{i}")
-        found.setdefault(bundles.bundles.index(bundles.bundle_for(topic)), topic)
-        i += 1
-    return [found[k] for k in sorted(found)]
-
-
 def loaded(service: BrokerService) -> set[str]:
     """The topics ``service`` serves now."""
     return {t.name for t in service.topics.loaded_topics()}
-
-
-async def grpc_lookup(address: str, topic: TopicName) -> dict[str, str]:
-    async with grpc.aio.insecure_channel(address) as channel:
-        r = await stub(channel).Lookup(pb.LookupRequest(topic=topic.full_name), timeout=30)
-    assert r.response == pb.LookupResponse.Connect and r.authoritative
-    return {"grpc_url": r.grpc_url, "grpc_url_tls": r.grpc_url_tls, "http_url": r.http_url}
-
-
-def lookup_path(topic: TopicName) -> str:
-    return f"/lookup/v2/topic/persistent/public/default/{topic.local_name}"
 
 
 async def test_bundles_owned_by_first_asked_and_every_broker_answers_the_owner(

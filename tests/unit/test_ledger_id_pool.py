@@ -42,3 +42,25 @@ async def test_waiters_that_find_a_refill_drained_wait_for_the_next_one(tmp_path
         assert len(set(ids)) == 300
     finally:
         await store.close()
+
+
+async def test_a_ledger_reopened_by_another_broker_gets_a_later_ledger_id(tmp_path: Path) -> None:
+    """Brokers sharing a store reserve ids in blocks of their own, so a broker's next id may be
+    lower than one another broker used later; the ledger a broker opens after another must
+    still come last in id order, or positions in it would sort before those already read."""
+    store = SqliteLedgerStore(tmp_path, sync=False)
+    metadata = EmbeddedMetadataStore(tmp_path)
+    first, second = ManagedLedgerFactory(store, metadata), ManagedLedgerFactory(store, metadata)
+    name = "public/default/persistent/moved"
+    try:
+        await first.open("public/default/persistent/other")  # `first` reserves its block
+        moved = await second.open(name)  # `second` reserves the next block
+        await moved.add_entry(b"on the second broker")
+        await second.close()
+        reopened = await first.open(name)  # the topic moved to `first`
+        ids = [info.ledger_id for info in reopened.ledgers]
+        assert len(ids) == 2 and ids == sorted(ids), ids
+    finally:
+        await first.close()
+        await store.close()
+        await metadata.close()

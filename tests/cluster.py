@@ -1,0 +1,160 @@
+"""Three `pulsar-grpc broker` PROCESSES on the run's ZooKeeper and a fresh PostgreSQL database:
+what `make cluster` runs (pulsar_grpc.cli.cluster's broker.conf, two listeners each:
+``internal`` on 127.0.0.1, ``external`` on 127.0.0.2), on free ports, under a chroot of the
+test's own, with a short ZooKeeper session timeout so that a killed broker's bundles move
+within seconds.
+
+``cluster_factory(**properties)`` starts one (extra broker.conf properties for every member);
+each member can be killed (kill -9), stopped and started again on its ports. Every process is
+stopped at teardown; each broker's output goes to its log file (nothing to drain), and a failed
+test shows the logs' tails. A test module imports ``cluster_factory`` with the fixtures it
+needs: ``postgres_server``, ``postgres_url``, ``zk_chroot``, ``zookeeper``.
+
+Also the helpers tests of lookups across brokers share: a topic in each bundle, a raw gRPC
+lookup, the HTTP lookup path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
+from pulsar_grpc.cli.cluster import MemberPorts, broker_properties, write_broker
+from pulsar_grpc.cli.local_servers import BrokerProcess
+from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.e2e.wire import stub
+from tests.zookeeper import ZooKeeperServer
+
+__all__ = [
+    "BROKERS",
+    "LISTENERS",
+    "SESSION_TIMEOUT_MS",
+    "Cluster",
+    "Member",
+    "cluster_factory",
+    "grpc_lookup",
+    "lookup_path",
+    "one_topic_per_bundle",
+]
+
+BROKERS = 3
+LISTENERS = ("internal", "external")
+# The members' ZooKeeper session: a killed broker's bundles are free again this long after
+# its last heartbeat. Short, but long enough for a live broker on a busy machine to keep its
+# session (kazoo pings every third of it).
+SESSION_TIMEOUT_MS = 3000
+LOG_TAIL_CHARS = 3000
+
+
+@dataclass
+class Member:
+    name: str
+    ports: MemberPorts
+    process: BrokerProcess
+
+    def address(self, listener: str = "internal") -> str:
+        """Where this broker serves gRPC for ``listener`` (host:port)."""
+        return self.service_url(listener).removeprefix("grpc://")
+
+    def service_url(self, listener: str = "internal") -> str:
+        return self.ports.url("grpc", listener)
+
+    def http_url(self, listener: str = "internal") -> str:
+        return self.ports.url("http", listener)
+
+    def answer(self, listener: str) -> dict[str, str]:
+        """What a lookup for ``listener`` answers when this broker owns the topic."""
+        return {
+            "grpc_url": self.service_url(listener),
+            "grpc_url_tls": "",
+            "http_url": self.http_url(listener),
+        }
+
+    @property
+    def broker_id(self) -> str:
+        """Its name in the cluster (/loadbalance/brokers/<advertisedAddress>:<webServicePort>)."""
+        return f"127.0.0.1:{self.ports.http}"
+
+
+@dataclass
+class Cluster:
+    members: list[Member]
+    zookeeper: ZooKeeperServer
+    chroot: str
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.process.stop()
+
+
+@pytest.fixture
+def cluster_factory(
+    zookeeper: ZooKeeperServer,
+    zk_chroot: str,
+    postgres_url: str,
+    tmp_path: Path,
+) -> Iterator[Callable[..., Cluster]]:
+    clusters: list[Cluster] = []
+
+    def make(**properties: str) -> Cluster:
+        members = []
+        metadata = f"zk:{zookeeper.hosts}{zk_chroot}"
+        for i in range(BROKERS):
+            name = f"c{len(clusters)}-broker-{i}"
+            ports = MemberPorts.free()
+            config = {
+                **broker_properties(ports, tmp_path / name / "data", metadata, postgres_url),
+                "metadataStoreSessionTimeoutMillis": str(SESSION_TIMEOUT_MS),
+                **properties,
+            }
+            members.append(Member(name, ports, write_broker(tmp_path, name, config)))
+        cluster = Cluster(members, zookeeper, zk_chroot)
+        clusters.append(cluster)
+        for member in members:
+            member.process.launch()
+        for member in members:
+            member.process.wait_ready()
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        cluster.stop()
+        for member in cluster.members:  # pytest shows it when the test failed
+            log = member.process.log.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+            print(f"--- {member.name} ({member.process.log}), last lines:\n{log}")
+
+
+def one_topic_per_bundle(prefix: str = "spread") -> list[TopicName]:
+    """Topics of public/default, one in each of its 4 default bundles, in bundle order."""
+    bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4)
+    found: dict[int, TopicName] = {}
+    i = 0
+    while len(found) < len(bundles):
+        topic = TopicName.get(f"{prefix}-{i}")
+        found.setdefault(bundles.bundles.index(bundles.bundle_for(topic)), topic)
+        i += 1
+    return [found[k] for k in sorted(found)]
+
+
+async def grpc_lookup(
+    address: str, topic: TopicName, listener: str | None = None
+) -> dict[str, str]:
+    """The raw Lookup RPC through ``address`` (naming ``listener`` in the call metadata if
+    given): the answered addresses; it must be a connect, authoritative."""
+    metadata = (("x-pulsar-listenername", listener),) if listener else None
+    async with grpc.aio.insecure_channel(address) as channel:
+        r = await stub(channel).Lookup(
+            pb.LookupRequest(topic=topic.full_name), metadata=metadata, timeout=30
+        )
+    assert r.response == pb.LookupResponse.Connect and r.authoritative
+    return {"grpc_url": r.grpc_url, "grpc_url_tls": r.grpc_url_tls, "http_url": r.http_url}
+
+
+def lookup_path(topic: TopicName) -> str:
+    """Pulsar's HTTP lookup path for a persistent topic."""
+    return f"/lookup/v2/topic/persistent/{topic.namespace}/{topic.local_name}"
