@@ -100,6 +100,10 @@ class ServiceConfiguration:
     loadBalancerReportUpdateThresholdPercentage: int = 10
     loadBalancerReportUpdateMinIntervalMillis: int = 5000
     loadBalancerReportUpdateMaxIntervalMinutes: int = 15
+    # The leader places an unowned bundle on the broker with the least message rate among
+    # those whose largest resource usage (cpu, memory, bandwidth) is not over this percentage
+    # (Pulsar's LeastLongTermMessageRate; all of them when every broker is over it).
+    loadBalancerBrokerOverloadedThresholdPercentage: int = 85
 
     # --- dispatch ---
     dispatcherMaxReadBatchSize: int = 100
@@ -307,6 +311,7 @@ _AT_LEAST: dict[str, int] = {
     "loadBalancerReportUpdateThresholdPercentage": 0,
     "loadBalancerReportUpdateMinIntervalMillis": 1,
     "loadBalancerReportUpdateMaxIntervalMinutes": 1,
+    "loadBalancerBrokerOverloadedThresholdPercentage": 0,
 }
 
 
