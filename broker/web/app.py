@@ -138,6 +138,14 @@ class WebService:
         if m["domain"] != "persistent":
             raise e.InvalidArgumentError(f"unsupported topic domain {m['domain']!r}")
         topic = TopicName.get(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}")
+        result = await self._served_here(request, topic)
+        return web.json_response(result.as_lookup_data())
+
+    async def _served_here(self, request: web.Request, topic: TopicName) -> LookupResult:
+        """Look ``topic`` up for this request (placing an unowned bundle, as Pulsar's lookups
+        and its admin's validateTopicOwnership do) and answer 307 to the broker to ask next
+        unless this one serves it: the leader, the broker it chose, or the owner (PIP-338: on
+        the chosen listener's address, same scheme as the request, carrying listenerName)."""
         requested = request.query.get("listenerName") or request.headers.get(
             "X-Pulsar-ListenerName"
         )
@@ -145,21 +153,19 @@ class WebService:
         result = await self.service.namespaces.lookup_topic(
             topic.full_name, requested, self._arrived_via(request), authoritative
         )
-        if result.redirect or not self._answers_for(result):
-            # Ask the leader, or the broker it chose, or the owner (PIP-338: on the chosen
-            # listener's address, same scheme as it came with, carrying listenerName along).
-            tls = request.scheme == "https" or not result.http_url
-            to_url = (result.http_url_tls if tls else result.http_url) or result.http_url
-            if to_url is None:
-                raise e.ServiceNotReadyError(f"the broker to ask for {topic} has no web address")
-            query = {
-                **request.query,
-                "authoritative": str(result.authoritative).lower(),
-                "listenerName": result.listener,
-            }
-            location = URL(to_url).with_path(request.path).with_query(query)
-            raise web.HTTPTemporaryRedirect(str(location))
-        return web.json_response(result.as_lookup_data())
+        if not result.redirect and self._answers_for(result):
+            return result
+        tls = request.scheme == "https" or not result.http_url
+        to_url = (result.http_url_tls if tls else result.http_url) or result.http_url
+        if to_url is None:
+            raise e.ServiceNotReadyError(f"the broker to ask for {topic} has no web address")
+        query = {
+            **request.query,
+            "authoritative": str(result.authoritative).lower(),
+            "listenerName": result.listener,
+        }
+        location = URL(to_url).with_path(request.path).with_query(query)
+        raise web.HTTPTemporaryRedirect(str(location))
 
     def _answers_for(self, result: LookupResult) -> bool:
         """Whether ``result`` names this broker (same web addresses on its listener)."""
@@ -222,6 +228,7 @@ class WebService:
 
     async def create_topic(self, request: web.Request) -> web.Response:
         name = self._topic(request)
+        await self._served_here(request, TopicName.get(name))
         if await self.service.resources.get_partitioned_metadata(name, auto_create=False):
             raise e.NotAllowedError(f"partitioned topic {name} already exists")
         if await self.service.ledgers.exists(TopicName.get(name).persistence_naming_encoding):
@@ -230,7 +237,9 @@ class WebService:
         return web.Response(status=204)
 
     async def delete_topic(self, request: web.Request) -> web.Response:
-        await self.service.topics.delete_topic(self._topic(request))
+        name = self._topic(request)
+        await self._served_here(request, TopicName.get(name))
+        await self.service.topics.delete_topic(name)
         return web.Response(status=204)
 
     async def create_partitioned(self, request: web.Request) -> web.Response:
@@ -259,5 +268,6 @@ class WebService:
                 for i in range(partitions)
             }
             return web.json_response({"metadata": {"partitions": partitions}, "partitions": parts})
+        await self._served_here(request, TopicName.get(name))
         topic = await self.service.topics.get_topic(name, create=False)
         return web.json_response(topic.stats())

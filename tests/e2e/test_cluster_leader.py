@@ -310,6 +310,31 @@ async def test_admin_names_the_leader_and_the_active_brokers(cluster: list[Membe
                 assert response.status == 404
 
 
+async def test_admin_topic_calls_are_sent_to_the_broker_that_serves_the_topic(
+    cluster: list[Member],
+) -> None:
+    leader = await the_leader(cluster)
+    asked = next(m for m in cluster if m is not leader)
+    topics = one_topic_per_bundle("admin")
+    async with aiohttp.ClientSession() as http:
+        for topic in topics:
+            url = f"{asked.http('internal')}/admin/v2/persistent/public/default/{topic.local_name}"
+            async with http.put(url) as response:  # redirects followed (307 keeps the method)
+                assert response.status == 204, await response.text()
+            async with http.get(f"{url}/stats") as response:
+                assert response.status == 200, await response.text()
+                assert (await response.json())["publishers"] == []
+    # Each topic was created where its bundle was placed, and nowhere else.
+    for topic in topics:
+        holders = [
+            m
+            for m in cluster
+            if topic.full_name in {t.name for t in m.service.topics.loaded_topics()}
+        ]
+        assert len(holders) == 1
+    assert all(len(owned(m)) >= 2 for m in cluster)
+
+
 async def test_one_leader_on_zookeeper_and_another_when_it_stops(
     broker_factory: Callable[..., BrokerThread], zookeeper: ZooKeeperServer, zk_chroot: str
 ) -> None:
