@@ -310,6 +310,27 @@ async def test_admin_names_the_leader_and_the_active_brokers(cluster: list[Membe
                 assert response.status == 404
 
 
+async def test_without_a_leader_a_broker_places_the_bundle_itself(cluster: list[Member]) -> None:
+    await the_leader(cluster)
+    for member in cluster:  # every broker leaves the election: nobody leads
+        election = member.service.election
+        assert election is not None
+        await member.broker.call(election.close())
+    assert all(m.service.namespaces.leader() is None for m in cluster)
+    asked = cluster[0]
+    for topic in one_topic_per_bundle("no-leader"):
+        first = await grpc_hop(asked.grpc("internal"), topic, authoritative=False)
+        if first.response == REDIRECT:  # it chose another broker: authoritative, no leader
+            assert first.authoritative
+            chosen = member_at(cluster, first.grpc_url, "internal")
+            second = await grpc_hop(chosen.grpc("internal"), topic, authoritative=True)
+            assert second.response == CONNECT
+            assert second.grpc_url == chosen.answer("internal")[0]
+        else:
+            assert first.grpc_url == asked.answer("internal")[0]
+    assert sorted(len(owned(m)) for m in cluster) == [2, 3, 3]
+
+
 async def test_admin_topic_calls_are_sent_to_the_broker_that_serves_the_topic(
     cluster: list[Member],
 ) -> None:
