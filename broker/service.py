@@ -143,25 +143,7 @@ class BrokerService:
         if namespaces.clustered:
             # After the handlers: the ownership data and the load report carry their bound
             # addresses and advertised data.
-            namespaces.start_ownership(metadata, topics.unload_bundles)
-            reporter = LoadReporter(
-                self, metadata, bundles=lambda: [str(b) for b in namespaces.owned_bundles()]
-            )
-            await reporter.start()
-            self.load_reporter = reporter
-            election = self.election = LeaderElection(
-                metadata, LeaderBroker(self.broker_id(), self.web_service_url())
-            )
-            namespaces.start_placement(
-                ClusterRole(
-                    self.broker_id(),
-                    election,
-                    BundlePlacement(
-                        metadata, self.config.loadBalancerBrokerOverloadedThresholdPercentage
-                    ),
-                )
-            )
-            await election.start()
+            await self._join_cluster(metadata, namespaces, topics)
         listeners = self.broker_data().listeners.values()
         log.info(
             "broker started: %s",
@@ -169,6 +151,26 @@ class BrokerService:
                 f"{lst.name} {' '.join(filter(None, map(lst.url, lst.urls)))}" for lst in listeners
             ),
         )
+
+    async def _join_cluster(
+        self, metadata: MetadataStore, namespaces: NamespaceService, topics: TopicRegistry
+    ) -> None:
+        """Own bundles, publish the load report, then take part in the leader election (the
+        leader's placement reads the reports, its own included)."""
+        namespaces.start_ownership(metadata, topics.unload_bundles)
+        reporter = LoadReporter(
+            self, metadata, bundles=lambda: [str(b) for b in namespaces.owned_bundles()]
+        )
+        await reporter.start()
+        self.load_reporter = reporter
+        election = self.election = LeaderElection(
+            metadata, LeaderBroker(self.broker_id(), self.web_service_url())
+        )
+        placement = BundlePlacement(
+            metadata, self.config.loadBalancerBrokerOverloadedThresholdPercentage
+        )
+        namespaces.start_placement(ClusterRole(self.broker_id(), election, placement))
+        await election.start()
 
     async def close(self) -> None:
         """Stop in the order the module docstring gives; a second call does nothing."""
