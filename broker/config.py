@@ -100,6 +100,14 @@ class ServiceConfiguration:
     loadBalancerReportUpdateThresholdPercentage: int = 10
     loadBalancerReportUpdateMinIntervalMillis: int = 5000
     loadBalancerReportUpdateMaxIntervalMinutes: int = 15
+    # A namespace is split into at most this many bundles (an admin split beyond it is refused).
+    loadBalancerNamespaceMaximumBundles: int = 128
+    # How a bundle is split when the request names no algorithm: range_equally_divide (the
+    # middle of its hash range), topic_count_equally_divide (half of its topics each side) or
+    # specified_positions_divide (at the positions the request gives).
+    defaultNamespaceBundleSplitAlgorithm: Literal[
+        "range_equally_divide", "topic_count_equally_divide", "specified_positions_divide"
+    ] = "range_equally_divide"
 
     # --- dispatch ---
     dispatcherMaxReadBatchSize: int = 100
@@ -307,6 +315,7 @@ _AT_LEAST: dict[str, int] = {
     "loadBalancerReportUpdateThresholdPercentage": 0,
     "loadBalancerReportUpdateMinIntervalMillis": 1,
     "loadBalancerReportUpdateMaxIntervalMinutes": 1,
+    "loadBalancerNamespaceMaximumBundles": 1,
 }
 
 
