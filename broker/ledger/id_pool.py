@@ -50,6 +50,22 @@ class LedgerIdPool:
         finally:
             self._waiters -= 1
 
+    async def ensure_above(self, floor: int) -> None:
+        """:meth:`ensure` an id greater than ``floor``, dropping the ids at or below it.
+
+        A managed ledger's ledger ids must grow (positions compare by ledger id), and in a
+        cluster another broker's pool may have given the ledger a higher id than this pool
+        still holds; the store's allocation grows, so a refill is always above ``floor``.
+        """
+        while True:
+            while self._ranges and self._ranges[0].stop - 1 <= floor:
+                self._ranges.popleft()
+            if self._ranges and self._ranges[0].start <= floor:
+                self._ranges[0] = range(floor + 1, self._ranges[0].stop)
+            if self._ranges:
+                return
+            await self.ensure()
+
     def take(self) -> int:
         """The next id; PersistenceError when the pool ran dry (a refill is then under way)."""
         if not self._ranges:

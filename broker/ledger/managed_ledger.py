@@ -619,6 +619,7 @@ class ManagedLedgerFactory:
         got = await metadata.get(path)
         ledgers = decode_ledgers(got.value) if got is not None and got.value else []
         version = got.version if got is not None else -1
+        highest = ledgers[-1].ledger_id if ledgers else -1
         if ledgers:
             # The last ledger was open when the ledger stopped: its true size is in the store.
             last = ledgers[-1]
@@ -626,7 +627,7 @@ class ManagedLedgerFactory:
             last.entries, last.size, last.timestamp = stats.entries, stats.size, _now_ms()
             if last.entries == 0:
                 ledgers.pop()
-        await self._shared.ids.ensure()
+        await self._shared.ids.ensure_above(highest)
         ledgers.append(LedgerInfo(self._shared.ids.take()))
         try:
             version = await metadata.put(path, encode_ledgers(ledgers), version)
