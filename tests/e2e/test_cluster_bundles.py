@@ -6,10 +6,12 @@ owner; the refusals Pulsar answers 412."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
+import grpc
 import pytest
 
 from pulsar_grpc.broker.naming import (
@@ -21,8 +23,11 @@ from pulsar_grpc.broker.naming import (
 from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.broker.topics import PersistentTopic
 from pulsar_grpc.client import Client
+from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.steady_load import SteadyLoad
+from tests.e2e.test_cli import cli
 from tests.e2e.test_cluster_ownership import grpc_lookup, one_topic_per_bundle
+from tests.e2e.wire import stub
 from tests.postgres import postgres_server, postgres_url
 from tests.support import BrokerThread
 from tests.waiting import eventually
@@ -257,3 +262,47 @@ async def test_refusals_and_brokers(
         f"{base}/lookup/v2/topic/persistent/public/default/{topic.local_name}/bundle"
     ) as response:
         assert await response.text() == "0xc0000000_0xffffffff"
+
+
+async def test_while_a_bundle_is_unloaded_lookups_answer_service_not_ready(
+    cluster: list[BrokerThread], http: aiohttp.ClientSession
+) -> None:
+    """Between the node marked disabled and its deletion (the topics closing), every broker's
+    lookup answers ServiceNotReady, which clients retry; once released, the next lookup places
+    the bundle again."""
+    topic = one_topic_per_bundle()[0]
+    await grpc_lookup(cluster[0].grpc_address, topic)
+    ownership = service(cluster[0]).namespaces.ownership
+    assert ownership is not None
+    await cluster[0].call(ownership.disable(FIRST))
+    lookup = f"/lookup/v2/topic/persistent/public/default/{topic.local_name}"
+    for broker in cluster:
+        async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub(channel).Lookup(pb.LookupRequest(topic=topic.full_name), timeout=30)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert dict(refused.value.trailing_metadata() or ())["pulsar-error-code"] == "6"
+        assert "being unloaded" in (refused.value.details() or "")
+        async with http.get(broker.http_url + lookup) as response:
+            assert response.status == 503
+    await cluster[0].call(ownership.release(FIRST))
+    await grpc_lookup(cluster[2].grpc_address, topic)
+    assert owner_of(cluster, FIRST) is cluster[2]
+
+
+async def test_cli_follows_the_redirect_to_the_owner(cluster: list[BrokerThread]) -> None:
+    await grpc_lookup(cluster[1].grpc_address, one_topic_per_bundle()[0])
+    assert owner_of(cluster, FIRST) is cluster[1]
+    admin = ("admin", "--admin-url", cluster[0].http_url, "namespaces")
+    split = await asyncio.to_thread(
+        cli, *admin, "split-bundle", "public/default", "-b", FIRST.range_str
+    )
+    assert split.returncode == 0, split.stderr
+    halves = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 8).bundles[:2]
+    assert [owner_of(cluster, half) for half in halves] == [cluster[1], cluster[1]]
+    unload = await asyncio.to_thread(
+        cli, *admin, "unload", "public/default", "-b", halves[0].range_str
+    )
+    assert unload.returncode == 0, unload.stderr
+    assert owner_of(cluster, halves[0]) is None
+    assert owner_of(cluster, halves[1]) is cluster[1]
