@@ -33,6 +33,7 @@ from pulsar_grpc.broker.errors import (
     PreconditionFailedError,
     ServiceNotReadyError,
 )
+from pulsar_grpc.broker.metadata.store import BadVersionError
 from pulsar_grpc.broker.namespace_service import NamespaceService
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceBundles, NamespaceName, TopicName
 from pulsar_grpc.broker.resources import NamespaceResources
@@ -89,12 +90,12 @@ class BundleService:
         return ownership
 
     async def bundle(self, ns: NamespaceName, range_str: str) -> NamespaceBundle:
-        """The namespace's bundle ``range_str``; SplitRefusedError (412, as Pulsar's
+        """The namespace's bundle ``range_str``; PreconditionFailedError (412, as Pulsar's
         validateNamespaceBundleRange) when the namespace has no such bundle."""
         bundle = NamespaceBundle.parse(ns, range_str)
         bundles, _ = await self.resources.get_bundles(ns)
         if bundle not in bundles.bundles:
-            raise SplitRefusedError(f"Invalid bundle range {range_str}: not a bundle of {ns}")
+            raise PreconditionFailedError(f"Invalid bundle range {range_str}: not a bundle of {ns}")
         return bundle
 
     async def owner(self, bundle: NamespaceBundle, take: bool) -> Owner:
@@ -117,7 +118,11 @@ class BundleService:
             await self.topics.unload_bundles([bundle])
             return
         await ownership.disable(bundle)
-        await self.topics.unload_bundles([bundle])
+        try:
+            await self.topics.unload_bundles([bundle])
+        except Exception:
+            await ownership.enable(bundle)  # still served here rather than by nobody
+            raise
         await ownership.release(bundle)
         log.info("unloaded bundle %s", bundle)
 
@@ -155,7 +160,7 @@ class BundleService:
                     f"{bundle} would exceed loadBalancerNamespaceMaximumBundles={maximum}"
                 )
             new = bundles.split_at(bundle, boundaries)
-            if await self._write_split(bundle, bundles, new, version):
+            if await self._write_split(bundle, new, version):
                 break
         else:
             raise ServiceNotReadyError(f"could not split {bundle}: its namespace kept changing")
@@ -166,18 +171,24 @@ class BundleService:
         return new
 
     async def _write_split(
-        self, bundle: NamespaceBundle, old: NamespaceBundles, new: NamespaceBundles, version: int
+        self, bundle: NamespaceBundle, new: NamespaceBundles, version: int
     ) -> bool:
         """Own the parts, write the policies (compare-and-set), give the parent up; False (the
         parts given up again) when another writer changed the policies first."""
         ownership = self._ownership
         parts = _parts(bundle, new)
-        if ownership is not None:
-            for part in parts:
-                await ownership.acquire(part)
-        if not await self.resources.set_bundles(new, version):
+        acquired: list[NamespaceBundle] = []
+        try:
             if ownership is not None:
                 for part in parts:
+                    await ownership.acquire(part)
+                    acquired.append(part)
+            written = await self.resources.set_bundles(new, version)
+        except BadVersionError:
+            written = False  # a part is owned already: a concurrent split of the same bundle
+        if not written:
+            if ownership is not None:
+                for part in acquired:
                     await ownership.release(part)
             return False
         if ownership is not None:

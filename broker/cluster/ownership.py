@@ -278,11 +278,23 @@ class OwnershipCache:
         if path not in self._owned:
             raise ServiceNotReadyError(f"namespace bundle {bundle} is not owned by this broker")
         self._unloading.add(path)
-        disabled = dataclasses.replace(self.me, disabled=True).to_json()
+        try:
+            await self._rewrite(bundle, dataclasses.replace(self.me, disabled=True).to_json())
+        except BaseException:
+            self._unloading.discard(path)
+            raise
+
+    async def enable(self, bundle: NamespaceBundle) -> None:
+        """Serve a bundle again whose unload failed part-way (Pulsar re-enables it too)."""
+        await self._rewrite(bundle, self._me_json)
+        self._unloading.discard(bundle_path(bundle))
+
+    async def _rewrite(self, bundle: NamespaceBundle, value: bytes) -> None:
+        path = bundle_path(bundle)
         found = await self.store.get(path)
         if found is None:
             raise ServiceNotReadyError(f"namespace bundle {bundle} is no longer owned")
-        await self.store.put(path, disabled, found.version)
+        await self.store.put(path, value, found.version)
 
     async def release(self, bundle: NamespaceBundle) -> None:
         """Give an owned bundle up (its topics are closed): delete its node, so that the next
