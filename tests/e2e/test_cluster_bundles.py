@@ -1,8 +1,8 @@
 """Unload and split of bundles on three brokers (a shared memory: metadata store, one real
-PostgreSQL ledger store), under steady SDK produce/consume load with deduplication on: the
-clients carry on, every receipted message is consumed and none is stored twice; the namespace's
-policies show the new boundaries on every broker; admin sent to a non-owner is redirected to the
-owner; the refusals Pulsar answers 412."""
+PostgreSQL ledger store; one test on a real ZooKeeper), under steady SDK produce/consume load
+with deduplication on: the clients carry on, every receipted message is consumed and none is
+stored twice; the namespace's policies show the new boundaries on every broker; admin sent to a
+non-owner is redirected to the owner; the refusals Pulsar answers 412."""
 
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ from tests.e2e.wire import stub
 from tests.postgres import postgres_server, postgres_url
 from tests.support import BrokerThread
 from tests.waiting import eventually
+from tests.zookeeper import ZooKeeperServer, zk_chroot, zookeeper
 
-__all__ = ["postgres_server", "postgres_url"]  # fixtures
+__all__ = ["postgres_server", "postgres_url", "zk_chroot", "zookeeper"]  # fixtures
 
 NS = "/admin/v2/namespaces/public/default"
 FIRST = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4).bundles[0]  # 0x00000000_0x40000000
@@ -306,3 +307,51 @@ async def test_cli_follows_the_redirect_to_the_owner(cluster: list[BrokerThread]
     assert unload.returncode == 0, unload.stderr
     assert owner_of(cluster, halves[0]) is None
     assert owner_of(cluster, halves[1]) is cluster[1]
+
+
+async def test_on_zookeeper_unload_and_split_under_load(
+    broker_factory: Callable[..., BrokerThread],
+    zookeeper: ZooKeeperServer,
+    zk_chroot: str,
+    postgres_url: str,
+    http: aiohttp.ClientSession,
+) -> None:
+    """The same guarantee on a real ZooKeeper (its watches, not the memory store's broadcast,
+    tell the other brokers of the disabled node, the deletion and the new policies)."""
+    cluster = [
+        broker_factory(
+            metadataStoreUrl=f"zk:{zookeeper.hosts}{zk_chroot}",
+            ledgerStorageUrl=postgres_url,
+            brokerDeduplicationEnabled=True,
+        )
+        for _ in range(2)
+    ]
+    names = topics_in(FIRST, 4)
+    await grpc_lookup(cluster[1].grpc_address, TopicName.get(names[0]))
+    async with Client(cluster[0].service_url) as client:
+        load = await SteadyLoad(client, names).start()
+        await load.receipts(100)
+        before = {n: loaded_topic(cluster, n) for n in names}
+        async with http.put(f"{cluster[0].http_url}{NS}/{FIRST.range_str}/unload") as response:
+            assert response.status == 204, await response.text()
+        for name, was in before.items():
+            await reloaded(cluster, name, was)
+        await load.receipts(100)
+        owner = owner_of(cluster, FIRST)
+        assert owner is not None
+        before = {n: loaded_topic(cluster, n) for n in names}
+        split = f"{NS}/{FIRST.range_str}/split?unload=true"
+        async with http.put(cluster[0].http_url + split) as response:
+            assert response.status == 204, await response.text()
+        for broker in cluster:
+            async with http.get(f"{broker.http_url}{NS}/bundles") as response:
+                assert (await response.json())["boundaries"][:3] == [
+                    "0x00000000",
+                    "0x20000000",
+                    "0x40000000",
+                ]
+        for name, was in before.items():
+            await reloaded(cluster, name, was)
+        await load.receipts(100)
+        print(f"\nZooKeeper: producers blocked at most {load.longest_send_s * 1000:.0f} ms")
+        await load.finish()
