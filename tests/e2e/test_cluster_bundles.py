@@ -24,9 +24,9 @@ from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.broker.topics import PersistentTopic
 from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.cluster import one_topic_per_bundle
 from tests.e2e.steady_load import SteadyLoad
 from tests.e2e.test_cli import cli
-from tests.e2e.test_cluster_ownership import grpc_lookup, one_topic_per_bundle
 from tests.e2e.wire import stub
 from tests.postgres import postgres_server, postgres_url
 from tests.support import BrokerThread
@@ -80,6 +80,18 @@ async def reloaded(cluster: list[BrokerThread], name: str, was: PersistentTopic 
     await eventually(lambda: loaded_topic(cluster, name) not in (None, was), timeout=30)
 
 
+async def placed(cluster: list[BrokerThread], topic: TopicName) -> BrokerThread:
+    """Look ``topic`` up as the SDK does (the leader places an unowned bundle): its owner."""
+    async with Client(cluster[0].service_url) as client:
+        answer = await client.lookup(topic.full_name)
+    (owner,) = [b for b in cluster if b.service_url == answer.grpc_url]
+    return owner
+
+
+def other_than(cluster: list[BrokerThread], broker: BrokerThread) -> BrokerThread:
+    return next(b for b in cluster if b is not broker)
+
+
 def topics_in(bundle: NamespaceBundle, n: int) -> list[str]:
     found: list[str] = []
     i = 0
@@ -95,11 +107,11 @@ async def test_unload_under_load_clients_carry_on(
     cluster: list[BrokerThread], http: aiohttp.ClientSession
 ) -> None:
     topics = one_topic_per_bundle()
-    for i, topic in enumerate(topics):  # spread the bundles over the brokers
-        await grpc_lookup(cluster[i % 3].grpc_address, topic)
+    for topic in topics:  # the leader spreads the bundles over the brokers
+        await placed(cluster, topic)
     bundle = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4).bundles[1]
     owner = owner_of(cluster, bundle)
-    assert owner is cluster[1]
+    assert owner is not None
     async with Client(cluster[0].service_url) as client:
         load = await SteadyLoad(client, [t.full_name for t in topics]).start()
         await load.receipts(100)
@@ -108,7 +120,8 @@ async def test_unload_under_load_clients_carry_on(
 
         # Sent to a broker that does not own it: 307 to the owner, same path.
         path = f"{NS}/{bundle.range_str}/unload"
-        async with http.put(cluster[2].http_url + path, allow_redirects=False) as response:
+        non_owner = other_than(cluster, owner)
+        async with http.put(non_owner.http_url + path, allow_redirects=False) as response:
             assert response.status == 307
             location = response.headers["Location"]
         assert location == owner.http_url + path
@@ -137,25 +150,24 @@ async def test_split_under_load(
     cluster: list[BrokerThread], http: aiohttp.ClientSession, unload: bool
 ) -> None:
     names = topics_in(FIRST, 4)
-    await grpc_lookup(cluster[1].grpc_address, TopicName.get(names[0]))
-    assert owner_of(cluster, FIRST) is cluster[1]
+    owner = await placed(cluster, TopicName.get(names[0]))
+    assert owner_of(cluster, FIRST) is owner
     async with Client(cluster[0].service_url) as client:
         load = await SteadyLoad(client, names).start()
         await load.receipts(100)
         before = {n: loaded_topic(cluster, n) for n in names}
         assert all(
-            t is not None and t in service(cluster[1]).topics.loaded_topics()
-            for t in before.values()
+            t is not None and t in service(owner).topics.loaded_topics() for t in before.values()
         )
 
         # Asked of a non-owner: the redirect to the owner is followed (the method kept).
         url = (
-            f"{cluster[2].http_url}{NS}/{FIRST.range_str}/split"
+            f"{other_than(cluster, owner).http_url}{NS}/{FIRST.range_str}/split"
             f"?unload={str(unload).lower()}&splitAlgorithmName=topic_count_equally_divide"
         )
         async with http.put(url) as response:
             assert response.status == 204, await response.text()
-            assert str(response.url).startswith(cluster[1].http_url)
+            assert str(response.url).startswith(owner.http_url)
 
         expected: list[str] = []
         for broker in cluster:  # every broker reads the new boundaries
@@ -174,13 +186,13 @@ async def test_split_under_load(
 
         if not unload:
             # The owner owns both halves, its topics stayed loaded (the same objects).
-            assert owner_of(cluster, halves[0]) is cluster[1]
-            assert owner_of(cluster, halves[1]) is cluster[1]
+            assert owner_of(cluster, halves[0]) is owner
+            assert owner_of(cluster, halves[1]) is owner
             assert owner_of(cluster, FIRST) is None
             assert {n: loaded_topic(cluster, n) for n in names} == before
             owned_url = (
-                f"{cluster[1].http_url}/admin/v2/brokers/standalone/"
-                f"{service(cluster[1]).load_reporter.broker_id}/ownedNamespaces"  # type: ignore[union-attr]
+                f"{owner.http_url}/admin/v2/brokers/standalone/"
+                f"{service(owner).load_reporter.broker_id}/ownedNamespaces"  # type: ignore[union-attr]
             )
             async with http.get(owned_url) as response:
                 owned = await response.json()
@@ -272,10 +284,10 @@ async def test_while_a_bundle_is_unloaded_lookups_answer_service_not_ready(
     lookup answers ServiceNotReady, which clients retry; once released, the next lookup places
     the bundle again."""
     topic = one_topic_per_bundle()[0]
-    await grpc_lookup(cluster[0].grpc_address, topic)
-    ownership = service(cluster[0]).namespaces.ownership
+    owner = await placed(cluster, topic)
+    ownership = service(owner).namespaces.ownership
     assert ownership is not None
-    await cluster[0].call(ownership.disable(FIRST))
+    await owner.call(ownership.disable(FIRST))
     lookup = f"/lookup/v2/topic/persistent/public/default/{topic.local_name}"
     for broker in cluster:
         async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
@@ -286,27 +298,28 @@ async def test_while_a_bundle_is_unloaded_lookups_answer_service_not_ready(
         assert "being unloaded" in (refused.value.details() or "")
         async with http.get(broker.http_url + lookup) as response:
             assert response.status == 503
-    await cluster[0].call(ownership.release(FIRST))
-    await grpc_lookup(cluster[2].grpc_address, topic)
-    assert owner_of(cluster, FIRST) is cluster[2]
+    await owner.call(ownership.release(FIRST))
+    assert owner_of(cluster, FIRST) is None
+    placed_again = await placed(cluster, topic)
+    assert owner_of(cluster, FIRST) is placed_again
 
 
 async def test_cli_follows_the_redirect_to_the_owner(cluster: list[BrokerThread]) -> None:
-    await grpc_lookup(cluster[1].grpc_address, one_topic_per_bundle()[0])
-    assert owner_of(cluster, FIRST) is cluster[1]
-    admin = ("admin", "--admin-url", cluster[0].http_url, "namespaces")
+    owner = await placed(cluster, one_topic_per_bundle()[0])
+    assert owner_of(cluster, FIRST) is owner
+    admin = ("admin", "--admin-url", other_than(cluster, owner).http_url, "namespaces")
     split = await asyncio.to_thread(
         cli, *admin, "split-bundle", "public/default", "-b", FIRST.range_str
     )
     assert split.returncode == 0, split.stderr
     halves = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 8).bundles[:2]
-    assert [owner_of(cluster, half) for half in halves] == [cluster[1], cluster[1]]
+    assert [owner_of(cluster, half) for half in halves] == [owner, owner]
     unload = await asyncio.to_thread(
         cli, *admin, "unload", "public/default", "-b", halves[0].range_str
     )
     assert unload.returncode == 0, unload.stderr
     assert owner_of(cluster, halves[0]) is None
-    assert owner_of(cluster, halves[1]) is cluster[1]
+    assert owner_of(cluster, halves[1]) is owner
 
 
 async def test_on_zookeeper_unload_and_split_under_load(
@@ -327,7 +340,7 @@ async def test_on_zookeeper_unload_and_split_under_load(
         for _ in range(2)
     ]
     names = topics_in(FIRST, 4)
-    await grpc_lookup(cluster[1].grpc_address, TopicName.get(names[0]))
+    await placed(cluster, TopicName.get(names[0]))
     async with Client(cluster[0].service_url) as client:
         load = await SteadyLoad(client, names).start()
         await load.receipts(100)
