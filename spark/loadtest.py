@@ -1,8 +1,12 @@
 """Load test on Spark: P producers spread over the executors write M messages of S bytes to a
 partitioned topic, then the ``pulsar-grpc`` source reads them back.
 
-    python -m spark.loadtest --service-url grpc://broker:50051 --admin-url http://broker:8080 \\
-        --topic perf --partitions 8 --producers 4 --messages 1000000 --size 100 --master local[*]
+    python -m pulsar_grpc.spark.loadtest --service-url grpc://broker:50051 \\
+        --admin-url http://broker:8080 --topic perf --partitions 8 --producers 4 \\
+        --messages 1000000 --size 100 --master local[*]
+
+or on a Spark cluster, ``--master spark://host:7077`` with ``--conf KEY=VALUE`` for the
+application's resource asks (docs/spark.md, "On a Spark cluster");
 
 or ``spark-submit spark/loadtest.py ...`` (the package's ``pulsar_grpc.client`` and
 ``pulsar_grpc.spark`` and the generated stubs are shipped to the executors with addPyFile;
@@ -35,6 +39,7 @@ from pulsar_grpc.spark._runtime import LoopRunner
 from pulsar_grpc.spark._topics import full_topic_name, partition_index
 
 ROOT = Path(__file__).resolve().parents[1]
+APP_NAME = "pulsar-grpc-loadtest"  # how a cluster's master lists the load test
 
 
 @dataclass
@@ -283,24 +288,55 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=100, help="payload bytes")
     parser.add_argument("--master", default="local[*]", help="local[*] or spark://host:7077")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark property, e.g. spark.cores.max=4 on a shared cluster (repeatable)",
+    )
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def spark_properties(pairs: list[str]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` arguments as a dict; a pair without ``=`` is a usage error."""
+    properties = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--conf: expected KEY=VALUE, got {pair!r}")
+        properties[name] = value
+    return properties
+
+
+def open_session(master: str, properties: dict[str, str] | None = None) -> Any:
+    """The load test's SparkSession on ``master`` (``local[*]`` or ``spark://host:port``).
+
+    Its Python workers run this interpreter unless ``PYSPARK_PYTHON`` says otherwise (a
+    cluster's workers must find one with grpcio, protobuf and pyarrow at the same path), and
+    the package's code is shipped to the executors, so a worker needs no checkout.
+    """
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
-    session = (
-        SparkSession.builder.master(args.master)
-        .appName("pulsar-grpc-loadtest")
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(APP_NAME)
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    for name, value in (properties or {}).items():
+        builder = builder.config(name, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     _ship_code(session)
+    return session
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    session = open_session(args.master, spark_properties(args.conf))
     try:
         produce, read = run(session, args)
     finally:
