@@ -130,6 +130,10 @@ def _produce_share(options: ClientOptions, topic: str, count: int, size: int) ->
 class Progress(threading.Thread):
     """Prints one refreshing line: messages in (and out) of the topic, from admin stats.
 
+    Each partition's stats are asked for on their own: on a cluster the broker at
+    ``admin_url`` redirects each to the partition's owner (urllib follows), where a
+    partitioned topic's summary would only cover the partitions that broker owns.
+
     The counters are per partition and not monotonic for reads: a partition's msgOutCounter
     sums its current subscriptions, and a task's reader subscription vanishes when the task
     ends. So the line adds up each partition's *increases* since the previous poll (a drop
@@ -137,20 +141,26 @@ class Progress(threading.Thread):
     """
 
     def __init__(
-        self, admin_url: str, topic: str, total: int, out: Any = sys.stderr, interval: float = 1.0
+        self,
+        admin_url: str,
+        partitions: list[str],
+        total: int,
+        out: Any = sys.stderr,
+        interval: float = 1.0,
     ) -> None:
         super().__init__(name="loadtest-progress", daemon=True)
-        self.admin_url, self.topic, self.total, self.out = admin_url, topic, total, out
+        self.admin_url, self.partitions, self.total, self.out = admin_url, partitions, total, out
         self.interval = interval
         self.phase = "produce"
         self.done = threading.Event()
 
     def _counters(self, phase: str) -> dict[str, int]:
         """Per partition: messages stored (produce) or sent to connected readers (read)."""
-        stats = _admin.topic_stats(self.admin_url, self.topic)
-        parts = stats.get("partitions", {self.topic: stats})
         field = "msgInCounter" if phase == "produce" else "msgOutCounter"
-        return {name: int(p.get(field, 0)) for name, p in parts.items()}
+        return {
+            name: int(_admin.topic_stats(self.admin_url, name).get(field, 0))
+            for name in self.partitions
+        }
 
     def run(self) -> None:
         started = last_t = time.perf_counter()
@@ -226,7 +236,7 @@ def run(session: Any, args: argparse.Namespace, out: Any = None) -> tuple[Phase,
 
         starting = runner.run(starts())
 
-    progress = Progress(args.admin_url, topic, args.messages)
+    progress = Progress(args.admin_url, partitions, args.messages)
     progress.start()
     produce = Phase("produce")
     try:

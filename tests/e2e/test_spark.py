@@ -226,7 +226,7 @@ def test_loadtest_progress_line_never_goes_backwards() -> None:
                 self.phase, item = item
             return item
 
-    progress = Scripted("http://unused", "t", 200, out, interval=0.01)
+    progress = Scripted("http://unused", ["t-partition-0"], 200, out, interval=0.01)
     progress.run()
     lines = re.findall(r"(produce|read): (\d+)/200 msgs, (-?[\d,]+) msg/s", out.getvalue())
     assert [(p, int(d)) for p, d, _ in lines] == [

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -144,6 +145,8 @@ async def test_load_test_on_a_spark_standalone_cluster_against_three_brokers(
     assert report["read_bytes"] == MESSAGES * 64
     assert f"produce: {MESSAGES} msgs" in output and f"read: {MESSAGES} msgs" in output
     assert "MISMATCH" not in output
+    # Its progress line, from each partition's stats asked through the one broker it knows.
+    assert re.search(rf"\] (produce|read): \d+/{MESSAGES} msgs", output), output[-5000:]
 
     # The sink's rows, from every partition (owned by several brokers), once each.
     expected = sorted(f"r{i}" for i in range(ROWS))
