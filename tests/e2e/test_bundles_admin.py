@@ -106,6 +106,12 @@ def test_cli_admin_verbs(broker: BrokerThread) -> None:
 
     listed = cli(*admin, "brokers", "list", "standalone")
     assert listed.stdout.split() == [broker_id(broker)]
+    leader = cli(*admin, "brokers", "leader-broker")  # a standalone broker leads itself
+    assert leader.returncode == 0, leader.stderr
+    assert json.loads(leader.stdout) == {
+        "brokerId": broker_id(broker),
+        "serviceUrl": broker.http_url,
+    }
     owned = cli(*admin, "brokers", "namespaces", "standalone", "--url", broker_id(broker))
     assert owned.returncode == 0, owned.stderr
     assert "public/default/0x00000000_0x00001000" in json.loads(owned.stdout)
