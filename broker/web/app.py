@@ -23,6 +23,7 @@ from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.tls import server_ssl_context
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.metrics import BrokerCollector
+from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
@@ -156,7 +157,7 @@ class WebService:
         result = await self.service.namespaces.lookup_topic(
             topic.full_name, requested, self._arrived_via(request), authoritative
         )
-        if not result.redirect and self._answers_for(result):
+        if not result.redirect and names_this_broker(self.service, result):
             return result
         tls = request.scheme == "https" or not result.http_url
         to_url = (result.http_url_tls if tls else result.http_url) or result.http_url
@@ -169,14 +170,6 @@ class WebService:
         }
         location = URL(to_url).with_path(request.path).with_query(query)
         raise web.HTTPTemporaryRedirect(str(location))
-
-    def _answers_for(self, result: LookupResult) -> bool:
-        """Whether ``result`` names this broker (same web addresses on its listener)."""
-        mine = self.service.broker_data().listeners.get(result.listener)
-        return mine is not None and (mine.http_url, mine.https_url) == (
-            result.http_url,
-            result.http_url_tls,
-        )
 
     async def clusters(self, request: web.Request) -> web.Response:
         return web.json_response([self.service.config.clusterName])
@@ -261,16 +254,14 @@ class WebService:
         return web.json_response({"partitions": partitions})
 
     async def stats(self, request: web.Request) -> web.Response:
+        """A topic's stats from its owner (307 there); a partitioned topic's gathered from
+        each partition's owner."""
         name = self._topic(request)
         partitions = await self.service.resources.get_partitioned_metadata(name, auto_create=False)
         if partitions:
-            parts = {
-                f"{name}-partition-{i}": (
-                    await self.service.topics.get_topic(f"{name}-partition-{i}", create=False)
-                ).stats()
-                for i in range(partitions)
-            }
-            return web.json_response({"metadata": {"partitions": partitions}, "partitions": parts})
+            return web.json_response(
+                await partitioned_stats(self.service, TopicName.get(name), partitions)
+            )
         await self._served_here(request, TopicName.get(name))
         topic = await self.service.topics.get_topic(name, create=False)
         return web.json_response(topic.stats())

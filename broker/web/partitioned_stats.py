@@ -1,0 +1,131 @@
+"""A partitioned topic's stats, gathered from each partition's owner (Pulsar's
+PersistentTopicsBase.internalGetPartitionedStats).
+
+Each partition is looked up on the internal listener, as Pulsar's admin client does for a
+partition this broker does not own: served here, its stats are read locally; owned elsewhere (or
+placed elsewhere by the lookup, when its bundle had no owner), they are asked of that broker's
+admin API over HTTP, following its redirects. The partitions are fetched concurrently, a bounded
+number at a time, each within a bounded time.
+
+Pulsar leaves a partition that failed out of the answer; here the whole request fails with 503
+and a reason naming each partition that failed, so that a caller never mistakes a partial answer
+for the topic's stats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from yarl import URL
+
+from pulsar_grpc.broker import errors as e
+from pulsar_grpc.broker.lookup import LookupResult
+from pulsar_grpc.broker.naming import TopicName
+
+if TYPE_CHECKING:
+    from pulsar_grpc.broker.service import BrokerService
+
+__all__ = ["PartitionStatsError", "names_this_broker", "partitioned_stats"]
+
+# At most this many partitions are being fetched at once (a topic may have thousands).
+CONCURRENT_PARTITIONS = 16
+# One partition's stats from another broker, redirects included.
+OWNER_TIMEOUT_S = 10.0
+# The reason quotes at most this much of another broker's error body.
+_REASON_CHARS = 300
+
+
+class PartitionStatsError(e.ServiceNotReadyError):
+    """The stats of one or more partitions could not be had (their owner failed, refused or
+    could not be reached): 503, naming the partitions."""
+
+
+def names_this_broker(service: BrokerService, result: LookupResult) -> bool:
+    """Whether the lookup ``result`` names this broker (its web addresses on the listener)."""
+    mine = service.broker_data().listeners.get(result.listener)
+    return mine is not None and (mine.http_url, mine.https_url) == (
+        result.http_url,
+        result.http_url_tls,
+    )
+
+
+async def partitioned_stats(
+    service: BrokerService, topic: TopicName, partitions: int
+) -> dict[str, Any]:
+    """``{"metadata": {"partitions": n}, "partitions": {name: TopicStats}}``, every partition's
+    stats from its owner; PartitionStatsError if any of them could not be had."""
+    names = [topic.get_partition(i) for i in range(partitions)]
+    limit = asyncio.Semaphore(CONCURRENT_PARTITIONS)
+    timeout = aiohttp.ClientTimeout(total=OWNER_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+
+        async def one(partition: TopicName) -> dict[str, Any] | str:
+            async with limit:
+                try:
+                    return await _partition_stats(service, http, partition)
+                except e.BrokerError as exc:
+                    return exc.message
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    return f"its owner could not be reached: {exc!r}"
+
+        answers = await asyncio.gather(*(one(p) for p in names))
+    failed = [f"{p}: {a}" for p, a in zip(names, answers, strict=True) if isinstance(a, str)]
+    if failed:
+        raise PartitionStatsError(
+            f"stats of {len(failed)} of {partitions} partitions of {topic} failed: "
+            + "; ".join(failed)
+        )
+    return {
+        "metadata": {"partitions": partitions},
+        "partitions": {str(p): a for p, a in zip(names, answers, strict=True)},
+    }
+
+
+async def _partition_stats(
+    service: BrokerService, http: aiohttp.ClientSession, partition: TopicName
+) -> dict[str, Any]:
+    listener = service.listeners.internal_listener_name
+    result = await service.namespaces.lookup_topic(partition.full_name, listener, None)
+    if not result.redirect and names_this_broker(service, result):
+        return (await service.topics.get_topic(partition, create=False)).stats()
+    return await _stats_from(http, result, partition)
+
+
+async def _stats_from(
+    http: aiohttp.ClientSession, result: LookupResult, partition: TopicName
+) -> dict[str, Any]:
+    """GET the partition's stats from the broker ``result`` names (the owner, or the broker to
+    ask next: its redirects are followed, carrying the lookup's authoritative flag)."""
+    base = result.http_url or result.http_url_tls
+    if base is None:
+        raise e.ServiceNotReadyError("its owner has no web address")
+    url = (
+        URL(base)
+        .with_path(f"/admin/v2/{partition.rest_path}/stats", encoded=True)
+        .with_query(authoritative=str(result.authoritative).lower(), listenerName=result.listener)
+    )
+    async with http.get(url) as response:
+        text = await response.text()
+        if response.status != 200:
+            raise e.ServiceNotReadyError(
+                f"{response.url.host}:{response.url.port} answered {response.status} "
+                f"{_reason(text)}"
+            )
+    try:
+        stats = json.loads(text)
+    except ValueError:
+        stats = None
+    if not isinstance(stats, dict):
+        raise e.ServiceNotReadyError(f"its owner answered no stats: {text[:_REASON_CHARS]!r}")
+    return stats
+
+
+def _reason(body: str) -> str:
+    """Pulsar's {"reason": ...} of an error body, else the body's start."""
+    try:
+        return str(json.loads(body)["reason"])
+    except (ValueError, KeyError, TypeError):
+        return body[:_REASON_CHARS]
