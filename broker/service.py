@@ -415,6 +415,15 @@ class BrokerService:
             raise TopicNotFoundError(f"topic {topic} does not exist")
         await self.ledgers.delete(topic.persistence_naming_encoding)
 
+    def forget_topic(self, topic: PersistentTopic) -> None:
+        """Drop ``topic`` from the loaded topics if it is still the loaded one (its ledger was
+        fenced: another broker owns it now), so the next request loads it again, which the
+        ownership check sends to the owner."""
+        future = self.topics.get(topic.name)
+        if future is not None and future.done() and future.exception() is None:
+            if future.result() is topic:
+                del self.topics[topic.name]
+
     def loaded_topics(self) -> list[PersistentTopic]:
         return [f.result() for f in self.topics.values() if f.done() and f.exception() is None]
 
