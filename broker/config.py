@@ -65,6 +65,11 @@ class ServiceConfiguration:
     # Pulsar's name: where the metadata lives. Empty: the embedded store in dataDirectory;
     # zk:host:port[,host:port...][/chroot] for a cluster; memory:<name> (tests).
     metadataStoreUrl: str = ""
+    # Pulsar's name and default: how long ZooKeeper keeps this broker's session (its
+    # ephemeral ownership and load-report nodes) after it stops answering. A killed broker's
+    # bundles go to the others only once it has passed; the server bounds it (2 to 20 ticks
+    # unless configured otherwise).
+    metadataStoreSessionTimeoutMillis: int = 30000
     # Where the entries live: empty is the embedded store in dataDirectory; a cluster's brokers
     # share a PostgreSQL database, postgresql://user[:password]@host[:port]/database.
     ledgerStorageUrl: str = ""
@@ -307,6 +312,7 @@ _AT_LEAST: dict[str, int] = {
     "loadBalancerReportUpdateThresholdPercentage": 0,
     "loadBalancerReportUpdateMinIntervalMillis": 1,
     "loadBalancerReportUpdateMaxIntervalMinutes": 1,
+    "metadataStoreSessionTimeoutMillis": 1,
 }
 
 

@@ -101,7 +101,11 @@ class BrokerService:
         data_dir = Path(self.config.dataDirectory)
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         self._lock.acquire()  # before opening anything in it: another broker may own it
-        self.metadata = await open_metadata_store(self.config.metadataStoreUrl, data_dir)
+        self.metadata = await open_metadata_store(
+            self.config.metadataStoreUrl,
+            data_dir,
+            session_timeout_s=self.config.metadataStoreSessionTimeoutMillis / 1000,
+        )
         self.producer_names = await DistributedIdGenerator.create(
             self.metadata, PRODUCER_NAME_PATH, self.config.clusterName
         )

@@ -15,7 +15,7 @@ from pathlib import Path
 from pulsar_grpc.broker.metadata.embedded import EmbeddedMetadataStore
 from pulsar_grpc.broker.metadata.memory import MemoryMetadataStore
 from pulsar_grpc.broker.metadata.store import MetadataStore, MetadataStoreError, validate_path
-from pulsar_grpc.broker.metadata.zookeeper import ZooKeeperMetadataStore
+from pulsar_grpc.broker.metadata.zookeeper import DEFAULT_SESSION_TIMEOUT_S, ZooKeeperMetadataStore
 
 __all__ = ["MetadataStoreUrl", "StoreKind", "open_metadata_store", "parse_metadata_store_url"]
 
@@ -74,11 +74,16 @@ def _valid_chroot(chroot: str) -> bool:
     return chroot != "/"
 
 
-async def open_metadata_store(url: str, data_dir: Path) -> MetadataStore:
-    """Open the store `url` names (the embedded one in `data_dir` when empty)."""
+async def open_metadata_store(
+    url: str, data_dir: Path, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
+) -> MetadataStore:
+    """Open the store `url` names (the embedded one in `data_dir` when empty); a ZooKeeper
+    session lasts `session_timeout_s` past the broker's last heartbeat."""
     parsed = parse_metadata_store_url(url)
     if parsed.kind is StoreKind.MEMORY:
         return MemoryMetadataStore(parsed.address)
     if parsed.kind is StoreKind.ZOOKEEPER:
-        return await ZooKeeperMetadataStore.connect(parsed.address, parsed.chroot)
+        return await ZooKeeperMetadataStore.connect(
+            parsed.address, parsed.chroot, session_timeout_s
+        )
     return EmbeddedMetadataStore(data_dir)
