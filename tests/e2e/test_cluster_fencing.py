@@ -1,5 +1,9 @@
-"""Fencing across real broker processes: a broker whose ZooKeeper session expired while it was
-paused (SIGSTOP past the session timeout) cannot add to a topic another broker took over.
+"""Fencing: a broker cannot add to a topic whose managed ledger another owner opened since.
+
+First on one in-process broker, fenced by hand (another owner takes the managed ledger's epoch
+in its store): the topic stops serving as an unload does, and clients carry on. Then across real
+broker processes: a broker whose ZooKeeper session expired while it was paused (SIGSTOP past the
+session timeout) cannot add to a topic another broker took over.
 
 Two broker processes share one real ZooKeeper and one real PostgreSQL. Broker A owns a topic
 and has receipted messages; it is paused long enough for ZooKeeper to expire its session, and
@@ -37,6 +41,7 @@ from tests.e2e.messaging import receive_n
 from tests.e2e.wire import batch, error_code, stub
 from tests.faultproxy import FaultProxy
 from tests.postgres import postgres_server, postgres_url
+from tests.support import BrokerThread
 from tests.waiting import eventually
 from tests.zookeeper import ZooKeeperServer, zk_chroot, zookeeper
 
@@ -51,6 +56,47 @@ SESSION_TIMEOUT_MS = 3000
 WAIT_S = 60  # the bound on every wait of this test
 TOPIC = TopicName.get("fenced")
 STALE = b"stale write reaching the old owner"
+
+
+async def test_a_fenced_topic_stops_serving_and_its_clients_carry_on_after_a_reload(
+    broker: BrokerThread,
+) -> None:
+    service = broker.service
+    assert service is not None
+    async with (
+        Client(broker.service_url) as client,
+        grpc.aio.insecure_channel(broker.grpc_address) as channel,
+    ):
+        consumer = await client.subscribe(TOPIC.full_name, "sub", initial_position="Earliest")
+        producer = await client.create_producer(TOPIC.full_name, batching_enabled=False)
+        await producer.send(b"before")
+        raw = stub(channel).Consume(
+            metadata=(
+                ("x-pulsar-topic", TOPIC.full_name),
+                ("x-pulsar-subscription", "raw"),
+                ("x-pulsar-initial-position", "Earliest"),
+            )
+        )
+        assert (await asyncio.wait_for(raw.read(), WAIT_S)).HasField("subscribed")
+        fenced = await broker.call(service.get_topic(TOPIC))
+        ledger = fenced.ledger
+        await broker.call(ledger.store.fence(ledger.name))  # another owner opened it
+
+        # The next write finds the ledger fenced: the producer's stream ends (retryable, no
+        # receipt), the SDK looks the topic up again, the topic is loaded afresh (and its
+        # ledger opened anew, fencing the other owner in turn), and the message is stored.
+        await asyncio.wait_for(producer.send(b"after"), WAIT_S)
+        assert fenced.ledger.fenced.done()
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            async with asyncio.timeout(WAIT_S):
+                while await raw.read() is not grpc.aio.EOF:
+                    pass
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert error_code(ended.value) == 6  # ServiceNotReady: consumers come back too
+        reloaded = await broker.call(service.get_topic(TOPIC))
+        assert reloaded is not fenced
+        got = [m.data() for m in await receive_n(consumer, 2)]
+        assert got == [b"before", b"after"]
 
 
 class BrokerProcess:
