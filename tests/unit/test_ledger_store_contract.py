@@ -370,3 +370,38 @@ async def test_a_second_broker_opening_a_managed_ledger_fences_the_first(
         await first.close()
         await second.close()
         await metadata.close()
+
+
+@pytest.mark.allow_broker_errors
+async def test_appends_racing_a_fence_commit_before_it_or_not_at_all(
+    backing: Backing, store: LedgerStore, owner: LedgerOwner
+) -> None:
+    """An owner appends without pause while another broker fences it and at once counts the
+    ledger, as a managed ledger's open does: the appends that succeeded are exactly the ones
+    counted (a prefix, all visible to the new owner), and the rest failed and are not stored."""
+    other = backing.another_broker(store)
+    await other.ledger_stats(11)  # connected: the fence below is one round trip
+
+    async def take_over() -> LedgerStats:
+        await other.fence(ML)
+        return await other.ledger_stats(11)
+
+    appends: list[asyncio.Future[None]] = []
+    taking_over: asyncio.Task[LedgerStats] | None = None
+    refused_after = 0
+    while refused_after < 5:  # until some appends came after the fence
+        assert len(appends) < 100_000, "the fence never completed"
+        appends.append(store.append(owner, [EntryWrite(11, len(appends), b"x")]))
+        if taking_over is None and len(appends) >= 20 and appends[0].done():
+            taking_over = asyncio.create_task(take_over())  # amid commits in flight
+        if taking_over is not None and taking_over.done():
+            refused_after += 1
+        await asyncio.sleep(0)
+    assert taking_over is not None
+    counted = await taking_over
+    outcomes = await asyncio.gather(*appends, return_exceptions=True)
+    succeeded = [i for i, o in enumerate(outcomes) if o is None]
+    assert succeeded == list(range(len(succeeded))) and succeeded  # the first commit, at least
+    assert all(isinstance(o, ManagedLedgerFencedError) for o in outcomes[len(succeeded) :])
+    assert counted.entries == len(succeeded)
+    assert [e[1] for e in await other.read_entries([EntrySpan(11, 0, len(appends))])] == succeeded
