@@ -19,10 +19,7 @@ before the pause and from B after, is consumed.
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -35,6 +32,7 @@ from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.ledger.store import EntrySpan
 from pulsar_grpc.broker.metadata import ZooKeeperMetadataStore
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
+from pulsar_grpc.cli.cluster import MemberPorts, broker_properties, write_broker
 from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.messaging import receive_n
@@ -47,8 +45,6 @@ from tests.zookeeper import ZooKeeperServer, zk_chroot, zookeeper
 
 __all__ = ["postgres_server", "postgres_url", "zk_chroot", "zookeeper"]  # fixtures
 
-ROOT = Path(__file__).resolve().parents[2]
-READY = re.compile(r"pulsar-grpc broker ready grpc=grpc://(\S+) http=http://(\S+)")
 # Short, so the test waits little for the expiry; long enough that A, once resumed, takes a
 # while to conclude its session is gone (it presumes so one session timeout after losing
 # ZooKeeper), which is when the request it received meanwhile reaches its ledger.
@@ -99,62 +95,26 @@ async def test_a_fenced_topic_stops_serving_and_its_clients_carry_on_after_a_rel
         assert got == [b"before", b"after"]
 
 
-class BrokerProcess:
-    """`pulsar-grpc broker` in a child process, its output drained (kept for failures)."""
+class Broker:
+    """A cluster member's process (make cluster's broker.conf on free ports), started and
+    stopped off the test's event loop: the FaultProxy on that loop carries A's ZooKeeper
+    connection, which must not stall while a broker starts."""
 
-    def __init__(self, workdir: Path, metadata_url: str, ledger_url: str) -> None:
-        workdir.mkdir(parents=True)
-        self.config = workdir / "broker.conf"
-        self.config.write_text(
-            f"metadataStoreUrl={metadata_url}\n"
-            f"ledgerStorageUrl={ledger_url}\n"
-            f"metadataStoreSessionTimeoutMillis={SESSION_TIMEOUT_MS}\n"
-            f"dataDirectory={workdir / 'data'}\n"
-            "grpcServicePort=0\nwebServicePort=0\n"
+    def __init__(self, workdir: Path, name: str, metadata_url: str, ledger_url: str) -> None:
+        self.ports = MemberPorts.free()
+        properties = broker_properties(
+            self.ports, workdir / name / "data", metadata_url, ledger_url
         )
-        self.process: asyncio.subprocess.Process | None = None
-        self.output: list[str] = []
-        self.grpc_address = ""
-        self._drain: asyncio.Task[None] | None = None
-
-    async def start(self) -> BrokerProcess:
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "pulsar_grpc.cli.main", "broker", "--config", str(self.config),
-            "--log-level", "WARNING",
-            cwd=ROOT, env=os.environ.copy(),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
-        assert self.process.stdout is not None
-        output = self.process.stdout
-        async with asyncio.timeout(WAIT_S):
-            while not (match := READY.search(line := (await output.readline()).decode())):
-                self.output.append(line)
-                assert line, "the broker did not start:\n" + "".join(self.output)
-        self.grpc_address = match.group(1)
-        self._drain = asyncio.create_task(self._read_rest(output))
-        return self
-
-    async def _read_rest(self, output: asyncio.StreamReader) -> None:
-        while line := await output.readline():
-            self.output.append(line.decode())
+        properties["metadataStoreSessionTimeoutMillis"] = str(SESSION_TIMEOUT_MS)
+        self.process = write_broker(workdir, name, properties)
 
     @property
     def service_url(self) -> str:
-        return f"grpc://{self.grpc_address}"
+        return self.ports.url("grpc", "internal")
 
-    def signal(self, sig: signal.Signals) -> None:
-        assert self.process is not None
-        self.process.send_signal(sig)
-
-    async def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGCONT)  # a paused process cannot handle SIGKILL late
-            self.process.kill()
-            await asyncio.wait_for(self.process.wait(), WAIT_S)
-        if self._drain is not None:
-            await asyncio.wait_for(self._drain, WAIT_S)
+    @property
+    def grpc_address(self) -> str:
+        return self.service_url.removeprefix("grpc://")
 
 
 @pytest.fixture
@@ -170,17 +130,19 @@ async def brokers(
     postgres_url: str,
     zk_proxy: FaultProxy,
     tmp_path: Path,
-) -> AsyncIterator[tuple[BrokerProcess, BrokerProcess]]:
+) -> AsyncIterator[tuple[Broker, Broker]]:
     """Broker A (reaching ZooKeeper through the proxy) and broker B."""
-    a = BrokerProcess(tmp_path / "a", f"zk:{zk_proxy.address}{zk_chroot}", postgres_url)
-    b = BrokerProcess(tmp_path / "b", f"zk:{zookeeper.hosts}{zk_chroot}", postgres_url)
+    a = Broker(tmp_path, "a", f"zk:{zk_proxy.address}{zk_chroot}", postgres_url)
+    b = Broker(tmp_path, "b", f"zk:{zookeeper.hosts}{zk_chroot}", postgres_url)
     try:
-        await a.start()
-        await b.start()
+        for broker in (a, b):
+            await asyncio.to_thread(broker.process.start, WAIT_S)
         yield a, b
     finally:
         for broker in (a, b):
-            await broker.stop()
+            if broker.process.running:
+                broker.process.send_signal(signal.SIGCONT)  # a paused broker cannot stop
+            await asyncio.to_thread(broker.process.stop)
 
 
 async def lookup(address: str) -> str:
@@ -222,7 +184,7 @@ async def stored_payloads_and_gaps(postgres_url: str, metadata: ZooKeeperMetadat
 
 
 async def test_a_broker_whose_session_expired_is_fenced_and_nothing_receipted_is_lost(
-    brokers: tuple[BrokerProcess, BrokerProcess],
+    brokers: tuple[Broker, Broker],
     zk_proxy: FaultProxy,
     zookeeper: ZooKeeperServer,
     zk_chroot: str,
@@ -251,7 +213,7 @@ async def test_a_broker_whose_session_expired_is_fenced_and_nothing_receipted_is
 
         # A is paused and cut off from ZooKeeper: its session expires, B takes the topic.
         zk_proxy.blackhole()
-        a.signal(signal.SIGSTOP)
+        a.process.send_signal(signal.SIGSTOP)
         try:
             await bundle_released(metadata)
             assert await lookup(b.grpc_address) == b.service_url
@@ -265,7 +227,7 @@ async def test_a_broker_whose_session_expired_is_fenced_and_nothing_receipted_is
             # believing it owns the topic (it hears nothing from ZooKeeper).
             await call.write(batch(1, [STALE]))
         finally:
-            a.signal(signal.SIGCONT)
+            a.process.send_signal(signal.SIGCONT)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             async with asyncio.timeout(WAIT_S):
                 while True:
