@@ -105,6 +105,10 @@ class ServiceConfiguration:
     loadBalancerReportUpdateThresholdPercentage: int = 10
     loadBalancerReportUpdateMinIntervalMillis: int = 5000
     loadBalancerReportUpdateMaxIntervalMinutes: int = 15
+    # The leader places an unowned bundle on the broker with the least message rate among
+    # those whose largest resource usage (cpu, memory, bandwidth) is not over this percentage
+    # (Pulsar's LeastLongTermMessageRate; all of them when every broker is over it).
+    loadBalancerBrokerOverloadedThresholdPercentage: int = 85
 
     # --- dispatch ---
     dispatcherMaxReadBatchSize: int = 100
@@ -313,6 +317,7 @@ _AT_LEAST: dict[str, int] = {
     "loadBalancerReportUpdateMinIntervalMillis": 1,
     "loadBalancerReportUpdateMaxIntervalMinutes": 1,
     "metadataStoreSessionTimeoutMillis": 1,
+    "loadBalancerBrokerOverloadedThresholdPercentage": 0,
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from pulsar_grpc.broker.errors import ServiceNotReadyError
 from pulsar_grpc.broker.listeners import (
     GRPC,
     GRPC_TLS,
@@ -85,10 +86,18 @@ def lookup(
 ) -> LookupResult:
     """Answer a lookup with the owner's addresses for the chosen listener (see
     :func:`broker.listeners.choose_listener` for the precedence; an unknown name raises
-    InvalidArgumentError). The gRPC addresses are the listener's advertised ones; the gRPC
-    handler answers from its own advertised data in ``protocols``."""
+    InvalidArgumentError, one the owner does not advertise ServiceNotReadyError). The gRPC
+    addresses are the listener's advertised ones; the gRPC handler answers from its own
+    advertised data in ``protocols``."""
     name = choose_listener(config, requested, via).name
-    listener = owner.listeners[name]
+    listener = owner.listeners.get(name)
+    if listener is None:
+        # Brokers configured with different listeners: the owner cannot be reached on this
+        # one. Pulsar answers ServiceNotReady ("the broker do not have <name> listener").
+        raise ServiceNotReadyError(
+            f"the broker that owns the topic advertises no listener {name!r} "
+            f"(it has: {', '.join(sorted(owner.listeners))})"
+        )
     return LookupResult(
         listener=name,
         grpc_url=listener.url(GRPC),

@@ -48,10 +48,12 @@ class BrokerContext(Protocol):
         allows) first; NotOwnerError when another broker owns it."""
 
     async def lookup_topic(
-        self, topic: str, requested: str | None, via: str | None
+        self, topic: str, requested: str | None, via: str | None, authoritative: bool = False
     ) -> LookupResult:
         """The owner's addresses for the listener ``requested`` (or the one the call came
-        in on, ``via``)."""
+        in on, ``via``), or a redirect (``redirect``) to the broker to ask next: the leader,
+        or the broker the leader chose (then ``authoritative``). ``authoritative``: the
+        client follows such an answer, and this broker takes the unowned bundle itself."""
 
     def owner_lookup(
         self, owner: NamespaceEphemeralData, requested: str | None, via: str | None

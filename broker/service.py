@@ -10,9 +10,10 @@ Protocol handlers see it only as a BrokerContext (broker/protocol.py).
 
 Start-up order: metadata store, ledger storage, built-in namespace, web service, protocol
 handlers (last, so nothing reaches a half-built broker), then a cluster member's bundle
-ownership and load report (so the cluster sees the broker only once it serves). Shutdown: new
-calls are refused with ServiceNotReady at once, the load report is removed (the broker leaves
-the cluster), then topics close (each ends its producers' and consumers' streams with
+ownership, load report (so the cluster sees the broker only once it serves) and its part in the
+leader election (once its report is there for the leader's placement). Shutdown: new calls are
+refused with ServiceNotReady at once, leadership is given up, the load report is removed (the
+broker leaves the cluster), then topics close (each ends its producers' and consumers' streams with
 ServiceNotReady, a status every client retries, once what it accepted is durable), then the
 bundles are given up, the handlers' servers stop (their streams have ended: nothing is left for
 gRPC to cancel), then the web service and storage.
@@ -25,10 +26,12 @@ import enum
 import logging
 from pathlib import Path
 
-from pulsar_grpc.broker.cluster import is_cluster_store
+from pulsar_grpc.broker.cluster import broker_id, is_cluster_store
 from pulsar_grpc.broker.cluster.id_generator import PRODUCER_NAME_PATH, DistributedIdGenerator
+from pulsar_grpc.broker.cluster.leader import LeaderBroker, LeaderElection
 from pulsar_grpc.broker.cluster.load_report import LoadReporter
 from pulsar_grpc.broker.cluster.ownership import NamespaceEphemeralData
+from pulsar_grpc.broker.cluster.placement import BundlePlacement
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 from pulsar_grpc.broker.data_lock import DataDirectoryLock
 from pulsar_grpc.broker.errors import ServiceNotReadyError
@@ -38,7 +41,7 @@ from pulsar_grpc.broker.ledger.store import LedgerStore
 from pulsar_grpc.broker.listeners import WEB_SCHEMES, BindAddress, ListenerConfig
 from pulsar_grpc.broker.lookup import BrokerData, LookupResult, resolve_ports
 from pulsar_grpc.broker.metadata import MetadataStore, open_metadata_store
-from pulsar_grpc.broker.namespace_service import NamespaceService
+from pulsar_grpc.broker.namespace_service import ClusterRole, NamespaceService
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.protocol import ProtocolHandler, load_protocol_handlers
 from pulsar_grpc.broker.resources import NamespaceResources
@@ -79,6 +82,7 @@ class BrokerService:
         self._topics: TopicRegistry | None = None
         self.web: WebService | None = None
         self.load_reporter: LoadReporter | None = None
+        self.election: LeaderElection | None = None
         self._lock = DataDirectoryLock(Path(config.dataDirectory))
         self.state = ServiceState.OPEN
 
@@ -143,12 +147,7 @@ class BrokerService:
         if namespaces.clustered:
             # After the handlers: the ownership data and the load report carry their bound
             # addresses and advertised data.
-            namespaces.start_ownership(metadata, topics.unload_bundles)
-            reporter = LoadReporter(
-                self, metadata, bundles=lambda: [str(b) for b in namespaces.owned_bundles()]
-            )
-            await reporter.start()
-            self.load_reporter = reporter
+            await self._join_cluster(metadata, namespaces, topics)
         listeners = self.broker_data().listeners.values()
         log.info(
             "broker started: %s",
@@ -157,11 +156,33 @@ class BrokerService:
             ),
         )
 
+    async def _join_cluster(
+        self, metadata: MetadataStore, namespaces: NamespaceService, topics: TopicRegistry
+    ) -> None:
+        """Own bundles, publish the load report, then take part in the leader election (the
+        leader's placement reads the reports, its own included)."""
+        namespaces.start_ownership(metadata, topics.unload_bundles)
+        reporter = LoadReporter(
+            self, metadata, bundles=lambda: [str(b) for b in namespaces.owned_bundles()]
+        )
+        await reporter.start()
+        self.load_reporter = reporter
+        election = self.election = LeaderElection(
+            metadata, LeaderBroker(self.broker_id(), self.web_service_url())
+        )
+        placement = BundlePlacement(
+            metadata, self.config.loadBalancerBrokerOverloadedThresholdPercentage
+        )
+        namespaces.start_placement(ClusterRole(self.broker_id(), election, placement))
+        await election.start()
+
     async def close(self) -> None:
         """Stop in the order the module docstring gives; a second call does nothing."""
         if self.state is ServiceState.CLOSING:
             return
         self.state = ServiceState.CLOSING
+        if self.election is not None:
+            await self.election.close()  # another broker leads at once
         if self.load_reporter is not None:
             await self.load_reporter.close()  # leave the cluster before serving stops
         if self._topics is not None:
@@ -200,6 +221,18 @@ class BrokerService:
             {h.protocol_name(): h.protocol_data_to_advertise() for h in self.handlers},
         )
 
+    def broker_id(self) -> str:
+        """Pulsar's lookupServiceAddress (host:webport): the broker's name in the cluster."""
+        return broker_id(self.config.advertisedAddress, self.listeners, self.bound)
+
+    def web_service_url(self) -> str:
+        """This broker's web address on the internal listener (http, else https)."""
+        urls = self.namespaces.internal_urls()
+        url = urls.http_url or urls.http_url_tls
+        if url is None:
+            raise ServiceNotReadyError("the internal listener advertises no web address")
+        return url
+
     # ------------------------------------------------------------ the parts (once started)
 
     @property
@@ -233,9 +266,9 @@ class BrokerService:
         return await self.topics.get_topic(name, create)
 
     async def lookup_topic(
-        self, topic: str, requested: str | None, via: str | None
+        self, topic: str, requested: str | None, via: str | None, authoritative: bool = False
     ) -> LookupResult:
-        return await self.namespaces.lookup_topic(topic, requested, via)
+        return await self.namespaces.lookup_topic(topic, requested, via, authoritative)
 
     def owner_lookup(
         self, owner: NamespaceEphemeralData, requested: str | None, via: str | None

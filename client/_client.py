@@ -511,7 +511,8 @@ class Client:
         """The lookup answer for ``topic`` and the (``host:port``, tls) to connect to.
 
         Starts at the service URL; each Redirect is looked up again at the address it
-        answers, up to ``max_lookup_redirects`` times.
+        answers, up to ``max_lookup_redirects`` times, passing its ``authoritative`` on (as
+        Pulsar's clients do: the broker the leader chose then takes the topic's bundle).
         """
         request = pb.LookupRequest(topic=topic, listener_name=self._listener_name or "")
         target, tls = self._target, self._tls
@@ -534,6 +535,7 @@ class Client:
             if not result.redirect:
                 return result, address
             target, tls = address
+            request.authoritative = result.authoritative
             hops.append(grpc_url(target, tls))
         raise LookupFailed(
             f"lookup of {topic} was redirected more than {self._max_lookup_redirects} times: "

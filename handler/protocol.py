@@ -183,7 +183,10 @@ class GrpcProtocolHandler(ProtocolHandler):
             self.broker.check_open()
             request = codec.parse(pb.LookupRequest, raw)
             result = await self.broker.lookup_topic(
-                request.topic, request.listener_name or ctx.listener_name, ctx.bind_listener
+                request.topic,
+                request.listener_name or ctx.listener_name,
+                ctx.bind_listener,
+                request.authoritative,
             )
         except Exception as exc:
             await abort(context, exc, request.topic)

@@ -16,9 +16,10 @@ lookup, the HTTP lookup path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import grpc
 import pytest
@@ -26,6 +27,7 @@ import pytest
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
 from pulsar_grpc.cli.cluster import MemberPorts, broker_properties, write_broker
 from pulsar_grpc.cli.local_servers import BrokerProcess
+from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import stub
 from tests.zookeeper import ZooKeeperServer
@@ -40,6 +42,7 @@ __all__ = [
     "grpc_lookup",
     "lookup_path",
     "one_topic_per_bundle",
+    "place",
 ]
 
 BROKERS = 3
@@ -153,6 +156,22 @@ async def grpc_lookup(
         )
     assert r.response == pb.LookupResponse.Connect and r.authoritative
     return {"grpc_url": r.grpc_url, "grpc_url_tls": r.grpc_url_tls, "http_url": r.http_url}
+
+
+class Answering(Protocol):
+    def answer(self, listener: str) -> dict[str, str]: ...
+
+
+A = TypeVar("A", bound=Answering)
+
+
+async def place(members: Sequence[A], service_url: str, topic: TopicName) -> A:
+    """Look ``topic`` up through ``service_url`` as the SDK does, following redirects (the
+    leader places an unowned bundle): the member that owns it then."""
+    async with Client(service_url) as client:
+        answer = await client.lookup(topic.full_name)
+    (owner,) = [m for m in members if m.answer("internal")["grpc_url"] == answer.grpc_url]
+    return owner
 
 
 def lookup_path(topic: TopicName) -> str:

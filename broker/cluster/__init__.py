@@ -12,12 +12,20 @@ from pulsar_grpc.broker.listeners import (
     HTTP,
     HTTPS,
     BindAddress,
+    Endpoint,
     Listener,
     ListenerConfig,
 )
+from pulsar_grpc.broker.lookup import BrokerData
 from pulsar_grpc.broker.metadata.factory import StoreKind, parse_metadata_store_url
 
-__all__ = ["LISTENER_FIELDS", "advertised_listener", "broker_id", "is_cluster_store"]
+__all__ = [
+    "LISTENER_FIELDS",
+    "advertised_listener",
+    "broker_data_of",
+    "broker_id",
+    "is_cluster_store",
+]
 
 # Pulsar's AdvertisedListener field names, and the listener scheme each one carries (this
 # product's broker service URL is its gRPC address).
@@ -58,3 +66,24 @@ def advertised_listener(listener: Listener) -> dict[str, str]:
     return {
         field: url for field, scheme in LISTENER_FIELDS.items() if (url := listener.url(scheme))
     }
+
+
+def broker_data_of(
+    advertised_listeners: dict[str, dict[str, str]], protocols: dict[str, str]
+) -> BrokerData:
+    """A broker's addresses in the shape lookups answer from, read back from the
+    AdvertisedListener JSON its load report or ownership data carries."""
+    listeners = {
+        name: Listener(
+            name,
+            {LISTENER_FIELDS[f]: _endpoint(url) for f, url in urls.items() if f in LISTENER_FIELDS},
+        )
+        for name, urls in advertised_listeners.items()
+    }
+    return BrokerData(listeners, dict(protocols))
+
+
+def _endpoint(url: str) -> Endpoint:
+    host_port = url.partition("://")[2]
+    host, _, port = host_port.rpartition(":")
+    return Endpoint(host.strip("[]"), int(port))

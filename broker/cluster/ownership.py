@@ -1,14 +1,15 @@
 """Bundle ownership in a cluster, as Pulsar's OwnershipCache keeps it.
 
 A broker owns a bundle while it holds the EPHEMERAL node ``/namespace/<tenant>/<ns>/<lo>_<hi>``
-(NamespaceEphemeralData JSON), so the ownership ends with its metadata session. Without a leader
-assigning bundles yet, the first broker that needs an unowned bundle (a lookup, a topic load)
-creates the node: ZooKeeper lets exactly one creator win, the others read the winner's data.
+(NamespaceEphemeralData JSON), so the ownership ends with its metadata session. Only a lookup
+places an unowned bundle (the namespace service asks the leader's placement); the broker chosen
+creates the node (:meth:`OwnershipCache.acquire`): ZooKeeper lets exactly one creator win, the
+others read the winner's data. A Produce or Consume never takes a bundle.
 
 Every broker keeps a cache of the owners it has read, kept fresh by the store's notifications
 (a read arms a watch, so a deletion is heard and the next lookup reads again). A broker whose
 session is lost stops serving what it owned at once (``on_lost``); when its session is back it
-re-owns only what is still recorded as its own, and leaves the rest to whoever asks first.
+re-owns only what is still recorded as its own, and leaves the rest to the leader's placement.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from pulsar_grpc.broker.cluster import LISTENER_FIELDS, advertised_listener
+from pulsar_grpc.broker.cluster import advertised_listener, broker_data_of
 from pulsar_grpc.broker.errors import ServiceNotReadyError
-from pulsar_grpc.broker.listeners import GRPC, GRPC_TLS, HTTP, HTTPS, Endpoint, Listener
+from pulsar_grpc.broker.listeners import GRPC, GRPC_TLS, HTTP, HTTPS
 from pulsar_grpc.broker.lookup import BrokerData
 from pulsar_grpc.broker.metadata.store import (
     BadVersionError,
@@ -108,24 +109,7 @@ class NamespaceEphemeralData:
 
     def broker_data(self) -> BrokerData:
         """The owner's addresses in the shape lookups answer from."""
-        listeners = {
-            name: Listener(
-                name,
-                {
-                    LISTENER_FIELDS[f]: _endpoint(url)
-                    for f, url in urls.items()
-                    if f in LISTENER_FIELDS
-                },
-            )
-            for name, urls in self.advertised_listeners.items()
-        }
-        return BrokerData(listeners, dict(self.protocols))
-
-
-def _endpoint(url: str) -> Endpoint:
-    host_port = url.partition("://")[2]
-    host, _, port = host_port.rpartition(":")
-    return Endpoint(host.strip("[]"), int(port))
+        return broker_data_of(self.advertised_listeners, self.protocols)
 
 
 class NotOwnerError(ServiceNotReadyError):
@@ -190,22 +174,31 @@ class OwnershipCache:
     def owned(self) -> list[NamespaceBundle]:
         return list(self._owned.values())
 
-    async def owner(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
-        """The bundle's owner, taking the bundle first when nobody owns it (first come)."""
+    async def current_owner(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
+        """The bundle's owner (``me`` when this broker), None when nobody owns it."""
+        path = bundle_path(bundle)
+        if path in self._owned:
+            return self.me
+        cached = self._others.get(path)
+        if cached is not None:
+            return cached
+        found = await self.store.get(path)  # arms a watch: a change drops the cache entry
+        if found is None:
+            return None
+        if found.value == self._me_json:  # ours, e.g. from a session presumed lost
+            self._owned[path] = bundle
+            return self.me
+        owner = NamespaceEphemeralData.from_json(found.value)
+        self._others[path] = owner
+        return owner
+
+    async def acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
+        """Take the bundle (Pulsar's tryAcquiringOwnership, once placement chose this broker);
+        the owner when another broker was first."""
         path = bundle_path(bundle)
         while True:
-            if path in self._owned:
-                return self.me
-            cached = self._others.get(path)
-            if cached is not None:
-                return cached
-            found = await self.store.get(path)  # arms a watch: a change drops the cache entry
-            if found is not None:
-                owner = NamespaceEphemeralData.from_json(found.value)
-                if found.value == self._me_json:  # ours, e.g. from a session presumed lost
-                    self._owned[path] = bundle
-                    return self.me
-                self._others[path] = owner
+            owner = await self.current_owner(bundle)
+            if owner is not None:
                 return owner
             try:
                 await self.store.put(path, self._me_json, -1, CreateOption.EPHEMERAL)
@@ -216,11 +209,15 @@ class OwnershipCache:
             return self.me
 
     async def check_owner(self, topic: TopicName) -> NamespaceBundle:
-        """Raise NotOwnerError unless this broker owns (or has just taken) the topic's bundle."""
+        """Raise NotOwnerError when another broker owns the topic's bundle, and
+        ServiceNotReadyError when nobody does: only a lookup places a bundle (through the
+        leader), so the client must look the topic up."""
         bundle = await self.bundle_of(topic)
-        if self.owns(bundle):
-            return bundle
-        owner = await self.owner(bundle)
+        owner = await self.current_owner(bundle)
+        if owner is None:
+            raise ServiceNotReadyError(
+                f"bundle {bundle} is not owned by any broker: look the topic up"
+            )
         if owner is not self.me:
             raise NotOwnerError(bundle, owner)
         return bundle
@@ -257,7 +254,7 @@ class OwnershipCache:
 
     async def _reown(self, bundles: list[NamespaceBundle]) -> None:
         """Re-own what is still recorded as ours (a session presumed lost that lived on);
-        what the expiry deleted is left to whichever broker a client asks first."""
+        what the expiry deleted is placed again by the next lookup."""
         for bundle in bundles:
             path = bundle_path(bundle)
             found = await self.store.get(path)

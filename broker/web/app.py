@@ -16,6 +16,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from yarl import URL
 
 from pulsar_grpc.broker import errors as e
+from pulsar_grpc.broker.cluster.leader import LeaderBroker
 from pulsar_grpc.broker.listeners import WEB_SCHEMES
 from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
@@ -59,10 +60,7 @@ class WebService:
     @property
     def http_url(self) -> str:
         """This broker's web address on the internal listener."""
-        urls = self.service.namespaces.internal_urls()
-        url = urls.http_url or urls.http_url_tls
-        assert url is not None, "the internal listener advertises no web address"
-        return url
+        return self.service.web_service_url()
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[_errors])
@@ -72,6 +70,9 @@ class WebService:
                 web.get("/metrics", self.metrics),
                 web.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", self.lookup),
                 web.get("/admin/v2/clusters", self.clusters),
+                # leaderBroker before {cluster}: the first matching route answers
+                web.get("/admin/v2/brokers/leaderBroker", self.leader_broker),
+                web.get("/admin/v2/brokers/{cluster}", self.active_brokers),
                 web.put("/admin/v2/tenants/{tenant}", self.create_tenant),
                 web.get("/admin/v2/namespaces/{tenant}", self.list_namespaces),
                 web.put("/admin/v2/namespaces/{tenant}/{namespace}", self.create_namespace),
@@ -137,23 +138,34 @@ class WebService:
         if m["domain"] != "persistent":
             raise e.InvalidArgumentError(f"unsupported topic domain {m['domain']!r}")
         topic = TopicName.get(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}")
+        result = await self._served_here(request, topic)
+        return web.json_response(result.as_lookup_data())
+
+    async def _served_here(self, request: web.Request, topic: TopicName) -> LookupResult:
+        """Look ``topic`` up for this request (placing an unowned bundle, as Pulsar's lookups
+        and its admin's validateTopicOwnership do) and answer 307 to the broker to ask next
+        unless this one serves it: the leader, the broker it chose, or the owner (PIP-338: on
+        the chosen listener's address, same scheme as the request, carrying listenerName)."""
         requested = request.query.get("listenerName") or request.headers.get(
             "X-Pulsar-ListenerName"
         )
+        authoritative = request.query.get("authoritative", "").lower() == "true"
         result = await self.service.namespaces.lookup_topic(
-            topic.full_name, requested, self._arrived_via(request)
+            topic.full_name, requested, self._arrived_via(request), authoritative
         )
-        if not self._answers_for(result):
-            # Another broker owns it: send the client there (PIP-338: on the chosen listener's
-            # address, same scheme as it came with, carrying listenerName along).
-            tls = request.scheme == "https" or not result.http_url
-            owner_url = (result.http_url_tls if tls else result.http_url) or result.http_url
-            if owner_url is None:
-                raise e.ServiceNotReadyError(f"the owner of {topic} has no web address")
-            query = {**request.query, "authoritative": "true", "listenerName": result.listener}
-            location = URL(owner_url).with_path(request.path).with_query(query)
-            raise web.HTTPTemporaryRedirect(str(location))
-        return web.json_response(result.as_lookup_data())
+        if not result.redirect and self._answers_for(result):
+            return result
+        tls = request.scheme == "https" or not result.http_url
+        to_url = (result.http_url_tls if tls else result.http_url) or result.http_url
+        if to_url is None:
+            raise e.ServiceNotReadyError(f"the broker to ask for {topic} has no web address")
+        query = {
+            **request.query,
+            "authoritative": str(result.authoritative).lower(),
+            "listenerName": result.listener,
+        }
+        location = URL(to_url).with_path(request.path).with_query(query)
+        raise web.HTTPTemporaryRedirect(str(location))
 
     def _answers_for(self, result: LookupResult) -> bool:
         """Whether ``result`` names this broker (same web addresses on its listener)."""
@@ -165,6 +177,27 @@ class WebService:
 
     async def clusters(self, request: web.Request) -> web.Response:
         return web.json_response([self.service.config.clusterName])
+
+    async def leader_broker(self, request: web.Request) -> web.Response:
+        """Pulsar's GET /admin/v2/brokers/leaderBroker; a standalone broker leads itself."""
+        namespaces = self.service.namespaces
+        if not namespaces.clustered:
+            return web.json_response(
+                LeaderBroker(self.service.broker_id(), self.http_url).as_json()
+            )
+        leader = namespaces.leader()
+        if leader is None:
+            raise e.NotFoundError("Couldn't find leader broker")
+        return web.json_response(leader.as_json())
+
+    async def active_brokers(self, request: web.Request) -> web.Response:
+        """Pulsar's GET /admin/v2/brokers/{cluster}: the active brokers, as host:webport."""
+        cluster = request.match_info["cluster"]
+        if cluster != self.service.config.clusterName:
+            raise e.NotFoundError(f"Cluster {cluster} does not exist")
+        if not self.service.namespaces.clustered:
+            return web.json_response([self.service.broker_id()])
+        return web.json_response(await self.service.namespaces.active_brokers())
 
     async def create_tenant(self, request: web.Request) -> web.Response:
         try:
@@ -195,6 +228,7 @@ class WebService:
 
     async def create_topic(self, request: web.Request) -> web.Response:
         name = self._topic(request)
+        await self._served_here(request, TopicName.get(name))
         if await self.service.resources.get_partitioned_metadata(name, auto_create=False):
             raise e.NotAllowedError(f"partitioned topic {name} already exists")
         if await self.service.ledgers.exists(TopicName.get(name).persistence_naming_encoding):
@@ -203,7 +237,9 @@ class WebService:
         return web.Response(status=204)
 
     async def delete_topic(self, request: web.Request) -> web.Response:
-        await self.service.topics.delete_topic(self._topic(request))
+        name = self._topic(request)
+        await self._served_here(request, TopicName.get(name))
+        await self.service.topics.delete_topic(name)
         return web.Response(status=204)
 
     async def create_partitioned(self, request: web.Request) -> web.Response:
@@ -232,5 +268,6 @@ class WebService:
                 for i in range(partitions)
             }
             return web.json_response({"metadata": {"partitions": partitions}, "partitions": parts})
+        await self._served_here(request, TopicName.get(name))
         topic = await self.service.topics.get_topic(name, create=False)
         return web.json_response(topic.stats())

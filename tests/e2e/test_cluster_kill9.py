@@ -25,7 +25,7 @@ from pulsar_grpc.broker.metadata import ZooKeeperMetadataStore
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
 from pulsar_grpc.client import Client, ConsumerType, Producer
 from pulsar_grpc.client.exceptions import Timeout
-from tests.cluster import BROKERS, SESSION_TIMEOUT_MS, Cluster, cluster_factory, grpc_lookup
+from tests.cluster import BROKERS, SESSION_TIMEOUT_MS, Cluster, cluster_factory, grpc_lookup, place
 from tests.postgres import postgres_server, postgres_url
 from tests.waiting import eventually
 from tests.zookeeper import zk_chroot, zookeeper
@@ -44,9 +44,8 @@ RECOVERY_BOUND_S = SESSION_TIMEOUT_MS / 1000 + 15
 DUPLICATE_RECEIPT = "-1:-1:"
 
 
-def spread_topic() -> tuple[TopicName, list[int]]:
-    """A topic whose partitions fall in every bundle of public/default; each partition's
-    bundle index."""
+def spread_topic() -> TopicName:
+    """A topic whose partitions fall in every bundle of public/default."""
     bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4)
     for i in range(1000):
         topic = TopicName.get(f"kill9-{i}")
@@ -55,7 +54,7 @@ def spread_topic() -> tuple[TopicName, list[int]]:
             for p in range(PARTITIONS)
         ]
         if len(set(index)) == len(bundles):
-            return topic, index
+            return topic
     raise AssertionError("no topic name spreads over every bundle")
 
 
@@ -94,7 +93,7 @@ async def test_kill_9_of_a_broker_under_load_loses_no_receipted_message(
 ) -> None:
     cluster = cluster_factory(brokerDeduplicationEnabled=str(dedup).lower())
     members = cluster.members
-    topic, bundle_of = spread_topic()
+    topic = spread_topic()
     request = urllib.request.Request(
         f"{members[0].http_url()}/admin/v2/{topic.rest_path}/partitions",
         data=str(PARTITIONS).encode(),
@@ -102,15 +101,14 @@ async def test_kill_9_of_a_broker_under_load_loses_no_receipted_message(
         headers={"Content-Type": "application/json"},
     )
     await asyncio.to_thread(urllib.request.urlopen, request, timeout=30)
-    # Bundle b is taken by broker b % 3, the first asked: every broker owns partitions.
-    for p, bundle in enumerate(bundle_of):
-        first = members[bundle % BROKERS]
-        assert await grpc_lookup(first.address(), topic.get_partition(p)) == first.answer(
-            "internal"
-        )
-    victim, producing_via, consuming_via = members[1], members[0], members[2]
-    victims_partitions = [p for p, b in enumerate(bundle_of) if b % BROKERS == 1]
-    assert victims_partitions
+    # The leader spreads the 4 bundles over the 3 brokers: every broker owns partitions.
+    owners = [
+        await place(members, members[0].service_url(), topic.get_partition(p))
+        for p in range(PARTITIONS)
+    ]
+    victim = owners[2]
+    producing_via, consuming_via = [m for m in members if m is not victim]
+    victims_partitions = [p for p, owner in enumerate(owners) if owner is victim]
 
     consumed: dict[bytes, set[str]] = defaultdict(set)
     sent = [Sent() for _ in range(PRODUCERS)]

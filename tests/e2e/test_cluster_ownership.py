@@ -1,8 +1,8 @@
 """Three brokers on one real ZooKeeper and one real PostgreSQL: bundles are owned through
-ephemeral /namespace nodes by the broker first asked, every broker answers a lookup (gRPC and
-HTTP, each listener) with the owner's addresses, the SDK given a non-owner's URL works through
-the owner, and a broker whose ZooKeeper session is lost stops serving while another takes its
-bundles over with nothing receipted lost."""
+ephemeral /namespace nodes by the broker the leader placed them on, every broker answers a
+lookup (gRPC and HTTP, each listener) with the owner's addresses, the SDK given a non-owner's
+URL works through the owner, and a broker whose ZooKeeper session is lost stops serving while
+the bundle is placed again with nothing receipted lost."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pulsar_grpc.broker.metadata import ZooKeeperMetadataStore
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles
 from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.client import Client
-from tests.cluster import grpc_lookup, lookup_path, one_topic_per_bundle
+from tests.cluster import grpc_lookup, lookup_path, one_topic_per_bundle, place
 from tests.e2e.messaging import receive_n
 from tests.e2e.test_listeners import EXTERNAL_HOST, INTERNAL_HOST, Ports, two_listener_config
 from tests.e2e.wire import stub
@@ -83,6 +83,8 @@ def cluster(
         broker = broker_factory(
             metadataStoreUrl=f"zk:{zookeeper.hosts}{zk_chroot}",
             ledgerStorageUrl=postgres_url,
+            # The brokers share this machine's CPU: never count one as overloaded.
+            loadBalancerBrokerOverloadedThresholdPercentage=100,
             **config,
         )
         members.append(Member(broker, ports))
@@ -94,15 +96,15 @@ def loaded(service: BrokerService) -> set[str]:
     return {t.name for t in service.topics.loaded_topics()}
 
 
-async def test_bundles_owned_by_first_asked_and_every_broker_answers_the_owner(
+async def test_bundles_placed_by_the_leader_and_every_broker_answers_the_owner(
     cluster: list[Member], zookeeper: ZooKeeperServer, zk_chroot: str
 ) -> None:
     topics = one_topic_per_bundle()
     owners = {}
-    for i, topic in enumerate(topics):  # broker i % 3 is asked first, so it takes the bundle
-        owner = cluster[i % len(cluster)]
-        assert await grpc_lookup(owner.grpc("internal"), topic) == owner.answer("internal")
-        owners[topic] = owner
+    for i, topic in enumerate(topics):
+        owners[topic] = await place(cluster, cluster[i % len(cluster)].service_url, topic)
+    # 4 bundles on 3 idle brokers: each broker got at least one.
+    assert {id(owner) for owner in owners.values()} == {id(member) for member in cluster}
 
     async with aiohttp.ClientSession() as http:
         for topic, owner in owners.items():
@@ -163,9 +165,9 @@ async def test_bundles_owned_by_first_asked_and_every_broker_answers_the_owner(
 async def test_sdk_given_a_non_owner_produces_and_consumes_through_the_owner(
     cluster: list[Member],
 ) -> None:
-    owner, other = cluster[0], cluster[1]
     topic = one_topic_per_bundle()[0]
-    await grpc_lookup(owner.grpc("internal"), topic)  # the owner takes the bundle
+    owner = await place(cluster, cluster[0].service_url, topic)
+    other = next(member for member in cluster if member is not owner)
 
     # A Produce reaching a broker that does not own the topic: retryable, names the owner.
     async with grpc.aio.insecure_channel(other.grpc("internal")) as channel:
@@ -191,12 +193,12 @@ async def test_sdk_given_a_non_owner_produces_and_consumes_through_the_owner(
     assert topic.full_name not in loaded(other.broker.service)
 
 
-async def test_lost_session_stops_serving_and_another_broker_takes_over(
+async def test_lost_session_stops_serving_and_the_bundle_is_placed_again(
     cluster: list[Member], zookeeper: ZooKeeperServer
 ) -> None:
-    doomed, survivor = cluster[0], cluster[1]
     topic = one_topic_per_bundle()[0]
-    await grpc_lookup(doomed.grpc("internal"), topic)
+    doomed = await place(cluster, cluster[0].service_url, topic)
+    survivor = next(member for member in cluster if member is not doomed)
     service = doomed.broker.service
     assert service is not None and service.namespaces.ownership is not None
 
@@ -219,7 +221,8 @@ async def test_lost_session_stops_serving_and_another_broker_takes_over(
         await eventually(lambda: topic.full_name not in loaded(service), timeout=30)
         assert service.namespaces.owned_bundles() == []
 
-        # Clients carry on through the broker that took the bundle over.
+        # Clients carry on through the broker the bundle is placed on now (the leader may
+        # choose the doomed broker again: it works on in a new session).
         for i in range(10):
             await producer.send(f"after-{i}".encode())
             receipted.append(f"after-{i}".encode())
@@ -229,5 +232,6 @@ async def test_lost_session_stops_serving_and_another_broker_takes_over(
                 message = await consumer.receive()
                 seen.add(message.data())
                 await consumer.acknowledge(message)
-        assert await grpc_lookup(survivor.grpc("internal"), topic) == survivor.answer("internal")
-        assert await grpc_lookup(doomed.grpc("internal"), topic) == survivor.answer("internal")
+        owner = await place(cluster, survivor.service_url, topic)
+        for member in cluster:
+            assert await grpc_lookup(member.grpc("internal"), topic) == owner.answer("internal")

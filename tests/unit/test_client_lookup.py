@@ -103,6 +103,22 @@ async def test_redirects_are_followed_to_the_authoritative_broker():
                 assert md["x-pulsar-listenername"] == "external"
 
 
+async def test_each_hop_is_asked_with_the_authoritative_flag_of_the_redirect_it_follows():
+    # Pulsar's lookup: a non-leader sends the client to the leader (not authoritative), the
+    # leader to the broker it chose (authoritative: that broker takes the bundle itself).
+    async with fake_broker() as service, fake_broker() as leader, fake_broker() as chosen:
+        service.lookup_answers["t"] = answer(leader.url, REDIRECT)
+        leader.lookup_answers["t"] = pb.LookupResponse(
+            response=REDIRECT, authoritative=True, grpc_url=chosen.url
+        )
+        chosen.lookup_answers["t"] = answer(chosen.url)
+        async with Client(service.url) as c:
+            assert (await c.lookup("t")).grpc_url == chosen.url
+        assert [r.authoritative for r, _ in service.lookups] == [False]
+        assert [r.authoritative for r, _ in leader.lookups] == [False]
+        assert [r.authoritative for r, _ in chosen.lookups] == [True]
+
+
 async def test_redirect_loop_ends_with_a_clear_error_after_the_bound():
     async with fake_broker() as service:
         service.lookup_answers["t"] = answer(service.url, REDIRECT)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration, load_config
-from pulsar_grpc.broker.errors import InvalidArgumentError
+from pulsar_grpc.broker.errors import InvalidArgumentError, ServiceNotReadyError
 from pulsar_grpc.broker.listeners import (
     GRPC_SCHEMES,
     WEB_SCHEMES,
@@ -18,6 +18,7 @@ from pulsar_grpc.broker.listeners import (
     choose_listener,
     parse_entries,
 )
+from pulsar_grpc.broker.lookup import BrokerData, lookup
 
 TLS_FILES = {"tlsCertificateFilePath": "c.pem", "tlsKeyFilePath": "k.pem"}
 TWO_LISTENERS = "internal:grpc://broker-1.cluster:6650,external:grpc://broker-1.example.com:6650"
@@ -399,3 +400,21 @@ def test_choose_listener_unknown_name(listeners: ListenerConfig) -> None:
     assert info.value.message == (
         "unknown listener name 'dmz'; this broker's listeners are internal, external, public"
     )
+
+
+def test_a_lookup_for_a_listener_the_owner_lacks_is_a_clear_service_not_ready() -> None:
+    """Brokers of one cluster configured with different listeners: the local broker knows the
+    requested listener, the owner does not advertise it (Pulsar: ServiceNotReady)."""
+    config = load_config(
+        None,
+        {},
+        {
+            "advertisedListeners": "internal:grpc://b1.cluster:6650,"
+            "external:grpc://b1.example.com:6650",
+        },
+    )
+    listeners = ListenerConfig.from_config(config)
+    owner = BrokerData({"internal": Listener("internal", {"grpc": Endpoint("b2.cluster", 6650)})})
+    assert lookup(listeners, owner, "internal", None).grpc_url == "grpc://b2.cluster:6650"
+    with pytest.raises(ServiceNotReadyError, match=r"no listener 'external' .*has: internal"):
+        lookup(listeners, owner, "external", None)

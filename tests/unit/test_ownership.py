@@ -1,6 +1,7 @@
-"""Bundle ownership over the in-memory metadata store shared by two brokers' caches: the first
-asker owns a bundle, the other reads the owner, both agree when they race, a lost session lets
-the bundles go at once (and they are not taken back), and the owner data is Pulsar's JSON."""
+"""Bundle ownership over the in-memory metadata store shared by two brokers' caches: the broker
+that acquires a bundle owns it, the other reads the owner, both agree when they race, a topic
+load never takes an unowned bundle, a lost session lets the bundles go at once (and they are
+not taken back), and the owner data is Pulsar's JSON."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pulsar_grpc.broker.cluster.ownership import (
     OwnershipCache,
     bundle_path,
 )
+from pulsar_grpc.broker.errors import ServiceNotReadyError
 from pulsar_grpc.broker.listeners import Endpoint, Listener
 from pulsar_grpc.broker.lookup import BrokerData
 from pulsar_grpc.broker.metadata import MemoryMetadataStore
@@ -58,16 +60,27 @@ async def members() -> tuple[Member, Member]:
     await b.store.close()
 
 
-async def test_first_asker_owns_and_the_other_is_refused_naming_it(
+async def test_a_topic_load_never_takes_an_unowned_bundle(members: tuple[Member, Member]) -> None:
+    a, _ = members
+    topic = TopicName.get("t")
+    bundle = await a.cache.bundle_of(topic)
+    with pytest.raises(ServiceNotReadyError, match="not owned by any broker: look the topic up"):
+        await a.cache.check_owner(topic)
+    assert not a.cache.owns(bundle)
+    assert await a.cache.current_owner(bundle) is None
+    assert not await a.store.exists(bundle_path(bundle))
+
+
+async def test_the_acquirer_owns_and_the_other_is_refused_naming_it(
     members: tuple[Member, Member],
 ) -> None:
     a, b = members
     topic = TopicName.get("t")
     bundle = await a.cache.bundle_of(topic)
     assert bundle.range_str in ("0x00000000_0x80000000", "0x80000000_0xffffffff")  # policies'
-    assert await a.cache.owner(bundle) is a.cache.me
+    assert await a.cache.acquire(bundle) is a.cache.me
     assert a.cache.owns(bundle) and a.cache.owned() == [bundle]
-    assert await b.cache.owner(bundle) == a.cache.me
+    assert await b.cache.acquire(bundle) == a.cache.me
     with pytest.raises(NotOwnerError) as refused:
         await b.cache.check_owner(topic)
     assert refused.value.owner == a.cache.me
@@ -77,7 +90,7 @@ async def test_first_asker_owns_and_the_other_is_refused_naming_it(
 async def test_racing_brokers_agree_on_one_owner(members: tuple[Member, Member]) -> None:
     a, b = members
     bundle = NamespaceBundle(DEFAULT_NAMESPACE, 0, 0x80000000)
-    seen_by_a, seen_by_b = await asyncio.gather(a.cache.owner(bundle), b.cache.owner(bundle))
+    seen_by_a, seen_by_b = await asyncio.gather(a.cache.acquire(bundle), b.cache.acquire(bundle))
     assert seen_by_a == seen_by_b
     assert a.cache.owns(bundle) != b.cache.owns(bundle)
 
@@ -88,28 +101,28 @@ async def test_a_lost_session_lets_go_at_once_and_another_broker_takes_over(
     a, b = members
     first = NamespaceBundle(DEFAULT_NAMESPACE, 0, 0x80000000)
     second = NamespaceBundle(DEFAULT_NAMESPACE, 0x80000000, 0xFFFFFFFF)
-    await a.cache.owner(first)
-    await a.cache.owner(second)
-    assert await b.cache.owner(first) == a.cache.me  # cached by b from now on
+    await a.cache.acquire(first)
+    await a.cache.acquire(second)
+    assert await b.cache.acquire(first) == a.cache.me  # cached by b from now on
     a.store.expire_session()
     await eventually(lambda: sorted(a.lost, key=str) == [first, second])
     assert a.cache.owned() == []
     # b heard the node go (the store tells of deletions before the session events): its
     # next lookup takes the bundle rather than naming a.
-    assert await b.cache.owner(first) is b.cache.me
+    assert await b.cache.acquire(first) is b.cache.me
     for _ in range(10):  # let a's re-own pass (after SessionReestablished) read both nodes
         await asyncio.sleep(0)
-    assert not a.cache.owns(first) and await a.cache.owner(first) == b.cache.me
+    assert not a.cache.owns(first) and await a.cache.acquire(first) == b.cache.me
     assert not a.cache.owns(second)  # nobody asked: not re-taken behind the clients' back
 
 
 async def test_closing_lets_go_of_every_bundle(members: tuple[Member, Member]) -> None:
     a, b = members
     bundle = NamespaceBundle(DEFAULT_NAMESPACE, 0, 0x80000000)
-    await a.cache.owner(bundle)
+    await a.cache.acquire(bundle)
     await a.cache.close()  # the broker closed its topics; its session still lives
     assert not await a.store.exists(bundle_path(bundle))
-    assert await b.cache.owner(bundle) is b.cache.me
+    assert await b.cache.acquire(bundle) is b.cache.me
 
 
 async def test_owner_data_is_pulsars_namespace_ephemeral_data(
@@ -117,7 +130,7 @@ async def test_owner_data_is_pulsars_namespace_ephemeral_data(
 ) -> None:
     a, _ = members
     bundle = NamespaceBundle(DEFAULT_NAMESPACE, 0, 0x80000000)
-    await a.cache.owner(bundle)
+    await a.cache.acquire(bundle)
     node = await a.store.get(bundle_path(bundle))
     assert node is not None
     assert bundle_path(bundle) == "/namespace/public/default/0x00000000_0x80000000"

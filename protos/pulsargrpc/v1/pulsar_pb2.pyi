@@ -951,18 +951,25 @@ class LookupRequest(_message.Message):
 
     TOPIC_FIELD_NUMBER: _builtins.int
     LISTENER_NAME_FIELD_NUMBER: _builtins.int
+    AUTHORITATIVE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     listener_name: _builtins.str
     """overrides the x-pulsar-listenername header when set"""
+    authoritative: _builtins.bool
+    """Set when following a Redirect that was authoritative (Pulsar's authoritative lookup): the
+    leader chose the broker asked, which then takes the unowned bundle itself instead of asking
+    the leader again. Absent (false) on a first lookup.
+    """
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
         listener_name: _builtins.str = ...,
+        authoritative: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["listener_name", b"listener_name", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["authoritative", b"authoritative", "listener_name", b"listener_name", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

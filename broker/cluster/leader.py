@@ -1,0 +1,225 @@
+"""Leader election (Pulsar's LeaderElectionService): one broker of the cluster is the leader.
+
+The leader holds the EPHEMERAL node ``/loadbalance/leader`` with Pulsar's LeaderBroker JSON
+(``{"brokerId": "<host>:<webport>", "serviceUrl": "http://host:port"}``), so leadership ends
+with its metadata session. Every broker reads the node (the read arms a watch); when it
+disappears (the leader closed, or its session expired) the others race to create it and the
+store lets exactly one win.
+
+A broker that loses its session stops acting as leader at once: the leader-only tasks are
+cancelled as the session event arrives, before any other broker can have taken over. A new
+session runs the election again.
+
+Leader-only work hangs on the election as periodic tasks (:meth:`LeaderElection.add_task`):
+they start when this broker becomes leader and are cancelled when it stops being one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from pulsar_grpc.broker.metadata.store import (
+    BadVersionError,
+    CreateOption,
+    MetadataStore,
+    MetadataStoreError,
+    Notification,
+    NotificationType,
+    SessionEvent,
+)
+
+__all__ = ["LEADER_PATH", "LeaderBroker", "LeaderElection", "LeaderState"]
+
+log = logging.getLogger(__name__)
+
+# Pulsar's LeaderElectionService.LOADBALANCE_LEADER_PATH.
+LEADER_PATH = "/loadbalance/leader"
+
+
+@dataclass(frozen=True)
+class LeaderBroker:
+    """Pulsar's LeaderBroker: the leader's cluster name and its web service URL."""
+
+    broker_id: str
+    service_url: str
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {"brokerId": self.broker_id, "serviceUrl": self.service_url}, sort_keys=True
+        ).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> LeaderBroker:
+        data = json.loads(raw)
+        return cls(broker_id=str(data.get("brokerId", "")), service_url=str(data["serviceUrl"]))
+
+    def as_json(self) -> dict[str, str]:
+        """The admin API's answer (GET /admin/v2/brokers/leaderBroker)."""
+        return {"brokerId": self.broker_id, "serviceUrl": self.service_url}
+
+
+class LeaderState(enum.Enum):
+    """Pulsar's LeaderElectionState, plus the broker's own lifecycle around it."""
+
+    STOPPED = "stopped"  # not started yet, or closed
+    NO_LEADER = "no_leader"  # electing, or the session is lost: no leader known
+    FOLLOWER = "follower"  # another broker leads (``leader`` names it)
+    LEADER = "leader"  # this broker leads: its leader-only tasks run
+
+
+LeaderTask = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class _PeriodicTask:
+    name: str
+    interval_s: float
+    run: LeaderTask
+
+
+class LeaderElection:
+    """This broker's part in the election, and the leader role's periodic tasks.
+
+    One owner per piece of state: ``state`` and ``leader`` change only in :meth:`_elect`,
+    :meth:`_on_session_event` and :meth:`close`.
+    """
+
+    def __init__(self, store: MetadataStore, me: LeaderBroker) -> None:
+        self.store = store
+        self.me = me
+        self._me_json = me.to_json()
+        self.state = LeaderState.STOPPED
+        self.leader: LeaderBroker | None = None
+        self._tasks: list[_PeriodicTask] = []
+        self._running: list[asyncio.Task[None]] = []  # the periodic tasks, while leader
+        self._elections: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()  # one election at a time
+
+    @property
+    def is_leader(self) -> bool:
+        return self.state is LeaderState.LEADER
+
+    def add_task(self, name: str, interval_s: float, run: LeaderTask) -> None:
+        """Run ``run`` every ``interval_s`` while this broker is the leader (a failing run is
+        logged; the next one runs on time). Started at once when already leader."""
+        task = _PeriodicTask(name, interval_s, run)
+        self._tasks.append(task)
+        if self.is_leader:
+            self._running.append(self._start_task(task))
+
+    async def start(self) -> None:
+        """Take part in the election (the first one is over when this returns)."""
+        self.store.register_listener(self._on_notification)
+        self.store.register_session_listener(self._on_session_event)
+        self.state = LeaderState.NO_LEADER
+        await self._elect()
+
+    async def _elect(self) -> None:
+        """Become leader if the node is free, else follow whoever holds it."""
+        async with self._lock:
+            while self.state is not LeaderState.STOPPED:
+                found = await self.store.get(LEADER_PATH)  # arms the watch
+                if found is not None:
+                    if found.value == self._me_json:  # ours (a session presumed lost lived on)
+                        self._lead()
+                    else:
+                        self._follow(LeaderBroker.from_json(found.value))
+                    return
+                try:
+                    await self.store.put(LEADER_PATH, self._me_json, -1, CreateOption.EPHEMERAL)
+                except BadVersionError:
+                    continue  # another broker was first: read its data
+                # Loop to read our own node back: that arms the watch on it too.
+
+    def _lead(self) -> None:
+        self.leader = self.me
+        if self.state is LeaderState.LEADER:
+            return
+        self.state = LeaderState.LEADER
+        log.info("this broker (%s) is the leader", self.me.broker_id)
+        self._running = [self._start_task(task) for task in self._tasks]
+
+    def _follow(self, leader: LeaderBroker) -> None:
+        self._stop_leading()
+        self.state = LeaderState.FOLLOWER
+        if leader != self.leader:
+            log.info("the leader is %s", leader.broker_id)
+        self.leader = leader
+
+    def _stop_leading(self) -> list[asyncio.Task[None]]:
+        """Cancel the leader-only tasks (returned, for close to wait on)."""
+        if self.state is LeaderState.LEADER:
+            log.info("this broker (%s) is no longer the leader", self.me.broker_id)
+        running, self._running = self._running, []
+        for task in running:
+            task.cancel()
+        return running
+
+    def _start_task(self, task: _PeriodicTask) -> asyncio.Task[None]:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(task.interval_s)
+                try:
+                    await task.run()
+                except Exception:
+                    log.exception("leader task %s failed", task.name)
+
+        return asyncio.get_running_loop().create_task(loop(), name=f"leader: {task.name}")
+
+    # ------------------------------------------------------------ store events
+
+    def _on_notification(self, notification: Notification) -> None:
+        if notification.path != LEADER_PATH or self.state is LeaderState.STOPPED:
+            return
+        if notification.type is NotificationType.DELETED:
+            self._stop_leading()
+            self.state = LeaderState.NO_LEADER
+            self.leader = None
+        self._spawn_election()
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if self.state is LeaderState.STOPPED:
+            return
+        if event is SessionEvent.SESSION_LOST:
+            # Another broker may lead as soon as the node expires: stop at once.
+            self._stop_leading()
+            self.state = LeaderState.NO_LEADER
+            self.leader = None
+        elif event is SessionEvent.SESSION_REESTABLISHED:
+            self._spawn_election()
+
+    def _spawn_election(self) -> None:
+        async def run() -> None:
+            try:
+                await self._elect()
+            except MetadataStoreError:
+                # The session is down: its re-establishment runs the election again.
+                log.warning("leader election failed", exc_info=True)
+
+        task = asyncio.get_running_loop().create_task(run(), name="leader election")
+        self._elections.add(task)
+        task.add_done_callback(self._elections.discard)
+
+    async def close(self) -> None:
+        """Stop the tasks and give up leadership at once, so another broker takes over without
+        waiting for this broker's session to end."""
+        was_leader = self.is_leader
+        running = [*self._stop_leading(), *self._elections]
+        self.state = LeaderState.STOPPED
+        self.leader = None
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        if not was_leader:
+            return
+        try:
+            found = await self.store.get(LEADER_PATH)
+            if found is not None and found.value == self._me_json:
+                await self.store.delete(LEADER_PATH, found.version)
+        except MetadataStoreError as exc:  # gone already, or the store is: the session ends
+            log.info("could not give up leadership: %s", exc)

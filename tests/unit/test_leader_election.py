@@ -1,0 +1,119 @@
+"""Leader election over the in-memory store shared by three brokers: exactly one leads with
+Pulsar's LeaderBroker JSON at /loadbalance/leader, the others follow it; a leader that closes
+or loses its session is replaced, and it stops its leader-only tasks at once."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from pulsar_grpc.broker.cluster.leader import (
+    LEADER_PATH,
+    LeaderBroker,
+    LeaderElection,
+    LeaderState,
+)
+from pulsar_grpc.broker.metadata import MemoryMetadataStore, SessionEvent
+from tests.waiting import eventually
+
+_TREES = itertools.count()
+
+
+class Member:
+    def __init__(self, tree: str, port: int) -> None:
+        self.store = MemoryMetadataStore(tree)
+        self.election = LeaderElection(
+            self.store, LeaderBroker(f"127.0.0.1:{port}", f"http://127.0.0.1:{port}")
+        )
+        self.ticks = 0
+        self.election.add_task("tick", 0.01, self.tick)
+
+    async def tick(self) -> None:
+        self.ticks += 1
+
+
+@pytest.fixture
+async def members() -> AsyncIterator[list[Member]]:
+    tree = f"leader-{next(_TREES)}"
+    members = [Member(tree, 8080 + i) for i in range(3)]
+    await asyncio.gather(*(m.election.start() for m in members))
+    yield members
+    for member in members:
+        await member.election.close()
+        await member.store.close()
+
+
+def leaders(members: list[Member]) -> list[Member]:
+    return [m for m in members if m.election.state is LeaderState.LEADER]
+
+
+async def agreed_leader(members: list[Member]) -> Member:
+    """Wait until exactly one member leads and every other one follows it."""
+
+    def check() -> None:
+        found = leaders(members)
+        assert len(found) == 1, [m.election.state for m in members]
+        for member in members:
+            assert member.election.leader == found[0].election.me
+
+    await eventually(check, timeout=10)
+    return leaders(members)[0]
+
+
+async def test_exactly_one_leader_with_pulsars_leader_broker_json(members: list[Member]) -> None:
+    leader = await agreed_leader(members)
+    node = await members[0].store.get(LEADER_PATH)
+    assert node is not None
+    assert json.loads(node.value) == {
+        "brokerId": leader.election.me.broker_id,
+        "serviceUrl": leader.election.me.service_url,
+    }
+    followers = [m for m in members if m is not leader]
+    assert all(m.election.state is LeaderState.FOLLOWER for m in followers)
+    # Only the leader runs the leader-only task.
+    await eventually(lambda: leader.ticks >= 3)
+    assert [m.ticks for m in followers] == [0, 0]
+
+
+async def test_a_closed_leader_is_replaced(members: list[Member]) -> None:
+    first = await agreed_leader(members)
+    await first.election.close()
+    assert first.election.state is LeaderState.STOPPED
+    rest = [m for m in members if m is not first]
+    second = await agreed_leader(rest)
+    assert second is not first
+    ticks = first.ticks
+    await eventually(lambda: second.ticks >= 3)
+    assert first.ticks == ticks  # its tasks ended with its leadership
+
+
+async def test_a_leader_losing_its_session_stops_at_once_and_another_leads(
+    members: list[Member],
+) -> None:
+    first = await agreed_leader(members)
+    # What the old leader is when its store tells of the lost session (the election's own
+    # listener was registered first, so it has run by then).
+    seen: list[tuple[SessionEvent, LeaderState]] = []
+    first.store.register_session_listener(lambda e: seen.append((e, first.election.state)))
+    first.store.expire_session()
+    await eventually(lambda: len(seen) == 2)
+    assert seen[0] == (SessionEvent.SESSION_LOST, LeaderState.NO_LEADER)
+    # A leader is agreed again by all three: the old one takes part in its new session.
+    leader = await agreed_leader(members)
+    ticks = leader.ticks
+    await eventually(lambda: leader.ticks >= ticks + 3)
+
+
+async def test_a_task_added_while_leading_starts_at_once(members: list[Member]) -> None:
+    leader = await agreed_leader(members)
+    ran = asyncio.Event()
+
+    async def mark() -> None:
+        ran.set()
+
+    leader.election.add_task("late", 0.01, mark)
+    await asyncio.wait_for(ran.wait(), 10)
