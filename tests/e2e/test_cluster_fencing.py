@@ -131,12 +131,12 @@ async def brokers(
     zk_proxy: FaultProxy,
     tmp_path: Path,
 ) -> AsyncIterator[tuple[Broker, Broker]]:
-    """Broker A (reaching ZooKeeper through the proxy) and broker B."""
+    """Broker A (reaching ZooKeeper through the proxy), started, and broker B, not yet: the
+    test starts it once A owns the topic (A, alone, leads and places the bundle on itself)."""
     a = Broker(tmp_path, "a", f"zk:{zk_proxy.address}{zk_chroot}", postgres_url)
     b = Broker(tmp_path, "b", f"zk:{zookeeper.hosts}{zk_chroot}", postgres_url)
     try:
-        for broker in (a, b):
-            await asyncio.to_thread(broker.process.start, WAIT_S)
+        await asyncio.to_thread(a.process.start, WAIT_S)
         yield a, b
     finally:
         for broker in (a, b):
@@ -192,6 +192,7 @@ async def test_a_broker_whose_session_expired_is_fenced_and_nothing_receipted_is
 ) -> None:
     a, b = brokers
     assert await lookup(a.grpc_address) == a.service_url  # A owns the topic
+    await asyncio.to_thread(b.process.start, WAIT_S)
     receipted: list[bytes] = []
     async with Client(a.service_url) as client:
         consumer = await client.subscribe(TOPIC.full_name, "sub", initial_position="Earliest")
