@@ -171,12 +171,12 @@ async def brokers(
     zk_proxy: FaultProxy,
     tmp_path: Path,
 ) -> AsyncIterator[tuple[BrokerProcess, BrokerProcess]]:
-    """Broker A (reaching ZooKeeper through the proxy) and broker B."""
+    """Broker A (reaching ZooKeeper through the proxy), started, and broker B, not yet: the
+    test starts it once A owns the topic."""
     a = BrokerProcess(tmp_path / "a", f"zk:{zk_proxy.address}{zk_chroot}", postgres_url)
     b = BrokerProcess(tmp_path / "b", f"zk:{zookeeper.hosts}{zk_chroot}", postgres_url)
     try:
         await a.start()
-        await b.start()
         yield a, b
     finally:
         for broker in (a, b):
@@ -230,6 +230,7 @@ async def test_a_broker_whose_session_expired_is_fenced_and_nothing_receipted_is
 ) -> None:
     a, b = brokers
     assert await lookup(a.grpc_address) == a.service_url  # A owns the topic
+    await b.start()
     receipted: list[bytes] = []
     async with Client(a.service_url) as client:
         consumer = await client.subscribe(TOPIC.full_name, "sub", initial_position="Earliest")
