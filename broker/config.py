@@ -109,6 +109,14 @@ class ServiceConfiguration:
     # those whose largest resource usage (cpu, memory, bandwidth) is not over this percentage
     # (Pulsar's LeastLongTermMessageRate; all of them when every broker is over it).
     loadBalancerBrokerOverloadedThresholdPercentage: int = 85
+    # A namespace is split into at most this many bundles (an admin split beyond it is refused).
+    loadBalancerNamespaceMaximumBundles: int = 128
+    # How a bundle is split when the request names no algorithm: range_equally_divide (the
+    # middle of its hash range), topic_count_equally_divide (half of its topics each side) or
+    # specified_positions_divide (at the positions the request gives).
+    defaultNamespaceBundleSplitAlgorithm: Literal[
+        "range_equally_divide", "topic_count_equally_divide", "specified_positions_divide"
+    ] = "range_equally_divide"
 
     # --- dispatch ---
     dispatcherMaxReadBatchSize: int = 100
@@ -318,6 +326,7 @@ _AT_LEAST: dict[str, int] = {
     "loadBalancerReportUpdateMaxIntervalMinutes": 1,
     "metadataStoreSessionTimeoutMillis": 1,
     "loadBalancerBrokerOverloadedThresholdPercentage": 0,
+    "loadBalancerNamespaceMaximumBundles": 1,
 }
 
 

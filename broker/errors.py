@@ -12,7 +12,8 @@ The tree::
     │   ├── ProducerBusyError         (ProducerBusy)
     │   ├── ConsumerBusyError         (ConsumerBusy)
     │   ├── ConsumerAssignError       (ConsumerAssignError)
-    │   └── NotAllowedError           (NotAllowedError)
+    │   ├── NotAllowedError           (NotAllowedError)
+    │   └── PreconditionFailedError   (NotAllowedError)              (HTTP 412)
     ├── TooLargeError                 (NotAllowedError)              -> RESOURCE_EXHAUSTED
     ├── AuthenticationError           (AuthenticationError)          -> UNAUTHENTICATED
     ├── AuthorizationError            (AuthorizationError)           -> PERMISSION_DENIED
@@ -107,6 +108,14 @@ class ConsumerAssignError(PreconditionError):
 
 
 class NotAllowedError(PreconditionError):
+    code = ServerError.NotAllowedError
+
+
+class PreconditionFailedError(PreconditionError):
+    """A request the resource's present state refuses where Pulsar's admin API answers 412
+    Precondition Failed (a bundle that cannot be split, an unknown bundle range or split
+    algorithm); other PreconditionErrors are its 409 Conflict."""
+
     code = ServerError.NotAllowedError
 
 

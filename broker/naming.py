@@ -434,17 +434,26 @@ class NamespaceBundles:
 
         Returns the namespace's new bundles; the two halves are the bundles around the boundary.
         """
+        if boundary is None:
+            boundary = bundle.lower + (bundle.upper - bundle.lower) // 2
+        return self.split_at(bundle, [boundary])
+
+    def split_at(self, bundle: NamespaceBundle, boundaries: Iterable[int]) -> NamespaceBundles:
+        """Split ``bundle`` at each of ``boundaries`` (at least one, each inside it): the
+        namespace's new bundles, where ``bundle`` is replaced by len(boundaries) + 1 parts."""
         if bundle not in self.bundles:
             raise InvalidArgumentError(f"bundle {bundle} is not one of the bundles of {self}")
         if not bundle.can_split:
             raise InvalidArgumentError(f"bundle {bundle} can't be split further")
-        if boundary is None:
-            boundary = bundle.lower + (bundle.upper - bundle.lower) // 2
-        if not bundle.lower < boundary < bundle.upper:
-            raise InvalidArgumentError(
-                f"split boundary {_format_boundary(boundary)} must be inside bundle {bundle}"
-            )
-        return NamespaceBundles(self.namespace, sorted({*self.boundaries, boundary}))
+        inner = sorted(set(boundaries))
+        if not inner:
+            raise InvalidArgumentError(f"no boundary to split bundle {bundle} at")
+        for boundary in inner:
+            if not bundle.lower < boundary < bundle.upper:
+                raise InvalidArgumentError(
+                    f"split boundary {_format_boundary(boundary)} must be inside bundle {bundle}"
+                )
+        return NamespaceBundles(self.namespace, sorted({*self.boundaries, *inner}))
 
     def __len__(self) -> int:
         return len(self.bundles)

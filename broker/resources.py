@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from urllib.parse import unquote
 
-from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
+from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT, policies_bundles
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.errors import (
     InvalidArgumentError,
@@ -21,6 +21,7 @@ from pulsar_grpc.broker.errors import (
 )
 from pulsar_grpc.broker.ledger import ManagedLedgerFactory
 from pulsar_grpc.broker.metadata import MetadataStore
+from pulsar_grpc.broker.metadata.store import BadVersionError
 from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
 
 PARTITIONED_ROOT = "/admin/partitioned-topics"
@@ -61,6 +62,31 @@ class NamespaceResources:
         bundles = NamespaceBundles.with_count(ns, self.config.defaultNumberOfNamespaceBundles)
         policies = {"bundles": {"boundaries": bundles.boundary_strings, "numBundles": len(bundles)}}
         await self.store.put(path, json.dumps(policies).encode())
+
+    async def get_bundles(self, ns: NamespaceName) -> tuple[NamespaceBundles, int]:
+        """The namespace's bundles (its policies' BundlesData) and the policies' version, for
+        a compare-and-set :meth:`set_bundles`."""
+        found = await self.store.get(f"{POLICIES_ROOT}/{ns}")
+        if found is None:
+            raise NotFoundError(f"Namespace {ns} does not exist")
+        return policies_bundles(ns, found.value), found.version
+
+    async def set_bundles(self, bundles: NamespaceBundles, version: int) -> bool:
+        """Write ``bundles`` into the namespace's policies if they are still at ``version``
+        (False when another writer came first: read again and retry)."""
+        path = f"{POLICIES_ROOT}/{bundles.namespace}"
+        found = await self.store.get(path)
+        if found is None:
+            raise NotFoundError(f"Namespace {bundles.namespace} does not exist")
+        if found.version != version:
+            return False
+        policies = json.loads(found.value)
+        policies["bundles"] = {"boundaries": bundles.boundary_strings, "numBundles": len(bundles)}
+        try:
+            await self.store.put(path, json.dumps(policies).encode(), version)
+        except BadVersionError:
+            return False
+        return True
 
     async def list_namespaces(self, tenant: str) -> list[str]:
         return [f"{tenant}/{n}" for n in await self.store.get_children(f"{POLICIES_ROOT}/{tenant}")]

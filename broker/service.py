@@ -48,7 +48,7 @@ from pulsar_grpc.broker.resources import NamespaceResources
 from pulsar_grpc.broker.tls import read_tls_files
 from pulsar_grpc.broker.topics import PersistentTopic
 from pulsar_grpc.broker.topics.registry import TopicRegistry
-from pulsar_grpc.broker.web import WebService
+from pulsar_grpc.broker.web.app import WebService
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,12 @@
 """Load test on Spark: P producers spread over the executors write M messages of S bytes to a
 partitioned topic, then the ``pulsar-grpc`` source reads them back.
 
-    python -m spark.loadtest --service-url grpc://broker:50051 --admin-url http://broker:8080 \\
-        --topic perf --partitions 8 --producers 4 --messages 1000000 --size 100 --master local[*]
+    python -m pulsar_grpc.spark.loadtest --service-url grpc://broker:50051 \\
+        --admin-url http://broker:8080 --topic perf --partitions 8 --producers 4 \\
+        --messages 1000000 --size 100 --master local[*]
+
+or on a Spark cluster, ``--master spark://host:7077`` with ``--conf KEY=VALUE`` for the
+application's resource asks (docs/spark.md, "On a Spark cluster");
 
 or ``spark-submit spark/loadtest.py ...`` (the package's ``pulsar_grpc.client`` and
 ``pulsar_grpc.spark`` and the generated stubs are shipped to the executors with addPyFile;
@@ -35,6 +39,7 @@ from pulsar_grpc.spark._runtime import LoopRunner
 from pulsar_grpc.spark._topics import full_topic_name, partition_index
 
 ROOT = Path(__file__).resolve().parents[1]
+APP_NAME = "pulsar-grpc-loadtest"  # how a cluster's master lists the load test
 
 
 @dataclass
@@ -125,6 +130,10 @@ def _produce_share(options: ClientOptions, topic: str, count: int, size: int) ->
 class Progress(threading.Thread):
     """Prints one refreshing line: messages in (and out) of the topic, from admin stats.
 
+    Each partition's stats are asked for on their own: on a cluster the broker at
+    ``admin_url`` redirects each to the partition's owner (urllib follows), where a
+    partitioned topic's summary would only cover the partitions that broker owns.
+
     The counters are per partition and not monotonic for reads: a partition's msgOutCounter
     sums its current subscriptions, and a task's reader subscription vanishes when the task
     ends. So the line adds up each partition's *increases* since the previous poll (a drop
@@ -132,20 +141,26 @@ class Progress(threading.Thread):
     """
 
     def __init__(
-        self, admin_url: str, topic: str, total: int, out: Any = sys.stderr, interval: float = 1.0
+        self,
+        admin_url: str,
+        partitions: list[str],
+        total: int,
+        out: Any = sys.stderr,
+        interval: float = 1.0,
     ) -> None:
         super().__init__(name="loadtest-progress", daemon=True)
-        self.admin_url, self.topic, self.total, self.out = admin_url, topic, total, out
+        self.admin_url, self.partitions, self.total, self.out = admin_url, partitions, total, out
         self.interval = interval
         self.phase = "produce"
         self.done = threading.Event()
 
     def _counters(self, phase: str) -> dict[str, int]:
         """Per partition: messages stored (produce) or sent to connected readers (read)."""
-        stats = _admin.topic_stats(self.admin_url, self.topic)
-        parts = stats.get("partitions", {self.topic: stats})
         field = "msgInCounter" if phase == "produce" else "msgOutCounter"
-        return {name: int(p.get(field, 0)) for name, p in parts.items()}
+        return {
+            name: int(_admin.topic_stats(self.admin_url, name).get(field, 0))
+            for name in self.partitions
+        }
 
     def run(self) -> None:
         started = last_t = time.perf_counter()
@@ -221,7 +236,7 @@ def run(session: Any, args: argparse.Namespace, out: Any = None) -> tuple[Phase,
 
         starting = runner.run(starts())
 
-    progress = Progress(args.admin_url, topic, args.messages)
+    progress = Progress(args.admin_url, partitions, args.messages)
     progress.start()
     produce = Phase("produce")
     try:
@@ -283,24 +298,55 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=100, help="payload bytes")
     parser.add_argument("--master", default="local[*]", help="local[*] or spark://host:7077")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark property, e.g. spark.cores.max=4 on a shared cluster (repeatable)",
+    )
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def spark_properties(pairs: list[str]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` arguments as a dict; a pair without ``=`` is a usage error."""
+    properties = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--conf: expected KEY=VALUE, got {pair!r}")
+        properties[name] = value
+    return properties
+
+
+def open_session(master: str, properties: dict[str, str] | None = None) -> Any:
+    """The load test's SparkSession on ``master`` (``local[*]`` or ``spark://host:port``).
+
+    Its Python workers run this interpreter unless ``PYSPARK_PYTHON`` says otherwise (a
+    cluster's workers must find one with grpcio, protobuf and pyarrow at the same path), and
+    the package's code is shipped to the executors, so a worker needs no checkout.
+    """
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
-    session = (
-        SparkSession.builder.master(args.master)
-        .appName("pulsar-grpc-loadtest")
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(APP_NAME)
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    for name, value in (properties or {}).items():
+        builder = builder.config(name, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     _ship_code(session)
+    return session
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    session = open_session(args.master, spark_properties(args.conf))
     try:
         produce, read = run(session, args)
     finally:

@@ -43,6 +43,7 @@ __all__ = [
     "lookup_path",
     "one_topic_per_bundle",
     "place",
+    "topic_over_every_bundle",
 ]
 
 BROKERS = 3
@@ -113,6 +114,9 @@ def cluster_factory(
             config = {
                 **broker_properties(ports, tmp_path / name / "data", metadata, postgres_url),
                 "metadataStoreSessionTimeoutMillis": str(SESSION_TIMEOUT_MS),
+                # The members share one machine's CPU: a report written at a busier moment
+                # must not make the leader's placement pass a broker over as overloaded.
+                "loadBalancerBrokerOverloadedThresholdPercentage": "100",
                 **properties,
             }
             members.append(Member(name, ports, write_broker(tmp_path, name, config)))
@@ -142,6 +146,18 @@ def one_topic_per_bundle(prefix: str = "spread") -> list[TopicName]:
         found.setdefault(bundles.bundles.index(bundles.bundle_for(topic)), topic)
         i += 1
     return [found[k] for k in sorted(found)]
+
+
+def topic_over_every_bundle(prefix: str, partitions: int) -> TopicName:
+    """A partitioned topic of public/default whose ``partitions`` partitions fall in each of
+    its 4 default bundles, so that placement gives them to several brokers."""
+    bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4)
+    for i in range(1000):
+        topic = TopicName.get(f"{prefix}-{i}")
+        hit = {bundles.bundle_for(topic.get_partition(p)) for p in range(partitions)}
+        if len(hit) == len(bundles.bundles):
+            return topic
+    raise AssertionError(f"no {prefix}-N with {partitions} partitions spans every bundle")
 
 
 async def grpc_lookup(

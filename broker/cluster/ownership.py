@@ -10,11 +10,19 @@ Every broker keeps a cache of the owners it has read, kept fresh by the store's 
 (a read arms a watch, so a deletion is heard and the next lookup reads again). A broker whose
 session is lost stops serving what it owned at once (``on_lost``); when its session is back it
 re-owns only what is still recorded as its own, and leaves the rest to the leader's placement.
+
+An unload (Pulsar's OwnedBundle.handleUnloadRequest) first marks the node ``disabled``: while
+the bundle's topics close, lookups on every broker and topic loads here answer ServiceNotReady
+("being unloaded"), which clients retry; then the node is deleted and the next lookup places the
+bundle again. A split owns the new bundles' nodes before the policies name them, and an unowned
+bundle is taken only while the namespace's policies still have it (a broker that has not yet
+heard of a split must not take the parent again).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -41,6 +49,7 @@ __all__ = [
     "NotOwnerError",
     "OwnershipCache",
     "bundle_path",
+    "policies_bundles",
 ]
 
 log = logging.getLogger(__name__)
@@ -51,6 +60,15 @@ POLICIES_ROOT = "/admin/policies"
 
 def bundle_path(bundle: NamespaceBundle) -> str:
     return f"{OWNERSHIP_ROOT}/{bundle.namespace}/{bundle.range_str}"
+
+
+def policies_bundles(namespace: NamespaceName, policies: bytes) -> NamespaceBundles:
+    """The bundles a namespace's policies JSON names (``bundles.boundaries``, else an even
+    split into ``bundles.numBundles``), as Pulsar's BundlesData."""
+    spec = json.loads(policies).get("bundles") or {}
+    if spec.get("boundaries"):
+        return NamespaceBundles.parse(namespace, spec["boundaries"])
+    return NamespaceBundles.with_count(namespace, int(spec.get("numBundles", 4)))
 
 
 @dataclass(frozen=True)
@@ -112,6 +130,10 @@ class NamespaceEphemeralData:
         return broker_data_of(self.advertised_listeners, self.protocols)
 
 
+def _being_unloaded(bundle: NamespaceBundle) -> ServiceNotReadyError:
+    return ServiceNotReadyError(f"namespace bundle {bundle} is being unloaded")
+
+
 class NotOwnerError(ServiceNotReadyError):
     """The topic's bundle is owned by another broker: a retryable refusal that names the owner,
     so the protocol handler can tell the client where to go (in its own terms)."""
@@ -138,6 +160,8 @@ class OwnershipCache:
         self._me_json = me.to_json()
         self._on_lost = on_lost
         self._owned: dict[str, NamespaceBundle] = {}
+        # Owned bundles being unloaded (their node says disabled): no topic of theirs loads.
+        self._unloading: set[str] = set()
         self._others: dict[str, NamespaceEphemeralData] = {}
         self._bundles: dict[NamespaceName, NamespaceBundles] = {}
         # Bundles owned when the session was lost: re-owned if still recorded as ours.
@@ -154,14 +178,18 @@ class OwnershipCache:
         known = self._bundles.get(namespace)
         if known is not None:
             return known
-        found = await self.store.get(f"{POLICIES_ROOT}/{namespace}")
-        spec = json.loads(found.value).get("bundles", {}) if found else {}
-        if spec.get("boundaries"):
-            bundles = NamespaceBundles.parse(namespace, spec["boundaries"])
-        else:
-            bundles = NamespaceBundles.with_count(namespace, int(spec.get("numBundles", 4)))
+        bundles = await self._read_bundles(namespace)
         self._bundles[namespace] = bundles
         return bundles
+
+    async def _read_bundles(self, namespace: NamespaceName) -> NamespaceBundles:
+        found = await self.store.get(f"{POLICIES_ROOT}/{namespace}")
+        return policies_bundles(namespace, found.value if found else b"{}")
+
+    def bundles_changed(self, bundles: NamespaceBundles) -> None:
+        """This broker has just written ``bundles`` (a split): use them without waiting for
+        the store's notification."""
+        self._bundles[bundles.namespace] = bundles
 
     async def bundle_of(self, topic: TopicName) -> NamespaceBundle:
         return (await self.bundles(topic.namespace)).bundle_for(topic)
@@ -174,10 +202,38 @@ class OwnershipCache:
     def owned(self) -> list[NamespaceBundle]:
         return list(self._owned.values())
 
+    def is_active(self, bundle: NamespaceBundle) -> bool:
+        """Whether an owned bundle is served (not being unloaded)."""
+        return bundle_path(bundle) in self._owned and bundle_path(bundle) not in self._unloading
+
+    async def acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
+        """Take the bundle (Pulsar's tryAcquiringOwnership, once placement chose this broker);
+        the owner when another broker was first. ServiceNotReadyError while it is being
+        unloaded, or when it has just been split (a broker that has not heard of the split
+        yet must not take the parent again)."""
+        path = bundle_path(bundle)
+        while True:
+            found_owner = await self.current_owner(bundle)
+            if found_owner is not None:
+                return found_owner
+            if bundle not in (await self._read_bundles(bundle.namespace)).bundles:
+                self._bundles.pop(bundle.namespace, None)
+                raise ServiceNotReadyError(f"namespace bundle {bundle} has just been split")
+            try:
+                await self.store.put(path, self._me_json, -1, CreateOption.EPHEMERAL)
+            except BadVersionError:
+                continue  # another broker was first: read its data
+            self._owned[path] = bundle
+            log.info("acquired bundle %s", bundle)
+            return self.me
+
     async def current_owner(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
-        """The bundle's owner (``me`` when this broker), None when nobody owns it."""
+        """The bundle's owner, None when nobody owns it (nothing is taken);
+        ServiceNotReadyError while it is being unloaded."""
         path = bundle_path(bundle)
         if path in self._owned:
+            if path in self._unloading:
+                raise _being_unloaded(bundle)
             return self.me
         cached = self._others.get(path)
         if cached is not None:
@@ -189,24 +245,53 @@ class OwnershipCache:
             self._owned[path] = bundle
             return self.me
         owner = NamespaceEphemeralData.from_json(found.value)
+        if owner.disabled:
+            raise _being_unloaded(bundle)  # not cached: the next change is the deletion
         self._others[path] = owner
         return owner
 
-    async def acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
-        """Take the bundle (Pulsar's tryAcquiringOwnership, once placement chose this broker);
-        the owner when another broker was first."""
+    async def own_new(self, bundle: NamespaceBundle) -> None:
+        """Own ``bundle`` (a split's new bundle, which nobody can own yet); BadVersionError
+        when another broker holds it."""
         path = bundle_path(bundle)
-        while True:
-            owner = await self.current_owner(bundle)
-            if owner is not None:
-                return owner
-            try:
-                await self.store.put(path, self._me_json, -1, CreateOption.EPHEMERAL)
-            except BadVersionError:
-                continue  # another broker was first: read its data
-            self._owned[path] = bundle
-            log.info("acquired bundle %s", bundle)
-            return self.me
+        await self.store.put(path, self._me_json, -1, CreateOption.EPHEMERAL)
+        self._owned[path] = bundle
+
+    async def disable(self, bundle: NamespaceBundle) -> None:
+        """Mark an owned bundle as being unloaded (Pulsar's disableOwnership): its node says
+        ``disabled``, so lookups everywhere answer ServiceNotReady until it is released."""
+        path = bundle_path(bundle)
+        if path not in self._owned:
+            raise ServiceNotReadyError(f"namespace bundle {bundle} is not owned by this broker")
+        self._unloading.add(path)
+        try:
+            await self._rewrite(bundle, dataclasses.replace(self.me, disabled=True).to_json())
+        except BaseException:
+            self._unloading.discard(path)
+            raise
+
+    async def enable(self, bundle: NamespaceBundle) -> None:
+        """Serve a bundle again whose unload failed part-way (Pulsar re-enables it too)."""
+        await self._rewrite(bundle, self._me_json)
+        self._unloading.discard(bundle_path(bundle))
+
+    async def _rewrite(self, bundle: NamespaceBundle, value: bytes) -> None:
+        path = bundle_path(bundle)
+        found = await self.store.get(path)
+        if found is None:
+            raise ServiceNotReadyError(f"namespace bundle {bundle} is no longer owned")
+        await self.store.put(path, value, found.version)
+
+    async def release(self, bundle: NamespaceBundle) -> None:
+        """Give an owned bundle up (its topics are closed): delete its node, so that the next
+        lookup places it again. Not an ownership loss: nothing more is unloaded."""
+        path = bundle_path(bundle)
+        self._owned.pop(path, None)
+        self._unloading.discard(path)
+        try:
+            await self.store.delete(path)
+        except MetadataStoreError as exc:  # gone already (the session ended): nothing to give
+            log.info("could not release %s: %s", path, exc)
 
     async def check_owner(self, topic: TopicName) -> NamespaceBundle:
         """Raise NotOwnerError when another broker owns the topic's bundle, and
@@ -235,12 +320,14 @@ class OwnershipCache:
             return
         self._others.pop(path, None)
         if notification.type is NotificationType.DELETED and path in self._owned:
+            self._unloading.discard(path)
             self._lose([self._owned.pop(path)])
 
     def _on_session_event(self, event: SessionEvent) -> None:
         if event is SessionEvent.SESSION_LOST:
             self._others.clear()
-            self._lost.extend(self._owned.values())
+            self._lost.extend(b for p, b in self._owned.items() if p not in self._unloading)
+            self._unloading.clear()
             owned, self._owned = list(self._owned.values()), {}
             if owned:
                 log.warning("metadata session lost: no longer serving %d bundles", len(owned))

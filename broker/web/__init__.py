@@ -1,5 +1,3 @@
-"""HTTP service (webServicePort): Prometheus /metrics and Pulsar's admin REST paths."""
-
-from pulsar_grpc.broker.web.app import WebService
-
-__all__ = ["WebService"]
+"""HTTP service (webServicePort): Prometheus /metrics and Pulsar's admin REST paths
+(broker.web.app.WebService). Nothing is imported here: the load report uses the metrics'
+rate tracker without pulling the admin routes (and through them the namespace service) in."""

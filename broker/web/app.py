@@ -21,6 +21,7 @@ from pulsar_grpc.broker.listeners import WEB_SCHEMES
 from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.tls import server_ssl_context
+from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.metrics import BrokerCollector
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _HTTP_STATUS: list[tuple[type[e.BrokerError], int]] = [
     (e.InvalidArgumentError, 400),
     (e.NotFoundError, 404),
+    (e.PreconditionFailedError, 412),
     (e.PreconditionError, 409),
     (e.TooLargeError, 413),
     (e.AuthenticationError, 401),
@@ -84,6 +86,7 @@ class WebService:
                 web.get(base + "/{topic}/stats", self.stats),
             ]
         )
+        BundlesAdmin(self.service).add_routes(app)
         return app
 
     async def start(self) -> None:

@@ -22,10 +22,17 @@ import pytest
 
 from pulsar_grpc.broker.cluster.load_report import LOADBALANCE_BROKERS_ROOT
 from pulsar_grpc.broker.metadata import ZooKeeperMetadataStore
-from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
 from pulsar_grpc.client import Client, ConsumerType, Producer
 from pulsar_grpc.client.exceptions import Timeout
-from tests.cluster import BROKERS, SESSION_TIMEOUT_MS, Cluster, cluster_factory, grpc_lookup, place
+from tests.cluster import (
+    BROKERS,
+    SESSION_TIMEOUT_MS,
+    Cluster,
+    cluster_factory,
+    grpc_lookup,
+    place,
+    topic_over_every_bundle,
+)
 from tests.postgres import postgres_server, postgres_url
 from tests.waiting import eventually
 from tests.zookeeper import zk_chroot, zookeeper
@@ -42,20 +49,6 @@ DRAIN_TIMEOUT_S = 30
 RECOVERY_BOUND_S = SESSION_TIMEOUT_MS / 1000 + 15
 # How a message id reads when its receipt answered a duplicate (ledger and entry -1).
 DUPLICATE_RECEIPT = "-1:-1:"
-
-
-def spread_topic() -> TopicName:
-    """A topic whose partitions fall in every bundle of public/default."""
-    bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4)
-    for i in range(1000):
-        topic = TopicName.get(f"kill9-{i}")
-        index = [
-            bundles.bundles.index(bundles.bundle_for(topic.get_partition(p)))
-            for p in range(PARTITIONS)
-        ]
-        if len(set(index)) == len(bundles):
-            return topic
-    raise AssertionError("no topic name spreads over every bundle")
 
 
 @dataclass
@@ -93,7 +86,7 @@ async def test_kill_9_of_a_broker_under_load_loses_no_receipted_message(
 ) -> None:
     cluster = cluster_factory(brokerDeduplicationEnabled=str(dedup).lower())
     members = cluster.members
-    topic = spread_topic()
+    topic = topic_over_every_bundle("kill9", PARTITIONS)
     request = urllib.request.Request(
         f"{members[0].http_url()}/admin/v2/{topic.rest_path}/partitions",
         data=str(PARTITIONS).encode(),

@@ -66,6 +66,8 @@ async def produce_and_ack(address: str) -> list[pb.SendReceipt]:
     topic = f"persistent://public/default/{TOPIC}"
     async with asyncio.timeout(RECEIVE_MS / 1000), grpc.aio.insecure_channel(address) as ch:
         s = stub(ch)
+        # In a cluster only a lookup places the topic's bundle (on this broker: the only one).
+        await s.Lookup(pb.LookupRequest(topic=topic))
         consumer = s.Consume(
             metadata=(
                 ("x-pulsar-topic", topic),

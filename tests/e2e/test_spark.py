@@ -226,7 +226,7 @@ def test_loadtest_progress_line_never_goes_backwards() -> None:
                 self.phase, item = item
             return item
 
-    progress = Scripted("http://unused", "t", 200, out, interval=0.01)
+    progress = Scripted("http://unused", ["t-partition-0"], 200, out, interval=0.01)
     progress.run()
     lines = re.findall(r"(produce|read): (\d+)/200 msgs, (-?[\d,]+) msg/s", out.getvalue())
     assert [(p, int(d)) for p, d, _ in lines] == [
@@ -238,3 +238,21 @@ def test_loadtest_progress_line_never_goes_backwards() -> None:
         ("read", 220),
     ]
     assert all(not rate.startswith("-") for _, _, rate in lines)
+
+
+def test_loadtest_conf_pairs_become_spark_properties() -> None:
+    """``--conf KEY=VALUE`` (repeatable) carries a cluster's resource asks to the session."""
+    from pulsar_grpc.spark import loadtest
+
+    args = loadtest.parse_args(
+        ["--service-url", "grpc://b:50051", "--admin-url", "http://b:8080", "--topic", "t",
+         "--master", "spark://m:7077", "--conf", "spark.cores.max=1",
+         "--conf=spark.executor.memory=512m", "--conf", "spark.app.extra=a=b"]
+    )  # fmt: skip
+    assert loadtest.spark_properties(args.conf) == {
+        "spark.cores.max": "1",
+        "spark.executor.memory": "512m",
+        "spark.app.extra": "a=b",
+    }
+    with pytest.raises(SystemExit, match=r"--conf: expected KEY=VALUE, got 'spark.cores.max'"):
+        loadtest.spark_properties(["spark.cores.max"])

@@ -1,7 +1,8 @@
 """Bundle ownership over the in-memory metadata store shared by two brokers' caches: the broker
 that acquires a bundle owns it, the other reads the owner, both agree when they race, a topic
 load never takes an unowned bundle, a lost session lets the bundles go at once (and they are
-not taken back), and the owner data is Pulsar's JSON."""
+not taken back), and the owner data is Pulsar's JSON; a bundle being unloaded is refused
+everywhere, and a split parent is not taken again."""
 
 from __future__ import annotations
 
@@ -154,3 +155,47 @@ async def test_owner_data_is_pulsars_namespace_ephemeral_data(
     assert back.broker_data().listeners["external"].url("grpc+ssl") == (
         "grpc+ssl://gw.example.com:6651"
     )
+
+
+async def test_a_split_bundle_is_not_taken_again_by_a_broker_that_has_not_heard_of_it(
+    members: tuple[Member, Member],
+) -> None:
+    a, b = members
+    parent = NamespaceBundle.parse(DEFAULT_NAMESPACE, "0x00000000_0x80000000")
+    assert await b.cache.bundles(DEFAULT_NAMESPACE)  # b caches the two bundles
+    assert await a.cache.acquire(parent) is a.cache.me
+    # a splits: owns the halves, writes the policies, lets the parent go.
+    halves = ["0x00000000_0x40000000", "0x40000000_0x80000000"]
+    for half in halves:
+        await a.cache.own_new(NamespaceBundle.parse(DEFAULT_NAMESPACE, half))
+    policies = {"bundles": {"boundaries": ["0x00000000", "0x40000000", "0x80000000", "0xffffffff"]}}
+    await a.store.put("/admin/policies/public/default", json.dumps(policies).encode())
+    await a.cache.release(parent)
+    assert a.lost == []  # given up, not lost: its topics now belong to the halves
+    # b still asks for the parent (a stale bundle cache): refused, not taken.
+    with pytest.raises(ServiceNotReadyError, match="has just been split"):
+        await b.cache.acquire(parent)
+    assert await b.store.get(bundle_path(parent)) is None
+    half = NamespaceBundle.parse(DEFAULT_NAMESPACE, halves[0])
+    assert await b.cache.acquire(half) == a.cache.me
+
+
+async def test_a_bundle_being_unloaded_is_refused_everywhere_then_placed_again(
+    members: tuple[Member, Member],
+) -> None:
+    a, b = members
+    topic = TopicName.get("t-unloaded")
+    bundle = await a.cache.bundle_of(topic)
+    assert await a.cache.acquire(bundle) is a.cache.me
+    await a.cache.disable(bundle)
+    assert not a.cache.is_active(bundle)
+    for member in (a, b):
+        with pytest.raises(ServiceNotReadyError, match="being unloaded"):
+            await member.cache.acquire(bundle)
+    with pytest.raises(ServiceNotReadyError, match="being unloaded"):
+        await a.cache.check_owner(topic)
+    node = await a.store.get(bundle_path(bundle))
+    assert node is not None and json.loads(node.value)["disabled"] is True
+    await a.cache.release(bundle)
+    assert a.lost == [] and a.cache.owned() == []
+    assert await eventually(lambda: b.cache.acquire(bundle)) is b.cache.me

@@ -1,0 +1,129 @@
+"""`pulsar-grpc admin`: pulsar-admin's verbs for bundles and brokers, over the admin REST API.
+
+    admin namespaces bundles NS
+    admin namespaces unload NS [-b BUNDLE]
+    admin namespaces split-bundle NS -b BUNDLE [-u] [--split-algorithm-name NAME]
+                                             [--split-boundaries POS,POS]
+    admin brokers list CLUSTER
+    admin brokers namespaces CLUSTER --url BROKER
+    admin brokers leader-broker
+    admin topics bundle-range TOPIC
+
+A request sent to a broker that does not own the bundle is redirected to the owner and followed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pulsar_grpc.broker.errors import InvalidArgumentError
+from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
+from pulsar_grpc.cli.endpoints import ADMIN_URL_HELP, default_admin_url
+from pulsar_grpc.cli.rest import reporting_errors, request
+
+SPLIT_ALGORITHMS = (
+    "range_equally_divide",
+    "topic_count_equally_divide",
+    "specified_positions_divide",
+)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("admin", help="bundles and brokers (pulsar-admin's verbs)")
+    p.add_argument("--admin-url", default=default_admin_url(), help=ADMIN_URL_HELP)
+    groups = p.add_subparsers(dest="group", required=True, metavar="GROUP")
+
+    namespaces = groups.add_parser("namespaces", help="a namespace's bundles: list, unload, split")
+    ns_verbs = namespaces.add_subparsers(dest="verb", required=True, metavar="VERB")
+    bundles = ns_verbs.add_parser("bundles", help="print the namespace's bundles (BundlesData)")
+    bundles.add_argument("namespace")
+    unload = ns_verbs.add_parser("unload", help="unload a bundle, or every bundle of the namespace")
+    unload.add_argument("namespace")
+    unload.add_argument("-b", "--bundle", help="the bundle range, e.g. 0x00000000_0x40000000")
+    split = ns_verbs.add_parser("split-bundle", help="split a bundle")
+    split.add_argument("namespace")
+    split.add_argument("-b", "--bundle", required=True, help="the bundle range to split")
+    split.add_argument("-u", "--unload", action="store_true", help="unload the new bundles")
+    split.add_argument(
+        "-san", "--split-algorithm-name", choices=SPLIT_ALGORITHMS, help="how to split it"
+    )
+    split.add_argument(
+        "-sb",
+        "--split-boundaries",
+        type=_positions,
+        help="comma-separated hash positions, for specified_positions_divide",
+    )
+
+    brokers = groups.add_parser("brokers", help="the cluster's brokers")
+    br_verbs = brokers.add_subparsers(dest="verb", required=True, metavar="VERB")
+    listing = br_verbs.add_parser("list", help="the cluster's active brokers")
+    listing.add_argument("cluster")
+    owned = br_verbs.add_parser("namespaces", help="the bundles a broker owns")
+    owned.add_argument("cluster")
+    owned.add_argument("--url", required=True, help="the broker, as `brokers list` names it")
+    br_verbs.add_parser("leader-broker", help="the cluster's leader broker")
+
+    topics = groups.add_parser("topics", help="a topic's bundle")
+    tp_verbs = topics.add_subparsers(dest="verb", required=True, metavar="VERB")
+    bundle_range = tp_verbs.add_parser("bundle-range", help="the bundle a topic belongs to")
+    bundle_range.add_argument("topic")
+    p.set_defaults(run=run)
+
+
+def _positions(text: str) -> list[int]:
+    try:
+        return [int(p, 0) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return reporting_errors("admin", lambda: _run(args))
+    except InvalidArgumentError as exc:  # a bad namespace, topic or bundle name
+        print(f"pulsar-grpc admin: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    base = args.admin_url.rstrip("/")
+    if args.group == "namespaces":
+        ns = NamespaceName.get(args.namespace)
+        url = f"{base}/admin/v2/namespaces/{ns}"
+        if args.verb == "bundles":
+            print(json.dumps(request("GET", f"{url}/bundles"), indent=2))
+        elif args.verb == "unload":
+            if args.bundle:
+                bundle = NamespaceBundle.parse(ns, args.bundle)
+                request("PUT", f"{url}/{bundle.range_str}/unload")
+            else:
+                request("PUT", f"{url}/unload")
+        else:
+            bundle = NamespaceBundle.parse(ns, args.bundle)
+            query = f"unload={str(args.unload).lower()}"
+            if args.split_algorithm_name:
+                query += f"&splitAlgorithmName={args.split_algorithm_name}"
+            body = json.dumps(args.split_boundaries).encode() if args.split_boundaries else None
+            request("PUT", f"{url}/{bundle.range_str}/split?{query}", body)
+    elif args.group == "brokers":
+        if args.verb == "list":
+            _print_lines(request("GET", f"{base}/admin/v2/brokers/{args.cluster}"))
+        elif args.verb == "namespaces":
+            owned = request(
+                "GET", f"{base}/admin/v2/brokers/{args.cluster}/{args.url}/ownedNamespaces"
+            )
+            print(json.dumps(owned, indent=2))
+        else:
+            print(json.dumps(request("GET", f"{base}/admin/v2/brokers/leaderBroker"), indent=2))
+    else:
+        topic = TopicName.get(args.topic)
+        print(request("GET", f"{base}/lookup/v2/topic/{topic.rest_path}/bundle"))
+    return 0
+
+
+def _print_lines(items: object) -> None:
+    assert isinstance(items, list)
+    for item in items:
+        print(item)

@@ -1,0 +1,73 @@
+"""The admin commands' HTTP client: one request to the broker's admin REST API, following a
+broker's 307 to the owner (urllib follows redirects for GET only), and the errors a command
+reports (exit 1 with the broker's reason, or that the broker cannot be reached)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+__all__ = ["AdminRequestError", "reporting_errors", "request"]
+
+# Pulsar's brokers redirect a bundle or broker request to its owner: one hop, maybe two.
+_MAX_REDIRECTS = 5
+
+
+class AdminRequestError(Exception):
+    """The broker refused the request, or could not be reached: the message says which."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None  # every redirect comes back as an HTTPError, followed by request()
+
+
+_opener = urllib.request.build_opener(_NoRedirect)
+
+
+def request(method: str, url: str, body: bytes | None = None) -> object:
+    """The response's JSON (a text body as a string; None when empty); AdminRequestError
+    with the status and the broker's reason otherwise."""
+    for _ in range(_MAX_REDIRECTS):
+        req = urllib.request.Request(url, data=body, method=method)
+        if body is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with _opener.open(req, timeout=30) as resp:
+                raw = resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            location = exc.headers.get("Location")
+            if exc.code in (307, 308) and location:
+                url = location
+                continue
+            raise AdminRequestError(f"{exc.code} {_reason(exc)}") from None
+        except urllib.error.URLError as exc:
+            raise AdminRequestError(f"cannot reach {url}: {exc.reason}") from None
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    raise AdminRequestError(f"too many redirects, the last to {url}")
+
+
+def _reason(exc: urllib.error.HTTPError) -> str:
+    text = exc.read().decode(errors="replace")
+    try:
+        return str(json.loads(text)["reason"])
+    except (ValueError, KeyError, TypeError):
+        return text
+
+
+def reporting_errors(command: str, run: Callable[[], int]) -> int:
+    """Run a command's requests: a refusal or an unreachable broker is one line on stderr
+    (``pulsar-grpc <command>: ...``) and exit code 1."""
+    try:
+        return run()
+    except AdminRequestError as exc:
+        print(f"pulsar-grpc {command}: {exc}", file=sys.stderr)
+        return 1
