@@ -18,6 +18,7 @@ The tree::
     ├── AuthenticationError           (AuthenticationError)          -> UNAUTHENTICATED
     ├── AuthorizationError            (AuthorizationError)           -> PERMISSION_DENIED
     ├── ServiceNotReadyError          (ServiceNotReady)              -> UNAVAILABLE
+    │   └── ManagedLedgerFencedError  (ServiceNotReady)
     ├── PersistenceError              (PersistenceError)             -> INTERNAL
     └── MetadataError                 (MetadataError)                -> INTERNAL
 
@@ -132,6 +133,12 @@ class AuthorizationError(BrokerError):
 
 class ServiceNotReadyError(BrokerError):
     code = ServerError.ServiceNotReady
+
+
+class ManagedLedgerFencedError(ServiceNotReadyError):
+    """Another broker opened the managed ledger since this one did (it owns the topic now):
+    this broker's writes to it are refused. Retryable, as an unload is: the client looks the
+    topic up again and reaches the new owner."""
 
 
 class PersistenceError(BrokerError):

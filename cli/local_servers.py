@@ -321,6 +321,12 @@ class BrokerProcess:
             raise
         return self
 
+    def send_signal(self, sig: signal.Signals) -> None:
+        """Send `sig` to the running broker: SIGSTOP pauses it (its ZooKeeper session runs
+        out while it is paused), SIGCONT resumes it."""
+        assert self._process is not None and self._process.poll() is None, "not running"
+        self._process.send_signal(sig)
+
     def kill9(self) -> None:
         """SIGKILL, as a crash: nothing is closed, nothing is given back."""
         if self._process is not None:

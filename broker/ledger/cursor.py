@@ -16,7 +16,12 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from pulsar_grpc.broker.errors import InvalidArgumentError, PersistenceError
+from pulsar_grpc.broker.errors import (
+    BrokerError,
+    InvalidArgumentError,
+    ManagedLedgerFencedError,
+    PersistenceError,
+)
 from pulsar_grpc.broker.ledger.cursor_state import (
     CursorState,
     decode_position_info,
@@ -343,7 +348,7 @@ class ManagedCursor:
         if not self.durable:
             return self._done()
         if self._closed:
-            return self._failed(PersistenceError(f"cursor {self.name} is closed"))
+            return self._failed(self._closed_error())
         fut = self._waiter(self._waiters)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -384,17 +389,19 @@ class ManagedCursor:
         if self._closed:
             for w in waiters:
                 if not w.done():
-                    w.set_exception(PersistenceError(f"cursor {self.name} is closed"))
+                    w.set_exception(self._closed_error())
             return
         self._in_flight = waiters
-        key = (self._ledger.name, self.name)
         mark_delete = self.mark_delete_position
-        committed = self._ledger.store.append((), {key: self.encode_state()})
+        ledger = self._ledger
+        committed = ledger.store.append(ledger.owner, (), {self.name: self.encode_state()})
 
         def resolve(f: asyncio.Future[None]) -> None:
             error = f.exception() if not f.cancelled() else PersistenceError("commit cancelled")
             if self._in_flight is waiters:
                 self._in_flight = None
+            if isinstance(error, ManagedLedgerFencedError):
+                ledger.mark_fenced(error)
             if error is None:
                 old_ledger = self.persisted_mark_delete.ledger_id
                 self.persisted_mark_delete = mark_delete
@@ -409,6 +416,14 @@ class ManagedCursor:
                     w.set_exception(error)
 
         committed.add_done_callback(resolve)
+
+    def _closed_error(self) -> BrokerError:
+        """Why a closed cursor refuses a state write: its ledger was fenced (retryable
+        elsewhere), or it was deleted or closed with its ledger."""
+        fenced = self._ledger.fenced
+        if fenced.done():
+            return ManagedLedgerFencedError(fenced.result().message)
+        return PersistenceError(f"cursor {self.name} is closed")
 
     @staticmethod
     def _done() -> asyncio.Future[None]:

@@ -3,6 +3,10 @@
 While a commit is in flight, new writes accumulate; when it finishes they all go in the next
 commit. Under load the batch size adapts to the sync latency by itself, with no timer.
 Independent of the storage engine, so the PostgreSQL store can reuse it.
+
+A group holds the writes of many owners (managed ledgers); the store's commit leaves out the
+owners fenced since they opened (see store.py) and names them, and only their callers' futures
+fail, with ManagedLedgerFencedError.
 """
 
 from __future__ import annotations
@@ -11,15 +15,30 @@ import asyncio
 import logging
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from pulsar_grpc.broker.errors import PersistenceError
-from pulsar_grpc.broker.ledger.store import CursorKey, EntryWrite, LedgerStore
+from pulsar_grpc.broker.errors import ManagedLedgerFencedError, PersistenceError
+from pulsar_grpc.broker.ledger.store import EntryWrite, LedgerOwner, LedgerStore
 
-__all__ = ["CommitFn", "GroupCommittedStore", "GroupCommitter"]
+__all__ = ["CommitBatch", "CommitFn", "GroupCommittedStore", "GroupCommitter", "OwnerWrites"]
 
 log = logging.getLogger(__name__)
 
-CommitFn = Callable[[list[EntryWrite], dict[CursorKey, bytes | None]], Awaitable[None]]
+
+@dataclass(slots=True)
+class OwnerWrites:
+    """What one owner queued for a commit: entries in call order, the last state per cursor."""
+
+    entries: list[EntryWrite] = field(default_factory=list)
+    cursors: dict[str, bytes | None] = field(default_factory=dict)
+
+
+CommitBatch = dict[LedgerOwner, OwnerWrites]
+
+CommitFn = Callable[[CommitBatch], Awaitable[set[LedgerOwner]]]
+"""Commits the writes of the current owners of a batch in one transaction, after checking in
+it that each owner's epoch is current; returns the owners that were not (nothing of theirs
+was written)."""
 
 
 class GroupCommitter:
@@ -27,19 +46,24 @@ class GroupCommitter:
 
     def __init__(self, commit: CommitFn) -> None:
         self._commit = commit
-        self._entries: list[EntryWrite] = []
-        self._cursors: dict[CursorKey, bytes | None] = {}
-        self._waiters: list[asyncio.Future[None]] = []
+        self._batch: CommitBatch = {}
+        self._waiters: list[tuple[LedgerOwner, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
 
     def submit(
-        self, entries: Sequence[EntryWrite], cursor_states: Mapping[CursorKey, bytes | None]
+        self,
+        owner: LedgerOwner,
+        entries: Sequence[EntryWrite],
+        cursor_states: Mapping[str, bytes | None],
     ) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        self._entries.extend(entries)
-        self._cursors.update(cursor_states)
-        self._waiters.append(fut)
+        writes = self._batch.get(owner)
+        if writes is None:
+            writes = self._batch[owner] = OwnerWrites()
+        writes.entries.extend(entries)
+        writes.cursors.update(cursor_states)
+        self._waiters.append((owner, fut))
         if self._task is None:
             # A task (not an immediate commit) so that every write of this loop iteration
             # joins the first batch.
@@ -54,22 +78,31 @@ class GroupCommitter:
     async def _run(self) -> None:
         try:
             while self._waiters:
-                entries, self._entries = self._entries, []
-                cursors, self._cursors = self._cursors, {}
+                batch, self._batch = self._batch, {}
                 waiters, self._waiters = self._waiters, []
                 error: BaseException | None = None
+                fenced: set[LedgerOwner] = set()
                 try:
-                    await self._commit(entries, cursors)
+                    fenced = await self._commit(batch)
                 except Exception as e:
-                    log.exception("ledger store commit of %d entries failed", len(entries))
+                    log.exception("ledger store commit of %d owners' writes failed", len(batch))
                     error = e
-                for fut in waiters:
+                for owner in fenced:
+                    log.warning(
+                        "%s: fenced (epoch %d is no longer current), %d entries refused",
+                        owner.name,
+                        owner.epoch,
+                        len(batch[owner].entries),
+                    )
+                for owner, fut in waiters:
                     if fut.done():
                         continue
-                    if error is None:
-                        fut.set_result(None)
-                    else:
+                    if error is not None:
                         fut.set_exception(PersistenceError(f"commit failed: {error}"))
+                    elif owner in fenced:
+                        fut.set_exception(_fenced(owner))
+                    else:
+                        fut.set_result(None)
         finally:
             self._task = None
 
@@ -87,11 +120,19 @@ class GroupCommittedStore(LedgerStore):
 
     def append(
         self,
+        owner: LedgerOwner,
         entries: Sequence[EntryWrite],
-        cursor_states: Mapping[CursorKey, bytes | None] | None = None,
+        cursor_states: Mapping[str, bytes | None] | None = None,
     ) -> asyncio.Future[None]:
         if self.closed:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             fut.set_exception(PersistenceError("ledger store is closed"))
             return fut
-        return self._committer.submit(entries, cursor_states or {})
+        return self._committer.submit(owner, entries, cursor_states or {})
+
+
+def _fenced(owner: LedgerOwner) -> ManagedLedgerFencedError:
+    return ManagedLedgerFencedError(
+        f"managed ledger {owner.name} was opened by another owner since epoch {owner.epoch}:"
+        " its writes are refused"
+    )

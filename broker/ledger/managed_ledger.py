@@ -10,6 +10,11 @@ appends of one loop iteration go to the store as one write, and the store group-
 writes across topics. An entry becomes readable, its future resolves and the entries
 listeners run only once it is committed AND its ledger is registered in the metadata, so a
 crash can never leave a confirmed entry in a ledger the metadata does not know about.
+
+Fencing: opening a managed ledger takes a new owner epoch in the store first (store.fence),
+so that the broker that had it before can no longer commit to it; every write names that
+owner. When a commit reports this ledger fenced (another broker opened it since), the ledger
+refuses every write from then on and resolves `fenced`, so its topic stops serving.
 """
 
 from __future__ import annotations
@@ -25,7 +30,12 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
 
-from pulsar_grpc.broker.errors import NotFoundError, PersistenceError
+from pulsar_grpc.broker.errors import (
+    BrokerError,
+    ManagedLedgerFencedError,
+    NotFoundError,
+    PersistenceError,
+)
 from pulsar_grpc.broker.ledger.cache import EntryCache
 from pulsar_grpc.broker.ledger.cursor import ManagedCursor
 from pulsar_grpc.broker.ledger.cursor_state import decode_cursor_info, encode_cursor_info
@@ -40,7 +50,7 @@ from pulsar_grpc.broker.ledger.info import (
     ledger_path,
 )
 from pulsar_grpc.broker.ledger.position import Entry, Position
-from pulsar_grpc.broker.ledger.store import EntrySpan, EntryWrite, LedgerStore
+from pulsar_grpc.broker.ledger.store import EntrySpan, EntryWrite, LedgerOwner, LedgerStore
 from pulsar_grpc.broker.metadata.store import (
     MetadataNotFoundError,
     MetadataStore,
@@ -60,6 +70,12 @@ _MB = 1024 * 1024
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class LedgerState(enum.Enum):
+    OPEN = "open"
+    FENCED = "fenced"  # another owner opened it since: every write is refused
+    CLOSED = "closed"
 
 
 @dataclass(slots=True)
@@ -98,12 +114,13 @@ class ManagedLedger:
     def __init__(
         self,
         shared: _Shared,
-        name: str,
+        owner: LedgerOwner,
         config: ManagedLedgerConfig,
         ledgers: list[LedgerInfo],
         metadata_version: int,
     ) -> None:
-        self.name = name
+        self.name = owner.name
+        self.owner = owner  # every write of this ledger and its cursors names it
         self.config = config
         self.cursors: dict[str, ManagedCursor] = {}
         self._shared = shared
@@ -123,7 +140,11 @@ class ManagedLedger:
         self._trim_task: asyncio.Task[None] | None = None
         self._trim_again = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._closed = False
+        self.state = LedgerState.OPEN
+        # Resolved once, with the error, when a commit finds this ledger fenced.
+        self.fenced: asyncio.Future[ManagedLedgerFencedError] = (
+            asyncio.get_running_loop().create_future()
+        )
         self.last_confirmed_entry: Position | None = None
         for info in ledgers:
             if info.entries:
@@ -150,8 +171,8 @@ class ManagedLedger:
         """Assign the next position now; the future resolves when the entry is durable."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Position] = loop.create_future()
-        if self._closed:
-            fut.set_exception(PersistenceError(f"managed ledger {self.name} is closed"))
+        if self.state is not LedgerState.OPEN:
+            fut.set_exception(self._refusal())
             return fut
         if self._needs_rollover:
             self._rollover()
@@ -182,10 +203,14 @@ class ManagedLedger:
         if not batch:
             return
         writes = [EntryWrite(p.position.ledger_id, p.position.entry_id, p.data) for p in batch]
-        self.store.append(writes).add_done_callback(partial(self._on_committed, batch))
+        committed = self.store.append(self.owner, writes)
+        committed.add_done_callback(partial(self._on_committed, batch))
 
     def _on_committed(self, batch: list[_PendingAdd], f: asyncio.Future[None]) -> None:
         error = f.exception() if not f.cancelled() else PersistenceError("commit cancelled")
+        if isinstance(error, ManagedLedgerFencedError):
+            self.mark_fenced(error)
+            return
         if error is not None:
             self._fail_pending(error)
             return
@@ -221,9 +246,28 @@ class ManagedLedger:
                 except Exception:
                     log.exception("entries listener of %s failed", self.name)
 
+    def mark_fenced(self, error: ManagedLedgerFencedError) -> None:
+        """A commit (of an entry or a cursor state) found another owner: refuse every write
+        from now on, fail the unconfirmed adds (none of them was written, or will be), let
+        the factory open the ledger afresh, and tell the topic (`fenced`)."""
+        if self.state is not LedgerState.OPEN:
+            return
+        log.warning("%s: fenced by a newer owner, the ledger stops taking writes", self.name)
+        self.state = LedgerState.FENCED
+        self.fenced.set_result(error)
+        self._fail_pending(error)
+        for cursor in self.cursors.values():
+            cursor.close()
+        self._shared.on_close(self)
+
+    def _refusal(self) -> BrokerError:
+        if self.fenced.done():
+            return ManagedLedgerFencedError(self.fenced.result().message)
+        return PersistenceError(f"managed ledger {self.name} is closed")
+
     def _fail_pending(self, error: BaseException) -> None:
         """Fail every unconfirmed add and move to a new ledger, so no ledger has a gap."""
-        exc = error if isinstance(error, PersistenceError) else PersistenceError(str(error))
+        exc = error if isinstance(error, BrokerError) else PersistenceError(str(error))
         for p in self._pending:
             if not p.future.done():
                 p.future.set_exception(exc)
@@ -464,7 +508,7 @@ class ManagedLedger:
             if cursor is None:
                 raise NotFoundError(f"cursor {name} not found on {self.name}")
             cursor.close()
-            await self.store.append((), {(self.name, name): None})
+            await self.store.append(self.owner, (), {name: None})
             try:
                 await self._shared.metadata.delete(cursor_path(self.name, name))
             except MetadataNotFoundError:
@@ -493,7 +537,7 @@ class ManagedLedger:
 
     def schedule_trim(self) -> None:
         """Run trim() in the background, coalescing requests made while one runs."""
-        if self._closed:
+        if self.state is not LedgerState.OPEN:
             return
         if self._trim_task is None or self._trim_task.done():
             self._trim_task = self._spawn(self._trim_loop())
@@ -502,7 +546,7 @@ class ManagedLedger:
 
     async def _trim_loop(self) -> None:
         self._trim_again = True
-        while self._trim_again and not self._closed:
+        while self._trim_again and self.state is LedgerState.OPEN:
             self._trim_again = False
             try:
                 await self.trim()
@@ -565,9 +609,9 @@ class ManagedLedger:
 
     async def close(self) -> None:
         """Wait for appends and acks in flight, then detach from the factory."""
-        if self._closed:
+        if self.state is LedgerState.CLOSED:
             return
-        self._closed = True
+        self.state = LedgerState.CLOSED
         self._submit_batch()
         if self._pending:
             await asyncio.wait([p.future for p in self._pending])
@@ -656,6 +700,9 @@ class ManagedLedgerFactory:
         path = ledger_path(name)
         validate_path(path)
         metadata, store = self._shared.metadata, self._shared.store
+        # Fenced first: whatever the previous owner committed is visible from here on (so
+        # the recount below sees it), and it cannot commit anything after.
+        owner = await store.fence(name)
         got = await metadata.get(path)
         ledgers = decode_ledgers(got.value) if got is not None and got.value else []
         version = got.version if got is not None else -1
@@ -675,7 +722,7 @@ class ManagedLedgerFactory:
             version = await metadata.put(path, encode_ledgers(ledgers), version)
         except MetadataStoreError as e:
             raise PersistenceError(f"cannot open managed ledger {name}: {e}") from e
-        ml = ManagedLedger(self._shared, name, config, ledgers, version)
+        ml = ManagedLedger(self._shared, owner, config, ledgers, version)
         await ml._recover_cursors()
         self._ledgers[name] = ml
         return ml
@@ -699,7 +746,8 @@ class ManagedLedgerFactory:
         cursor_names = {cursor_name_from_node(n) for n in nodes}
         cursor_names |= set(await store.get_cursor_states(name))
         if cursor_names:
-            await store.append((), {(name, c): None for c in cursor_names})
+            owner = await store.fence(name)  # whoever had it open elsewhere stops writing
+            await store.append(owner, (), {c: None for c in cursor_names})
         for node in nodes:
             await metadata.delete_recursive(f"{path}/{node}")
         await metadata.delete(path)

@@ -15,13 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pulsar_grpc.broker.errors import PersistenceError
-from pulsar_grpc.broker.ledger.group_commit import GroupCommittedStore, GroupCommitter
-from pulsar_grpc.broker.ledger.store import (
-    CursorKey,
-    EntrySpan,
-    EntryWrite,
-    LedgerStats,
+from pulsar_grpc.broker.ledger.group_commit import (
+    CommitBatch,
+    GroupCommittedStore,
+    GroupCommitter,
 )
+from pulsar_grpc.broker.ledger.store import CursorKey, EntrySpan, LedgerOwner, LedgerStats
 
 __all__ = ["MemoryLedgerData", "MemoryLedgerStore"]
 
@@ -33,6 +32,7 @@ class MemoryLedgerData:
     entries: dict[int, dict[int, bytes]] = field(default_factory=dict)
     cursors: dict[CursorKey, bytes] = field(default_factory=dict)
     next_ledger_id: int = 1
+    epochs: dict[str, int] = field(default_factory=dict)  # managed-ledger name -> owner epoch
     # Fault injection for tests: a commit writing one of these cursor states fails, after its
     # entries were staged, as a storage error part-way through a transaction would.
     rejected_states: set[bytes] = field(default_factory=set)
@@ -59,14 +59,24 @@ class MemoryLedgerStore(GroupCommittedStore):
     def closed(self) -> bool:
         return self._state is _State.CLOSED
 
-    async def _commit(
-        self, entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]
-    ) -> None:
+    async def fence(self, name: str) -> LedgerOwner:
+        self._check_open()
+        epoch = self.data.epochs[name] = self.data.epochs.get(name, 0) + 1
+        return LedgerOwner(name, epoch)
+
+    async def _commit(self, batch: CommitBatch) -> set[LedgerOwner]:
         await asyncio.sleep(0)  # a commit is in flight for one loop iteration, as on disk
+        epochs = self.data.epochs
+        fenced = {owner for owner in batch if epochs.get(owner.name) != owner.epoch}
         # Staged first and applied only when nothing failed: one atomic commit.
         staged: dict[int, dict[int, bytes]] = {}
-        for e in entries:
-            staged.setdefault(e.ledger_id, {})[e.entry_id] = e.data
+        cursors: dict[CursorKey, bytes | None] = {}
+        for owner, writes in batch.items():
+            if owner in fenced:
+                continue
+            for e in writes.entries:
+                staged.setdefault(e.ledger_id, {})[e.entry_id] = e.data
+            cursors.update(((owner.name, c), s) for c, s in writes.cursors.items())
         for state in cursors.values():
             if state is not None and state in self.data.rejected_states:
                 raise PersistenceError("cursor state rejected (injected fault)")
@@ -77,6 +87,7 @@ class MemoryLedgerStore(GroupCommittedStore):
                 self.data.cursors.pop(key, None)
             else:
                 self.data.cursors[key] = state
+        return fenced
 
     async def read_entries(self, spans: Sequence[EntrySpan]) -> list[tuple[int, int, bytes]]:
         self._check_open()

@@ -4,6 +4,7 @@ Layout: `ledger_entries` keyed by (ledger_id, entry_id), so a range read or a le
 one primary-key range; `ledger_cursors` keyed by (managed-ledger name, cursor name);
 `ledger_counters` holds the next ledger id in one row, advanced by an UPDATE ... RETURNING,
 which PostgreSQL serializes by the row lock: ids are never handed out twice, by any broker.
+`ledger_owners` holds each managed ledger's owner epoch (fencing, see store.py).
 The schema is created on first use (under an advisory lock, as several brokers may start at
 once). Payloads are stored uncompressed (STORAGE EXTERNAL): most are small or compressed by
 the producer already.
@@ -29,13 +30,12 @@ from typing import TypeVar
 import asyncpg
 
 from pulsar_grpc.broker.errors import PersistenceError
-from pulsar_grpc.broker.ledger.group_commit import GroupCommittedStore, GroupCommitter
-from pulsar_grpc.broker.ledger.store import (
-    CursorKey,
-    EntrySpan,
-    EntryWrite,
-    LedgerStats,
+from pulsar_grpc.broker.ledger.group_commit import (
+    CommitBatch,
+    GroupCommittedStore,
+    GroupCommitter,
 )
+from pulsar_grpc.broker.ledger.store import EntrySpan, LedgerOwner, LedgerStats
 
 __all__ = ["PostgresLedgerStore"]
 
@@ -61,24 +61,47 @@ CREATE TABLE IF NOT EXISTS ledger_cursors (
     PRIMARY KEY (ledger_name, cursor_name)
 );
 CREATE TABLE IF NOT EXISTS ledger_counters (name text PRIMARY KEY, value bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS ledger_owners (name text PRIMARY KEY, epoch bigint NOT NULL);
 INSERT INTO ledger_counters (name, value) VALUES ('ledger_id', 1) ON CONFLICT DO NOTHING;
 """
 
 # A whole group in one statement, so one round trip and one implicit transaction: the
-# data-modifying CTEs and the final DELETE commit together or not at all. Empty arrays do
-# nothing. (An upsert and a delete never name the same cursor: a group holds one state per key.)
+# data-modifying CTEs commit together or not at all. Empty arrays do nothing. The owners' rows
+# are locked FOR SHARE first: a fence() elsewhere (an UPDATE of the row) waits for this commit
+# to end, or this commit waits for the fence and then reads the new epoch (READ COMMITTED
+# returns the row's latest version once locked). Either way an owner's writes commit only while
+# its epoch is current, and a new owner sees them once its fence() returned. Writes name their
+# owner by its position in $1/$2 (so two owners of one name in one group stay apart); an upsert
+# and a delete never name the same cursor (a group holds one state per key). Returns the
+# positions of the current owners.
 _COMMIT_GROUP = """
-WITH entries AS (
+WITH owners AS MATERIALIZED (
+    SELECT name, epoch FROM ledger_owners WHERE name = ANY($1::text[]) FOR SHARE
+), live AS MATERIALIZED (
+    SELECT w.n FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS w(name, epoch, n)
+    JOIN owners o ON o.name = w.name AND o.epoch = w.epoch
+), entries AS (
     INSERT INTO ledger_entries (ledger_id, entry_id, data)
-    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])
+    SELECT e.lid, e.eid, e.data
+    FROM unnest($3::bigint[], $4::bigint[], $5::bigint[], $6::bytea[]) AS e(n, lid, eid, data)
+    WHERE e.n IN (SELECT n FROM live)
     ON CONFLICT (ledger_id, entry_id) DO UPDATE SET data = EXCLUDED.data
 ), cursors AS (
     INSERT INTO ledger_cursors (ledger_name, cursor_name, state)
-    SELECT * FROM unnest($4::text[], $5::text[], $6::bytea[])
+    SELECT c.ml, c.cn, c.st
+    FROM unnest($7::bigint[], $8::text[], $9::text[], $10::bytea[]) AS c(n, ml, cn, st)
+    WHERE c.n IN (SELECT n FROM live)
     ON CONFLICT (ledger_name, cursor_name) DO UPDATE SET state = EXCLUDED.state
+), deleted AS (
+    DELETE FROM ledger_cursors c
+    USING unnest($11::bigint[], $12::text[], $13::text[]) AS d(n, ml, cn)
+    WHERE c.ledger_name = d.ml AND c.cursor_name = d.cn AND d.n IN (SELECT n FROM live)
 )
-DELETE FROM ledger_cursors c USING unnest($7::text[], $8::text[]) AS d(ledger_name, cursor_name)
-WHERE c.ledger_name = d.ledger_name AND c.cursor_name = d.cursor_name
+SELECT n FROM live
+"""
+_FENCE = """
+INSERT INTO ledger_owners (name, epoch) VALUES ($1, 1)
+ON CONFLICT (name) DO UPDATE SET epoch = ledger_owners.epoch + 1 RETURNING epoch
 """
 # Every span in one statement, in span order (WITH ORDINALITY numbers them).
 _READ_SPANS = """
@@ -172,29 +195,44 @@ class PostgresLedgerStore(GroupCommittedStore):
     def closed(self) -> bool:
         return self._state is _State.CLOSED
 
-    async def _commit(
-        self, entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]
-    ) -> None:
+    async def fence(self, name: str) -> LedgerOwner:
+        epoch = await self._run(lambda conn: conn.fetchval(_FENCE, name))
+        return LedgerOwner(name, int(epoch))
+
+    async def _commit(self, batch: CommitBatch) -> set[LedgerOwner]:
+        owners = list(batch)
         # A later write of the same entry wins, as in the embedded store (and one INSERT may
-        # not touch a row twice).
-        latest = {(e.ledger_id, e.entry_id): e.data for e in entries}
-        upserts = [(ml, c, s) for (ml, c), s in cursors.items() if s is not None]
-        deletes = [(ml, c) for (ml, c), s in cursors.items() if s is None]
+        # not touch a row twice). Owners are numbered from 1, as WITH ORDINALITY does.
+        latest = {
+            (n, e.ledger_id, e.entry_id): e.data
+            for n, writes in enumerate(batch.values(), 1)
+            for e in writes.entries
+        }
+        states = [
+            (n, owner.name, c, s)
+            for n, (owner, writes) in enumerate(batch.items(), 1)
+            for c, s in writes.cursors.items()
+        ]
+        upserts = [row for row in states if row[3] is not None]
+        deletes = [row for row in states if row[3] is None]
         args = (
-            [lid for lid, _ in latest],
-            [eid for _, eid in latest],
+            [o.name for o in owners],
+            [o.epoch for o in owners],
+            [n for n, _, _ in latest],
+            [lid for _, lid, _ in latest],
+            [eid for _, _, eid in latest],
             list(latest.values()),
-            [ml for ml, _, _ in upserts],
-            [c for _, c, _ in upserts],
-            [s for _, _, s in upserts],
-            [ml for ml, _ in deletes],
-            [c for _, c in deletes],
+            [n for n, _, _, _ in upserts],
+            [ml for _, ml, _, _ in upserts],
+            [c for _, _, c, _ in upserts],
+            [s for _, _, _, s in upserts],
+            [n for n, _, _, _ in deletes],
+            [ml for _, ml, _, _ in deletes],
+            [c for _, _, c, _ in deletes],
         )
-
-        async def op(conn: asyncpg.Connection) -> None:
-            await conn.execute(_COMMIT_GROUP, *args)
-
-        await self._run(op)
+        rows = await self._run(lambda conn: conn.fetch(_COMMIT_GROUP, *args))
+        live = {r[0] for r in rows}
+        return {owner for n, owner in enumerate(owners, 1) if n not in live}
 
     async def read_entries(self, spans: Sequence[EntrySpan]) -> list[tuple[int, int, bytes]]:
         if not spans:

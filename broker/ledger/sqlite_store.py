@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from pulsar_grpc.broker.errors import PersistenceError
-from pulsar_grpc.broker.ledger.group_commit import GroupCommittedStore, GroupCommitter
-from pulsar_grpc.broker.ledger.store import (
-    CursorKey,
-    EntrySpan,
-    EntryWrite,
-    LedgerStats,
+from pulsar_grpc.broker.ledger.group_commit import (
+    CommitBatch,
+    GroupCommittedStore,
+    GroupCommitter,
 )
+from pulsar_grpc.broker.ledger.store import EntrySpan, LedgerOwner, LedgerStats
 
 __all__ = ["SqliteLedgerStore"]
 
@@ -51,6 +50,7 @@ CREATE TABLE IF NOT EXISTS cursors (
     PRIMARY KEY (ledger_name, cursor_name)
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS owners (name TEXT PRIMARY KEY, epoch INTEGER NOT NULL);
 """
 
 
@@ -95,16 +95,45 @@ class SqliteLedgerStore(GroupCommittedStore):
     def closed(self) -> bool:
         return self._closed
 
-    async def _commit(
-        self, entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]
-    ) -> None:
-        rows = [(_key(e.ledger_id, e.entry_id), e.data) for e in entries]
-        upserts = [(ml, c, s) for (ml, c), s in cursors.items() if s is not None]
-        deletes = [(ml, c) for (ml, c), s in cursors.items() if s is None]
+    async def fence(self, name: str) -> LedgerOwner:
+        def op(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "INSERT INTO owners(name, epoch) VALUES (?, 1)"
+                " ON CONFLICT(name) DO UPDATE SET epoch = epoch + 1 RETURNING epoch",
+                (name,),
+            ).fetchone()
+            return int(row[0])
 
-        def op(conn: sqlite3.Connection) -> None:
+        return LedgerOwner(name, await self._run(op))
+
+    async def _commit(self, batch: CommitBatch) -> set[LedgerOwner]:
+        def op(conn: sqlite3.Connection) -> set[LedgerOwner]:
             conn.execute("BEGIN")
             try:
+                # The epochs are read in the commit's own transaction, and fence() runs on
+                # this same connection: no fence can land between the check and the writes.
+                fenced = {
+                    owner
+                    for owner in batch
+                    if conn.execute(
+                        "SELECT epoch FROM owners WHERE name=?", (owner.name,)
+                    ).fetchone()
+                    != (owner.epoch,)
+                }
+                rows = [
+                    (_key(e.ledger_id, e.entry_id), e.data)
+                    for owner, writes in batch.items()
+                    if owner not in fenced
+                    for e in writes.entries
+                ]
+                states = [
+                    (owner.name, c, s)
+                    for owner, writes in batch.items()
+                    if owner not in fenced
+                    for c, s in writes.cursors.items()
+                ]
+                upserts = [row for row in states if row[2] is not None]
+                deletes = [(ml, c) for ml, c, s in states if s is None]
                 if rows:
                     conn.executemany("INSERT OR REPLACE INTO entries(id, data) VALUES (?, ?)", rows)
                 if upserts:
@@ -121,8 +150,9 @@ class SqliteLedgerStore(GroupCommittedStore):
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+            return fenced
 
-        await self._run(op)
+        return await self._run(op)
 
     async def read_entries(self, spans: Sequence[EntrySpan]) -> list[tuple[int, int, bytes]]:
         bounds = [

@@ -6,7 +6,15 @@ MemoryLedgerStore (tests); open_ledger_store picks one from ledgerStorageUrl, an
 tests/unit/test_ledger_store_contract.py holds each to this contract. Everything above it —
 ledger lists, rollover, cursors, caching — lives in the managed-ledger layer; the store only
 knows entries by (ledger id, entry id), cursor state blobs by (managed-ledger name, cursor
-name), and a ledger-id counter.
+name), a ledger-id counter, and an owner epoch per managed-ledger name.
+
+Fencing (BookKeeper fences a ledger on recovery; here the store does it per managed ledger):
+whoever opens a managed ledger first takes a new epoch with :meth:`LedgerStore.fence`, and
+every write goes through the :class:`LedgerOwner` that returned. A commit checks, inside its
+own transaction, that each owner's epoch is still the current one for its name and drops the
+writes of an owner that was fenced since (their futures fail with
+ManagedLedgerFencedError), so a broker that lost a topic to another can neither add an entry
+the new owner would not see nor overwrite a cursor state the new owner wrote.
 """
 
 from __future__ import annotations
@@ -16,10 +24,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["CursorKey", "EntrySpan", "EntryWrite", "LedgerStats", "LedgerStore"]
+__all__ = ["CursorKey", "EntrySpan", "EntryWrite", "LedgerOwner", "LedgerStats", "LedgerStore"]
 
 CursorKey = tuple[str, str]
 """(managed-ledger name, cursor name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerOwner:
+    """The right to write one managed ledger, as of one epoch: what LedgerStore.fence returns
+    and every append names. It stops being current once anyone fences the name again."""
+
+    name: str
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,16 +67,26 @@ class LedgerStore(ABC):
     """Durable storage of entries and cursor states."""
 
     @abstractmethod
+    async def fence(self, name: str) -> LedgerOwner:
+        """Become the owner of managed ledger `name` with a new epoch, durably: from now on
+        the writes of every earlier owner of `name` are refused. Whatever an earlier owner
+        committed before is visible to reads made after this returns."""
+
+    @abstractmethod
     def append(
         self,
+        owner: LedgerOwner,
         entries: Sequence[EntryWrite],
-        cursor_states: Mapping[CursorKey, bytes | None] | None = None,
+        cursor_states: Mapping[str, bytes | None] | None = None,
     ) -> asyncio.Future[None]:
-        """Queue entries and cursor states (None deletes a state) for ONE atomic commit.
+        """Queue entries and cursor states (by cursor name of the owner's managed ledger; None
+        deletes a state) for ONE atomic commit.
 
         A synchronous call, so callers control ordering: writes are committed in call order,
         and calls that arrive while a commit is in flight are grouped into the next one (group
-        commit). The future resolves once durable, or fails with PersistenceError.
+        commit). The future resolves once durable; it fails with ManagedLedgerFencedError when
+        `owner` was fenced (nothing of this call is written; the other owners' writes of the
+        same commit are), or with PersistenceError.
         """
 
     @abstractmethod

@@ -117,6 +117,15 @@ class TopicRegistry:
             raise TopicNotFoundError(f"topic {topic} does not exist")
         await self.ledgers.delete(topic.persistence_naming_encoding)
 
+    def forget(self, topic: PersistentTopic) -> None:
+        """Drop ``topic`` if it is still the loaded one (its ledger was fenced: another broker
+        owns it now), so the next request loads it again, which the ownership check sends to
+        the owner."""
+        future = self._topics.get(topic.name)
+        if future is not None and future.done() and future.exception() is None:
+            if future.result() is topic:
+                del self._topics[topic.name]
+
     async def unload_bundles(self, bundles: list[NamespaceBundle]) -> None:
         """Stop serving ``bundles`` at once: their topics close, and their producers and
         consumers end with ServiceNotReady, which clients retry after a fresh lookup."""

@@ -1,4 +1,10 @@
-"""A persistent topic: its managed ledger, producers and subscriptions."""
+"""A persistent topic: its managed ledger, producers and subscriptions.
+
+When its managed ledger is fenced (another broker opened it: that broker owns the topic now),
+the topic stops serving at once, as an unload does: the registry forgets it and every producer
+and consumer ends with ManagedLedgerFencedError (ServiceNotReady), so clients look the topic up
+again and reach the new owner.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.errors import (
     BrokerError,
+    ManagedLedgerFencedError,
     ProducerBusyError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
@@ -49,6 +56,7 @@ class PersistentTopic:
         self._dedup = dedup
         self._system_producer = Producer(self, "pulsar.system")
         self._closed = False
+        self._fencing: asyncio.Task[None] | None = None  # the close after a fence, kept alive
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
 
@@ -65,6 +73,7 @@ class PersistentTopic:
                 config.brokerDeduplicationSnapshotFrequencyInSeconds,
             )
         topic = cls(registry, topic_name, ledger, dedup)
+        ledger.fenced.add_done_callback(topic._on_fenced)
         for name, cursor in ledger.cursors.items():
             if name != DEDUPLICATION_CURSOR:
                 topic.subscriptions[name] = Subscription(topic, name, cursor, config)
@@ -249,12 +258,18 @@ class PersistentTopic:
         if self._closed:
             raise ServiceNotReadyError(f"topic {self.name} is being closed")
 
-    async def close(self) -> None:
-        """Unload: every producer's and consumer's stream ends with ServiceNotReady (the
-        producers' after the receipts of what was accepted), deduplication takes its snapshot,
-        then the ledger closes once what it accepted is durable."""
+    def _on_fenced(self, fenced: asyncio.Future[ManagedLedgerFencedError]) -> None:
+        if self._closed:
+            return
+        self.registry.forget(self)  # so no one else closes it: this task does
+        self._fencing = asyncio.get_running_loop().create_task(self.close(fenced.result()))
+
+    async def close(self, reason: BrokerError | None = None) -> None:
+        """Unload: every producer's and consumer's stream ends with ServiceNotReady (or
+        ``reason``; the producers' after the receipts of what was accepted), deduplication
+        takes its snapshot, then the ledger closes once what it accepted is durable."""
         self._closed = True
-        unloaded = ServiceNotReadyError(f"topic {self.name} was unloaded")
+        unloaded = reason or ServiceNotReadyError(f"topic {self.name} was unloaded")
         for producer in list(self.producers.values()):
             producer.end(unloaded)
         for subscription in list(self.subscriptions.values()):

@@ -14,6 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
+from pulsar_grpc.broker.ledger.group_commit import CommitBatch
+from pulsar_grpc.broker.ledger.store import LedgerOwner
 from pulsar_grpc.broker.topics.producer import PublishReceipt
 from pulsar_grpc.client import Client, DeadLetterPolicy, MessageId
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -159,9 +161,9 @@ class HeldCommits:
         self.release = asyncio.Event()  # set on the broker's loop
 
     def __enter__(self) -> HeldCommits:
-        async def held(*args: object) -> None:
+        async def held(batch: CommitBatch) -> set[LedgerOwner]:
             await self.release.wait()
-            await self._original(*args)
+            return await self._original(batch)
 
         self._committer._commit = held
         return self

@@ -12,7 +12,8 @@ import pytest
 
 from pulsar_grpc.broker.errors import InvalidArgumentError
 from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, ManagedLedgerConfig, Position
-from pulsar_grpc.broker.ledger.store import CursorKey, EntryWrite
+from pulsar_grpc.broker.ledger.group_commit import CommitBatch
+from pulsar_grpc.broker.ledger.store import LedgerOwner
 from tests.unit.test_ledger_managed import NAME, Env, add_all
 
 P = Position
@@ -31,12 +32,10 @@ class CommitGate:
     def install(self) -> None:
         self._env.store._committer._commit = self._commit
 
-    async def _commit(
-        self, entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]
-    ) -> None:
+    async def _commit(self, batch: CommitBatch) -> set[LedgerOwner]:
         self.waiting.set()
         await self.open.wait()
-        await self._original(entries, cursors)
+        return await self._original(batch)
 
 
 @pytest.fixture

@@ -18,8 +18,9 @@ from pulsar_grpc.broker.ledger import (
     Position,
     SqliteLedgerStore,
 )
+from pulsar_grpc.broker.ledger.group_commit import CommitBatch
 from pulsar_grpc.broker.ledger.info import LedgerInfo, cursor_path, decode_ledgers, ledger_path
-from pulsar_grpc.broker.ledger.store import CursorKey, EntrySpan, EntryWrite
+from pulsar_grpc.broker.ledger.store import EntrySpan, LedgerOwner
 from pulsar_grpc.broker.metadata import EmbeddedMetadataStore
 from tests.waiting import eventually
 
@@ -75,10 +76,10 @@ async def test_group_commit_shares_transactions(env: Env) -> None:
     commits = 0
     original = env.store._commit
 
-    async def counting(entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]) -> None:
+    async def counting(batch: CommitBatch) -> set[LedgerOwner]:
         nonlocal commits
         commits += 1
-        await original(entries, cursors)
+        return await original(batch)
 
     env.store._committer._commit = counting
     ml.config.max_entries_per_ledger = 10_000
@@ -402,7 +403,7 @@ async def test_failed_commit_fails_futures_and_moves_to_new_ledger(env: Env) -> 
     ok = await ml.add_entry(b"ok")
     original = env.store._committer._commit
 
-    async def failing(entries: list[EntryWrite], cursors: dict[CursorKey, bytes | None]) -> None:
+    async def failing(batch: CommitBatch) -> set[LedgerOwner]:
         raise OSError("disk full")
 
     env.store._committer._commit = failing

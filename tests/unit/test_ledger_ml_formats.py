@@ -132,10 +132,11 @@ async def test_a_data_directory_written_by_the_json_version_opens(tmp_path: Path
             "properties": {"seq": 42},
         }
         await store.append(
+            await store.fence(NAME),
             (),
             {
-                (NAME, "sub"): json.dumps(old_row).encode(),
-                (NAME, "created-only"): None,  # its first state write never committed
+                "sub": json.dumps(old_row).encode(),
+                "created-only": None,  # its first state write never committed
             },
         )
         old_node = {"name": "created-only", "markDelete": f"{lid}:2", "createdAt": 1}
