@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -209,6 +210,14 @@ def _parse_scalar(tp: Any, raw: str) -> Any:
         if not _INT.fullmatch(raw):
             raise _BadValue("is not an integer")
         return int(raw)
+    if tp is float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise _BadValue("is not a number") from None
+        if not math.isfinite(value):
+            raise _BadValue("is not a finite number")
+        return value
     if get_origin(tp) is Literal:
         allowed = get_args(tp)
         if raw not in allowed:

@@ -18,7 +18,7 @@ from pulsar_grpc.broker.cluster.shedding import (
     max_usage_with_weight,
     smoothed,
 )
-from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration, load_config
 from pulsar_grpc.broker.lookup import BrokerData
 
 MB = 1024 * 1024
@@ -118,3 +118,16 @@ def test_a_shed_bundle_never_goes_back_to_the_broker_it_left() -> None:
     assert select_broker(loads, {}, 85) == "hot"  # the least rate, were it not leaving it
     assert select_broker(loads, {}, 85, excluded="hot") == "b"
     assert select_broker([load("hot", 0.0)], {}, 85, excluded="hot") is None
+
+
+def test_fractional_intervals_parse_and_bad_numbers_are_refused() -> None:
+    values = {
+        "loadBalancerSheddingIntervalMinutes": "0.02",
+        "loadBalancerHistoryResourcePercentage": "0.5",
+    }
+    config = load_config(None, {}, values)
+    assert config.loadBalancerSheddingIntervalMinutes == 0.02
+    assert config.loadBalancerHistoryResourcePercentage == 0.5
+    for bad in ("fast", "nan", "-1"):
+        with pytest.raises(ConfigError, match="loadBalancerSheddingIntervalMinutes"):
+            load_config(None, {}, {"loadBalancerSheddingIntervalMinutes": bad})
