@@ -109,6 +109,11 @@ class LoadManager:
         self.shedder.forget_others(reports.keys())
         usages = [self._usage(broker, report) for broker, report in reports.items()]
         chosen = find_bundles_to_unload(usages, self._recently_unloaded, self.shedder.rules)
+        if chosen:
+            log.info(
+                "load shedding: brokers' usage %s",
+                ", ".join(f"{u.broker} {u.usage:.1%}" for u in usages),
+            )
         unloaded = []
         for broker, bundles in chosen.items():
             for bundle in bundles:

@@ -5,10 +5,11 @@ resource's weight (Pulsar's getMaxResourceUsageWithWeight), smoothed over the le
 ``history * previous + (1 - history) * current`` (the first run takes the current value). A
 broker whose smoothed usage is at least the brokers' average plus the threshold sheds bundles,
 busiest (message throughput in + out) first, until their throughput reaches
-``(usage - average - threshold + 5%)`` of the broker's; at least one, never when the broker has
-a single bundle, never a bundle unloaded within the grace period, and nothing when that
-throughput is under the minimum throughput threshold. (Pulsar reads a bundle's throughput from
-its short-term data; here it is the bundle's lastStats in its owner's report.)
+``(usage - average - threshold + 5%)`` of the broker's; at least one, never the broker's last
+one (Pulsar would shed every bundle when they carry too little), never a bundle unloaded within
+the grace period, and nothing when that throughput is under the minimum throughput threshold.
+(Pulsar reads a bundle's throughput from its short-term data; here it is the bundle's lastStats
+in its owner's report.)
 
 :class:`ThresholdShedder` keeps the smoothed usages between runs; everything else is given.
 """
@@ -121,7 +122,8 @@ def find_bundles_to_unload(
             key=lambda c: -c[0],
         )
         marked = 0.0
-        for throughput, bundle in candidates:
+        # The broker keeps at least one bundle, however little the others carry.
+        for throughput, bundle in candidates[: len(broker.bundles) - 1]:
             if chosen.get(broker.broker) and marked >= to_offload:
                 break
             chosen.setdefault(broker.broker, []).append(bundle)

@@ -131,3 +131,9 @@ def test_fractional_intervals_parse_and_bad_numbers_are_refused() -> None:
     for bad in ("fast", "nan", "-1"):
         with pytest.raises(ConfigError, match="loadBalancerSheddingIntervalMinutes"):
             load_config(None, {}, {"loadBalancerSheddingIntervalMinutes": bad})
+
+
+def test_the_broker_keeps_one_bundle_however_little_they_carry() -> None:
+    # 35% of 100 MB/s to shed, but the bundles carry 1 MB/s each: all but one go.
+    brokers = [hot(x=1, y=1, z=1), idle("a"), idle("b")]
+    assert find_bundles_to_unload(brokers, set(), SheddingRules(0.1, 0)) == {"hot": ["x", "y"]}
