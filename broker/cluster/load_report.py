@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 # Pulsar's LoadManager.LOADBALANCE_BROKERS_ROOT.
 LOADBALANCE_BROKERS_ROOT = "/loadbalance/brokers"
 _MB = 1024 * 1024
+_MIN_CPU_WINDOW_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +119,24 @@ class SystemUsage:
     def __init__(self) -> None:
         self._process = psutil.Process(os.getpid())
         self._cores = psutil.cpu_count() or 1
-        self._process.cpu_percent(None)  # the first call only starts the measurement
+        self._cpu = (time.monotonic(), self._cpu_seconds(), 0.0)  # when, cpu time, percent
         self._net = self._net_bytes()
+
+    def _cpu_seconds(self) -> float:
+        times = self._process.cpu_times()
+        return float(times.user + times.system)
+
+    def _cpu_percent(self) -> float:
+        """The process's cpu since the last measurement, over at least a second (a shorter
+        window is dominated by the clock ticks cpu time is counted in: the previous value
+        stands); never more than all the cores."""
+        then, used, last = self._cpu
+        now, used_now = time.monotonic(), self._cpu_seconds()
+        if now - then < _MIN_CPU_WINDOW_S:
+            return last
+        percent = min(100 * (used_now - used) / (now - then), 100.0 * self._cores)
+        self._cpu = (now, used_now, percent)
+        return percent
 
     @staticmethod
     def _net_bytes() -> tuple[float, int, int]:
@@ -137,7 +154,7 @@ class SystemUsage:
         elapsed = max(now - then, 1e-3)
         nic = self._nic_limit_kbps()
         return {
-            "cpu": ResourceUsage(self._process.cpu_percent(None), 100.0 * self._cores),
+            "cpu": ResourceUsage(self._cpu_percent(), 100.0 * self._cores),
             "memory": ResourceUsage(
                 self._process.memory_info().rss / _MB, psutil.virtual_memory().total / _MB
             ),
