@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -111,6 +112,38 @@ class ServiceConfiguration:
     loadBalancerBrokerOverloadedThresholdPercentage: int = 85
     # A namespace is split into at most this many bundles (an admin split beyond it is refused).
     loadBalancerNamespaceMaximumBundles: int = 128
+    # The leader's load shedding (Pulsar's ThresholdShedder), every
+    # loadBalancerSheddingIntervalMinutes: a broker whose usage (the largest of its resources'
+    # usage times the resource's weight, smoothed with loadBalancerHistoryResourcePercentage of
+    # the previous value) is above the brokers' average by more than
+    # loadBalancerBrokerThresholdShedderPercentage unloads its busiest bundles, worth the excess
+    # plus 5% of its throughput, when that is at least
+    # loadBalancerBundleUnloadMinThroughputThreshold MB/s; never its last bundle, nor a bundle
+    # unloaded within loadBalancerSheddingGracePeriodMinutes. The interval and the grace period
+    # take fractions of a minute here (Pulsar's are whole minutes).
+    loadBalancerSheddingEnabled: bool = True
+    loadBalancerSheddingIntervalMinutes: float = 1
+    loadBalancerSheddingGracePeriodMinutes: float = 30
+    loadBalancerBrokerThresholdShedderPercentage: int = 10
+    loadBalancerHistoryResourcePercentage: float = 0.9
+    loadBalancerBundleUnloadMinThroughputThreshold: float = 10
+    loadBalancerCPUResourceWeight: float = 1.0
+    loadBalancerMemoryResourceWeight: float = 1.0
+    loadBalancerDirectMemoryResourceWeight: float = 1.0
+    loadBalancerBandwithInResourceWeight: float = 1.0
+    loadBalancerBandwithOutResourceWeight: float = 1.0
+    # The leader's automatic bundle split (Pulsar's BundleSplitterTask), on the same interval:
+    # a bundle with at least 2 topics and more than MaxTopics topics, MaxSessions producers and
+    # consumers (0: no limit), MaxMsgRate messages/s in and out or MaxBandwidthMbytes MB/s in
+    # and out is split with defaultNamespaceBundleSplitAlgorithm, while its namespace has
+    # fewer than loadBalancerNamespaceMaximumBundles bundles; the halves are unloaded (placed
+    # again) when loadBalancerAutoUnloadSplitBundlesEnabled.
+    loadBalancerAutoBundleSplitEnabled: bool = True
+    loadBalancerAutoUnloadSplitBundlesEnabled: bool = True
+    loadBalancerNamespaceBundleMaxTopics: int = 1000
+    loadBalancerNamespaceBundleMaxSessions: int = 1000
+    loadBalancerNamespaceBundleMaxMsgRate: int = 30000
+    loadBalancerNamespaceBundleMaxBandwidthMbytes: int = 100
     # How a bundle is split when the request names no algorithm: range_equally_divide (the
     # middle of its hash range), topic_count_equally_divide (half of its topics each side) or
     # specified_positions_divide (at the positions the request gives).
@@ -177,6 +210,14 @@ def _parse_scalar(tp: Any, raw: str) -> Any:
         if not _INT.fullmatch(raw):
             raise _BadValue("is not an integer")
         return int(raw)
+    if tp is float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise _BadValue("is not a number") from None
+        if not math.isfinite(value):
+            raise _BadValue("is not a finite number")
+        return value
     if get_origin(tp) is Literal:
         allowed = get_args(tp)
         if raw not in allowed:
@@ -306,7 +347,7 @@ def _check_grpc_listener(config: ServiceConfiguration) -> Iterator[tuple[str, st
         )
 
 
-_AT_LEAST: dict[str, int] = {
+_AT_LEAST: dict[str, float] = {
     "maxMessageSize": 1,
     "keepAliveIntervalSeconds": 1,
     "defaultNumPartitions": 1,
@@ -327,6 +368,20 @@ _AT_LEAST: dict[str, int] = {
     "metadataStoreSessionTimeoutMillis": 1,
     "loadBalancerBrokerOverloadedThresholdPercentage": 0,
     "loadBalancerNamespaceMaximumBundles": 1,
+    "loadBalancerSheddingIntervalMinutes": 0.001,
+    "loadBalancerSheddingGracePeriodMinutes": 0,
+    "loadBalancerBrokerThresholdShedderPercentage": 0,
+    "loadBalancerHistoryResourcePercentage": 0,
+    "loadBalancerBundleUnloadMinThroughputThreshold": 0,
+    "loadBalancerCPUResourceWeight": 0,
+    "loadBalancerMemoryResourceWeight": 0,
+    "loadBalancerDirectMemoryResourceWeight": 0,
+    "loadBalancerBandwithInResourceWeight": 0,
+    "loadBalancerBandwithOutResourceWeight": 0,
+    "loadBalancerNamespaceBundleMaxTopics": 0,
+    "loadBalancerNamespaceBundleMaxSessions": 0,
+    "loadBalancerNamespaceBundleMaxMsgRate": 0,
+    "loadBalancerNamespaceBundleMaxBandwidthMbytes": 0,
 }
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from pulsar_grpc.broker.cluster import broker_id, is_cluster_store
 from pulsar_grpc.broker.cluster.id_generator import PRODUCER_NAME_PATH, DistributedIdGenerator
 from pulsar_grpc.broker.cluster.leader import LeaderBroker, LeaderElection
+from pulsar_grpc.broker.cluster.load_manager import LoadManager
 from pulsar_grpc.broker.cluster.load_report import LoadReporter
 from pulsar_grpc.broker.cluster.ownership import NamespaceEphemeralData
 from pulsar_grpc.broker.cluster.placement import BundlePlacement
@@ -162,9 +163,7 @@ class BrokerService:
         """Own bundles, publish the load report, then take part in the leader election (the
         leader's placement reads the reports, its own included)."""
         namespaces.start_ownership(metadata, topics.unload_bundles)
-        reporter = LoadReporter(
-            self, metadata, bundles=lambda: [str(b) for b in namespaces.owned_bundles()]
-        )
+        reporter = LoadReporter(self, metadata, bundles=namespaces.owned_bundles)
         await reporter.start()
         self.load_reporter = reporter
         election = self.election = LeaderElection(
@@ -174,6 +173,7 @@ class BrokerService:
             metadata, self.config.loadBalancerBrokerOverloadedThresholdPercentage
         )
         namespaces.start_placement(ClusterRole(self.broker_id(), election, placement))
+        LoadManager(self.config, metadata, placement, self.resources).register(election)
         await election.start()
 
     async def close(self) -> None:

@@ -72,7 +72,7 @@ class LeaderState(enum.Enum):
     LEADER = "leader"  # this broker leads: its leader-only tasks run
 
 
-LeaderTask = Callable[[], Awaitable[None]]
+LeaderTask = Callable[[], Awaitable[object]]  # what it returns is ignored
 
 
 @dataclass(frozen=True)

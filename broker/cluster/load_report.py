@@ -9,6 +9,9 @@ It is rewritten as Pulsar's ModularLoadManagerImpl does: checked every
 loadBalancerReportUpdateMinIntervalMillis, written when the load moved by more than
 loadBalancerReportUpdateThresholdPercentage since the last write (:func:`needs_update`) or when
 loadBalancerReportUpdateMaxIntervalMinutes have passed.
+
+``lastStats`` carries each owned bundle's NamespaceBundleStats (Pulsar's field names), summed
+from the bundle's loaded topics: what the leader's shedding and bundle splitting read.
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ from pulsar_grpc.broker.metadata import (
     MetadataStoreError,
     SessionEvent,
 )
+from pulsar_grpc.broker.naming import NamespaceBundle
 from pulsar_grpc.broker.web.metrics import RateTracker
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
+    from pulsar_grpc.broker.topics import PersistentTopic
 
 __all__ = [
     "LOADBALANCE_BROKERS_ROOT",
@@ -52,6 +57,7 @@ log = logging.getLogger(__name__)
 # Pulsar's LoadManager.LOADBALANCE_BROKERS_ROOT.
 LOADBALANCE_BROKERS_ROOT = "/loadbalance/brokers"
 _MB = 1024 * 1024
+_MIN_CPU_WINDOW_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,16 +109,34 @@ def needs_update(
 
 
 class SystemUsage:
-    """The host's resources from psutil, in Pulsar's units: cpu in percent of one core (limit
-    100 per core), memory in MB (this process's resident set against the machine's memory),
+    """The broker's resources from psutil, in Pulsar's units: cpu in percent of one core (limit
+    100 per core) used by this broker's process (as Pulsar in a container measures its own
+    cgroup: brokers sharing a host each report their own load, which is what shedding
+    compares), memory in MB (this process's resident set against the machine's memory),
     bandwidth in kbit/s since the previous sample (limit: the up interfaces' speeds, 0 when
     unknown). Python has no direct memory: it is reported as 0 of 0."""
 
     def __init__(self) -> None:
         self._process = psutil.Process(os.getpid())
         self._cores = psutil.cpu_count() or 1
-        psutil.cpu_percent(None)  # the first call only starts the measurement
+        self._cpu = (time.monotonic(), self._cpu_seconds(), 0.0)  # when, cpu time, percent
         self._net = self._net_bytes()
+
+    def _cpu_seconds(self) -> float:
+        times = self._process.cpu_times()
+        return float(times.user + times.system)
+
+    def _cpu_percent(self) -> float:
+        """The process's cpu since the last measurement, over at least a second (a shorter
+        window is dominated by the clock ticks cpu time is counted in: the previous value
+        stands); never more than all the cores."""
+        then, used, last = self._cpu
+        now, used_now = time.monotonic(), self._cpu_seconds()
+        if now - then < _MIN_CPU_WINDOW_S:
+            return last
+        percent = min(100 * (used_now - used) / (now - then), 100.0 * self._cores)
+        self._cpu = (now, used_now, percent)
+        return percent
 
     @staticmethod
     def _net_bytes() -> tuple[float, int, int]:
@@ -130,7 +154,7 @@ class SystemUsage:
         elapsed = max(now - then, 1e-3)
         nic = self._nic_limit_kbps()
         return {
-            "cpu": ResourceUsage(psutil.cpu_percent(None) * self._cores, 100.0 * self._cores),
+            "cpu": ResourceUsage(self._cpu_percent(), 100.0 * self._cores),
             "memory": ResourceUsage(
                 self._process.memory_info().rss / _MB, psutil.virtual_memory().total / _MB
             ),
@@ -147,7 +171,7 @@ class LoadReporter:
         self,
         service: BrokerService,
         store: MetadataStore,
-        bundles: Callable[[], list[str]] = list,
+        bundles: Callable[[], list[NamespaceBundle]] = list,
     ) -> None:
         self.service = service
         self.store = store
@@ -158,6 +182,7 @@ class LoadReporter:
         self._static = self._identity()
         self._system = SystemUsage()
         self._rates = RateTracker()
+        self._bundle_rates = RateTracker()  # keyed by bundle
         self._last: LoadSample | None = None
         self._last_write = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -188,16 +213,13 @@ class LoadReporter:
         """The current LocalBrokerData JSON (lastUpdate: now) and its sample for the rule."""
         topics = self.service.topics.loaded_topics()
         subscriptions = [s for t in topics for s in t.subscriptions.values()]
-        counters = (
-            sum(t.msg_in_counter for t in topics),
-            sum(s.msg_out_counter for s in subscriptions),
-            sum(t.bytes_in_counter for t in topics),
-            sum(s.bytes_out_counter for s in subscriptions),
-        )
         # Counters of an unloaded topic leave the sums: never report a negative rate.
-        rate_in, rate_out, tp_in, tp_out = (max(r, 0.0) for r in self._rates.rates("", counters))
+        rate_in, rate_out, tp_in, tp_out = (
+            max(r, 0.0) for r in self._rates.rates("", _counters(topics))
+        )
         usage = self._system.sample()
         bundles = self.bundles()
+        last_stats = self._bundle_stats(topics, bundles)
         data: dict[str, object] = {
             **self._static,
             **{name: u.as_json() for name, u in usage.items()},
@@ -209,7 +231,8 @@ class LoadReporter:
             "numBundles": len(bundles),
             "numProducers": sum(len(t.producers) for t in topics),
             "numConsumers": sum(len(s.consumers) for s in subscriptions),
-            "bundles": sorted(bundles),
+            "bundles": sorted(str(b) for b in bundles),
+            "lastStats": last_stats,
             "lastUpdate": int(time.time() * 1000),
         }
         sample = LoadSample(
@@ -219,6 +242,36 @@ class LoadReporter:
             len(bundles),
         )
         return data, sample
+
+    def _bundle_stats(
+        self, topics: list[PersistentTopic], bundles: list[NamespaceBundle]
+    ) -> dict[str, dict[str, float]]:
+        """Pulsar's NamespaceBundleStats of each owned bundle, from its loaded topics' counters
+        (rates per bundle, so a topic moving between bundles never makes one negative)."""
+        members: dict[str, list[PersistentTopic]] = {str(b): [] for b in bundles}
+        for topic in topics:
+            bundle = _bundle_of(topic, bundles)
+            if bundle is not None:
+                members[str(bundle)].append(topic)
+        stats = {}
+        for name, group in members.items():
+            subscriptions = [s for t in group for s in t.subscriptions.values()]
+            rate_in, rate_out, tp_in, tp_out = (
+                max(r, 0.0) for r in self._bundle_rates.rates(name, _counters(group))
+            )
+            stats[name] = {
+                "msgRateIn": rate_in,
+                "msgRateOut": rate_out,
+                "msgThroughputIn": tp_in,
+                "msgThroughputOut": tp_out,
+                "consumerCount": sum(len(s.consumers) for s in subscriptions),
+                "producerCount": sum(len(t.producers) for t in group),
+                "topics": len(group),
+                # The entry cache is the broker's, not a bundle's: nothing to attribute here.
+                "cacheSize": 0,
+            }
+        self._bundle_rates.keep(members)
+        return stats
 
     async def start(self) -> None:
         """Create the node (replacing one a previous session of this broker left), then keep
@@ -290,6 +343,22 @@ class LoadReporter:
             await self.store.delete(self.path)
         except MetadataStoreError:
             pass  # gone already, or the session is: either way the node goes with it
+
+
+def _counters(topics: list[PersistentTopic]) -> tuple[int, int, int, int]:
+    """Messages in, out, bytes in, out, summed over ``topics`` and their subscriptions."""
+    subscriptions = [s for t in topics for s in t.subscriptions.values()]
+    return (
+        sum(t.msg_in_counter for t in topics),
+        sum(s.msg_out_counter for s in subscriptions),
+        sum(t.bytes_in_counter for t in topics),
+        sum(s.bytes_out_counter for s in subscriptions),
+    )
+
+
+def _bundle_of(topic: PersistentTopic, bundles: list[NamespaceBundle]) -> NamespaceBundle | None:
+    """The bundle of ``bundles`` that ``topic`` belongs to (None: not an owned one)."""
+    return next((b for b in bundles if b.includes(topic.topic_name)), None)
 
 
 def _encode(data: dict[str, object]) -> bytes:

@@ -10,6 +10,9 @@ carry only the broker's total rate, so a broker counts the larger of its reporte
 default rate for each bundle it reports, plus the default rate for each bundle assigned to it
 recently that its report does not show yet (Pulsar's preallocated bundles). When every broker
 is overloaded, all are candidates.
+A bundle the leader shed is placed as Pulsar's doLoadShedding places it: on the best broker
+other than the one it left (chosen before the unload, remembered like any other choice), so
+that it does not come straight back.
 Pulsar picks at random among equal scores; here the tie goes to the broker with the fewest
 bundles (reported and preallocated), then to the smallest broker id, so that placing bundles on
 idle brokers spreads them evenly and predictably.
@@ -31,14 +34,21 @@ from pulsar_grpc.broker.cluster.load_report import LOADBALANCE_BROKERS_ROOT
 from pulsar_grpc.broker.lookup import BrokerData
 from pulsar_grpc.broker.metadata.store import MetadataStore
 
-__all__ = ["DEFAULT_BUNDLE_MSG_RATE", "BrokerLoad", "BundlePlacement", "select_broker"]
+__all__ = [
+    "DEFAULT_BUNDLE_MSG_RATE",
+    "RESOURCES",
+    "BrokerLoad",
+    "BundlePlacement",
+    "percent_usage",
+    "select_broker",
+]
 
 # Pulsar's ModularLoadManagerImpl.DEFAULT_MESSAGE_RATE, assumed both in and out for a bundle
 # without data of its own.
 DEFAULT_BUNDLE_MSG_RATE = 50.0
 _DEFAULT_BUNDLE_RATE = 2 * DEFAULT_BUNDLE_MSG_RATE  # in + out
 # The resources whose largest usage decides whether a broker is overloaded (LocalBrokerData's).
-_RESOURCES = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
+RESOURCES = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,7 @@ class BrokerLoad:
     @classmethod
     def from_report(cls, broker_id: str, raw: bytes) -> BrokerLoad:
         report = json.loads(raw)
-        usages = [_percent(report.get(name)) for name in _RESOURCES]
+        usages = [percent_usage(report.get(name)) for name in RESOURCES]
         return cls(
             broker_id=broker_id,
             max_resource_usage=max(usages) / 100,
@@ -66,7 +76,7 @@ class BrokerLoad:
         )
 
 
-def _percent(usage: object) -> float:
+def percent_usage(usage: object) -> float:
     """Pulsar's ResourceUsage.percentUsage: 0 when the limit is unknown."""
     if not isinstance(usage, dict):
         return 0.0
@@ -78,11 +88,13 @@ def select_broker(
     loads: Iterable[BrokerLoad],
     preallocated: dict[str, set[str]],
     overloaded_threshold_percentage: float,
+    excluded: str | None = None,
 ) -> str | None:
     """The broker to own a new bundle (see the module docstring); None without brokers.
-    ``preallocated``: broker id -> bundles assigned to it that its report may not show yet."""
+    ``preallocated``: broker id -> bundles assigned to it that its report may not show yet;
+    ``excluded``: a broker not to choose (the one a shed bundle leaves)."""
     threshold = overloaded_threshold_percentage / 100
-    candidates = list(loads)
+    candidates = [load for load in loads if load.broker_id != excluded]
     scored = []
     for load in candidates:
         pending = preallocated.get(load.broker_id, set()) - load.bundles
@@ -135,14 +147,29 @@ class BundlePlacement:
             chosen = self._preallocated.get(bundle)
             if chosen is not None:
                 return loads[chosen]
-            pending: dict[str, set[str]] = {}
-            for b, broker in self._preallocated.items():
-                pending.setdefault(broker, set()).add(b)
-            broker_id = select_broker(loads.values(), pending, self.threshold)
-            if broker_id is None:
-                return None
-            self._preallocated[bundle] = broker_id
-            return loads[broker_id]
+            return self._choose(bundle, loads, None)
+
+    async def select_away_from(self, bundle: str, leaving: str) -> BrokerLoad | None:
+        """Choose where ``bundle``, about to be unloaded from ``leaving``, goes next: the least
+        loaded other broker, remembered for the lookups that follow; None when there is
+        none."""
+        async with self._lock:
+            loads = await self.loads()
+            self._settle(loads)
+            self._preallocated.pop(bundle, None)
+            return self._choose(bundle, loads, leaving)
+
+    def _choose(
+        self, bundle: str, loads: dict[str, BrokerLoad], excluded: str | None
+    ) -> BrokerLoad | None:
+        pending: dict[str, set[str]] = {}
+        for b, broker in self._preallocated.items():
+            pending.setdefault(broker, set()).add(b)
+        broker_id = select_broker(loads.values(), pending, self.threshold, excluded)
+        if broker_id is None:
+            return None
+        self._preallocated[bundle] = broker_id
+        return loads[broker_id]
 
     def _settle(self, loads: dict[str, BrokerLoad]) -> None:
         """Forget choices the chosen broker's report now shows, and those of brokers gone."""

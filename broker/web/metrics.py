@@ -8,7 +8,7 @@ over the time since the previous scrape) only when /metrics is read.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -38,6 +38,11 @@ class RateTracker:
         )
         self._last[key] = (now, counters, rates)
         return rates
+
+    def keep(self, keys: Iterable[str]) -> None:
+        """Forget every key but ``keys`` (those gone for good: memory stays bounded)."""
+        kept = set(keys)
+        self._last = {k: v for k, v in self._last.items() if k in kept}
 
 
 class BrokerCollector(Collector):
