@@ -1,0 +1,190 @@
+"""`pulsar-grpc perf cluster`: how produce and consume throughput scale with broker processes,
+and how long clients are blocked when a bundle is unloaded or its owner is killed.
+
+Throughput: for each broker count N (``--brokers 1,2,4``) N `pulsar-grpc broker` processes on
+ZooKeeper and PostgreSQL (started once for the run, cli.perf.servers), a topic of
+``--partitions`` partitions placed by lookups, then ``--load-processes`` K producer processes
+(`perf produce`, SDK batching as in `perf all`) and K consumer processes (`perf consume`, one
+Shared subscription) at once, each on its own broker's address; the aggregate is the sum of the
+processes' rates, and the ratio is to the first broker count. The baseline, in the same run, is
+the standalone broker on its embedded store under the same load: the gap between it and one
+cluster broker is what PostgreSQL and ZooKeeper cost. Blocked time: cli.perf.blocked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from typing import Any
+
+from pulsar_grpc.cli.perf.blocked import Disruption, blocked_runs
+from pulsar_grpc.cli.perf.procs import standalone
+from pulsar_grpc.cli.perf.report import machine
+from pulsar_grpc.cli.perf.servers import DEFAULT_SESSION_MS, placed_topic, servers
+
+TOPIC = "perf-cluster"
+SUBSCRIPTION = "perf-cluster-sub"
+# A load process that has not finished this long after its duration has hung.
+LOAD_GRACE_S = 120
+CONSUME_EXTRA_S = 3.0
+
+
+def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = verbs.add_parser(
+        "cluster",
+        help="start ZooKeeper, PostgreSQL and 1, 2, 4 brokers; throughput per broker count, "
+        "and how long clients are blocked by an unload and a kill -9",
+    )
+    p.add_argument("--brokers", default="1,2,4", help="broker counts to measure (default 1,2,4)")
+    p.add_argument("--partitions", type=int, default=16, help="of the topic (default 16)")
+    p.add_argument(
+        "--load-processes", "-k", type=int, default=2,
+        help="producer processes, and as many consumer processes (default 2)",
+    )  # fmt: skip
+    p.add_argument("--duration", "-d", type=float, default=10, help="seconds of load per step")
+    p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
+    p.add_argument("--batch", type=int, default=100, help="messages per batch (default 100)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the standalone broker's run")
+    p.add_argument(
+        "--blocked", choices=("none", "unload", "kill", "both"), default="none",
+        help="also measure how long producers are blocked by a bundle unload and/or a kill -9",
+    )  # fmt: skip
+    p.add_argument(
+        "--session-timeouts", default=f"{DEFAULT_SESSION_MS},5000",
+        help="metadataStoreSessionTimeoutMillis values for the kill runs (default 30000,5000)",
+    )  # fmt: skip
+    p.add_argument("--repeat", type=int, default=3, help="repetitions of each disruption")
+    p.add_argument(
+        "--interval", type=float, default=0, help="seconds between the load processes' stats "
+        "lines (default: one line at the end)",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    counts = [int(n) for n in args.brokers.split(",") if n.strip()]
+    if not counts or min(counts) < 1 or args.partitions < 1 or args.load_processes < 1:
+        print("pulsar-grpc perf cluster: --brokers, --partitions, -k must be >= 1", file=sys.stderr)
+        return 2
+    report: dict[str, Any] = {"machine": machine(), "settings": _settings(args)}
+    rows: list[dict[str, Any]] = []
+    with servers() as run_servers:
+        if not args.no_baseline:
+            with standalone() as broker:
+                rows.append(
+                    {"brokers": "standalone", **_step(args, [broker.service_url], broker.http_url)}
+                )
+        for n in counts:
+            with run_servers.brokers(n) as brokers:
+                _progress(f"{n} broker(s) up: {brokers.service_urls}")
+                step = _step(args, brokers.service_urls, brokers.http_urls[0])
+            rows.append({"brokers": n, **step})
+        first = next(r for r in rows if r["brokers"] != "standalone")
+        for row in rows:
+            row["produce_ratio"] = round(row["produce_msg_per_s"] / first["produce_msg_per_s"], 2)
+            row["consume_ratio"] = round(row["consume_msg_per_s"] / first["consume_msg_per_s"], 2)
+        report["throughput"] = rows
+        disruptions = {
+            "none": [],
+            "unload": [Disruption.UNLOAD],
+            "kill": [Disruption.KILL],
+            "both": [Disruption.UNLOAD, Disruption.KILL],
+        }[args.blocked]
+        timeouts = [int(t) for t in args.session_timeouts.split(",") if t.strip()]
+        report["blocked"] = blocked_runs(
+            run_servers, disruptions, timeouts, args.partitions, args.repeat
+        )
+    report["machine"]["load_after"] = os.getloadavg()
+    print(json.dumps(report, indent=2) if args.json else _table(report))
+    ok = all(r["produced"] and r["consumed"] and not r["errors"] for r in rows)
+    return 0 if ok else 1
+
+
+def _step(args: argparse.Namespace, service_urls: list[str], admin_url: str) -> dict[str, Any]:
+    """Place the topic, run K producer and K consumer processes at once (process i on broker
+    i mod N); their summed rates."""
+    owners = placed_topic(service_urls[0], admin_url, TOPIC, args.partitions)
+    common = [
+        "-t", TOPIC, "--partitions", str(args.partitions), "--admin-url", admin_url,
+        "--size", str(args.size), "--batch", str(args.batch), "--duration", str(args.duration),
+        "--interval", str(args.interval or args.duration), "--json",
+    ]  # fmt: skip
+    # Consumers start first and may run a little longer: their clock stops at their last
+    # message once the producers are done.
+    consume = [
+        "-s", SUBSCRIPTION, "--subscription-type", "Shared", "--idle-timeout", "5",
+        "--duration", str(args.duration + CONSUME_EXTRA_S),
+    ]  # fmt: skip
+    commands = [
+        [verb, "-u", service_urls[i % len(service_urls)], *common, *extra]
+        for verb, extra in (("consume", consume), ("produce", []))
+        for i in range(args.load_processes)
+    ]
+    results = _run_load(commands, args.duration)
+    producers = [r for c, r in zip(commands, results, strict=True) if c[0] == "produce"]
+    consumers = [r for c, r in zip(commands, results, strict=True) if c[0] == "consume"]
+    step = {
+        "partitions_per_broker": sorted(Counter(owners).values(), reverse=True),
+        "produce_msg_per_s": round(sum(r["msg_per_s"] for r in producers)),
+        "consume_msg_per_s": round(sum(r["msg_per_s"] for r in consumers)),
+        "produced": sum(r["messages"] for r in producers),
+        "consumed": sum(r["messages"] for r in consumers),
+        "errors": sum(r["errors"] for r in producers),
+        "produce_p50_ms": max(r["latency_ms"]["p50"] for r in producers if r["latency_ms"]),
+        "produce_p99_ms": max(r["latency_ms"]["p99"] for r in producers if r["latency_ms"]),
+    }
+    _progress(f"step: {step}")
+    return step
+
+
+def _run_load(commands: list[list[str]], duration: float) -> list[dict[str, Any]]:
+    """`pulsar-grpc perf <command>` processes, all at once; their JSON summaries."""
+    base = [sys.executable, "-m", "pulsar_grpc.cli.main", "perf"]
+    procs = [
+        subprocess.Popen([*base, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for cmd in commands
+    ]
+    results = []
+    for cmd, proc in zip(commands, procs, strict=True):
+        out, err = proc.communicate(timeout=duration + LOAD_GRACE_S)
+        if not out.strip():
+            raise RuntimeError(f"perf {' '.join(cmd)} exited {proc.returncode}:\n{err[-2000:]}")
+        results.append(json.loads(out))
+    return results
+
+
+def _progress(line: str) -> None:
+    print(f"perf cluster: {line}", file=sys.stderr, flush=True)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    keep = ("brokers", "partitions", "load_processes", "duration", "size", "batch", "repeat")
+    return {k: getattr(args, k) for k in keep}
+
+
+def _table(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [
+        f"machine: {m['nproc']} x {m['cpu']}, load {m['load_before']} -> {m['load_after']}",
+        f"{'brokers':<12}{'parts/broker':<16}{'produce msg/s':>14}{'ratio':>7}"
+        f"{'consume msg/s':>15}{'ratio':>7}{'p50 ms':>8}{'p99 ms':>8}",
+    ]
+    for r in report["throughput"]:
+        lines.append(
+            f"{r['brokers']!s:<12}{','.join(map(str, r['partitions_per_broker'])):<16}"
+            f"{r['produce_msg_per_s']:>14,}{r['produce_ratio']:>7.2f}"
+            f"{r['consume_msg_per_s']:>15,}{r['consume_ratio']:>7.2f}"
+            f"{r['produce_p50_ms']:>8.1f}{r['produce_p99_ms']:>8.1f}"
+        )
+    for b in report["blocked"]:
+        lines.append(
+            f"{b['disruption']:<8} session {b['session_ms']:>6} ms: longest gap between receipts"
+            f" p50 {b['gap_s']['p50']:.3f} s max {b['gap_s']['max']:.3f} s; first receipt after"
+            f" p50 {b['first_receipt_s']['p50']:.3f} s max {b['first_receipt_s']['max']:.3f} s"
+            f" (x{len(b['runs'])})"
+        )
+    return "\n".join(lines)
