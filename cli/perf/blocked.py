@@ -13,8 +13,8 @@ partition 0 is disrupted:
   session (``metadataStoreSessionTimeoutMillis``), so the time blocked is dominated by it.
 
 Per disruption, over the producers of the bundle's partitions: the longest gap between two
-receipts (the time blocked), and the time from the disruption to the first receipt after it
-is over (the unload call returned; the kill). Unloads repeat on one cluster; each kill gets
+receipts (the time blocked), and the time from the disruption to the receipt that ended that
+gap (the first one from the bundle's new owner). Unloads repeat on one cluster; each kill gets
 fresh brokers.
 """
 
@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
-from pulsar_grpc.cli.perf.servers import Brokers, Servers, placed_topic
+from pulsar_grpc.cli.perf.servers import DEFAULT_SESSION_MS, Brokers, Servers, placed_topic
 from pulsar_grpc.client import AlreadyClosed, Client, ConsumerType, Producer
+from pulsar_grpc.client._connection import DEFAULT_MAX_BACKOFF_MS
 from pulsar_grpc.client.exceptions import Timeout
 
 BROKERS = 3
@@ -52,44 +53,55 @@ class _Receipts:
 
     times: list[float] = field(default_factory=list)
 
-    def longest_gap(self, since: float) -> float:
-        """The longest wait between receipts from the last one before ``since`` on."""
+    def longest_gap(self, since: float) -> tuple[float, float]:
+        """The longest wait between receipts from the last one before ``since`` on, and when
+        the receipt that ended it came (when the producer was unblocked)."""
         start = max((i for i, t in enumerate(self.times) if t < since), default=0)
         times = self.times[start:]
-        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+        return max(((b - a, b) for a, b in itertools.pairwise(times)), default=(0.0, since))
 
     def first_after(self, moment: float) -> float | None:
         return next((t for t in self.times if t > moment), None)
 
 
+@dataclass(frozen=True)
+class BlockedSpec:
+    """What `perf cluster --blocked` measures, and how often."""
+
+    partitions: int
+    repeat: int
+    session_timeouts_ms: tuple[int, ...]  # one series of kills each
+    # The SDK's reconnect backoff doubles from 100 ms up to this: after a kill, the clients'
+    # retries are that far apart by the time the dead broker's session expires.
+    max_backoff_ms: int = DEFAULT_MAX_BACKOFF_MS
+
+
 def blocked_runs(
-    servers: Servers,
-    disruptions: list[Disruption],
-    session_timeouts_ms: list[int],
-    partitions: int,
-    repeat: int,
+    servers: Servers, disruptions: list[Disruption], spec: BlockedSpec
 ) -> list[dict[str, Any]]:
-    """Each disruption ``repeat`` times (a kill once per session timeout); p50/max of each."""
+    """Each disruption ``spec.repeat`` times (kills once per session timeout); p50/max."""
     out = []
     for disruption in disruptions:
-        timeouts = session_timeouts_ms if disruption is Disruption.KILL else [30_000]
-        for session_ms in timeouts:
-            if disruption is Disruption.UNLOAD:
+        kill = disruption is Disruption.KILL
+        for session_ms in spec.session_timeouts_ms if kill else (DEFAULT_SESSION_MS,):
+            if not kill:
                 with servers.brokers(BROKERS, session_ms) as brokers:
                     runs = [
-                        _measure(brokers, disruption, partitions, f"{TOPIC}-u{i}")
-                        for i in range(repeat)
+                        _measure(brokers, disruption, spec, f"{TOPIC}-u{i}")
+                        for i in range(spec.repeat)
                     ]
             else:
                 runs = []
-                for i in range(repeat):
+                for i in range(spec.repeat):
                     with servers.brokers(BROKERS, session_ms) as brokers:
-                        runs.append(_measure(brokers, disruption, partitions, f"{TOPIC}-k{i}"))
-            out.append(_summary(disruption, session_ms, runs))
+                        runs.append(_measure(brokers, disruption, spec, f"{TOPIC}-k{i}"))
+            out.append(_summary(disruption, session_ms, spec.max_backoff_ms, runs))
     return out
 
 
-def _summary(disruption: Disruption, session_ms: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+def _summary(
+    disruption: Disruption, session_ms: int, max_backoff_ms: int, runs: list[dict[str, Any]]
+) -> dict[str, Any]:
     def p50_max(key: str) -> dict[str, float]:
         values = [r[key] for r in runs]
         return {"p50": round(statistics.median(values), 3), "max": round(max(values), 3)}
@@ -97,6 +109,7 @@ def _summary(disruption: Disruption, session_ms: int, runs: list[dict[str, Any]]
     return {
         "disruption": disruption.value,
         "session_ms": session_ms,
+        "client_max_backoff_ms": max_backoff_ms,
         "gap_s": p50_max("gap_s"),
         "first_receipt_s": p50_max("first_receipt_s"),
         "runs": runs,
@@ -104,8 +117,9 @@ def _summary(disruption: Disruption, session_ms: int, runs: list[dict[str, Any]]
 
 
 def _measure(
-    brokers: Brokers, disruption: Disruption, partitions: int, topic: str
+    brokers: Brokers, disruption: Disruption, spec: BlockedSpec, topic: str
 ) -> dict[str, Any]:
+    partitions = spec.partitions
     owners = placed_topic(brokers.service_urls[0], brokers.http_urls[0], topic, partitions)
     victim = brokers.service_urls.index(owners[0])
     bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4)
@@ -119,25 +133,27 @@ def _measure(
 
     async def disrupt() -> None:
         if disruption is Disruption.KILL:
-            brokers.processes[victim].kill9()
+            # In a thread: the loop goes on taking receipts while the kill is waited for.
+            await asyncio.to_thread(brokers.processes[victim].kill9)
             return
         url = f"{brokers.http_urls[victim]}/admin/v2/namespaces/public/default/{bundle.range_str}"
         request = urllib.request.Request(url + "/unload", method="PUT")
         await asyncio.to_thread(urllib.request.urlopen, request, timeout=60)
 
-    result = asyncio.run(_under_load(brokers.service_urls[via], topic, partitions, hit, disrupt))
+    client = Client(brokers.service_urls[via], max_backoff_interval_ms=spec.max_backoff_ms)
+    result = asyncio.run(_under_load(client, topic, partitions, hit, disrupt))
     result.update(bundle=bundle.range_str, partitions_hit=hit)
     print(f"perf cluster: {disruption.value}: {result}", file=sys.stderr, flush=True)
     return result
 
 
 async def _under_load(
-    service_url: str, topic: str, partitions: int, hit: list[int], disrupt: Any
+    client: Client, topic: str, partitions: int, hit: list[int], disrupt: Any
 ) -> dict[str, Any]:
     receipts = [_Receipts() for _ in range(partitions)]
     stop = asyncio.Event()
     delivered: list[float] = []
-    async with Client(service_url) as client:
+    async with client:
         consumer = await client.subscribe(
             topic, "blocked", consumer_type=ConsumerType.Shared, initial_position="Earliest"
         )
@@ -180,14 +196,16 @@ async def _under_load(
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
-    firsts = [receipts[p].first_after(over) or 0.0 for p in hit]
+    # Receipts that were on their way when the broker died may still be taken after the
+    # disruption: a producer is unblocked by the receipt that ends its longest gap.
+    gaps = [receipts[p].longest_gap(began) for p in hit]
     others = [p for p in range(partitions) if p not in hit]
     return {
-        "gap_s": round(max(receipts[p].longest_gap(began) for p in hit), 3),
-        "first_receipt_s": round(max(firsts) - began, 3),
+        "gap_s": round(max(gap for gap, _ in gaps), 3),
+        "first_receipt_s": round(max(end for _, end in gaps) - began, 3),
         "call_s": round(over - began, 3),
         "other_partitions_gap_s": round(
-            max((receipts[p].longest_gap(began) for p in others), default=0.0), 3
+            max((receipts[p].longest_gap(began)[0] for p in others), default=0.0), 3
         ),
         "consumer_gap_s": round(
             max(

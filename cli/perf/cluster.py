@@ -16,12 +16,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
-from pulsar_grpc.cli.perf.blocked import Disruption, blocked_runs
+from pulsar_grpc.cli.perf.blocked import (
+    DEFAULT_MAX_BACKOFF_MS,
+    BlockedSpec,
+    Disruption,
+    blocked_runs,
+)
 from pulsar_grpc.cli.perf.procs import standalone
 from pulsar_grpc.cli.perf.report import machine
 from pulsar_grpc.cli.perf.servers import DEFAULT_SESSION_MS, placed_topic, servers
@@ -59,6 +67,10 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )  # fmt: skip
     p.add_argument("--repeat", type=int, default=3, help="repetitions of each disruption")
     p.add_argument(
+        "--max-backoff-ms", type=int, default=DEFAULT_MAX_BACKOFF_MS,
+        help="the disrupted clients' max_backoff_interval_ms (default the SDK's, 60000)",
+    )  # fmt: skip
+    p.add_argument(
         "--interval", type=float, default=0, help="seconds between the load processes' stats "
         "lines (default: one line at the end)",
     )  # fmt: skip
@@ -75,13 +87,12 @@ def run(args: argparse.Namespace) -> int:
     with servers() as run_servers:
         if not args.no_baseline:
             with standalone() as broker:
-                rows.append(
-                    {"brokers": "standalone", **_step(args, [broker.service_url], broker.http_url)}
-                )
+                step = _step(args, [broker.service_url], broker.http_url, [broker.pid])
+                rows.append({"brokers": "standalone", **step})
         for n in counts:
             with run_servers.brokers(n) as brokers:
                 _progress(f"{n} broker(s) up: {brokers.service_urls}")
-                step = _step(args, brokers.service_urls, brokers.http_urls[0])
+                step = _step(args, brokers.service_urls, brokers.http_urls[0], brokers.pids)
             rows.append({"brokers": n, **step})
         first = next(r for r in rows if r["brokers"] != "standalone")
         for row in rows:
@@ -94,19 +105,21 @@ def run(args: argparse.Namespace) -> int:
             "kill": [Disruption.KILL],
             "both": [Disruption.UNLOAD, Disruption.KILL],
         }[args.blocked]
-        timeouts = [int(t) for t in args.session_timeouts.split(",") if t.strip()]
-        report["blocked"] = blocked_runs(
-            run_servers, disruptions, timeouts, args.partitions, args.repeat
-        )
+        timeouts = tuple(int(t) for t in args.session_timeouts.split(",") if t.strip())
+        spec = BlockedSpec(args.partitions, args.repeat, timeouts, args.max_backoff_ms)
+        report["blocked"] = blocked_runs(run_servers, disruptions, spec)
     report["machine"]["load_after"] = os.getloadavg()
     print(json.dumps(report, indent=2) if args.json else _table(report))
     ok = all(r["produced"] and r["consumed"] and not r["errors"] for r in rows)
     return 0 if ok else 1
 
 
-def _step(args: argparse.Namespace, service_urls: list[str], admin_url: str) -> dict[str, Any]:
+def _step(
+    args: argparse.Namespace, service_urls: list[str], admin_url: str, broker_pids: list[int]
+) -> dict[str, Any]:
     """Place the topic, run K producer and K consumer processes at once (process i on broker
-    i mod N); their summed rates."""
+    i mod N); their summed rates, and the CPU seconds the brokers and the load processes used
+    meanwhile (what a 2-core machine runs out of)."""
     owners = placed_topic(service_urls[0], admin_url, TOPIC, args.partitions)
     common = [
         "-t", TOPIC, "--partitions", str(args.partitions), "--admin-url", admin_url,
@@ -124,7 +137,13 @@ def _step(args: argparse.Namespace, service_urls: list[str], admin_url: str) -> 
         for verb, extra in (("consume", consume), ("produce", []))
         for i in range(args.load_processes)
     ]
+    brokers_cpu = sum(_cpu_s(pid) for pid in broker_pids)
+    load_cpu = _children_cpu_s()
+    began = time.monotonic()
     results = _run_load(commands, args.duration)
+    wall = time.monotonic() - began
+    brokers_cpu = sum(_cpu_s(pid) for pid in broker_pids) - brokers_cpu
+    load_cpu = _children_cpu_s() - load_cpu
     producers = [r for c, r in zip(commands, results, strict=True) if c[0] == "produce"]
     consumers = [r for c, r in zip(commands, results, strict=True) if c[0] == "consume"]
     step = {
@@ -136,6 +155,9 @@ def _step(args: argparse.Namespace, service_urls: list[str], admin_url: str) -> 
         "errors": sum(r["errors"] for r in producers),
         "produce_p50_ms": max(r["latency_ms"]["p50"] for r in producers if r["latency_ms"]),
         "produce_p99_ms": max(r["latency_ms"]["p99"] for r in producers if r["latency_ms"]),
+        "wall_s": round(wall, 1),
+        "brokers_cpu_s": round(brokers_cpu, 1),
+        "load_cpu_s": round(load_cpu, 1),
     }
     _progress(f"step: {step}")
     return step
@@ -157,12 +179,27 @@ def _run_load(commands: list[list[str]], duration: float) -> list[dict[str, Any]
     return results
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a running process (/proc/<pid>/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's finished children (the load processes, once waited)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _progress(line: str) -> None:
     print(f"perf cluster: {line}", file=sys.stderr, flush=True)
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    keep = ("brokers", "partitions", "load_processes", "duration", "size", "batch", "repeat")
+    keep = (
+        "brokers", "partitions", "load_processes", "duration", "size", "batch", "repeat",
+        "session_timeouts", "max_backoff_ms",
+    )  # fmt: skip
     return {k: getattr(args, k) for k in keep}
 
 
@@ -171,7 +208,8 @@ def _table(report: dict[str, Any]) -> str:
     lines = [
         f"machine: {m['nproc']} x {m['cpu']}, load {m['load_before']} -> {m['load_after']}",
         f"{'brokers':<12}{'parts/broker':<16}{'produce msg/s':>14}{'ratio':>7}"
-        f"{'consume msg/s':>15}{'ratio':>7}{'p50 ms':>8}{'p99 ms':>8}",
+        f"{'consume msg/s':>15}{'ratio':>7}{'p50 ms':>8}{'p99 ms':>8}"
+        f"{'CPU s brokers/load/wall':>25}",
     ]
     for r in report["throughput"]:
         lines.append(
@@ -179,10 +217,12 @@ def _table(report: dict[str, Any]) -> str:
             f"{r['produce_msg_per_s']:>14,}{r['produce_ratio']:>7.2f}"
             f"{r['consume_msg_per_s']:>15,}{r['consume_ratio']:>7.2f}"
             f"{r['produce_p50_ms']:>8.1f}{r['produce_p99_ms']:>8.1f}"
+            f"{r['brokers_cpu_s']:>11.1f} /{r['load_cpu_s']:>5.1f} /{r['wall_s']:>5.1f}"
         )
     for b in report["blocked"]:
         lines.append(
-            f"{b['disruption']:<8} session {b['session_ms']:>6} ms: longest gap between receipts"
+            f"{b['disruption']:<7} session {b['session_ms']:>5} ms, client max backoff"
+            f" {b['client_max_backoff_ms']:>5} ms: longest gap between receipts"
             f" p50 {b['gap_s']['p50']:.3f} s max {b['gap_s']['max']:.3f} s; first receipt after"
             f" p50 {b['first_receipt_s']['p50']:.3f} s max {b['first_receipt_s']['max']:.3f} s"
             f" (x{len(b['runs'])})"

@@ -39,6 +39,10 @@ class Brokers:
     def http_urls(self) -> list[str]:
         return [b.http_url for b in self.processes]
 
+    @property
+    def pids(self) -> list[int]:
+        return [b.pid for b in self.processes if b.pid is not None]
+
 
 class Servers:
     """ZooKeeper and PostgreSQL for a whole `perf cluster` run, under a temporary directory."""
