@@ -14,11 +14,13 @@ cluster broker is what PostgreSQL and ZooKeeper cost. Blocked time: cli.perf.blo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -39,6 +41,7 @@ SUBSCRIPTION = "perf-cluster-sub"
 # A load process that has not finished this long after its duration has hung.
 LOAD_GRACE_S = 120
 CONSUME_EXTRA_S = 3.0
+LOAD_ATTEMPTS = 2
 
 
 def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -114,15 +117,38 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+class LoadFailedError(RuntimeError):
+    """A load process printed no summary (on an overloaded machine, a first connection may
+    time out)."""
+
+
 def _step(
     args: argparse.Namespace, service_urls: list[str], admin_url: str, broker_pids: list[int]
+) -> dict[str, Any]:
+    """One broker count's measurement; once more on a fresh topic if a load process failed
+    (the failed attempt's messages would otherwise count)."""
+    for attempt in range(LOAD_ATTEMPTS):
+        topic = f"{TOPIC}-{attempt}"
+        try:
+            return _load(args, service_urls, admin_url, broker_pids, topic)
+        except LoadFailedError as exc:
+            _progress(f"attempt {attempt + 1} failed: {exc}")
+    raise LoadFailedError(f"{LOAD_ATTEMPTS} attempts failed")
+
+
+def _load(
+    args: argparse.Namespace,
+    service_urls: list[str],
+    admin_url: str,
+    broker_pids: list[int],
+    topic: str,
 ) -> dict[str, Any]:
     """Place the topic, run K producer and K consumer processes at once (process i on broker
     i mod N); their summed rates, and the CPU seconds the brokers and the load processes used
     meanwhile (what a 2-core machine runs out of)."""
-    owners = placed_topic(service_urls[0], admin_url, TOPIC, args.partitions)
+    owners = placed_topic(service_urls[0], admin_url, topic, args.partitions)
     common = [
-        "-t", TOPIC, "--partitions", str(args.partitions), "--admin-url", admin_url,
+        "-t", topic, "--partitions", str(args.partitions), "--admin-url", admin_url,
         "--size", str(args.size), "--batch", str(args.batch), "--duration", str(args.duration),
         "--interval", str(args.interval or args.duration), "--json",
     ]  # fmt: skip
@@ -164,19 +190,22 @@ def _step(
 
 
 def _run_load(commands: list[list[str]], duration: float) -> list[dict[str, Any]]:
-    """`pulsar-grpc perf <command>` processes, all at once; their JSON summaries."""
+    """`pulsar-grpc perf <command>` processes, all at once, each waited for; their JSON
+    summaries. Their stderr goes to files: a full pipe would stall a process mid-run."""
     base = [sys.executable, "-m", "pulsar_grpc.cli.main", "perf"]
-    procs = [
-        subprocess.Popen([*base, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for cmd in commands
-    ]
-    results = []
-    for cmd, proc in zip(commands, procs, strict=True):
-        out, err = proc.communicate(timeout=duration + LOAD_GRACE_S)
-        if not out.strip():
-            raise RuntimeError(f"perf {' '.join(cmd)} exited {proc.returncode}:\n{err[-2000:]}")
-        results.append(json.loads(out))
-    return results
+    with contextlib.ExitStack() as stack:
+        logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in commands]
+        procs = [
+            subprocess.Popen([*base, *cmd], stdout=subprocess.PIPE, stderr=log, text=True)
+            for cmd, log in zip(commands, logs, strict=True)
+        ]
+        outs = [proc.communicate(timeout=duration + LOAD_GRACE_S)[0] for proc in procs]
+        for cmd, proc, out, log in zip(commands, procs, outs, logs, strict=True):
+            if not out.strip():
+                log.seek(0)
+                tail = log.read()[-1500:]
+                raise LoadFailedError(f"perf {' '.join(cmd)} exited {proc.returncode}:\n{tail}")
+    return [json.loads(out) for out in outs]
 
 
 def _cpu_s(pid: int) -> float:
