@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,7 +149,11 @@ def _measure(
 
 
 async def _under_load(
-    client: Client, topic: str, partitions: int, hit: list[int], disrupt: Any
+    client: Client,
+    topic: str,
+    partitions: int,
+    hit: list[int],
+    disrupt: Callable[[], Awaitable[None]],
 ) -> dict[str, Any]:
     receipts = [_Receipts() for _ in range(partitions)]
     stop = asyncio.Event()
@@ -203,6 +208,7 @@ async def _under_load(
     return {
         "gap_s": round(max(gap for gap, _ in gaps), 3),
         "first_receipt_s": round(max(end for _, end in gaps) - began, 3),
+        "gap_per_producer_s": [round(gap, 3) for gap, _ in gaps],
         "call_s": round(over - began, 3),
         "other_partitions_gap_s": round(
             max((receipts[p].longest_gap(began)[0] for p in others), default=0.0), 3

@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from pulsar_grpc.cli.local_servers import ServerNotInstalledError
 from pulsar_grpc.cli.perf.blocked import (
     DEFAULT_MAX_BACKOFF_MS,
     BlockedSpec,
@@ -34,7 +35,7 @@ from pulsar_grpc.cli.perf.blocked import (
 )
 from pulsar_grpc.cli.perf.procs import standalone
 from pulsar_grpc.cli.perf.report import machine
-from pulsar_grpc.cli.perf.servers import DEFAULT_SESSION_MS, placed_topic, servers
+from pulsar_grpc.cli.perf.servers import DEFAULT_SESSION_MS, Servers, placed_topic, servers
 
 TOPIC = "perf-cluster"
 SUBSCRIPTION = "perf-cluster-sub"
@@ -42,6 +43,12 @@ SUBSCRIPTION = "perf-cluster-sub"
 LOAD_GRACE_S = 120
 CONSUME_EXTRA_S = 3.0
 LOAD_ATTEMPTS = 2
+DISRUPTIONS = {
+    "none": [],
+    "unload": [Disruption.UNLOAD],
+    "kill": [Disruption.KILL],
+    "both": [Disruption.UNLOAD, Disruption.KILL],
+}
 
 
 def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -86,35 +93,41 @@ def run(args: argparse.Namespace) -> int:
         print("pulsar-grpc perf cluster: --brokers, --partitions, -k must be >= 1", file=sys.stderr)
         return 2
     report: dict[str, Any] = {"machine": machine(), "settings": _settings(args)}
-    rows: list[dict[str, Any]] = []
-    with servers() as run_servers:
-        if not args.no_baseline:
-            with standalone() as broker:
-                step = _step(args, [broker.service_url], broker.http_url, [broker.pid])
-                rows.append({"brokers": "standalone", **step})
-        for n in counts:
-            with run_servers.brokers(n) as brokers:
-                _progress(f"{n} broker(s) up: {brokers.service_urls}")
-                step = _step(args, brokers.service_urls, brokers.http_urls[0], brokers.pids)
-            rows.append({"brokers": n, **step})
-        first = next(r for r in rows if r["brokers"] != "standalone")
-        for row in rows:
-            row["produce_ratio"] = round(row["produce_msg_per_s"] / first["produce_msg_per_s"], 2)
-            row["consume_ratio"] = round(row["consume_msg_per_s"] / first["consume_msg_per_s"], 2)
-        report["throughput"] = rows
-        disruptions = {
-            "none": [],
-            "unload": [Disruption.UNLOAD],
-            "kill": [Disruption.KILL],
-            "both": [Disruption.UNLOAD, Disruption.KILL],
-        }[args.blocked]
-        timeouts = tuple(int(t) for t in args.session_timeouts.split(",") if t.strip())
-        spec = BlockedSpec(args.partitions, args.repeat, timeouts, args.max_backoff_ms)
-        report["blocked"] = blocked_runs(run_servers, disruptions, spec)
+    try:
+        with servers() as run_servers:
+            report["throughput"] = _throughput(args, run_servers, counts)
+            timeouts = tuple(int(t) for t in args.session_timeouts.split(",") if t.strip())
+            spec = BlockedSpec(args.partitions, args.repeat, timeouts, args.max_backoff_ms)
+            report["blocked"] = blocked_runs(run_servers, DISRUPTIONS[args.blocked], spec)
+    except ServerNotInstalledError as exc:
+        print(f"pulsar-grpc perf cluster: {exc}", file=sys.stderr)
+        return 1
     report["machine"]["load_after"] = os.getloadavg()
     print(json.dumps(report, indent=2) if args.json else _table(report))
+    rows = report["throughput"]
     ok = all(r["produced"] and r["consumed"] and not r["errors"] for r in rows)
     return 0 if ok else 1
+
+
+def _throughput(
+    args: argparse.Namespace, run_servers: Servers, counts: list[int]
+) -> list[dict[str, Any]]:
+    """The baseline (unless --no-baseline), then each broker count; ratios to the first."""
+    rows: list[dict[str, Any]] = []
+    if not args.no_baseline:
+        with standalone() as broker:
+            step = _step(args, [broker.service_url], broker.http_url, [broker.pid])
+            rows.append({"brokers": "standalone", **step})
+    for n in counts:
+        with run_servers.brokers(n) as brokers:
+            _progress(f"{n} broker(s) up: {brokers.service_urls}")
+            step = _step(args, brokers.service_urls, brokers.http_urls[0], brokers.pids)
+        rows.append({"brokers": n, **step})
+    first = next(r for r in rows if r["brokers"] != "standalone")
+    for row in rows:
+        row["produce_ratio"] = round(row["produce_msg_per_s"] / first["produce_msg_per_s"], 2)
+        row["consume_ratio"] = round(row["consume_msg_per_s"] / first["consume_msg_per_s"], 2)
+    return rows
 
 
 class LoadFailedError(RuntimeError):
@@ -232,10 +245,15 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     return {k: getattr(args, k) for k in keep}
 
 
+def _loads(averages: tuple[float, float, float]) -> str:
+    return " / ".join(f"{a:.2f}" for a in averages)
+
+
 def _table(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
-        f"machine: {m['nproc']} x {m['cpu']}, load {m['load_before']} -> {m['load_after']}",
+        f"machine: {m['nproc']} x {m['cpu']}, load {_loads(m['load_before'])} before,"
+        f" {_loads(m['load_after'])} after",
         f"{'brokers':<12}{'parts/broker':<16}{'produce msg/s':>14}{'ratio':>7}"
         f"{'consume msg/s':>15}{'ratio':>7}{'p50 ms':>8}{'p99 ms':>8}"
         f"{'CPU s brokers/load/wall':>25}",
@@ -252,7 +270,7 @@ def _table(report: dict[str, Any]) -> str:
         lines.append(
             f"{b['disruption']:<7} session {b['session_ms']:>5} ms, client max backoff"
             f" {b['client_max_backoff_ms']:>5} ms: longest gap between receipts"
-            f" p50 {b['gap_s']['p50']:.3f} s max {b['gap_s']['max']:.3f} s; first receipt after"
+            f" p50 {b['gap_s']['p50']:.3f} s max {b['gap_s']['max']:.3f} s; unblocked after"
             f" p50 {b['first_receipt_s']['p50']:.3f} s max {b['first_receipt_s']['max']:.3f} s"
             f" (x{len(b['runs'])})"
         )

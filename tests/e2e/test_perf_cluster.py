@@ -41,4 +41,6 @@ def test_cluster_reports_scaling_and_an_unload(
     assert run["partitions_hit"] and 0 in run["partitions_hit"]
     # The bundle's producers were blocked for a while by the unload, then got receipts again.
     assert run["call_s"] > 0 and run["gap_s"] > 0 and run["first_receipt_s"] > 0
+    assert len(run["gap_per_producer_s"]) == len(run["partitions_hit"])
+    assert max(run["gap_per_producer_s"]) == run["gap_s"]
     assert unload["gap_s"] == {"p50": run["gap_s"], "max": run["gap_s"]}
