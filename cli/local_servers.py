@@ -280,6 +280,11 @@ class BrokerProcess:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The process's id while started (a benchmark reads its CPU time), else None."""
+        return self._process.pid if self._process is not None else None
+
     def start(self, timeout: float = 60) -> BrokerProcess:
         self.launch()
         return self.wait_ready(timeout)

@@ -4,11 +4,14 @@
 and measures publish -> receive; ``ceiling`` measures a bare grpc.aio stream with the same
 batching and no broker behind it; ``all`` starts its own standalone broker (and the bare
 server) as child processes, so the broker and the load each get a core, and reports
-everything in one table. Progress lines go to stderr, the summary (table or --json) to stdout.
+everything in one table; ``cluster`` starts ZooKeeper, PostgreSQL and 1, 2, 4 brokers and
+measures how throughput scales and how long an unload or a kill blocks clients.
+Progress lines go to stderr, the summary (table or --json) to stdout.
 
 Modules: ``spec`` (settings), ``stats`` (recorder, HDR histograms, budget, pacing), ``load``
 (SDK producers and consumers), ``raw`` (hand-driven streams, the bare server), ``procs``
-(child processes), ``report`` (machine, table, plot).
+(child processes), ``report`` (machine, table, plot), ``cluster``, ``servers`` and ``blocked``
+(the cluster benchmark).
 """
 
 from __future__ import annotations
@@ -76,6 +79,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     everything.add_argument(
         "--sync", action="store_true", help="also run with journalSyncData=true (fsync)"
     )
+    from pulsar_grpc.cli.perf import cluster  # it builds on this module's helpers
+
+    cluster.add_parser(verbs)
     p.set_defaults(run=run)
 
 
@@ -128,6 +134,10 @@ def _add_consumer_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.verb == "cluster":
+        from pulsar_grpc.cli.perf import cluster
+
+        return cluster.run(args)
     problem = _check(args)
     if problem:
         print(f"pulsar-grpc perf: {problem}", file=sys.stderr)
