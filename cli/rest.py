@@ -1,6 +1,7 @@
 """The admin commands' HTTP client: one request to the broker's admin REST API, following a
 broker's 307 to the owner (urllib follows redirects for GET only), and the errors a command
-reports (exit 1 with the broker's reason, or that the broker cannot be reached)."""
+reports (exit 1 with the broker's reason, or that the broker cannot be reached; exit 2 for a
+bad namespace, topic or bundle name given on the command line)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+
+from pulsar_grpc.broker.errors import InvalidArgumentError
 
 __all__ = ["AdminRequestError", "reporting_errors", "request"]
 
@@ -65,9 +68,14 @@ def _reason(exc: urllib.error.HTTPError) -> str:
 
 def reporting_errors(command: str, run: Callable[[], int]) -> int:
     """Run a command's requests: a refusal or an unreachable broker is one line on stderr
-    (``pulsar-grpc <command>: ...``) and exit code 1."""
+    (``pulsar-grpc <command>: ...``) and exit code 1; a bad name on the command line (a
+    namespace, topic or bundle the naming rules refuse) one line and exit code 2, as argparse's
+    usage errors."""
     try:
         return run()
     except AdminRequestError as exc:
         print(f"pulsar-grpc {command}: {exc}", file=sys.stderr)
         return 1
+    except InvalidArgumentError as exc:
+        print(f"pulsar-grpc {command}: {exc.message}", file=sys.stderr)
+        return 2

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 
-from pulsar_grpc.broker.errors import InvalidTopicNameError
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.cli.endpoints import ADMIN_URL_HELP, default_admin_url
 from pulsar_grpc.cli.rest import reporting_errors, request
@@ -29,11 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return reporting_errors("topics", lambda: _run(args))
-    except (InvalidTopicNameError, ValueError) as exc:
-        print(f"pulsar-grpc topics: {exc}", file=sys.stderr)
-        return 2
+    return reporting_errors("topics", lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:
