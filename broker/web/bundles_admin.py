@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["BundlesAdmin"]
 
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
+MAX_PORT = 65535
 
 
 class BundlesAdmin:
@@ -149,7 +150,7 @@ class BundlesAdmin:
         self._check_cluster(request)
         broker = request.match_info["broker"]
         if broker != self._broker_id():
-            location = URL(f"{request.scheme}://{broker}").with_path(request.path)
+            location = _broker_url(request.scheme, broker).with_path(request.path)
             raise web.HTTPTemporaryRedirect(str(location.with_query(request.query)))
         ownership = self.service.namespaces.ownership
         if ownership is not None:
@@ -184,6 +185,20 @@ class BundlesAdmin:
         topic = TopicName.get(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}")
         bundles, _ = await self.service.resources.get_bundles(topic.namespace)
         return web.Response(text=bundles.bundle_for(topic).range_str)
+
+
+def _broker_url(scheme: str, broker: str) -> URL:
+    """The web address of the broker an admin path names as ``host:port`` (Pulsar's
+    validateBrokerName); anything else is the caller's mistake (400), not a failed redirect."""
+    host, _, port = broker.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address
+        host = host[1:-1]
+    if host and port.isdigit() and 0 < int(port) <= MAX_PORT:
+        try:
+            return URL.build(scheme=scheme, host=host, port=int(port))
+        except ValueError:  # a host yarl cannot encode
+            pass
+    raise e.InvalidArgumentError(f"Invalid broker url {broker}: expected <host>:<port>")
 
 
 def _owner_url(owner: Owner, tls: bool) -> str:
