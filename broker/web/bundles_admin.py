@@ -34,6 +34,11 @@ __all__ = ["BundlesAdmin"]
 
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 MAX_PORT = 65535
+# An unload asked of another broker (it closes the bundle's topics), redirects included: as
+# long as Pulsar gives one (namespaceBundleUnloadingTimeoutMs, 60 s).
+OWNER_TIMEOUT_S = 60.0
+# The reason quotes at most this much of another broker's error body.
+REASON_CHARS = 300
 
 
 class BundlesAdmin:
@@ -220,12 +225,18 @@ def _redirect(request: web.Request, owner: Owner) -> web.HTTPException:
 async def _unload_on(owner: Owner, bundle: NamespaceBundle, request: web.Request) -> None:
     """Ask the owner to unload ``bundle`` (its own admin request; a redirect is followed)."""
     url = f"{_owner_url(owner, request.scheme == 'https')}{_bundle_path(bundle)}/unload"
-    async with aiohttp.ClientSession() as http, http.put(url) as response:
-        if response.status >= 400:
-            raise e.ServiceNotReadyError(
-                f"the owner of {bundle} refused its unload: {response.status} "
-                f"{await response.text()}"
-            )
+    timeout = aiohttp.ClientTimeout(total=OWNER_TIMEOUT_S)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as http, http.put(url) as response:
+            if response.status >= 400:
+                reason = (await response.text())[:REASON_CHARS]
+                raise e.ServiceNotReadyError(
+                    f"the owner of {bundle} refused its unload: {response.status} {reason}"
+                )
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise e.ServiceNotReadyError(
+            f"the owner of {bundle} could not be asked to unload it: {exc!r}"
+        ) from None
 
 
 def _bundle_path(bundle: NamespaceBundle) -> str:
