@@ -19,7 +19,7 @@ import json
 
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
 from pulsar_grpc.cli.endpoints import ADMIN_URL_HELP, default_admin_url
-from pulsar_grpc.cli.rest import reporting_errors, request
+from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
 SPLIT_ALGORITHMS = (
     "range_equally_divide",
@@ -111,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
             request("PUT", f"{url}/{bundle.range_str}/split?{query}", body)
     elif args.group == "brokers":
         if args.verb == "list":
-            _print_lines(request("GET", f"{base}/admin/v2/brokers/{args.cluster}"))
+            print_lines(request("GET", f"{base}/admin/v2/brokers/{args.cluster}"))
         elif args.verb == "namespaces":
             owned = request(
                 "GET", f"{base}/admin/v2/brokers/{args.cluster}/{args.url}/ownedNamespaces"
@@ -123,9 +123,3 @@ def _run(args: argparse.Namespace) -> int:
         topic = TopicName.get(args.topic)
         print(request("GET", f"{base}/lookup/v2/topic/{topic.rest_path}/bundle"))
     return 0
-
-
-def _print_lines(items: object) -> None:
-    assert isinstance(items, list)
-    for item in items:
-        print(item)

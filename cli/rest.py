@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from pulsar_grpc.broker.errors import InvalidArgumentError
 
-__all__ = ["AdminRequestError", "reporting_errors", "request"]
+__all__ = ["AdminRequestError", "print_lines", "reporting_errors", "request"]
 
 # Pulsar's brokers redirect a bundle or broker request to its owner: one hop, maybe two.
 _MAX_REDIRECTS = 5
@@ -56,6 +56,15 @@ def request(method: str, url: str, body: bytes | None = None) -> object:
         except ValueError:
             return raw
     raise AdminRequestError(f"too many redirects, the last to {url}")
+
+
+def print_lines(answer: object) -> None:
+    """Print a JSON list answer one item a line (a topic or broker listing); anything else is
+    not what the broker should have answered: AdminRequestError, not a traceback."""
+    if not isinstance(answer, list):
+        raise AdminRequestError(f"expected a JSON list, the broker answered {answer!r:.200}")
+    for item in answer:
+        print(item)
 
 
 def _reason(exc: urllib.error.HTTPError) -> str:

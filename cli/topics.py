@@ -8,7 +8,7 @@ import sys
 
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.cli.endpoints import ADMIN_URL_HELP, default_admin_url
-from pulsar_grpc.cli.rest import reporting_errors, request
+from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -35,10 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     base = args.admin_url.rstrip("/")
     if args.verb == "list":
         ns = NamespaceName.get(args.namespace)
-        names = request("GET", f"{base}/admin/v2/persistent/{ns}")
-        assert isinstance(names, list)
-        for name in names:
-            print(name)
+        print_lines(request("GET", f"{base}/admin/v2/persistent/{ns}"))
         return 0
     topic = TopicName.get(args.topic)
     url = f"{base}/admin/v2/{topic.rest_path}"
