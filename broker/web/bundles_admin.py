@@ -1,6 +1,6 @@
 """Admin REST at Pulsar's paths for bundles and brokers: a namespace's bundles, unload of a
-bundle or a whole namespace, split, the cluster's brokers and what one of them owns, and the
-bundle a topic belongs to.
+bundle or a whole namespace, split, what one of the cluster's brokers owns, and the bundle a
+topic belongs to. (The cluster's brokers and its leader are the web service's own routes.)
 
 A bundle operation is answered where the bundle is owned. Sent to another broker, it is
 redirected (307, same path and query) to the owner's web address, as Pulsar's
@@ -20,9 +20,6 @@ from yarl import URL
 
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.bundles import BundleOwner, BundleService, Owner
-
-# A module (not its name): the load report imports the web package's metrics.
-from pulsar_grpc.broker.cluster import broker_id, load_report
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.cluster.split import SplitAlgorithm
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
@@ -49,15 +46,14 @@ class BundlesAdmin:
         self._bundles: BundleService | None = None
 
     def add_routes(self, app: web.Application) -> None:
-        # Registered after the web service's own routes, so that a literal path such as
-        # /admin/v2/brokers/leaderBroker is matched before /admin/v2/brokers/{cluster}.
+        # Registered after the web service's own routes (which answer
+        # /admin/v2/brokers/leaderBroker and /admin/v2/brokers/{cluster}): the first match wins.
         app.add_routes(
             [
                 web.get(NAMESPACE + "/bundles", self.get_bundles),
                 web.put(NAMESPACE + "/unload", self.unload_namespace),
                 web.put(NAMESPACE + "/{bundle}/unload", self.unload_bundle),
                 web.put(NAMESPACE + "/{bundle}/split", self.split_bundle),
-                web.get("/admin/v2/brokers/{cluster}", self.brokers),
                 web.get("/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", self.owned),
                 web.get(
                     "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle",
@@ -128,33 +124,17 @@ class BundlesAdmin:
 
     # ------------------------------------------------------------ brokers and topics
 
-    def _broker_id(self) -> str:
-        reporter = self.service.load_reporter
-        if reporter is not None:
-            return reporter.broker_id
-        s = self.service
-        return broker_id(s.config.advertisedAddress, s.listeners, s.bound)
-
     def _check_cluster(self, request: web.Request) -> None:
         cluster = request.match_info["cluster"]
         if cluster != self.service.config.clusterName:
             raise e.NotFoundError(f"Cluster {cluster} does not exist")
-
-    async def brokers(self, request: web.Request) -> web.Response:
-        """The cluster's active brokers (their load reports), as `advertisedAddress:port`."""
-        self._check_cluster(request)
-        if not self.service.namespaces.clustered:
-            return web.json_response([self._broker_id()])
-        return web.json_response(
-            sorted(await self.service.store.get_children(load_report.LOADBALANCE_BROKERS_ROOT))
-        )
 
     async def owned(self, request: web.Request) -> web.Response:
         """Pulsar's map of bundle -> NamespaceOwnershipStatus, answered by the broker named
         (another one's request is redirected to it, as Pulsar's validateBrokerName)."""
         self._check_cluster(request)
         broker = request.match_info["broker"]
-        if broker != self._broker_id():
+        if broker != self.service.broker_id():
             location = _broker_url(request.scheme, broker).with_path(request.path)
             raise web.HTTPTemporaryRedirect(str(location.with_query(request.query)))
         ownership = self.service.namespaces.ownership
