@@ -5,6 +5,7 @@ bad namespace, topic or bundle name given on the command line)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import sys
 import urllib.error
@@ -49,6 +50,8 @@ def request(method: str, url: str, body: bytes | None = None) -> object:
             raise AdminRequestError(f"{exc.code} {_reason(exc)}") from None
         except urllib.error.URLError as exc:
             raise AdminRequestError(f"cannot reach {url}: {exc.reason}") from None
+        except (OSError, http.client.HTTPException) as exc:  # a read timeout, a cut answer
+            raise AdminRequestError(f"no answer from {url}: {exc!r}") from None
         if not raw:
             return None
         try:
