@@ -53,6 +53,9 @@ class SplitRefusedError(PreconditionFailedError):
 
 
 class BundleOwner(enum.Enum):
+    """Who answers an admin request for a bundle: this broker does it, another broker gets a
+    redirect, nobody means there is nothing to unload (a split takes the bundle first)."""
+
     THIS_BROKER = "this broker"
     OTHER_BROKER = "another broker"
     NOBODY = "nobody"
@@ -60,6 +63,8 @@ class BundleOwner(enum.Enum):
 
 @dataclass(frozen=True)
 class Owner:
+    """A bundle's owner as BundleService.owner found it."""
+
     kind: BundleOwner
     data: NamespaceEphemeralData | None = None  # the other broker's addresses
 

@@ -42,8 +42,11 @@ class BundlesAdmin:
     """The routes, on one broker; ``add_routes`` registers them on the web application."""
 
     def __init__(self, service: BrokerService) -> None:
+        """Made when the web service starts, once the broker's parts exist."""
         self.service = service
-        self._bundles: BundleService | None = None
+        self.bundles = BundleService(
+            service.config, service.resources, service.namespaces, service.topics
+        )
 
     def add_routes(self, app: web.Application) -> None:
         # Registered after the web service's own routes (which answer
@@ -61,13 +64,6 @@ class BundlesAdmin:
                 ),
             ]
         )
-
-    @property
-    def bundles(self) -> BundleService:
-        if self._bundles is None:
-            s = self.service
-            self._bundles = BundleService(s.config, s.resources, s.namespaces, s.topics)
-        return self._bundles
 
     # ------------------------------------------------------------ namespaces
 
