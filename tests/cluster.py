@@ -46,6 +46,7 @@ __all__ = [
     "BrokerMember",
     "Cluster",
     "Member",
+    "addresses",
     "cluster_factory",
     "grpc_lookup",
     "lookup_path",
@@ -253,7 +254,16 @@ async def grpc_lookup(
             pb.LookupRequest(topic=topic.full_name), metadata=metadata, timeout=30
         )
     assert r.response == pb.LookupResponse.Connect and r.authoritative
-    return {"grpc_url": r.grpc_url, "grpc_url_tls": r.grpc_url_tls, "http_url": r.http_url}
+    return addresses(r)
+
+
+def addresses(response: pb.LookupResponse) -> dict[str, str]:
+    """A lookup answer's addresses, keyed as a member's ``answer`` keys them."""
+    return {
+        "grpc_url": response.grpc_url,
+        "grpc_url_tls": response.grpc_url_tls,
+        "http_url": response.http_url,
+    }
 
 
 class Answering(Protocol):

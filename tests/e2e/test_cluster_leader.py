@@ -26,7 +26,7 @@ from pulsar_grpc.broker.metadata import SessionEvent, ZooKeeperMetadataStore
 from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
-from tests.cluster import BrokerMember, one_topic_per_bundle, start_brokers
+from tests.cluster import BrokerMember, addresses, one_topic_per_bundle, start_brokers
 from tests.e2e.messaging import receive_n
 from tests.e2e.wire import stub
 from tests.support import BrokerThread
@@ -68,15 +68,6 @@ async def the_leader(cluster: list[BrokerMember]) -> BrokerMember:
 def member_at(cluster: list[BrokerMember], grpc_url: str, listener: str) -> BrokerMember:
     (found,) = [m for m in cluster if m.answer(listener)["grpc_url"] == grpc_url]
     return found
-
-
-def addresses(response: pb.LookupResponse) -> dict[str, str]:
-    """A lookup answer's addresses, as BrokerMember.answer names them."""
-    return {
-        "grpc_url": response.grpc_url,
-        "grpc_url_tls": response.grpc_url_tls,
-        "http_url": response.http_url,
-    }
 
 
 def grpc_part(answer: dict[str, str]) -> tuple[str, str]:
