@@ -53,6 +53,9 @@ class SplitRefusedError(PreconditionFailedError):
 
 
 class BundleOwner(enum.Enum):
+    """Who answers an admin request for a bundle: this broker does it, another broker gets a
+    redirect, nobody means there is nothing to unload (a split takes the bundle first)."""
+
     THIS_BROKER = "this broker"
     OTHER_BROKER = "another broker"
     NOBODY = "nobody"
@@ -60,6 +63,8 @@ class BundleOwner(enum.Enum):
 
 @dataclass(frozen=True)
 class Owner:
+    """A bundle's owner as BundleService.owner found it."""
+
     kind: BundleOwner
     data: NamespaceEphemeralData | None = None  # the other broker's addresses
 
@@ -174,10 +179,12 @@ class BundleService:
         self, bundle: NamespaceBundle, new: NamespaceBundles, version: int
     ) -> bool:
         """Own the parts, write the policies (compare-and-set), give the parent up; False (the
-        parts given up again) when another writer changed the policies first."""
+        parts given up again) when another writer changed the policies first. The parts are
+        given up on any failure too: none stays owned outside the namespace's bundles."""
         ownership = self._ownership
         parts = _parts(bundle, new)
         acquired: list[NamespaceBundle] = []
+        written = False
         try:
             if ownership is not None:
                 for part in parts:
@@ -185,11 +192,12 @@ class BundleService:
                     acquired.append(part)
             written = await self.resources.set_bundles(new, version)
         except BadVersionError:
-            written = False  # a part is owned already: a concurrent split of the same bundle
-        if not written:
-            if ownership is not None:
+            pass  # a part is owned already: a concurrent split of the same bundle
+        finally:
+            if not written and ownership is not None:
                 for part in acquired:
                     await ownership.release(part)
+        if not written:
             return False
         if ownership is not None:
             ownership.bundles_changed(new)

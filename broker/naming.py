@@ -429,15 +429,6 @@ class NamespaceBundles:
             raise InvalidArgumentError(f"topic {topic} is not in namespace {self.namespace}")
         return self.bundle_for_hash(topic_hash(topic))
 
-    def split(self, bundle: NamespaceBundle, boundary: int | None = None) -> NamespaceBundles:
-        """Split ``bundle`` in two at ``boundary``, by default its middle (range_equally_divide).
-
-        Returns the namespace's new bundles; the two halves are the bundles around the boundary.
-        """
-        if boundary is None:
-            boundary = bundle.lower + (bundle.upper - bundle.lower) // 2
-        return self.split_at(bundle, [boundary])
-
     def split_at(self, bundle: NamespaceBundle, boundaries: Iterable[int]) -> NamespaceBundles:
         """Split ``bundle`` at each of ``boundaries`` (at least one, each inside it): the
         namespace's new bundles, where ``bundle`` is replaced by len(boundaries) + 1 parts."""

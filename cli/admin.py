@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from pulsar_grpc.broker.errors import InvalidArgumentError
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
 from pulsar_grpc.cli.endpoints import ADMIN_URL_HELP, default_admin_url
-from pulsar_grpc.cli.rest import reporting_errors, request
+from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
 SPLIT_ALGORITHMS = (
     "range_equally_divide",
@@ -35,8 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--admin-url", default=default_admin_url(), help=ADMIN_URL_HELP)
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP")
 
-    namespaces = groups.add_parser("namespaces", help="a namespace's bundles: list, unload, split")
-    ns_verbs = namespaces.add_subparsers(dest="verb", required=True, metavar="VERB")
+    ns_verbs = _verbs(groups, "namespaces", "a namespace's bundles: list, unload, split")
     bundles = ns_verbs.add_parser("bundles", help="print the namespace's bundles (BundlesData)")
     bundles.add_argument("namespace")
     unload = ns_verbs.add_parser("unload", help="unload a bundle, or every bundle of the namespace")
@@ -56,8 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="comma-separated hash positions, for specified_positions_divide",
     )
 
-    brokers = groups.add_parser("brokers", help="the cluster's brokers")
-    br_verbs = brokers.add_subparsers(dest="verb", required=True, metavar="VERB")
+    br_verbs = _verbs(groups, "brokers", "the cluster's brokers")
     listing = br_verbs.add_parser("list", help="the cluster's active brokers")
     listing.add_argument("cluster")
     owned = br_verbs.add_parser("namespaces", help="the bundles a broker owns")
@@ -65,11 +61,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     owned.add_argument("--url", required=True, help="the broker, as `brokers list` names it")
     br_verbs.add_parser("leader-broker", help="the cluster's leader broker")
 
-    topics = groups.add_parser("topics", help="a topic's bundle")
-    tp_verbs = topics.add_subparsers(dest="verb", required=True, metavar="VERB")
+    tp_verbs = _verbs(groups, "topics", "a topic's bundle")
     bundle_range = tp_verbs.add_parser("bundle-range", help="the bundle a topic belongs to")
     bundle_range.add_argument("topic")
     p.set_defaults(run=run)
+
+
+def _verbs(
+    groups: argparse._SubParsersAction,  # type: ignore[type-arg]
+    group: str,
+    help: str,
+) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    """The verbs of ``admin GROUP``: each one's parser is added to what this returns."""
+    return groups.add_parser(group, help=help).add_subparsers(
+        dest="verb", required=True, metavar="VERB"
+    )
 
 
 def _positions(text: str) -> list[int]:
@@ -80,11 +86,7 @@ def _positions(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return reporting_errors("admin", lambda: _run(args))
-    except InvalidArgumentError as exc:  # a bad namespace, topic or bundle name
-        print(f"pulsar-grpc admin: {exc.message}", file=sys.stderr)
-        return 2
+    return reporting_errors("admin", lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -109,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
             request("PUT", f"{url}/{bundle.range_str}/split?{query}", body)
     elif args.group == "brokers":
         if args.verb == "list":
-            _print_lines(request("GET", f"{base}/admin/v2/brokers/{args.cluster}"))
+            print_lines(request("GET", f"{base}/admin/v2/brokers/{args.cluster}"))
         elif args.verb == "namespaces":
             owned = request(
                 "GET", f"{base}/admin/v2/brokers/{args.cluster}/{args.url}/ownedNamespaces"
@@ -121,9 +123,3 @@ def _run(args: argparse.Namespace) -> int:
         topic = TopicName.get(args.topic)
         print(request("GET", f"{base}/lookup/v2/topic/{topic.rest_path}/bundle"))
     return 0
-
-
-def _print_lines(items: object) -> None:
-    assert isinstance(items, list)
-    for item in items:
-        print(item)

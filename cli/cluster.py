@@ -19,6 +19,7 @@ import argparse
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ POSTGRES_PORT = 5433  # not 5432, where a system PostgreSQL may already listen
 CHROOT = "/pulsar-grpc"
 # Marks a work directory as this command's, so that the next run may empty it.
 WORKDIR_MARKER = ".pulsar-grpc-cluster"
+# MemberPorts.free's tries: a port free on one host is almost always free on the other.
+FREE_PORT_ATTEMPTS = 100
 
 
 @dataclass(frozen=True)
@@ -55,11 +58,13 @@ class MemberPorts:
 
     @classmethod
     def free(cls) -> MemberPorts:
-        """Ports free on both hosts now (for tests, which run beside other clusters)."""
-        while True:
+        """Ports free on both hosts now (for tests, which run beside other clusters); an
+        OSError when none are found, as where 127.0.0.2 is no local address (macOS)."""
+        for _ in range(FREE_PORT_ATTEMPTS):
             grpc, http = free_port(INTERNAL_HOST), free_port(INTERNAL_HOST)
             if grpc != http and _free_on(EXTERNAL_HOST, grpc) and _free_on(EXTERNAL_HOST, http):
                 return cls(grpc, http)
+        raise OSError(f"no two ports free on both {INTERNAL_HOST} and {EXTERNAL_HOST}")
 
     def url(self, scheme: str, listener: str) -> str:
         host = INTERNAL_HOST if listener == "internal" else EXTERNAL_HOST
@@ -191,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
                 if i not in exited and not broker.running:
                     exited.add(i)
                     print(f"broker-{i} exited; see {broker.log}", file=sys.stderr, flush=True)
-    except (ServerNotInstalledError, RuntimeError, OSError) as exc:
+    except (ServerNotInstalledError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        # SubprocessError: PostgreSQL's tools hung (TimeoutExpired) or useradd failed.
         print(f"pulsar-grpc cluster: cannot start: {exc}", file=sys.stderr)
         return 1
     finally:

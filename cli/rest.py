@@ -1,16 +1,20 @@
 """The admin commands' HTTP client: one request to the broker's admin REST API, following a
 broker's 307 to the owner (urllib follows redirects for GET only), and the errors a command
-reports (exit 1 with the broker's reason, or that the broker cannot be reached)."""
+reports (exit 1 with the broker's reason, or that the broker cannot be reached; exit 2 for a
+bad namespace, topic or bundle name given on the command line)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-__all__ = ["AdminRequestError", "reporting_errors", "request"]
+from pulsar_grpc.broker.errors import InvalidArgumentError
+
+__all__ = ["AdminRequestError", "print_lines", "reporting_errors", "request"]
 
 # Pulsar's brokers redirect a bundle or broker request to its owner: one hop, maybe two.
 _MAX_REDIRECTS = 5
@@ -46,6 +50,8 @@ def request(method: str, url: str, body: bytes | None = None) -> object:
             raise AdminRequestError(f"{exc.code} {_reason(exc)}") from None
         except urllib.error.URLError as exc:
             raise AdminRequestError(f"cannot reach {url}: {exc.reason}") from None
+        except (OSError, http.client.HTTPException) as exc:  # a read timeout, a cut answer
+            raise AdminRequestError(f"no answer from {url}: {exc!r}") from None
         if not raw:
             return None
         try:
@@ -53,6 +59,15 @@ def request(method: str, url: str, body: bytes | None = None) -> object:
         except ValueError:
             return raw
     raise AdminRequestError(f"too many redirects, the last to {url}")
+
+
+def print_lines(answer: object) -> None:
+    """Print a JSON list answer one item a line (a topic or broker listing); anything else is
+    not what the broker should have answered: AdminRequestError, not a traceback."""
+    if not isinstance(answer, list):
+        raise AdminRequestError(f"expected a JSON list, the broker answered {answer!r:.200}")
+    for item in answer:
+        print(item)
 
 
 def _reason(exc: urllib.error.HTTPError) -> str:
@@ -65,9 +80,14 @@ def _reason(exc: urllib.error.HTTPError) -> str:
 
 def reporting_errors(command: str, run: Callable[[], int]) -> int:
     """Run a command's requests: a refusal or an unreachable broker is one line on stderr
-    (``pulsar-grpc <command>: ...``) and exit code 1."""
+    (``pulsar-grpc <command>: ...``) and exit code 1; a bad name on the command line (a
+    namespace, topic or bundle the naming rules refuse) one line and exit code 2, as argparse's
+    usage errors."""
     try:
         return run()
     except AdminRequestError as exc:
         print(f"pulsar-grpc {command}: {exc}", file=sys.stderr)
         return 1
+    except InvalidArgumentError as exc:
+        print(f"pulsar-grpc {command}: {exc.message}", file=sys.stderr)
+        return 2

@@ -6,10 +6,9 @@ import argparse
 import json
 import sys
 
-from pulsar_grpc.broker.errors import InvalidTopicNameError
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.cli.endpoints import ADMIN_URL_HELP, default_admin_url
-from pulsar_grpc.cli.rest import reporting_errors, request
+from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -29,21 +28,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return reporting_errors("topics", lambda: _run(args))
-    except (InvalidTopicNameError, ValueError) as exc:
-        print(f"pulsar-grpc topics: {exc}", file=sys.stderr)
-        return 2
+    return reporting_errors("topics", lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:
     base = args.admin_url.rstrip("/")
     if args.verb == "list":
         ns = NamespaceName.get(args.namespace)
-        names = request("GET", f"{base}/admin/v2/persistent/{ns}")
-        assert isinstance(names, list)
-        for name in names:
-            print(name)
+        print_lines(request("GET", f"{base}/admin/v2/persistent/{ns}"))
         return 0
     topic = TopicName.get(args.topic)
     url = f"{base}/admin/v2/{topic.rest_path}"

@@ -10,8 +10,10 @@ stopped at teardown; each broker's output goes to its log file (nothing to drain
 test shows the logs' tails. A test module imports ``cluster_factory`` with the fixtures it
 needs: ``postgres_server``, ``postgres_url``, ``zk_chroot``, ``zookeeper``.
 
-Also the helpers tests of lookups across brokers share: a topic in each bundle, a raw gRPC
-lookup, the HTTP lookup path.
+Also what tests of lookups across IN-PROCESS brokers share: ``BrokerMember`` (one
+BrokerThread with an ``internal`` and an ``external`` listener) and ``start_brokers``; and the
+helpers every cluster test shares: a topic in each bundle, a raw gRPC lookup, the HTTP lookup
+path.
 """
 
 from __future__ import annotations
@@ -24,25 +26,33 @@ from typing import Protocol, TypeVar
 import grpc
 import pytest
 
+from pulsar_grpc.broker.cluster.leader import LeaderState
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
+from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.cli.cluster import MemberPorts, broker_properties, write_broker
 from pulsar_grpc.cli.local_servers import BrokerProcess
 from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.e2e.test_listeners import EXTERNAL_HOST, INTERNAL_HOST, Ports, two_listener_config
 from tests.e2e.wire import stub
+from tests.support import BrokerThread
 from tests.zookeeper import ZooKeeperServer
 
 __all__ = [
     "BROKERS",
+    "EXTERNAL_GRPC_TLS",
     "LISTENERS",
     "SESSION_TIMEOUT_MS",
+    "BrokerMember",
     "Cluster",
     "Member",
+    "addresses",
     "cluster_factory",
     "grpc_lookup",
     "lookup_path",
     "one_topic_per_bundle",
     "place",
+    "start_brokers",
     "topic_over_every_bundle",
 ]
 
@@ -53,6 +63,8 @@ LISTENERS = ("internal", "external")
 # session (kazoo pings every third of it).
 SESSION_TIMEOUT_MS = 3000
 LOG_TAIL_CHARS = 3000
+# What two_listener_config advertises for the external listener's TLS gRPC endpoint.
+EXTERNAL_GRPC_TLS = "grpc+ssl://broker.example.com:6651"
 
 
 @dataclass
@@ -136,9 +148,80 @@ def cluster_factory(
             print(f"--- {member.name} ({member.process.log}), last lines:\n{log}")
 
 
-def one_topic_per_bundle(prefix: str = "spread") -> list[TopicName]:
-    """Topics of public/default, one in each of its 4 default bundles, in bundle order."""
-    bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4)
+@dataclass
+class BrokerMember:
+    """One in-process broker of a test's cluster, with two_listener_config's listeners:
+    ``internal`` bound and advertised on INTERNAL_HOST, ``external`` bound on EXTERNAL_HOST and
+    advertised as broker.example.com (a name only its gateway resolves)."""
+
+    broker: BrokerThread
+    ports: Ports
+
+    @property
+    def service(self) -> BrokerService:
+        assert self.broker.service is not None
+        return self.broker.service
+
+    @property
+    def leads(self) -> bool:
+        election = self.service.election
+        return election is not None and election.state is LeaderState.LEADER
+
+    def grpc(self, listener: str) -> str:
+        """The address this broker's ``listener`` is bound on (host:port)."""
+        if listener == "internal":
+            return f"{INTERNAL_HOST}:{self.ports.grpc_internal}"
+        return f"{EXTERNAL_HOST}:{self.ports.grpc_external}"
+
+    def http(self, listener: str) -> str:
+        """Where this broker's ``listener`` web socket is bound."""
+        if listener == "internal":
+            return f"http://{INTERNAL_HOST}:{self.ports.http_internal}"
+        return f"http://{EXTERNAL_HOST}:{self.ports.http_external}"
+
+    def advertised_http(self, listener: str) -> str:
+        """The web address this broker advertises for ``listener``."""
+        if listener == "internal":
+            return self.http(listener)
+        return f"http://broker.example.com:{self.ports.http_external}"
+
+    def answer(self, listener: str) -> dict[str, str]:
+        """What a lookup for ``listener`` answers when this broker owns the topic."""
+        return {
+            "grpc_url": f"grpc://{self.grpc(listener)}",
+            "grpc_url_tls": "" if listener == "internal" else EXTERNAL_GRPC_TLS,
+            "http_url": self.advertised_http(listener),
+        }
+
+    @property
+    def service_url(self) -> str:
+        return f"grpc://{self.grpc('internal')}"
+
+
+def start_brokers(
+    factory: Callable[..., BrokerThread], store_url: str, **properties: object
+) -> list[BrokerMember]:
+    """BROKERS in-process brokers on the metadata store ``store_url``, each with two listeners
+    on free ports (``properties``: more broker configuration for every one)."""
+    members = []
+    for _ in range(BROKERS):
+        ports = Ports.pick()
+        config = two_listener_config(ports, INTERNAL_HOST, f"{EXTERNAL_HOST}:{ports.grpc_external}")
+        broker = factory(
+            metadataStoreUrl=store_url,
+            # The brokers share this machine's CPU: never count one as overloaded.
+            loadBalancerBrokerOverloadedThresholdPercentage=100,
+            **config,
+            **properties,
+        )
+        members.append(BrokerMember(broker, ports))
+    return members
+
+
+def one_topic_per_bundle(prefix: str = "spread", count: int = 4) -> list[TopicName]:
+    """Topics of public/default, one in each of its ``count`` bundles (4 by default), in
+    bundle order."""
+    bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, count)
     found: dict[int, TopicName] = {}
     i = 0
     while len(found) < len(bundles):
@@ -171,7 +254,16 @@ async def grpc_lookup(
             pb.LookupRequest(topic=topic.full_name), metadata=metadata, timeout=30
         )
     assert r.response == pb.LookupResponse.Connect and r.authoritative
-    return {"grpc_url": r.grpc_url, "grpc_url_tls": r.grpc_url_tls, "http_url": r.http_url}
+    return addresses(r)
+
+
+def addresses(response: pb.LookupResponse) -> dict[str, str]:
+    """A lookup answer's addresses, keyed as a member's ``answer`` keys them."""
+    return {
+        "grpc_url": response.grpc_url,
+        "grpc_url_tls": response.grpc_url_tls,
+        "http_url": response.http_url,
+    }
 
 
 class Answering(Protocol):

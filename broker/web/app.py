@@ -187,13 +187,14 @@ class WebService:
         return web.json_response(leader.as_json())
 
     async def active_brokers(self, request: web.Request) -> web.Response:
-        """Pulsar's GET /admin/v2/brokers/{cluster}: the active brokers, as host:webport."""
+        """Pulsar's GET /admin/v2/brokers/{cluster}: the active brokers, as host:webport
+        (sorted: the store lists children in no set order)."""
         cluster = request.match_info["cluster"]
         if cluster != self.service.config.clusterName:
             raise e.NotFoundError(f"Cluster {cluster} does not exist")
         if not self.service.namespaces.clustered:
             return web.json_response([self.service.broker_id()])
-        return web.json_response(await self.service.namespaces.active_brokers())
+        return web.json_response(sorted(await self.service.namespaces.active_brokers()))
 
     async def create_tenant(self, request: web.Request) -> web.Response:
         try:

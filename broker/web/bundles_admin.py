@@ -1,6 +1,6 @@
 """Admin REST at Pulsar's paths for bundles and brokers: a namespace's bundles, unload of a
-bundle or a whole namespace, split, the cluster's brokers and what one of them owns, and the
-bundle a topic belongs to.
+bundle or a whole namespace, split, what one of the cluster's brokers owns, and the bundle a
+topic belongs to. (The cluster's brokers and its leader are the web service's own routes.)
 
 A bundle operation is answered where the bundle is owned. Sent to another broker, it is
 redirected (307, same path and query) to the owner's web address, as Pulsar's
@@ -20,9 +20,6 @@ from yarl import URL
 
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.bundles import BundleOwner, BundleService, Owner
-
-# A module (not its name): the load report imports the web package's metrics.
-from pulsar_grpc.broker.cluster import broker_id, load_report
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.cluster.split import SplitAlgorithm
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
@@ -33,25 +30,33 @@ if TYPE_CHECKING:
 __all__ = ["BundlesAdmin"]
 
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
+MAX_PORT = 65535
+# An unload asked of another broker (it closes the bundle's topics), redirects included: as
+# long as Pulsar gives one (namespaceBundleUnloadingTimeoutMs, 60 s).
+OWNER_TIMEOUT_S = 60.0
+# The reason quotes at most this much of another broker's error body.
+REASON_CHARS = 300
 
 
 class BundlesAdmin:
     """The routes, on one broker; ``add_routes`` registers them on the web application."""
 
     def __init__(self, service: BrokerService) -> None:
+        """Made when the web service starts, once the broker's parts exist."""
         self.service = service
-        self._bundles: BundleService | None = None
+        self.bundles = BundleService(
+            service.config, service.resources, service.namespaces, service.topics
+        )
 
     def add_routes(self, app: web.Application) -> None:
-        # Registered after the web service's own routes, so that a literal path such as
-        # /admin/v2/brokers/leaderBroker is matched before /admin/v2/brokers/{cluster}.
+        # Registered after the web service's own routes (which answer
+        # /admin/v2/brokers/leaderBroker and /admin/v2/brokers/{cluster}): the first match wins.
         app.add_routes(
             [
                 web.get(NAMESPACE + "/bundles", self.get_bundles),
                 web.put(NAMESPACE + "/unload", self.unload_namespace),
                 web.put(NAMESPACE + "/{bundle}/unload", self.unload_bundle),
                 web.put(NAMESPACE + "/{bundle}/split", self.split_bundle),
-                web.get("/admin/v2/brokers/{cluster}", self.brokers),
                 web.get("/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", self.owned),
                 web.get(
                     "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle",
@@ -59,13 +64,6 @@ class BundlesAdmin:
                 ),
             ]
         )
-
-    @property
-    def bundles(self) -> BundleService:
-        if self._bundles is None:
-            s = self.service
-            self._bundles = BundleService(s.config, s.resources, s.namespaces, s.topics)
-        return self._bundles
 
     # ------------------------------------------------------------ namespaces
 
@@ -122,34 +120,18 @@ class BundlesAdmin:
 
     # ------------------------------------------------------------ brokers and topics
 
-    def _broker_id(self) -> str:
-        reporter = self.service.load_reporter
-        if reporter is not None:
-            return reporter.broker_id
-        s = self.service
-        return broker_id(s.config.advertisedAddress, s.listeners, s.bound)
-
     def _check_cluster(self, request: web.Request) -> None:
         cluster = request.match_info["cluster"]
         if cluster != self.service.config.clusterName:
             raise e.NotFoundError(f"Cluster {cluster} does not exist")
-
-    async def brokers(self, request: web.Request) -> web.Response:
-        """The cluster's active brokers (their load reports), as `advertisedAddress:port`."""
-        self._check_cluster(request)
-        if not self.service.namespaces.clustered:
-            return web.json_response([self._broker_id()])
-        return web.json_response(
-            sorted(await self.service.store.get_children(load_report.LOADBALANCE_BROKERS_ROOT))
-        )
 
     async def owned(self, request: web.Request) -> web.Response:
         """Pulsar's map of bundle -> NamespaceOwnershipStatus, answered by the broker named
         (another one's request is redirected to it, as Pulsar's validateBrokerName)."""
         self._check_cluster(request)
         broker = request.match_info["broker"]
-        if broker != self._broker_id():
-            location = URL(f"{request.scheme}://{broker}").with_path(request.path)
+        if broker != self.service.broker_id():
+            location = _broker_url(request.scheme, broker).with_path(request.path)
             raise web.HTTPTemporaryRedirect(str(location.with_query(request.query)))
         ownership = self.service.namespaces.ownership
         if ownership is not None:
@@ -186,6 +168,20 @@ class BundlesAdmin:
         return web.Response(text=bundles.bundle_for(topic).range_str)
 
 
+def _broker_url(scheme: str, broker: str) -> URL:
+    """The web address of the broker an admin path names as ``host:port`` (Pulsar's
+    validateBrokerName); anything else is the caller's mistake (400), not a failed redirect."""
+    host, _, port = broker.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address
+        host = host[1:-1]
+    if host and port.isdigit() and 0 < int(port) <= MAX_PORT:
+        try:
+            return URL.build(scheme=scheme, host=host, port=int(port))
+        except ValueError:  # a host yarl cannot encode
+            pass
+    raise e.InvalidArgumentError(f"Invalid broker url {broker}: expected <host>:<port>")
+
+
 def _owner_url(owner: Owner, tls: bool) -> str:
     data = owner.data
     assert data is not None
@@ -205,12 +201,18 @@ def _redirect(request: web.Request, owner: Owner) -> web.HTTPException:
 async def _unload_on(owner: Owner, bundle: NamespaceBundle, request: web.Request) -> None:
     """Ask the owner to unload ``bundle`` (its own admin request; a redirect is followed)."""
     url = f"{_owner_url(owner, request.scheme == 'https')}{_bundle_path(bundle)}/unload"
-    async with aiohttp.ClientSession() as http, http.put(url) as response:
-        if response.status >= 400:
-            raise e.ServiceNotReadyError(
-                f"the owner of {bundle} refused its unload: {response.status} "
-                f"{await response.text()}"
-            )
+    timeout = aiohttp.ClientTimeout(total=OWNER_TIMEOUT_S)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as http, http.put(url) as response:
+            if response.status >= 400:
+                reason = (await response.text())[:REASON_CHARS]
+                raise e.ServiceNotReadyError(
+                    f"the owner of {bundle} refused its unload: {response.status} {reason}"
+                )
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise e.ServiceNotReadyError(
+            f"the owner of {bundle} could not be asked to unload it: {exc!r}"
+        ) from None
 
 
 def _bundle_path(bundle: NamespaceBundle) -> str:

@@ -76,6 +76,11 @@ async def test_standalone_unload_split_and_reads(broker: BrokerThread) -> None:
             owned = await response.json()
         assert owned["public/default/0x00000000_0x20000000"]["is_active"] is True
         assert len([b for b in owned if b.startswith("public/default/")]) == 5
+        for not_a_broker in ("127.0.0.1:99999", "no-port", "[::1:80"):
+            path = f"/admin/v2/brokers/standalone/{not_a_broker}/ownedNamespaces"
+            async with http.get(broker.http_url + path, allow_redirects=False) as response:
+                assert response.status == 400, (not_a_broker, await response.text())
+                assert (await response.json())["reason"].startswith("Invalid broker url")
         bundle_of = f"/lookup/v2/topic/{TopicName.get(topic).rest_path}/bundle"
         async with http.get(broker.http_url + bundle_of) as response:
             assert await response.text() in ("0x00000000_0x20000000", "0x20000000_0x40000000")

@@ -293,6 +293,9 @@ def test_topics_bad_name_and_unreachable_admin() -> None:
     bad = cli("topics", "create", "persistent://a/b")
     assert bad.returncode == 2
     assert "invalid topic name" in bad.stderr
+    bad_namespace = cli("topics", "list", "no-tenant")
+    assert bad_namespace.returncode == 2
+    assert "invalid namespace 'no-tenant'" in assert_one_line_error(bad_namespace)
     down = cli("topics", "--admin-url", f"http://127.0.0.1:{free_port()}", "list")
     assert down.returncode == 1
     assert "cannot reach" in assert_one_line_error(down)

@@ -15,21 +15,19 @@ import asyncio
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import aiohttp
 import grpc
 import pytest
 from yarl import URL
 
-from pulsar_grpc.broker.cluster.leader import LEADER_PATH, LeaderState
+from pulsar_grpc.broker.cluster.leader import LEADER_PATH
 from pulsar_grpc.broker.metadata import SessionEvent, ZooKeeperMetadataStore
-from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
-from pulsar_grpc.broker.service import BrokerService
+from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.cluster import BrokerMember, addresses, one_topic_per_bundle, start_brokers
 from tests.e2e.messaging import receive_n
-from tests.e2e.test_listeners import EXTERNAL_HOST, INTERNAL_HOST, Ports, two_listener_config
 from tests.e2e.wire import stub
 from tests.support import BrokerThread
 from tests.waiting import eventually
@@ -37,7 +35,6 @@ from tests.zookeeper import ZooKeeperServer, end_session, zk_chroot, zookeeper
 
 __all__ = ["zk_chroot", "zookeeper"]  # fixtures
 
-EXTERNAL_GRPC_TLS = "grpc+ssl://broker.example.com:6651"
 BUNDLES = 8
 _TREES = itertools.count()
 
@@ -45,79 +42,17 @@ CONNECT = pb.LookupResponse.Connect
 REDIRECT = pb.LookupResponse.Redirect
 
 
-@dataclass
-class Member:
-    broker: BrokerThread
-    ports: Ports
-
-    @property
-    def service(self) -> BrokerService:
-        assert self.broker.service is not None
-        return self.broker.service
-
-    @property
-    def leads(self) -> bool:
-        election = self.service.election
-        return election is not None and election.state is LeaderState.LEADER
-
-    def grpc(self, listener: str) -> str:
-        """The address this broker's ``listener`` is bound on (host:port)."""
-        if listener == "internal":
-            return f"{INTERNAL_HOST}:{self.ports.grpc_internal}"
-        return f"{EXTERNAL_HOST}:{self.ports.grpc_external}"
-
-    def http(self, listener: str) -> str:
-        """Where this broker's ``listener`` web socket is bound."""
-        if listener == "internal":
-            return f"http://{INTERNAL_HOST}:{self.ports.http_internal}"
-        return f"http://{EXTERNAL_HOST}:{self.ports.http_external}"
-
-    def advertised_http(self, listener: str) -> str:
-        if listener == "internal":
-            return f"http://{INTERNAL_HOST}:{self.ports.http_internal}"
-        return f"http://broker.example.com:{self.ports.http_external}"
-
-    def answer(self, listener: str) -> tuple[str, str, str]:
-        """(grpc_url, grpc_url_tls, http_url) of this broker for ``listener``."""
-        p = self.ports
-        if listener == "internal":
-            return f"grpc://{INTERNAL_HOST}:{p.grpc_internal}", "", self.advertised_http(listener)
-        return (
-            f"grpc://{EXTERNAL_HOST}:{p.grpc_external}",
-            EXTERNAL_GRPC_TLS,
-            self.advertised_http(listener),
-        )
-
-    @property
-    def service_url(self) -> str:
-        return f"grpc://{self.grpc('internal')}"
-
-
-def start_members(factory: Callable[..., BrokerThread], store_url: str) -> list[Member]:
-    members = []
-    for _ in range(3):
-        ports = Ports.pick()
-        config = two_listener_config(ports, INTERNAL_HOST, f"{EXTERNAL_HOST}:{ports.grpc_external}")
-        broker = factory(
-            metadataStoreUrl=store_url,
-            defaultNumberOfNamespaceBundles=BUNDLES,
-            # The brokers share this machine's CPU: never count one as overloaded.
-            loadBalancerBrokerOverloadedThresholdPercentage=100,
-            **config,
-        )
-        members.append(Member(broker, ports))
-    return members
-
-
 @pytest.fixture
-def cluster(broker_factory: Callable[..., BrokerThread]) -> list[Member]:
-    return start_members(broker_factory, f"memory:leader-{next(_TREES)}")
+def cluster(broker_factory: Callable[..., BrokerThread]) -> list[BrokerMember]:
+    return start_brokers(
+        broker_factory, f"memory:leader-{next(_TREES)}", defaultNumberOfNamespaceBundles=BUNDLES
+    )
 
 
-async def the_leader(cluster: list[Member]) -> Member:
+async def the_leader(cluster: list[BrokerMember]) -> BrokerMember:
     """Wait until exactly one member leads and every member knows it."""
 
-    def check() -> Member:
+    def check() -> BrokerMember:
         leaders = [m for m in cluster if m.leads]
         assert len(leaders) == 1, [m.leads for m in cluster]
         election = leaders[0].service.election
@@ -126,28 +61,21 @@ async def the_leader(cluster: list[Member]) -> Member:
             assert member.service.namespaces.leader() == election.me
         return leaders[0]
 
-    result: Member = await eventually(check, timeout=30)
+    result: BrokerMember = await eventually(check, timeout=30)
     return result
 
 
-def one_topic_per_bundle(prefix: str) -> list[TopicName]:
-    """Topics of public/default, one in each of its bundles."""
-    bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, BUNDLES)
-    found: dict[int, TopicName] = {}
-    for i in itertools.count():
-        topic = TopicName.get(f"{prefix}-{i}")
-        found.setdefault(bundles.bundles.index(bundles.bundle_for(topic)), topic)
-        if len(found) == len(bundles):
-            return [found[k] for k in sorted(found)]
-    raise AssertionError("unreachable")
-
-
-def member_at(cluster: list[Member], grpc_url: str, listener: str) -> Member:
-    (found,) = [m for m in cluster if m.answer(listener)[0] == grpc_url]
+def member_at(cluster: list[BrokerMember], grpc_url: str, listener: str) -> BrokerMember:
+    (found,) = [m for m in cluster if m.answer(listener)["grpc_url"] == grpc_url]
     return found
 
 
-def owned(member: Member) -> set[str]:
+def grpc_part(answer: dict[str, str]) -> tuple[str, str]:
+    """The gRPC addresses of a BrokerMember.answer: (grpc_url, grpc_url_tls)."""
+    return answer["grpc_url"], answer["grpc_url_tls"]
+
+
+def owned(member: BrokerMember) -> set[str]:
     return {str(b) for b in member.service.namespaces.owned_bundles()}
 
 
@@ -160,39 +88,39 @@ async def grpc_hop(address: str, topic: TopicName, authoritative: bool) -> pb.Lo
 
 @pytest.mark.parametrize("listener", ["internal", "external"])
 async def test_grpc_lookup_goes_to_the_leader_then_to_the_chosen_broker(
-    cluster: list[Member], listener: str
+    cluster: list[BrokerMember], listener: str
 ) -> None:
     leader = await the_leader(cluster)
     asked = next(m for m in cluster if m is not leader)
     chosen_brokers = set()
-    for topic in one_topic_per_bundle(f"grpc-{listener}"):
+    for topic in one_topic_per_bundle(f"grpc-{listener}", BUNDLES):
         # 1. A non-leader does not place the bundle: it sends the client to the leader, on
         # the leader's addresses of the listener the client came through.
         first = await grpc_hop(asked.grpc(listener), topic, authoritative=False)
         assert first.response == REDIRECT and not first.authoritative
-        assert (first.grpc_url, first.grpc_url_tls, first.http_url) == leader.answer(listener)
+        assert addresses(first) == leader.answer(listener)
         assert first.listener_name == listener
         # 2. The leader places it: on itself (Connect), or on another broker (Redirect there,
         # authoritative: that broker must take the bundle rather than ask the leader again).
         second = await grpc_hop(leader.grpc(listener), topic, authoritative=False)
         if second.response == CONNECT:
             assert second.authoritative
-            assert (second.grpc_url, second.grpc_url_tls) == leader.answer(listener)[:2]
+            assert (second.grpc_url, second.grpc_url_tls) == grpc_part(leader.answer(listener))
             chosen_brokers.add(id(leader))
             continue
         assert second.response == REDIRECT and second.authoritative
         chosen = member_at(cluster, second.grpc_url, listener)
         assert chosen is not leader
-        assert (second.grpc_url, second.grpc_url_tls, second.http_url) == chosen.answer(listener)
+        assert addresses(second) == chosen.answer(listener)
         # 3. The chosen broker takes the bundle and answers Connect with its own addresses.
         third = await grpc_hop(chosen.grpc(listener), topic, authoritative=True)
         assert third.response == CONNECT and third.authoritative
-        assert (third.grpc_url, third.grpc_url_tls, third.http_url) == chosen.answer(listener)
+        assert addresses(third) == chosen.answer(listener)
         chosen_brokers.add(id(chosen))
         # Owned now: any broker answers Connect with the owner's addresses.
         again = await grpc_hop(asked.grpc(listener), topic, authoritative=False)
         assert again.response == CONNECT
-        assert (again.grpc_url, again.grpc_url_tls) == chosen.answer(listener)[:2]
+        assert (again.grpc_url, again.grpc_url_tls) == grpc_part(chosen.answer(listener))
     assert chosen_brokers == {id(m) for m in cluster}  # both kinds of answer were seen
     # Eight bundles on three idle brokers: spread, every broker owns at least two.
     assert sorted(len(owned(m)) for m in cluster) == [2, 3, 3]
@@ -200,13 +128,13 @@ async def test_grpc_lookup_goes_to_the_leader_then_to_the_chosen_broker(
 
 @pytest.mark.parametrize("listener", ["internal", "external"])
 async def test_http_lookup_redirects_to_the_leader_then_to_the_chosen_broker(
-    cluster: list[Member], listener: str
+    cluster: list[BrokerMember], listener: str
 ) -> None:
     leader = await the_leader(cluster)
     asked = next(m for m in cluster if m is not leader)
     seen_chain_lengths = set()
     async with aiohttp.ClientSession() as http:
-        for topic in one_topic_per_bundle(f"http-{listener}"):
+        for topic in one_topic_per_bundle(f"http-{listener}", BUNDLES):
             path = f"/lookup/v2/topic/persistent/public/default/{topic.local_name}"
             url = URL(asked.http(listener) + path)
             hops = []
@@ -239,13 +167,13 @@ async def test_http_lookup_redirects_to_the_leader_then_to_the_chosen_broker(
                 assert dict(hops[1].query) == {"authoritative": "true", "listenerName": listener}
             else:
                 assert owner is leader
-            assert body["brokerUrlTls"] == (owner.answer(listener)[1] or None)
+            assert body["brokerUrlTls"] == (owner.answer(listener)["grpc_url_tls"] or None)
             assert body["httpUrl"] == owner.advertised_http(listener)
     assert seen_chain_lengths == {1, 2}
 
 
 async def test_sdk_produces_and_consumes_on_a_partitioned_topic_through_a_non_leader(
-    cluster: list[Member],
+    cluster: list[BrokerMember],
 ) -> None:
     leader = await the_leader(cluster)
     asked = next(m for m in cluster if m is not leader)
@@ -275,10 +203,10 @@ async def test_sdk_produces_and_consumes_on_a_partitioned_topic_through_a_non_le
 
 
 async def test_a_produce_on_an_unowned_bundle_is_refused_without_taking_it(
-    cluster: list[Member],
+    cluster: list[BrokerMember],
 ) -> None:
     leader = await the_leader(cluster)
-    topic = one_topic_per_bundle("unowned")[0]
+    topic = one_topic_per_bundle("unowned", BUNDLES)[0]
     async with grpc.aio.insecure_channel(leader.grpc("internal")) as channel:
         call = stub(channel).Produce(metadata=(("x-pulsar-topic", topic.full_name),))
         with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -291,7 +219,7 @@ async def test_a_produce_on_an_unowned_bundle_is_refused_without_taking_it(
     assert all(owned(m) == set() for m in cluster)
 
 
-async def test_admin_names_the_leader_and_the_active_brokers(cluster: list[Member]) -> None:
+async def test_admin_names_the_leader_and_the_active_brokers(cluster: list[BrokerMember]) -> None:
     leader = await the_leader(cluster)
     ids = sorted(m.service.broker_id() for m in cluster)
     async with aiohttp.ClientSession() as http:
@@ -310,7 +238,9 @@ async def test_admin_names_the_leader_and_the_active_brokers(cluster: list[Membe
                 assert response.status == 404
 
 
-async def test_without_a_leader_a_broker_places_the_bundle_itself(cluster: list[Member]) -> None:
+async def test_without_a_leader_a_broker_places_the_bundle_itself(
+    cluster: list[BrokerMember],
+) -> None:
     await the_leader(cluster)
     for member in cluster:  # every broker leaves the election: nobody leads
         election = member.service.election
@@ -318,25 +248,25 @@ async def test_without_a_leader_a_broker_places_the_bundle_itself(cluster: list[
         await member.broker.call(election.close())
     assert all(m.service.namespaces.leader() is None for m in cluster)
     asked = cluster[0]
-    for topic in one_topic_per_bundle("no-leader"):
+    for topic in one_topic_per_bundle("no-leader", BUNDLES):
         first = await grpc_hop(asked.grpc("internal"), topic, authoritative=False)
         if first.response == REDIRECT:  # it chose another broker: authoritative, no leader
             assert first.authoritative
             chosen = member_at(cluster, first.grpc_url, "internal")
             second = await grpc_hop(chosen.grpc("internal"), topic, authoritative=True)
             assert second.response == CONNECT
-            assert second.grpc_url == chosen.answer("internal")[0]
+            assert second.grpc_url == chosen.answer("internal")["grpc_url"]
         else:
-            assert first.grpc_url == asked.answer("internal")[0]
+            assert first.grpc_url == asked.answer("internal")["grpc_url"]
     assert sorted(len(owned(m)) for m in cluster) == [2, 3, 3]
 
 
 async def test_admin_topic_calls_are_sent_to_the_broker_that_serves_the_topic(
-    cluster: list[Member],
+    cluster: list[BrokerMember],
 ) -> None:
     leader = await the_leader(cluster)
     asked = next(m for m in cluster if m is not leader)
-    topics = one_topic_per_bundle("admin")
+    topics = one_topic_per_bundle("admin", BUNDLES)
     async with aiohttp.ClientSession() as http:
         for topic in topics:
             url = f"{asked.http('internal')}/admin/v2/persistent/public/default/{topic.local_name}"
@@ -359,7 +289,11 @@ async def test_admin_topic_calls_are_sent_to_the_broker_that_serves_the_topic(
 async def test_one_leader_on_zookeeper_and_another_when_it_stops(
     broker_factory: Callable[..., BrokerThread], zookeeper: ZooKeeperServer, zk_chroot: str
 ) -> None:
-    cluster = start_members(broker_factory, f"zk:{zookeeper.hosts}{zk_chroot}")
+    cluster = start_brokers(
+        broker_factory,
+        f"zk:{zookeeper.hosts}{zk_chroot}",
+        defaultNumberOfNamespaceBundles=BUNDLES,
+    )
     first = await the_leader(cluster)
     outside = await ZooKeeperMetadataStore.connect(zookeeper.hosts, zk_chroot)
     try:
@@ -380,7 +314,7 @@ async def test_one_leader_on_zookeeper_and_another_when_it_stops(
         other = next(m for m in rest if m is not second)
         async with Client(other.service_url) as client:
             answer = await client.lookup("after-failover")
-        assert answer.grpc_url in {m.answer("internal")[0] for m in rest}
+        assert answer.grpc_url in {m.answer("internal")["grpc_url"] for m in rest}
         # A leader whose ZooKeeper session ends stops leading; a leader is elected again.
         store = second.service.store
         assert isinstance(store, ZooKeeperMetadataStore) and store.client_id is not None

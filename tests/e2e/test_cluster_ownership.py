@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import aiohttp
 import grpc
@@ -19,9 +18,16 @@ from pulsar_grpc.broker.metadata import ZooKeeperMetadataStore
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles
 from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.client import Client
-from tests.cluster import grpc_lookup, lookup_path, one_topic_per_bundle, place
+from tests.cluster import (
+    EXTERNAL_GRPC_TLS,
+    BrokerMember,
+    grpc_lookup,
+    lookup_path,
+    one_topic_per_bundle,
+    place,
+    start_brokers,
+)
 from tests.e2e.messaging import receive_n
-from tests.e2e.test_listeners import EXTERNAL_HOST, INTERNAL_HOST, Ports, two_listener_config
 from tests.e2e.wire import stub
 from tests.postgres import postgres_server, postgres_url
 from tests.support import BrokerThread
@@ -30,44 +36,6 @@ from tests.zookeeper import ZooKeeperServer, end_session, zk_chroot, zookeeper
 
 __all__ = ["postgres_server", "postgres_url", "zk_chroot", "zookeeper"]  # fixtures
 
-EXTERNAL_GRPC_TLS = "grpc+ssl://broker.example.com:6651"
-
-
-@dataclass
-class Member:
-    broker: BrokerThread
-    ports: Ports
-
-    def grpc(self, listener: str) -> str:
-        """The address this broker's ``listener`` is bound on (host:port)."""
-        if listener == "internal":
-            return f"{INTERNAL_HOST}:{self.ports.grpc_internal}"
-        return f"{EXTERNAL_HOST}:{self.ports.grpc_external}"
-
-    def http(self, listener: str) -> str:
-        if listener == "internal":
-            return f"http://{INTERNAL_HOST}:{self.ports.http_internal}"
-        return f"http://{EXTERNAL_HOST}:{self.ports.http_external}"
-
-    def answer(self, listener: str) -> dict[str, str]:
-        """What a lookup for ``listener`` answers when this broker owns the topic."""
-        p = self.ports
-        if listener == "internal":
-            return {
-                "grpc_url": f"grpc://{INTERNAL_HOST}:{p.grpc_internal}",
-                "grpc_url_tls": "",
-                "http_url": f"http://{INTERNAL_HOST}:{p.http_internal}",
-            }
-        return {
-            "grpc_url": f"grpc://{EXTERNAL_HOST}:{p.grpc_external}",
-            "grpc_url_tls": EXTERNAL_GRPC_TLS,
-            "http_url": f"http://broker.example.com:{p.http_external}",
-        }
-
-    @property
-    def service_url(self) -> str:
-        return f"grpc://{self.grpc('internal')}"
-
 
 @pytest.fixture
 def cluster(
@@ -75,20 +43,10 @@ def cluster(
     zookeeper: ZooKeeperServer,
     zk_chroot: str,
     postgres_url: str,
-) -> list[Member]:
-    members = []
-    for _ in range(3):
-        ports = Ports.pick()
-        config = two_listener_config(ports, INTERNAL_HOST, f"{EXTERNAL_HOST}:{ports.grpc_external}")
-        broker = broker_factory(
-            metadataStoreUrl=f"zk:{zookeeper.hosts}{zk_chroot}",
-            ledgerStorageUrl=postgres_url,
-            # The brokers share this machine's CPU: never count one as overloaded.
-            loadBalancerBrokerOverloadedThresholdPercentage=100,
-            **config,
-        )
-        members.append(Member(broker, ports))
-    return members
+) -> list[BrokerMember]:
+    return start_brokers(
+        broker_factory, f"zk:{zookeeper.hosts}{zk_chroot}", ledgerStorageUrl=postgres_url
+    )
 
 
 def loaded(service: BrokerService) -> set[str]:
@@ -97,7 +55,7 @@ def loaded(service: BrokerService) -> set[str]:
 
 
 async def test_bundles_placed_by_the_leader_and_every_broker_answers_the_owner(
-    cluster: list[Member], zookeeper: ZooKeeperServer, zk_chroot: str
+    cluster: list[BrokerMember], zookeeper: ZooKeeperServer, zk_chroot: str
 ) -> None:
     topics = one_topic_per_bundle()
     owners = {}
@@ -163,7 +121,7 @@ async def test_bundles_placed_by_the_leader_and_every_broker_answers_the_owner(
 
 
 async def test_sdk_given_a_non_owner_produces_and_consumes_through_the_owner(
-    cluster: list[Member],
+    cluster: list[BrokerMember],
 ) -> None:
     topic = one_topic_per_bundle()[0]
     owner = await place(cluster, cluster[0].service_url, topic)
@@ -188,19 +146,18 @@ async def test_sdk_given_a_non_owner_produces_and_consumes_through_the_owner(
         await producer.flush()
         received = await receive_n(consumer, len(payloads))
         assert [m.data() for m in received] == payloads
-    assert owner.broker.service is not None and other.broker.service is not None
-    assert topic.full_name in loaded(owner.broker.service)
-    assert topic.full_name not in loaded(other.broker.service)
+    assert topic.full_name in loaded(owner.service)
+    assert topic.full_name not in loaded(other.service)
 
 
 async def test_lost_session_stops_serving_and_the_bundle_is_placed_again(
-    cluster: list[Member], zookeeper: ZooKeeperServer
+    cluster: list[BrokerMember], zookeeper: ZooKeeperServer
 ) -> None:
     topic = one_topic_per_bundle()[0]
     doomed = await place(cluster, cluster[0].service_url, topic)
     survivor = next(member for member in cluster if member is not doomed)
-    service = doomed.broker.service
-    assert service is not None and service.namespaces.ownership is not None
+    service = doomed.service
+    assert service.namespaces.ownership is not None
 
     async with Client(survivor.service_url) as client:
         consumer = await client.subscribe(topic.full_name, "sub", initial_position="Earliest")

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pulsar_grpc.broker.topics.topic import PersistentTopic
 from pulsar_grpc.client import Client, PulsarError, TopicNotFound
 from tests.support import BrokerThread
 from tests.waiting import eventually
@@ -265,6 +266,27 @@ async def test_deleting_an_absent_topic_is_404(http: aiohttp.ClientSession) -> N
     async with http.delete(f"/admin/v2/persistent/public/default/{unique('gone')}") as resp:
         assert resp.status == 404
         await reason(resp)
+
+
+async def test_a_topic_deleted_while_it_loads_is_closed_not_left_loaded(
+    broker: BrokerThread,
+) -> None:
+    """A delete that comes while the topic is still loading waits for the load and closes the
+    topic: no topic is left serving on the deleted ledger."""
+    assert broker.service is not None
+    topics = broker.service.topics
+    name = f"persistent://public/default/{unique('racing')}"
+
+    async def load_and_delete() -> PersistentTopic:
+        loading = asyncio.ensure_future(topics.get_topic(name))
+        await asyncio.sleep(0)  # let the load register itself and start
+        assert not loading.done()
+        await topics.delete_topic(name)
+        return await loading
+
+    topic = await broker.call(load_and_delete())
+    assert topic._closed
+    assert name not in {t.name for t in topics.loaded_topics()}
 
 
 @pytest.mark.parametrize("body", ["abc", "", "0", "-1", '{"partitions": 2}', "1.5x"])

@@ -342,32 +342,25 @@ def test_invalid_bundle_count(count: int) -> None:
         NamespaceBundles.with_count(DEFAULT_NAMESPACE, count)
 
 
-@pytest.mark.parametrize(
-    ("index", "boundaries"),
-    [
-        (0, ["0x00000000", "0x20000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"]),
-        # (0xffffffff - 0xc0000000) // 2 = 0x1fffffff, as Pulsar's range_equally_divide.
-        (3, ["0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xdfffffff", "0xffffffff"]),
-    ],
-)
-def test_split_in_halves(index: int, boundaries: list[str]) -> None:
+def test_split_at_given_boundaries_and_refusals() -> None:
     bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE)
-    split = bundles.split(bundles.bundles[index])
-    assert split.boundary_strings == boundaries
-    assert len(split) == 5
-
-
-def test_split_at_given_boundary_and_refusals() -> None:
-    bundles = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 1)
-    split = bundles.split(bundles.bundles[0], boundary=0x10)
-    assert [b.range_str for b in split] == ["0x00000000_0x00000010", "0x00000010_0xffffffff"]
+    split = bundles.split_at(bundles.bundles[3], [0xD0000000, 0xE0000000, 0xD0000000])
+    assert split.boundary_strings == [
+        "0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xd0000000", "0xe0000000",
+        "0xffffffff",
+    ]  # fmt: skip
+    one = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 1)
+    halves = one.split_at(one.bundles[0], [0x10])
+    assert [b.range_str for b in halves] == ["0x00000000_0x00000010", "0x00000010_0xffffffff"]
     with pytest.raises(InvalidArgumentError, match="must be inside bundle"):
-        bundles.split(bundles.bundles[0], boundary=0)
+        one.split_at(one.bundles[0], [0])
+    with pytest.raises(InvalidArgumentError, match="no boundary"):
+        one.split_at(one.bundles[0], [])
     with pytest.raises(InvalidArgumentError, match="is not one of the bundles"):
-        split.split(bundles.bundles[0])
+        halves.split_at(one.bundles[0], [0x20])
     tiny = NamespaceBundles(DEFAULT_NAMESPACE, [0, 1, FULL_UPPER_BOUND])
     with pytest.raises(InvalidArgumentError, match="can't be split further"):
-        tiny.split(tiny.bundles[0])
+        tiny.split_at(tiny.bundles[0], [0])
 
 
 def test_topics_spread_over_all_bundles() -> None:
