@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ DEFAULT_BUNDLE_MSG_RATE = 50.0
 _DEFAULT_BUNDLE_RATE = 2 * DEFAULT_BUNDLE_MSG_RATE  # in + out
 # The resources whose largest usage decides whether a broker is overloaded (LocalBrokerData's).
 RESOURCES = ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -130,9 +133,19 @@ class BundlePlacement:
         return await self.store.get_children(LOADBALANCE_BROKERS_ROOT)
 
     async def load(self, broker: str) -> BrokerLoad | None:
-        """One broker's load report; None when it has none (it left the cluster)."""
+        """One broker's load report; None when it has none (it left the cluster) or when it
+        cannot be read (another version's or a damaged report: that broker is not chosen, and
+        the lookup that asked goes on with the others instead of failing)."""
         found = await self.store.get(f"{LOADBALANCE_BROKERS_ROOT}/{broker}")
-        return BrokerLoad.from_report(broker, found.value) if found is not None else None
+        if found is None:
+            return None
+        try:
+            return BrokerLoad.from_report(broker, found.value)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            log.warning(
+                "load report of %s cannot be read (%s): not placing bundles there", broker, exc
+            )
+            return None
 
     async def loads(self) -> dict[str, BrokerLoad]:
         reports = await asyncio.gather(*(self.load(b) for b in await self.active_brokers()))

@@ -94,3 +94,20 @@ async def test_eight_bundles_on_three_idle_brokers_spread_three_three_two() -> N
             assert chosen_now is not None and chosen_now.broker_id != nxt.broker_id
     finally:
         await store.close()
+
+
+async def test_a_broker_whose_report_cannot_be_read_is_not_chosen() -> None:
+    """A damaged (or another version's) load report leaves that broker out; the lookup that
+    asked is still answered (before, the parse error reached the client as INTERNAL)."""
+    store = MemoryMetadataStore(f"placement-{next(_TREES)}")
+    try:
+        await store.put("/loadbalance/brokers/h:1", report(10.0, []))
+        await store.put("/loadbalance/brokers/h:2", b"{not json")
+        await store.put("/loadbalance/brokers/h:3", json.dumps({"msgRateIn": "fast"}).encode())
+        placement = BundlePlacement(store, 85)
+        assert set(await placement.loads()) == {"h:1"}
+        for i in range(3):
+            chosen = await placement.select(f"public/default/{i}")
+            assert chosen is not None and chosen.broker_id == "h:1"
+    finally:
+        await store.close()
