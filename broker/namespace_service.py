@@ -105,6 +105,12 @@ class NamespaceService:
             raise ServiceNotReadyError("broker is starting")
         return self.ownership
 
+    def ownership_in_doubt(self, topic: TopicName) -> None:
+        """``topic``'s managed ledger was fenced by another broker: in a cluster, check that
+        its bundle is still this broker's, and let it go if not (OwnershipCache.revalidate)."""
+        if self.ownership is not None:
+            self.ownership.revalidate(topic)
+
     async def check_owner(self, topic: TopicName) -> None:
         """Refuse a topic this broker does not own (NotOwnerError names the owner); standalone
         owns every topic."""

@@ -307,6 +307,30 @@ class OwnershipCache:
             raise NotOwnerError(bundle, owner)
         return bundle
 
+    def revalidate(self, topic: TopicName) -> None:
+        """Check in the store, soon, that this broker still owns ``topic``'s bundle: its
+        managed ledger was fenced, so another broker opened it, and this broker's session may
+        have expired without its knowing yet (a paused process). Unless the node is still
+        ours, the bundle is lost at once (its topics close), so that this broker does not load
+        the topic again and fence the new owner back."""
+        self._spawn(self._revalidate(topic))
+
+    async def _revalidate(self, topic: TopicName) -> None:
+        bundle = await self.bundle_of(topic)
+        path = bundle_path(bundle)
+        if path not in self._owned:
+            return
+        ours = (self._me_json, dataclasses.replace(self.me, disabled=True).to_json())
+        try:
+            found = await self.store.get(path)
+        except MetadataStoreError as exc:  # e.g. the session expired: nothing is ours then
+            log.warning("cannot read the owner of %s after a fence: %s", bundle, exc)
+            found = None
+        if (found is None or found.value not in ours) and path in self._owned:
+            log.warning("bundle %s is no longer this broker's (its ledger was fenced)", bundle)
+            self._unloading.discard(path)
+            self._lose([self._owned.pop(path)])
+
     # ------------------------------------------------------------ notifications
 
     def _on_notification(self, notification: Notification) -> None:

@@ -121,11 +121,13 @@ class TopicRegistry:
     def forget(self, topic: PersistentTopic) -> None:
         """Drop ``topic`` if it is still the loaded one (its ledger was fenced: another broker
         owns it now), so the next request loads it again, which the ownership check sends to
-        the owner."""
+        the owner; the bundle's ownership is checked in the store first, so that a broker that
+        has not yet noticed its lost session does not take the topic back."""
         future = self._topics.get(topic.name)
         if future is not None and future.done() and future.exception() is None:
             if future.result() is topic:
                 del self._topics[topic.name]
+        self.namespaces.ownership_in_doubt(TopicName.get(topic.name))
 
     async def unload_bundles(self, bundles: list[NamespaceBundle]) -> None:
         """Stop serving ``bundles`` at once: their topics close, and their producers and

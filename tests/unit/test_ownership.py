@@ -199,3 +199,27 @@ async def test_a_bundle_being_unloaded_is_refused_everywhere_then_placed_again(
     await a.cache.release(bundle)
     assert a.lost == [] and a.cache.owned() == []
     assert await eventually(lambda: b.cache.acquire(bundle)) is b.cache.me
+
+
+async def test_after_a_fence_a_bundle_recorded_as_anothers_is_let_go(
+    members: tuple[Member, Member],
+) -> None:
+    """A broker whose ledger was fenced checks its bundle in the store: still its own, it keeps
+    it; recorded as another broker's (its session expired unnoticed, the other took over), it
+    lets it go at once instead of loading the topic again and fencing the new owner back."""
+    a, b = members
+    topic = TopicName.get("t-fenced")
+    bundle = await a.cache.bundle_of(topic)
+    assert await a.cache.acquire(bundle) is a.cache.me
+    a.cache.revalidate(topic)
+    await eventually(lambda: not a.cache._tasks)
+    assert a.cache.owns(bundle) and a.lost == []
+    # The node now says b (as after a's session expired and b took the bundle over), and a
+    # has not heard of it: a change, not a deletion, so no notification makes a let go.
+    node = await b.store.get(bundle_path(bundle))
+    assert node is not None
+    await b.store.put(bundle_path(bundle), b.cache.me.to_json(), node.version)
+    assert a.cache.owns(bundle)
+    a.cache.revalidate(topic)
+    await eventually(lambda: a.lost == [bundle])
+    assert not a.cache.owns(bundle)
