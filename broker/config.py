@@ -25,6 +25,7 @@ from pulsar_grpc.broker.cluster import is_cluster_store
 from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
 from pulsar_grpc.broker.metadata.factory import parse_metadata_store_url
+from pulsar_grpc.broker.security.tokens import config_problems as token_config_problems
 
 ENV_PREFIX = "PULSAR_PREFIX_"
 
@@ -168,6 +169,14 @@ class ServiceConfiguration:
     tlsKeyFilePath: str | None = None
     tlsTrustCertsFilePath: str | None = None
     tlsRequireTrustedClientCertOnConnect: bool = False
+    # Token authentication (Pulsar's AuthenticationProviderToken): keys as Pulsar reads them
+    # (data:, file:, a path, or base64); the secret key wins when both are set, as in Pulsar.
+    tokenSecretKey: str | None = None
+    tokenPublicKey: str | None = None
+    tokenPublicAlg: str = "RS256"
+    tokenAuthClaim: str = "sub"
+    tokenAudienceClaim: str | None = None
+    tokenAudience: str | None = None
 
 
 class ConfigError(ValueError):
@@ -463,6 +472,7 @@ RULES: list[Rule] = [
     _check_metadata_store_url,
     _check_cluster_member,
     _check_ledger_storage_url,
+    token_config_problems,
     *LISTENER_RULES,
 ]
 
