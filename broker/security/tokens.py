@@ -447,5 +447,3 @@ def config_problems(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
             yield "tokenSecretKey", str(e)
     if config.tokenAudienceClaim and not config.tokenAudience:
         yield "tokenAudience", "required when tokenAudienceClaim is set: this broker's audience"
-    if not config.tokenAuthClaim:
-        yield "tokenAuthClaim", "must not be empty"
