@@ -395,9 +395,7 @@ class TokenAuthenticator:
         except jwt.ImmatureSignatureError:
             raise AuthenticationError(f"token not valid before {_when(token, 'nbf')}") from None
         except jwt.InvalidSignatureError:
-            raise AuthenticationError(
-                "token signature does not verify with the key"
-            ) from None
+            raise AuthenticationError("token signature does not verify with the key") from None
         except jwt.DecodeError as e:
             raise AuthenticationError(f"malformed token: {_clip(str(e))}") from None
         except jwt.InvalidTokenError as e:
