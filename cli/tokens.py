@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pulsar_grpc.broker.errors import AuthenticationError
 from pulsar_grpc.broker.security.tokens import (
+    ALGORITHMS,
     ASYMMETRIC_ALGORITHMS,
     HMAC_ALGORITHMS,
     KEY_VALUE_HELP,
@@ -67,9 +68,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     create.add_argument(
         "-a",
         "--signature-algorithm",
-        choices=ASYMMETRIC_ALGORITHMS,
+        choices=tuple(ALGORITHMS),
         default="RS256",
-        help="the private key's algorithm (the token's is chosen by the key, as Pulsar does)",
+        help="the private key's algorithm (as in Pulsar, the key decides the token's; "
+        "ignored with --secret-key)",
     )
     create.add_argument("-s", "--subject", required=True, help="the role the token carries")
     create.add_argument(
@@ -92,9 +94,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     validate.add_argument(
         "-a",
         "--signature-algorithm",
-        choices=ASYMMETRIC_ALGORITHMS,
+        choices=tuple(ALGORITHMS),
         default="RS256",
-        help="the public key's algorithm",
+        help="the public key's algorithm (ignored with --secret-key)",
     )
     _add_key_options(validate, "-pk", "--public-key", "public")
     _add_token_options(validate)

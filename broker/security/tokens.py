@@ -162,16 +162,23 @@ def same_family(algorithm: str) -> tuple[str, ...]:
     return tuple(a for a, f in ALGORITHMS.items() if f is family)
 
 
-def _check_key_type(key: object, algorithm: str, kind: str) -> None:
+def _pair_family(algorithm: str, kind: str) -> KeyFamily:
+    """The family of ``algorithm``, which must sign with a key pair."""
     family = _family_of(algorithm)
     if family is KeyFamily.HMAC:
         raise KeyValueError(f"{algorithm} signs with a secret key, not a {kind} key")
+    return family
+
+
+def _typed(key: Any, family: KeyFamily, algorithm: str, kind: str) -> Any:
     if not isinstance(key, _KEY_TYPES[family]):
         raise KeyValueError(f"the {kind} key is not a {family.value} key, as {algorithm} needs")
+    return key
 
 
 def decode_public_key(raw: bytes, algorithm: str) -> PublicKey:
     """A DER X.509 SubjectPublicKeyInfo (what Pulsar writes) or PEM public key for ``algorithm``."""
+    family = _pair_family(algorithm, "public")
     try:
         key: Any = serialization.load_der_public_key(raw)
     except ValueError:
@@ -179,12 +186,12 @@ def decode_public_key(raw: bytes, algorithm: str) -> PublicKey:
             key = serialization.load_pem_public_key(raw)
         except ValueError:
             raise KeyValueError("not a DER or PEM public key") from None
-    _check_key_type(key, algorithm, "public")
-    return key  # type: ignore[no-any-return]
+    return _typed(key, family, algorithm, "public")  # type: ignore[no-any-return]
 
 
 def decode_private_key(raw: bytes, algorithm: str) -> PrivateKey:
     """A DER PKCS#8 (what Pulsar writes) or PEM private key for ``algorithm``."""
+    family = _pair_family(algorithm, "private")
     try:
         key: Any = serialization.load_der_private_key(raw, password=None)
     except (ValueError, TypeError):
@@ -192,8 +199,7 @@ def decode_private_key(raw: bytes, algorithm: str) -> PrivateKey:
             key = serialization.load_pem_private_key(raw, password=None)
         except (ValueError, TypeError):
             raise KeyValueError("not an unencrypted DER (PKCS#8) or PEM private key") from None
-    _check_key_type(key, algorithm, "private")
-    return key  # type: ignore[no-any-return]
+    return _typed(key, family, algorithm, "private")  # type: ignore[no-any-return]
 
 
 # --- creating keys and tokens ---------------------------------------------------------------
@@ -247,7 +253,10 @@ def signing_algorithm(key: SigningKey) -> str:
                 f"an RSA key must be at least 2048 bits; this one has {key.key_size}"
             )
         return "RS512" if key.key_size >= 4096 else "RS384" if key.key_size >= 3072 else "RS256"
-    return {256: "ES256", 384: "ES384", 521: "ES512"}[key.curve.key_size]
+    algorithm = {256: "ES256", 384: "ES384", 521: "ES512"}.get(key.curve.key_size)
+    if algorithm is None or key.curve.name not in ("secp256r1", "secp384r1", "secp521r1"):
+        raise KeyValueError(f"EC curve {key.curve.name} is not one of P-256, P-384, P-521")
+    return algorithm
 
 
 def _b64url(data: bytes) -> str:
@@ -369,6 +378,8 @@ class TokenAuthenticator:
             raise AuthenticationError(
                 "malformed token: not a compact JWS (header.payload.signature)"
             ) from None
+        except jwt.InvalidTokenError as e:
+            raise AuthenticationError(f"malformed token header: {_clip(str(e))}") from None
         algorithm = header.get("alg")
         if not isinstance(algorithm, str) or algorithm.lower() == "none":
             raise AuthenticationError("unsigned token (alg=none) refused")

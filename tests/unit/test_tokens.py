@@ -237,6 +237,14 @@ def refusal_cases(rsa_key: rsa.RSAPrivateKey) -> list[tuple[str, TokenAuthentica
             "not a string or list",
         ),
         ("oversized", secret_auth(), "x" * 70000, "longer than"),
+        (
+            "kid not a string",
+            secret_auth(),
+            jws(b'{"alg":"HS256","kid":5}', b"{}", hs256()),
+            "header",
+        ),
+        ("header not an object", secret_auth(), jws(b"[1]", b"{}", hs256()), "malformed"),
+        ("not ascii", secret_auth(), "\u00e9.\u00e9.\u00e9", "malformed"),
     ]
 
 
@@ -343,3 +351,9 @@ def test_relative_time(text: str, seconds: int) -> None:
 def test_bad_relative_time(text: str) -> None:
     with pytest.raises(ValueError):
         parse_relative_time(text)
+
+
+def test_unsupported_ec_curve_refused_for_signing() -> None:
+    key = ec.generate_private_key(ec.SECP256K1())
+    with pytest.raises(KeyValueError, match="secp256k1 is not one of"):
+        create_token(key, "a")

@@ -64,6 +64,8 @@ def pulsar_hs256_token(payload: bytes) -> str:
 def test_create_is_byte_identical_to_pulsar_and_validates() -> None:
     pulsar_token = pulsar_hs256_token(b'{"sub":"admin"}')
     assert ok("create", "-sk", SECRET_VALUE, "-s", "admin").strip() == pulsar_token
+    # Pulsar ignores -a with a secret key; scripts passing it keep working.
+    assert ok("create", "-a", "HS256", "-sk", SECRET_VALUE, "-s", "admin").strip() == pulsar_token
     assert json.loads(ok("validate", "-sk", SECRET_VALUE, pulsar_token)) == {"sub": "admin"}
 
 
@@ -162,5 +164,8 @@ def test_usage_errors() -> None:
     assert "--subject" in fails(2, "create", "-sk", SECRET_VALUE)
     assert "--stdin, --token-file or $TOKEN" in fails(2, "show", env=env)
     assert "cannot read key file" in fails(1, "create", "-sk", "file:///no/such.key", "-s", "a")
+    assert "HS256 signs with a secret key" in fails(
+        1, "create", "-a", "HS256", "-pk", SECRET_VALUE, "-s", "a"
+    )
     assert "at least 256 bits" in fails(1, "create", "-sk", "data:;base64,AAAA", "-s", "a")
     assert "three base64url parts" in fails(1, "show", "not-a-token")
