@@ -32,6 +32,7 @@ from pulsar_grpc.broker.security.tokens import (
     decode_private_key,
     decode_public_key,
     decode_secret_key,
+    hmac_algorithms,
     parse_relative_time,
     read_key,
     same_family,
@@ -184,9 +185,8 @@ def _show(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     if _given_key(args, "--public-key") is KeyKind.SECRET:
-        authenticator = TokenAuthenticator(
-            decode_secret_key(read_key(args.secret_key)), HMAC_ALGORITHMS
-        )
+        secret = decode_secret_key(read_key(args.secret_key))
+        authenticator = TokenAuthenticator(secret, hmac_algorithms(secret))
     else:
         authenticator = TokenAuthenticator(
             decode_public_key(read_key(args.asymmetric_key), args.signature_algorithm),

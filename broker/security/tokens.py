@@ -106,11 +106,12 @@ def read_key(value: str) -> bytes:
     if value and os.path.exists(value):
         return _read_file(Path(value))
     try:
-        return base64.b64decode(value, validate=True)
+        # Whitespace is allowed, as commons-codec's isBase64 allows it (a pasted key wraps).
+        return base64.b64decode("".join(value.split()), validate=True)
     except (binascii.Error, ValueError):
+        # The value may be a mistyped secret: never quoted back.
         raise KeyValueError(
-            f"{_clip(value)!r} is neither a data: or file: URL, an existing file, "
-            "nor a base64 value"
+            "the key value is neither a data: or file: URL, an existing file, nor base64"
         ) from None
 
 
@@ -127,7 +128,7 @@ def _read_data_url(value: str) -> bytes:
         raise KeyValueError("a data: URL needs a ',' before its data (data:;base64,<b64>)")
     if header.split(";")[-1] == "base64":
         try:
-            return base64.b64decode(data, validate=True)
+            return base64.b64decode("".join(data.split()), validate=True)
         except (binascii.Error, ValueError):
             raise KeyValueError("the data: URL's base64 data is not valid base64") from None
     return urllib.parse.unquote_to_bytes(data)
@@ -140,7 +141,18 @@ def decode_secret_key(raw: bytes) -> bytes:
             f"a secret key must be at least {_MIN_SECRET_BYTES * 8} bits; this one has "
             f"{len(raw) * 8}"
         )
+    try:
+        jwt.get_algorithm_by_name("HS256").prepare_key(raw)
+    except jwt.InvalidKeyError:
+        raise KeyValueError(
+            "the secret key is a PEM public key or certificate, not an HMAC secret"
+        ) from None
     return raw
+
+
+def hmac_algorithms(secret: bytes) -> tuple[str, ...]:
+    """The HMAC algorithms ``secret`` may verify: jjwt refuses a key shorter than the hash."""
+    return tuple(a for a in HMAC_ALGORITHMS if int(a[2:]) <= len(secret) * 8)
 
 
 def _family_of(algorithm: str) -> KeyFamily:
@@ -341,8 +353,9 @@ class TokenAuthenticator:
         Raises :class:`KeyValueError` (a ValueError) when no key is set or a key does not decode.
         """
         if config.tokenSecretKey:
-            key: bytes | PublicKey = decode_secret_key(read_key(config.tokenSecretKey))
-            algorithms = HMAC_ALGORITHMS
+            secret = decode_secret_key(read_key(config.tokenSecretKey))
+            key: bytes | PublicKey = secret
+            algorithms = hmac_algorithms(secret)
         elif config.tokenPublicKey:
             key = decode_public_key(read_key(config.tokenPublicKey), config.tokenPublicAlg)
             algorithms = same_family(config.tokenPublicAlg)

@@ -19,12 +19,12 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration, load_config
 from pulsar_grpc.broker.errors import AuthenticationError, ServerError
 from pulsar_grpc.broker.security.tokens import (
-    HMAC_ALGORITHMS,
     KeyValueError,
     TokenAuthenticator,
     create_token,
     decode_private_key,
     decode_public_key,
+    hmac_algorithms,
     parse_relative_time,
     read_key,
     same_family,
@@ -32,6 +32,11 @@ from pulsar_grpc.broker.security.tokens import (
 
 SECRET = bytes(range(32))
 SECRET_B64 = base64.b64encode(SECRET).decode()
+PEM_B64 = base64.b64encode(
+    rsa.generate_private_key(65537, 2048)
+    .public_key()
+    .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+).decode()
 
 
 def b64url(data: bytes) -> str:
@@ -71,7 +76,7 @@ def der_private(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def secret_auth(**kwargs: Any) -> TokenAuthenticator:
-    return TokenAuthenticator(SECRET, HMAC_ALGORITHMS, **kwargs)
+    return TokenAuthenticator(SECRET, hmac_algorithms(SECRET), **kwargs)
 
 
 # --- interchangeability with Pulsar's tool --------------------------------------------------
@@ -98,7 +103,7 @@ def test_hmac_algorithm_chosen_by_key_length_as_jjwt(size: int, alg: str) -> Non
     token = create_token(bytes(size), "r")
     header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
     assert header == {"alg": alg}
-    assert TokenAuthenticator(bytes(size), HMAC_ALGORITHMS).role_of(token) == "r"
+    assert TokenAuthenticator(bytes(size), hmac_algorithms(bytes(size))).role_of(token) == "r"
 
 
 def test_rs256_token_matches_pulsar_bytes_both_ways(rsa_key: rsa.RSAPrivateKey) -> None:
@@ -135,13 +140,14 @@ def test_key_values_as_pulsar_reads_them(tmp_path: Path) -> None:
     assert read_key(path.as_uri()) == SECRET
     assert read_key(str(path)) == SECRET
     assert read_key(SECRET_B64) == SECRET
+    assert read_key(f"{SECRET_B64[:20]}\n{SECRET_B64[20:]}\n") == SECRET
 
 
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
         ("file:///no/such/key", "cannot read key file '/no/such/key'"),
-        ("not base64 !", "neither a data: or file: URL"),
+        ("not base64 !", "neither a data: or file: URL, an existing file, nor base64"),
         ("data:;base64", "needs a ','"),
         ("data:;base64,@@@", "not valid base64"),
     ],
@@ -238,6 +244,14 @@ def refusal_cases(rsa_key: rsa.RSAPrivateKey) -> list[tuple[str, TokenAuthentica
         ),
         ("oversized", secret_auth(), "x" * 70000, "longer than"),
         (
+            "HS512 with a 256-bit key",
+            secret_auth(),
+            jws(
+                b'{"alg":"HS512"}', b'{"sub":"a"}', lambda d: hmac.new(SECRET, d, "sha512").digest()
+            ),
+            "signed with 'HS512', but the key verifies only HS256",
+        ),
+        (
             "kid not a string",
             secret_auth(),
             jws(b'{"alg":"HS256","kid":5}', b"{}", hs256()),
@@ -321,6 +335,7 @@ def test_config_loads_token_properties(tmp_path: Path) -> None:
         ({"tokenSecretKey": "data:;base64,AAAA"}, "tokenSecretKey: a secret key must be at least"),
         ({"tokenPublicKey": SECRET_B64}, "tokenPublicKey: not a DER or PEM public key"),
         ({"tokenPublicAlg": "HS256"}, "tokenPublicAlg: must be one of RS256"),
+        ({"tokenSecretKey": PEM_B64}, "tokenSecretKey: the secret key is a PEM public key"),
         ({"tokenAudienceClaim": "aud"}, "tokenAudience: required when tokenAudienceClaim"),
     ],
 )
