@@ -151,11 +151,16 @@ class ZooKeeperServer:
         return self
 
     def answers(self) -> bool:
-        """Whether the server says imok to ruok (ZooKeeper's four-letter health check)."""
+        """Whether the server serves requests: its ``srvr`` four-letter answer names its mode.
+        (``ruok`` says imok as soon as the port is bound, before the server takes sessions: a
+        client that connected then could wait out its whole connection timeout.)"""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"ruok")
-                return s.recv(16) == b"imok"
+                s.sendall(b"srvr")
+                answer = b""
+                while chunk := s.recv(4096):
+                    answer += chunk
+                return b"Mode:" in answer
         except OSError:
             return False
 
