@@ -47,6 +47,10 @@ class CallContext:
     bind_listener: str | None = None
     producer: ProducerParams | None = None
     consumer: ConsumerParams | None = None
+    # Who the caller proved to be (authenticationEnabled; None while it is off) and how:
+    # a provider's method name ("tls", "basic", "token") or "anonymous".
+    role: str | None = None
+    auth_method: str | None = None
 
 
 _current: ContextVar[CallContext] = ContextVar("pulsar_grpc_call_context")

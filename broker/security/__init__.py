@@ -1,0 +1,1 @@
+"""Authentication and authorization (broker side, protocol-neutral)."""
