@@ -93,6 +93,10 @@ class BasicProvider(AuthenticationProvider):
 
     def __init__(self, users: Mapping[str, bytes]) -> None:
         self._users = dict(users)
+        # An unknown user is checked against this hash (of the first user's cost) so that
+        # the answer takes as long as for a known one: timing does not tell who exists.
+        cost = int(next(iter(self._users.values()), b"$2b$04$")[4:6])
+        self._decoy = bcrypt.hashpw(b"decoy", bcrypt.gensalt(rounds=cost))
 
     @property
     def auth_method_name(self) -> str:
@@ -108,10 +112,9 @@ class BasicProvider(AuthenticationProvider):
     async def authenticate(self, data: AuthenticationData) -> str:
         user, password = _basic_credentials(data.authorization)
         hashed = self._users.get(user)
-        if hashed is None:
-            raise AuthenticationError("unknown user or wrong password")
         # bcrypt costs tens of milliseconds by design: off the event loop.
-        if not await asyncio.to_thread(bcrypt.checkpw, password, hashed):
+        matches = await asyncio.to_thread(bcrypt.checkpw, password, hashed or self._decoy)
+        if hashed is None or not matches:
             raise AuthenticationError("unknown user or wrong password")
         return user
 

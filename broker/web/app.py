@@ -62,9 +62,12 @@ def _authenticating(service: AuthenticationService, metrics_open: bool) -> Middl
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not (metrics_open and request.path == "/metrics"):
             peer = request.transport.get_extra_info("peername") if request.transport else None
+            authorization = request.headers.getall("Authorization", [])
+            if len(authorization) > 1:  # which one would count is anyone's guess: neither
+                raise e.AuthenticationError("more than one Authorization header")
             await service.authenticate(
                 AuthenticationData(
-                    authorization=request.headers.get("Authorization"),
+                    authorization=authorization[0] if authorization else None,
                     tls_common_name=_peer_common_name(request),
                     remote_address=str(peer),
                 )

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.client
 import logging
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -198,6 +200,29 @@ async def test_tls_provider_takes_the_client_certificate_cn_as_role(
     await assert_produce_unauthenticated(broker, "no-cert", [])
 
 
+def test_admin_api_over_https_takes_the_client_certificate(broker_factory, tls_files: TlsFiles):
+    broker = broker_factory(
+        **tls_config(
+            tls_files,
+            webServicePortTls="0",
+            tlsRequireTrustedClientCertOnConnect="true",
+            authenticationEnabled="true",
+            authenticationProviders="tls",
+        )
+    )
+    assert broker.service is not None
+    https_url = broker.service.namespaces.internal_urls().http_url_tls
+    assert https_url is not None
+    context = ssl.create_default_context(cafile=str(tls_files.ca))
+    context.load_cert_chain(str(tls_files.client_cert), str(tls_files.client_key))
+    url = "/admin/v2/persistent/public/default"
+    request = urllib.request.Request(https_url + url)
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as resp:
+        assert resp.status == 200
+    # The plaintext port has no certificate to go by.
+    assert http_get(broker.http_url + url)[0] == 401
+
+
 # ------------------------------------------------------------------ hostile input
 
 HOSTILE = [
@@ -233,7 +258,7 @@ async def test_repeated_authorization_headers_are_refused(basic_broker):
 # ------------------------------------------------------------------ admin API
 
 
-def http(url: str, authorization: str | None = None) -> tuple[int, str]:
+def http_get(url: str, authorization: str | None = None) -> tuple[int, str]:
     request = urllib.request.Request(url)
     if authorization is not None:
         request.add_header("Authorization", authorization)
@@ -246,12 +271,23 @@ def http(url: str, authorization: str | None = None) -> tuple[int, str]:
 
 def test_admin_api_answers_401_without_credentials_and_200_with(basic_broker):
     url = f"{basic_broker.http_url}/admin/v2/persistent/public/default"
-    status, body = http(url)
+    status, body = http_get(url)
     assert (status, '"reason"' in body) == (401, True), body
-    assert http(url, basic("alice", "wonderland")) == (200, "[]")
+    assert http_get(url, basic("alice", "wonderland")) == (200, "[]")
     for authorization in [basic("alice", "wrong"), *HOSTILE]:
-        assert http(url, authorization)[0] == 401, authorization
-    assert http(f"{basic_broker.http_url}/metrics")[0] == 200  # open, as in Pulsar
+        assert http_get(url, authorization)[0] == 401, authorization
+    assert http_get(f"{basic_broker.http_url}/metrics")[0] == 200  # open, as in Pulsar
+    # Two Authorization headers, each valid alone: neither counts.
+    host_port = basic_broker.http_url.removeprefix("http://")
+    connection = http.client.HTTPConnection(host_port, timeout=TIMEOUT_S)
+    try:
+        connection.putrequest("GET", "/admin/v2/persistent/public/default")
+        connection.putheader("Authorization", basic("alice", "wonderland"))
+        connection.putheader("Authorization", basic("bob", "builder"))
+        connection.endheaders()
+        assert connection.getresponse().status == 401
+    finally:
+        connection.close()
 
 
 def test_metrics_ask_for_credentials_when_configured(broker_factory, tmp_path):
@@ -261,8 +297,8 @@ def test_metrics_ask_for_credentials_when_configured(broker_factory, tmp_path):
         basicAuthConf=str(htpasswd(tmp_path)),
         authenticateMetricsEndpoint="true",
     )
-    assert http(f"{broker.http_url}/metrics")[0] == 401
-    assert http(f"{broker.http_url}/metrics", basic("bob", "builder"))[0] == 200
+    assert http_get(f"{broker.http_url}/metrics")[0] == 401
+    assert http_get(f"{broker.http_url}/metrics", basic("bob", "builder"))[0] == 200
 
 
 # ------------------------------------------------------------------ configuration
@@ -283,7 +319,7 @@ def test_basic_auth_conf_as_a_data_url(broker_factory, tmp_path):
         basicAuthConf=f"data:;base64,{content}",
     )
     url = f"{broker.http_url}/admin/v2/persistent/public/default"
-    assert http(url, basic("alice", "wonderland"))[0] == 200
+    assert http_get(url, basic("alice", "wonderland"))[0] == 200
 
 
 # ------------------------------------------------------------------ CLI
