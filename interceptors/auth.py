@@ -24,6 +24,9 @@ H_AUTHORIZATION = "authorization"
 # gRPC's auth-context property naming the verified peer certificate's common name.
 _X509_CN = "x509_common_name"
 log = logging.getLogger(__name__)
+# Health checks answer without credentials, as Pulsar's /status.html does: load balancers and
+# orchestrators probe them and say nothing about topics.
+_OPEN_SERVICE = "/grpc.health.v1.Health/"
 
 
 class AuthenticationInterceptor(PreparingInterceptor):
@@ -51,7 +54,9 @@ class AuthenticationInterceptor(PreparingInterceptor):
             )
         return await super().intercept_service(continuation, details)
 
-    def preparer(self, method: str, headers: dict[str, str]) -> Prepare:
+    def preparer(self, method: str, headers: dict[str, str]) -> Prepare | None:
+        if method.startswith(_OPEN_SERVICE):
+            return None
         authorization = headers.get(H_AUTHORIZATION)
         service = self._service
         listener = self._bind_listener
@@ -64,7 +69,7 @@ class AuthenticationInterceptor(PreparingInterceptor):
                 listener=listener,
             )
             result = await service.authenticate(data)
-            ctx.role, ctx.auth_method = result.role, result.method
+            ctx.role, ctx.auth_method, ctx.auth_data = result.role, result.method, data
             log.debug("call from %s authenticated as %s (%s)", ctx.peer, result.role, result.method)
 
         return prepare

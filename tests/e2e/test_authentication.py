@@ -19,6 +19,7 @@ from pathlib import Path
 import bcrypt
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pulsar_grpc.client import (
     AuthenticationBasic,
@@ -113,6 +114,13 @@ async def test_a_call_without_credentials_is_refused_before_any_broker_work(basi
         metadata = pb.PartitionedTopicMetadataRequest(topic="never-created-either")
         await assert_unauthenticated(stub(channel).GetPartitionedTopicMetadata(metadata))
     assert topics_of(basic_broker) == []  # nothing was auto-created
+
+
+async def test_health_checks_need_no_credentials(basic_broker):
+    async with grpc.aio.insecure_channel(basic_broker.grpc_address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        answer = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=TIMEOUT_S)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
 
 
 async def test_basic_credentials_right_wrong_and_unknown(basic_broker):
