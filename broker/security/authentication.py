@@ -18,6 +18,7 @@ import asyncio
 import base64
 import binascii
 import enum
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ MAX_AUTHORIZATION_BYTES = 16 * 1024
 # bcrypt only reads the first 72 bytes of a password; a longer one is refused rather than
 # silently accepted on its prefix.
 _BCRYPT_MAX_PASSWORD = 72
+# A bcrypt hash as htpasswd -B writes it: $2y$ (or $2b$, $2a$), the cost, 53 characters of salt
+# and digest. Checked at load: a malformed one would otherwise fail at the first login.
+_BCRYPT_HASH = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +145,7 @@ def parse_htpasswd(text: str) -> dict[str, bytes]:
         if not line or line.startswith("#"):
             continue
         user, sep, hashed = line.partition(":")
-        if not sep or not user or not hashed.startswith(("$2y$", "$2b$", "$2a$")):
+        if not sep or not user or not _BCRYPT_HASH.fullmatch(hashed):
             errors.append(f"basicAuthConf: line {number}: expected user:<bcrypt hash>")
             continue
         # $2y$ (htpasswd's name) is the same algorithm as $2b$.

@@ -68,6 +68,8 @@ def test_htpasswd_takes_bcrypt_hashes_only():
     assert set(users()) == {"alice"}
     with pytest.raises(ConfigError, match="line 1"):
         parse_htpasswd("bob:$apr1$salt$md5hash\n")
+    with pytest.raises(ConfigError, match="line 1"):
+        parse_htpasswd("bob:$2y$10$cut-short\n")  # would fail at the first login otherwise
     with pytest.raises(ConfigError, match="line 2"):
         parse_htpasswd("alice:$2b$04$" + "a" * 53 + "\nno-colon\n")
 
