@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import enum
 import re
 from abc import ABC, abstractmethod
@@ -128,7 +127,7 @@ def _read_conf(source: str) -> str:
         _, _, encoded = source.partition(",")
         try:
             return base64.b64decode(encoded, validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:  # not base64 (binascii.Error), not ASCII, not UTF-8
             raise ConfigError(["basicAuthConf: the data: URL is not base64 text"]) from None
     try:
         return Path(source).read_text()
@@ -159,7 +158,7 @@ def _basic_credentials(authorization: str | None) -> tuple[str, bytes]:
     encoded = (authorization or "").partition(" ")[2]
     try:
         decoded = base64.b64decode(encoded.strip(), validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or characters outside ASCII
         raise AuthenticationError("Basic credentials are not base64") from None
     user, sep, password = decoded.partition(b":")
     if not sep or not user:

@@ -286,14 +286,22 @@ def test_admin_api_answers_401_without_credentials_and_200_with(basic_broker):
         assert http_get(url, authorization)[0] == 401, authorization
     assert http_get(f"{basic_broker.http_url}/metrics")[0] == 200  # open, as in Pulsar
     # Two Authorization headers, each valid alone: neither counts.
-    host_port = basic_broker.http_url.removeprefix("http://")
-    connection = http.client.HTTPConnection(host_port, timeout=TIMEOUT_S)
+    both = [basic("alice", "wonderland").encode(), basic("bob", "builder").encode()]
+    assert raw_http_status(basic_broker, both) == 401
+    # Bytes that are not ASCII (nor UTF-8), as the header or inside the base64.
+    assert raw_http_status(basic_broker, [b"Basic \xff\xfe\x80"]) == 401
+    assert raw_http_status(basic_broker, [b"\xc3\xa9"]) == 401
+
+
+def raw_http_status(broker: BrokerThread, authorization: list[bytes]) -> int:
+    """The status of a GET sent with these Authorization header values, bytes as they are."""
+    connection = http.client.HTTPConnection(broker.http_url.removeprefix("http://"), timeout=15)
     try:
         connection.putrequest("GET", "/admin/v2/persistent/public/default")
-        connection.putheader("Authorization", basic("alice", "wonderland"))
-        connection.putheader("Authorization", basic("bob", "builder"))
+        for value in authorization:
+            connection.putheader("Authorization", value)
         connection.endheaders()
-        assert connection.getresponse().status == 401
+        return connection.getresponse().status
     finally:
         connection.close()
 
