@@ -88,9 +88,9 @@ def test_service_from_config(tmp_path: Path):
                 basicAuthConf=str(tmp_path / "absent"),
             )
         )
-    with pytest.raises(ConfigError, match="unknown provider token"):
+    with pytest.raises(ConfigError, match="unknown provider kerberos"):
         AuthenticationService.from_config(
-            config(authenticationEnabled="true", authenticationProviders="tls,token")
+            config(authenticationEnabled="true", authenticationProviders="tls,kerberos")
         )
 
 
