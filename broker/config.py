@@ -162,9 +162,16 @@ class ServiceConfiguration:
     activeConsumerFailoverDelayTimeMillis: int = 1000
 
     # --- security ---
-    # Recognised so that a broker.conf asking for it is refused clearly: no authentication
-    # provider exists in this version yet.
+    # Authentication (broker/security/authentication.py): the providers by Pulsar's class
+    # name or short name (tls, basic, token); anonymousUserRole is the role of a request with
+    # no credentials (unset: such a request is refused); basicAuthConf is the basic provider's
+    # htpasswd file (a path, or data:;base64,...); /metrics asks for credentials only when
+    # authenticateMetricsEndpoint is true.
     authenticationEnabled: bool = False
+    authenticationProviders: list[str] = field(default_factory=list)
+    anonymousUserRole: str | None = None
+    basicAuthConf: str | None = None
+    authenticateMetricsEndpoint: bool = False
     tlsCertificateFilePath: str | None = None
     tlsKeyFilePath: str | None = None
     tlsTrustCertsFilePath: str | None = None
@@ -428,14 +435,6 @@ def _check_cluster_member(config: ServiceConfiguration) -> Iterator[tuple[str, s
         )
 
 
-def _check_unsupported(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
-    if config.authenticationEnabled:
-        yield (
-            "authenticationEnabled",
-            "true is not supported yet: this broker has no authentication providers",
-        )
-
-
 def _check_tls_files(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
     """Every socket that terminates TLS needs the broker's certificate and key.
 
@@ -468,7 +467,6 @@ RULES: list[Rule] = [
     _check_minimums,
     _check_not_empty,
     _check_tls_files,
-    _check_unsupported,
     _check_metadata_store_url,
     _check_cluster_member,
     _check_ledger_storage_url,

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pulsar_grpc.broker.listeners import BindAddress
     from pulsar_grpc.broker.lookup import LookupResult
     from pulsar_grpc.broker.naming import TopicName
+    from pulsar_grpc.broker.security.authentication import AuthenticationService
     from pulsar_grpc.broker.topics import PersistentTopic
 
 ENTRY_POINT_GROUP = "pulsar_grpc.protocol_handlers"
@@ -39,6 +40,10 @@ class BrokerContext(Protocol):
         """The port each server socket really got, by bind address: a handler records the
         ports it binds here (a configured 0 is resolved at bind time), for lookups and the
         load report to advertise."""
+
+    @property
+    def authentication(self) -> AuthenticationService | None:
+        """Who a call is (authenticationEnabled); None: nothing is checked."""
 
     def check_open(self) -> None:
         """Raise ServiceNotReadyError once the broker is closing."""

@@ -46,6 +46,7 @@ from pulsar_grpc.broker.namespace_service import ClusterRole, NamespaceService
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.protocol import ProtocolHandler, load_protocol_handlers
 from pulsar_grpc.broker.resources import NamespaceResources
+from pulsar_grpc.broker.security.authentication import AuthenticationService
 from pulsar_grpc.broker.tls import read_tls_files
 from pulsar_grpc.broker.topics import PersistentTopic
 from pulsar_grpc.broker.topics.registry import TopicRegistry
@@ -75,6 +76,9 @@ class BrokerService:
         # The port each server socket really got (a configured 0 is resolved at bind time).
         self.bound: dict[BindAddress, int] = {}
         self.handlers: list[ProtocolHandler] = load_protocol_handlers(config)
+        # None while authenticationEnabled is false; built now so a bad provider setting
+        # refuses to start before anything binds.
+        self.authentication = AuthenticationService.from_config(config)
         self.metadata: MetadataStore | None = None
         self._store: LedgerStore | None = None
         self._ledgers: ManagedLedgerFactory | None = None

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pulsar_grpc.broker.errors import InvalidTopicNameError
 from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.cli.auth import add_auth_args, authentication_of
 from pulsar_grpc.cli.endpoints import SERVICE_URL_HELP, default_service_url
 from pulsar_grpc.client import (
     Client,
@@ -102,6 +103,7 @@ def _connection_args(parser: argparse.ArgumentParser) -> None:
         help=f"grpc:// or grpc+ssl:// {SERVICE_URL_HELP}",
     )  # fmt: skip
     parser.add_argument("--listener-name", help="advertised listener to look topics up through")
+    add_auth_args(parser)
     parser.add_argument(
         "--operation-timeout-ms", type=_positive_int, default=30000, metavar="MS",
         help="how long to keep trying to reach a broker that is down or restarting before "
@@ -201,7 +203,10 @@ async def _produce(
     args: argparse.Namespace, topic: str, payloads: list[bytes], properties: dict[str, str]
 ) -> int:
     async with Client(
-        args.service_url, args.listener_name, operation_timeout_ms=args.operation_timeout_ms
+        args.service_url,
+        args.listener_name,
+        operation_timeout_ms=args.operation_timeout_ms,
+        authentication=authentication_of(args),
     ) as client:
         producer = await client.create_producer(topic, block_if_queue_full=True)
         try:
@@ -239,7 +244,10 @@ async def _consume(args: argparse.Namespace, topic: str) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with Client(
-        args.service_url, args.listener_name, operation_timeout_ms=args.operation_timeout_ms
+        args.service_url,
+        args.listener_name,
+        operation_timeout_ms=args.operation_timeout_ms,
+        authentication=authentication_of(args),
     ) as client:
         consumer = await client.subscribe(
             topic,

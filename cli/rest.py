@@ -5,6 +5,7 @@ bad namespace, topic or bundle name given on the command line)."""
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import sys
@@ -13,6 +14,8 @@ import urllib.request
 from collections.abc import Callable
 
 from pulsar_grpc.broker.errors import InvalidArgumentError
+from pulsar_grpc.cli.auth import authentication_of
+from pulsar_grpc.client import Authentication
 
 __all__ = ["AdminRequestError", "print_lines", "reporting_errors", "request"]
 
@@ -30,6 +33,8 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 _opener = urllib.request.build_opener(_NoRedirect)
+# The command's credentials (--auth-plugin): one command per process, set before any request.
+_credentials: list[Authentication] = []
 
 
 def request(method: str, url: str, body: bytes | None = None) -> object:
@@ -39,6 +44,9 @@ def request(method: str, url: str, body: bytes | None = None) -> object:
         req = urllib.request.Request(url, data=body, method=method)
         if body is not None:
             req.add_header("Content-Type", "application/json")
+        authorization = _credentials[0].authorization() if _credentials else None
+        if authorization:
+            req.add_header("Authorization", authorization)
         try:
             with _opener.open(req, timeout=30) as resp:
                 raw = resp.read().decode()
@@ -78,11 +86,17 @@ def _reason(exc: urllib.error.HTTPError) -> str:
         return text
 
 
-def reporting_errors(command: str, run: Callable[[], int]) -> int:
-    """Run a command's requests: a refusal or an unreachable broker is one line on stderr
-    (``pulsar-grpc <command>: ...``) and exit code 1; a bad name on the command line (a
-    namespace, topic or bundle the naming rules refuse) one line and exit code 2, as argparse's
-    usage errors."""
+def reporting_errors(command: str, run: Callable[[], int], args: argparse.Namespace) -> int:
+    """Run a command's requests with the credentials its flags name: a refusal or an
+    unreachable broker is one line on stderr (``pulsar-grpc <command>: ...``) and exit code 1;
+    a bad name on the command line (a namespace, topic or bundle the naming rules refuse) or
+    bad --auth-params one line and exit code 2, as argparse's usage errors."""
+    try:
+        authentication = authentication_of(args)
+    except ValueError as exc:
+        print(f"pulsar-grpc {command}: {exc}", file=sys.stderr)
+        return 2
+    _credentials[:] = [authentication] if authentication is not None else []
     try:
         return run()
     except AdminRequestError as exc:

@@ -10,6 +10,7 @@ Every exception of pulsar-client's ``pulsar.exceptions`` is here by the same nam
 """
 
 from . import exceptions
+from ._auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
 from ._batching import BatchingType
 from ._channels import LookupResult
 from ._client import Client
@@ -34,6 +35,10 @@ from ._sync import SyncClient, SyncConsumer, SyncProducer, SyncReader
 from .exceptions import *  # noqa: F403  (pulsar-client's exception names: its __all__)
 
 __all__ = [
+    "Authentication",
+    "AuthenticationBasic",
+    "AuthenticationTLS",
+    "AuthenticationToken",
     "BatchReceivePolicy",
     "BatchingType",
     "Client",

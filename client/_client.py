@@ -17,6 +17,7 @@ import grpc
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
+from ._auth import Authentication, AuthenticationTLS, AuthenticationToken
 from ._batching import BatchingType
 from ._channels import (
     DEFAULT_KEEP_ALIVE_INTERVAL_S,
@@ -89,7 +90,11 @@ class Client:
     ``tls_cert_file_path`` / ``tls_key_file_path`` for mutual TLS and ``tls_server_name`` to
     verify the server's certificate against another name than the address's host. The same
     options apply when a plaintext service URL's lookup answers only a ``grpc+ssl`` address.
-    ``auth_token`` is sent as ``authorization: Bearer <token>`` on every call.
+    Authentication: ``authentication=AuthenticationToken(token_or_supplier)``,
+    ``AuthenticationBasic(user, password)`` (the ``authorization`` header of every call; a
+    supplier is asked again for each call and reconnection) or
+    ``AuthenticationTLS(cert_path, key_path)`` (the client certificate on TLS channels).
+    ``auth_token`` is short for ``AuthenticationToken(auth_token)``.
 
     Reconnection: producers, consumers and readers (each partition on its own) survive the
     broker going away: when a stream ends with a retryable error (broker restart, dropped
@@ -126,6 +131,7 @@ class Client:
         tls_key_file_path: str | None = None,
         tls_server_name: str | None = None,
         auth_token: str | None = None,
+        authentication: Authentication | None = None,
         operation_timeout_ms: int = 30000,
         max_lookup_redirects: int = DEFAULT_MAX_LOOKUP_REDIRECTS,
         initial_backoff_interval_ms: int = DEFAULT_INITIAL_BACKOFF_MS,
@@ -143,7 +149,14 @@ class Client:
         self._backoff_s = (initial_backoff_interval_ms / 1000, max_backoff_interval_ms / 1000)
         self._max_message_size = max_message_size
         self._listener_name = listener_name
-        self._auth_token = auth_token
+        if auth_token and authentication is not None:
+            raise ValueError("auth_token and authentication are two ways of saying the same")
+        self._authentication = AuthenticationToken(auth_token) if auth_token else authentication
+        if isinstance(authentication, AuthenticationTLS):
+            if tls_cert_file_path or tls_key_file_path:
+                raise ValueError("AuthenticationTLS and tls_cert_file_path: give one of them")
+            tls_cert_file_path = authentication.certificate_path
+            tls_key_file_path = authentication.private_key_path
         self._operation_timeout_s = operation_timeout_ms / 1000
         if max_lookup_redirects < 0:
             raise ValueError("max_lookup_redirects must be >= 0")
@@ -546,7 +559,7 @@ class Client:
         base: dict[str, str | int | bool | None] = {
             "x-pulsar-topic": topic,
             "x-pulsar-listenername": self._listener_name,
-            "authorization": f"Bearer {self._auth_token}" if self._auth_token else None,
+            "authorization": self._authentication.authorization() if self._authentication else None,
         }
         return call_metadata({**base, **params})
 

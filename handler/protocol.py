@@ -21,6 +21,7 @@ from pulsar_grpc.handler.errors import abort
 from pulsar_grpc.handler.produce import produce
 from pulsar_grpc.handler.reflection import enable_reflection
 from pulsar_grpc.interceptors import ListenerInterceptor, ParametersInterceptor, current
+from pulsar_grpc.interceptors.auth import AuthenticationInterceptor
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -90,11 +91,17 @@ class GrpcProtocolHandler(ProtocolHandler):
         assert self.config is not None and self.listeners is not None
         max_frame = self.config.maxMessageSize + _FRAME_MARGIN
         keepalive_ms = self.config.keepAliveIntervalSeconds * 1000
+        assert self.broker is not None
+        interceptors: list[aio.ServerInterceptor] = [
+            ListenerInterceptor(listener, self.listeners.listeners, abort),
+            ParametersInterceptor(abort),
+        ]
+        if self.broker.authentication is not None:  # first: nothing runs for a stranger
+            interceptors.insert(
+                0, AuthenticationInterceptor(self.broker.authentication, listener, abort)
+            )
         server = aio.server(
-            interceptors=[
-                ListenerInterceptor(listener, self.listeners.listeners, abort),
-                ParametersInterceptor(abort),
-            ],
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", max_frame),
                 ("grpc.max_send_message_length", max_frame),

@@ -1,5 +1,6 @@
-"""gRPC ServerInterceptors: call parameters and listener become a typed call context before a
-servicer runs. No RPC bodies here."""
+"""gRPC ServerInterceptors: the caller's credentials (when authentication is on), call
+parameters and listener become a typed call context before a servicer runs. No RPC bodies
+here."""
 
 from pulsar_grpc.interceptors.context import CallContext, ConsumerParams, ProducerParams, current
 from pulsar_grpc.interceptors.listener import ListenerInterceptor

@@ -19,7 +19,9 @@ from grpc import aio
 from pulsar_grpc.broker.errors import BrokerError
 from pulsar_grpc.interceptors.context import CallContext, ensure
 
-Prepare = Callable[[CallContext], None]  # fills the context, or raises BrokerError to refuse
+# Fills the context, or raises BrokerError to refuse; it may await (an authentication provider
+# does) and reads the servicer context for what headers do not carry (the TLS peer).
+Prepare = Callable[[CallContext, aio.ServicerContext], Awaitable[None]]
 # Ends a call with a broker error: the protocol handler's own (handler/errors.py), passed in
 # so that a refused call ends exactly as one the servicer refused.
 Abort = Callable[[aio.ServicerContext, BaseException], Awaitable[NoReturn]]
@@ -30,7 +32,7 @@ def wrap_handler(
 ) -> grpc.RpcMethodHandler:
     async def before(context: aio.ServicerContext) -> None:
         try:
-            prepare(ensure(context.peer()))
+            await prepare(ensure(context.peer()), context)
         except BrokerError as error:
             await abort(context, error)
 

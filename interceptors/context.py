@@ -12,6 +12,7 @@ from typing import Literal
 
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.broker.security.authentication import AuthenticationData
 from pulsar_grpc.broker.topics import SubType
 
 
@@ -47,6 +48,12 @@ class CallContext:
     bind_listener: str | None = None
     producer: ProducerParams | None = None
     consumer: ConsumerParams | None = None
+    # Who the caller proved to be (authenticationEnabled; None while it is off), how (a
+    # provider's method name: "tls", "basic", "token", or "anonymous"), and from what
+    # credentials (for authorization to come).
+    role: str | None = None
+    auth_method: str | None = None
+    auth_data: AuthenticationData | None = None
 
 
 _current: ContextVar[CallContext] = ContextVar("pulsar_grpc_call_context")

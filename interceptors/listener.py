@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from grpc import aio
+
 from pulsar_grpc.broker.errors import InvalidArgumentError
 from pulsar_grpc.interceptors._wrap import Abort, Prepare, PreparingInterceptor
 from pulsar_grpc.interceptors.context import CallContext
@@ -23,7 +25,7 @@ class ListenerInterceptor(PreparingInterceptor):
         bind_listener = self._bind_listener
         known = self._known
 
-        def prepare(ctx: CallContext) -> None:
+        async def prepare(ctx: CallContext, _: aio.ServicerContext) -> None:
             if requested is not None and requested not in known:
                 raise InvalidArgumentError(
                     f"{H_LISTENER}: unknown listener '{requested}' "

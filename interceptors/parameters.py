@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from grpc import aio
+
 from pulsar_grpc.broker.errors import BrokerError, InvalidArgumentError, InvalidTopicNameError
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.naming import TopicName, check_subscription_name
@@ -72,12 +74,12 @@ def _preparer(method: str, headers: Mapping[str, str]) -> Prepare:
     except BrokerError as exc:
         error = exc
 
-        def refuse(ctx: CallContext) -> None:
+        async def refuse(ctx: CallContext, _: aio.ServicerContext) -> None:
             raise error
 
         return refuse
 
-    def fill(ctx: CallContext) -> None:
+    async def fill(ctx: CallContext, _: aio.ServicerContext) -> None:
         ctx.topic, ctx.producer, ctx.consumer = topic, producer, consumer
 
     return fill

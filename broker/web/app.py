@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from yarl import URL
@@ -20,6 +21,7 @@ from pulsar_grpc.broker.cluster.leader import LeaderBroker
 from pulsar_grpc.broker.listeners import WEB_SCHEMES
 from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
+from pulsar_grpc.broker.security.authentication import AuthenticationData, AuthenticationService
 from pulsar_grpc.broker.tls import server_ssl_context
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.metrics import BrokerCollector
@@ -51,6 +53,40 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return web.json_response({"reason": exc.message}, status=status)
 
 
+def _authenticating(service: AuthenticationService, metrics_open: bool) -> Middleware:
+    """The admin API behind the broker's authentication (Pulsar's AuthenticationFilter): the
+    Authorization header or the https client certificate; a failure answers 401 {"reason"}.
+    /metrics stays open unless authenticateMetricsEndpoint, as in Pulsar."""
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not (metrics_open and request.path == "/metrics"):
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            authorization = request.headers.getall("Authorization", [])
+            if len(authorization) > 1:  # which one would count is anyone's guess: neither
+                raise e.AuthenticationError("more than one Authorization header")
+            await service.authenticate(
+                AuthenticationData(
+                    authorization=authorization[0] if authorization else None,
+                    tls_common_name=_peer_common_name(request),
+                    remote_address=str(peer),
+                )
+            )
+        return await handler(request)
+
+    return authenticate
+
+
+def _peer_common_name(request: web.Request) -> str | None:
+    """CN of the client certificate the https handshake verified (None over http)."""
+    cert = request.transport.get_extra_info("peercert") if request.transport else None
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
 class WebService:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
@@ -66,7 +102,12 @@ class WebService:
         return self.service.web_service_url()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors])
+        middlewares: list[Middleware] = [_errors]
+        authentication = self.service.authentication
+        if authentication is not None:
+            metrics_open = not self.service.config.authenticateMetricsEndpoint
+            middlewares.append(_authenticating(authentication, metrics_open))
+        app = web.Application(middlewares=middlewares)
         base = "/admin/v2/persistent/{tenant}/{namespace}"
         app.add_routes(
             [

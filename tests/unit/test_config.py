@@ -155,7 +155,6 @@ def test_empty_later_value_resets_to_default(tmp_path: Path) -> None:
         ("maxUnackedMessagesPerConsumer", "-1", "-1 is less than the minimum 0"),
         ("brokerDeduplicationEntriesInterval", "0", "0 is less than the minimum 1"),
         ("brokerDeduplicationSnapshotFrequencyInSeconds", "-1", "-1 is less than the minimum 0"),
-        ("authenticationEnabled", "true", "authenticationEnabled: true is not supported yet"),
         ("messagingProtocols", ",", "messagingProtocols: must not be empty"),
         ("clusterName", " ", None),  # empty -> default, which is valid
         ("webServicePort", "50051", "webServicePort: 50051 is already used by grpcServicePort"),

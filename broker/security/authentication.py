@@ -1,0 +1,246 @@
+"""Who is calling: Pulsar's authentication providers, behind every protocol.
+
+A request brings an :class:`AuthenticationData` (its ``Authorization`` header, the CN of the
+client certificate its TLS connection verified, where it came from); the
+:class:`AuthenticationService` built from the broker's configuration (authenticationEnabled,
+authenticationProviders, anonymousUserRole) picks the provider the credentials are meant for
+and returns the caller's role, or raises :class:`AuthenticationError`. Which provider: a
+``Bearer`` header goes to the token provider, ``Basic`` to the basic one, no header but a client
+certificate to the TLS one, nothing at all to anonymousUserRole when it is set.
+
+The gRPC interceptor and the admin API's middleware both use the one service, so a role means
+the same on either path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import enum
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import bcrypt
+
+from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
+from pulsar_grpc.broker.errors import AuthenticationError
+
+# An Authorization header longer than this is refused before it is decoded: a real token or
+# user:password pair is far shorter, and a client must not make the broker decode megabytes.
+MAX_AUTHORIZATION_BYTES = 16 * 1024
+# bcrypt only reads the first 72 bytes of a password; a longer one is refused rather than
+# silently accepted on its prefix.
+_BCRYPT_MAX_PASSWORD = 72
+# A bcrypt hash as htpasswd -B writes it: $2y$ (or $2b$, $2a$), the cost, 53 characters of salt
+# and digest. Checked at load: a malformed one would otherwise fail at the first login.
+_BCRYPT_HASH = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthenticationData:
+    """What one request carries that can prove who sent it."""
+
+    authorization: str | None  # the Authorization header, as sent
+    tls_common_name: str | None  # CN of the client certificate the TLS handshake verified
+    remote_address: str
+    listener: str | None = None  # the listener the request arrived on (None: primary)
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticated:
+    """The outcome of a successful authentication: the role and the method that proved it."""
+
+    role: str
+    method: str  # a provider's auth_method_name, or "anonymous"
+
+
+class AuthenticationProvider(ABC):
+    """One way of proving a role (Pulsar's AuthenticationProvider)."""
+
+    @property
+    @abstractmethod
+    def auth_method_name(self) -> str:
+        """Pulsar's short name of the method: "tls", "basic", "token"."""
+
+    @abstractmethod
+    async def authenticate(self, data: AuthenticationData) -> str:
+        """The role ``data`` proves, or AuthenticationError."""
+
+
+class TlsProvider(AuthenticationProvider):
+    """The role is the CN of the client certificate the connection's mutual TLS verified
+    (Pulsar's AuthenticationProviderTls). Only a listener with tlsTrustCertsFilePath and
+    tlsRequireTrustedClientCertOnConnect asks clients for a certificate."""
+
+    @property
+    def auth_method_name(self) -> str:
+        return "tls"
+
+    async def authenticate(self, data: AuthenticationData) -> str:
+        if not data.tls_common_name:
+            raise AuthenticationError("no verified TLS client certificate with a common name")
+        return data.tls_common_name
+
+    @classmethod
+    def from_config(cls, config: ServiceConfiguration) -> TlsProvider:
+        return cls()
+
+
+class BasicProvider(AuthenticationProvider):
+    """Users and bcrypt hashes from an htpasswd-style file (Pulsar's
+    AuthenticationProviderBasic): ``basicAuthConf`` is the file's path or its content as
+    ``data:;base64,...``. A line is ``user:$2y$...`` (or ``$2b$``/``$2a$``)."""
+
+    def __init__(self, users: Mapping[str, bytes]) -> None:
+        self._users = dict(users)
+        # An unknown user is checked against this hash (of the first user's cost) so that
+        # the answer takes as long as for a known one: timing does not tell who exists.
+        cost = int(next(iter(self._users.values()), b"$2b$04$")[4:6])
+        self._decoy = bcrypt.hashpw(b"decoy", bcrypt.gensalt(rounds=cost))
+
+    @property
+    def auth_method_name(self) -> str:
+        return "basic"
+
+    @classmethod
+    def from_config(cls, config: ServiceConfiguration) -> BasicProvider:
+        source = config.basicAuthConf
+        if not source:
+            raise ConfigError(["basicAuthConf: required by the basic authentication provider"])
+        return cls(parse_htpasswd(_read_conf(source)))
+
+    async def authenticate(self, data: AuthenticationData) -> str:
+        user, password = _basic_credentials(data.authorization)
+        hashed = self._users.get(user)
+        # bcrypt costs tens of milliseconds by design: off the event loop.
+        matches = await asyncio.to_thread(bcrypt.checkpw, password, hashed or self._decoy)
+        if hashed is None or not matches:
+            raise AuthenticationError("unknown user or wrong password")
+        return user
+
+
+def _read_conf(source: str) -> str:
+    if source.startswith("data:"):
+        _, _, encoded = source.partition(",")
+        try:
+            return base64.b64decode(encoded, validate=True).decode()
+        except ValueError:  # not base64 (binascii.Error), not ASCII, not UTF-8
+            raise ConfigError(["basicAuthConf: the data: URL is not base64 text"]) from None
+    try:
+        return Path(source).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"basicAuthConf: cannot read {source}: {exc}"]) from None
+
+
+def parse_htpasswd(text: str) -> dict[str, bytes]:
+    """``user:hash`` lines; only bcrypt hashes (the other htpasswd schemes are weak)."""
+    users: dict[str, bytes] = {}
+    errors: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, hashed = line.partition(":")
+        if not sep or not user or not _BCRYPT_HASH.fullmatch(hashed):
+            errors.append(f"basicAuthConf: line {number}: expected user:<bcrypt hash>")
+            continue
+        # $2y$ (htpasswd's name) is the same algorithm as $2b$.
+        users[user] = ("$2b$" + hashed[4:] if hashed.startswith("$2y$") else hashed).encode()
+    if errors:
+        raise ConfigError(errors)
+    return users
+
+
+def _basic_credentials(authorization: str | None) -> tuple[str, bytes]:
+    encoded = (authorization or "").partition(" ")[2]
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except ValueError:  # binascii.Error, or characters outside ASCII
+        raise AuthenticationError("Basic credentials are not base64") from None
+    user, sep, password = decoded.partition(b":")
+    if not sep or not user:
+        raise AuthenticationError("Basic credentials are not user:password")
+    if len(password) > _BCRYPT_MAX_PASSWORD:
+        raise AuthenticationError("unknown user or wrong password")
+    try:
+        return user.decode(), password
+    except UnicodeDecodeError:
+        raise AuthenticationError("Basic credentials: the user name is not UTF-8") from None
+
+
+class _Scheme(enum.Enum):
+    """How a request presents its credentials, and the provider that reads them."""
+
+    BEARER = "token"
+    BASIC = "basic"
+    CLIENT_CERTIFICATE = "tls"
+    NONE = "anonymous"
+
+
+ProviderFactory = Callable[[ServiceConfiguration], AuthenticationProvider]
+_PULSAR_PACKAGE = "org.apache.pulsar.broker.authentication."
+# authenticationProviders accepts Pulsar's class names and the short method names. The token
+# provider registers itself here (name "token", AuthenticationProviderToken).
+PROVIDERS: dict[str, ProviderFactory] = {
+    "tls": TlsProvider.from_config,
+    _PULSAR_PACKAGE + "AuthenticationProviderTls": TlsProvider.from_config,
+    "basic": BasicProvider.from_config,
+    _PULSAR_PACKAGE + "AuthenticationProviderBasic": BasicProvider.from_config,
+}
+
+
+class AuthenticationService:
+    """The configured providers, by method name, and the anonymous role."""
+
+    def __init__(
+        self, providers: list[AuthenticationProvider], anonymous_role: str | None = None
+    ) -> None:
+        self._providers = {p.auth_method_name: p for p in providers}
+        self._anonymous_role = anonymous_role
+
+    @classmethod
+    def from_config(cls, config: ServiceConfiguration) -> AuthenticationService | None:
+        """None when authenticationEnabled is false: then nothing checks credentials."""
+        if not config.authenticationEnabled:
+            return None
+        unknown = [n for n in config.authenticationProviders if n not in PROVIDERS]
+        if unknown:
+            raise ConfigError(
+                [
+                    f"authenticationProviders: unknown provider {name} "
+                    f"(known: {', '.join(sorted(PROVIDERS))})"
+                    for name in unknown
+                ]
+            )
+        providers = [PROVIDERS[name](config) for name in config.authenticationProviders]
+        return cls(providers, config.anonymousUserRole or None)
+
+    async def authenticate(self, data: AuthenticationData) -> Authenticated:
+        scheme = _scheme_of(data)
+        if scheme is _Scheme.NONE:
+            if self._anonymous_role is None:
+                raise AuthenticationError("authentication required: no credentials sent")
+            return Authenticated(self._anonymous_role, scheme.value)
+        provider = self._providers.get(scheme.value)
+        if provider is None:
+            raise AuthenticationError(
+                f"authentication method {scheme.value} is not enabled on this broker"
+            )
+        return Authenticated(await provider.authenticate(data), provider.auth_method_name)
+
+
+def _scheme_of(data: AuthenticationData) -> _Scheme:
+    header = data.authorization
+    if header is None or header == "":
+        return _Scheme.CLIENT_CERTIFICATE if data.tls_common_name else _Scheme.NONE
+    if len(header) > MAX_AUTHORIZATION_BYTES:
+        raise AuthenticationError("the Authorization header is too long")
+    scheme = header.partition(" ")[0].lower()
+    if scheme == "bearer":
+        return _Scheme.BEARER
+    if scheme == "basic":
+        return _Scheme.BASIC
+    raise AuthenticationError(f"unsupported Authorization scheme '{scheme[:20]}'")
