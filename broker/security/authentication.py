@@ -27,6 +27,7 @@ import bcrypt
 
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 from pulsar_grpc.broker.errors import AuthenticationError
+from pulsar_grpc.broker.security.tokens import KeyValueError, TokenAuthenticator
 
 # An Authorization header longer than this is refused before it is decoded: a real token or
 # user:password pair is far shorter, and a client must not make the broker decode megabytes.
@@ -171,6 +172,32 @@ def _basic_credentials(authorization: str | None) -> tuple[str, bytes]:
         raise AuthenticationError("Basic credentials: the user name is not UTF-8") from None
 
 
+class TokenProvider(AuthenticationProvider):
+    """A JWT in ``Authorization: Bearer <token>`` (Pulsar's AuthenticationProviderToken): the
+    key, algorithms, role claim and audience are broker.conf's token* properties
+    (broker/security/tokens.py checks the token)."""
+
+    def __init__(self, tokens: TokenAuthenticator) -> None:
+        self._tokens = tokens
+
+    @property
+    def auth_method_name(self) -> str:
+        return "token"
+
+    @classmethod
+    def from_config(cls, config: ServiceConfiguration) -> TokenProvider:
+        try:
+            return cls(TokenAuthenticator.from_config(config))
+        except KeyValueError as exc:
+            raise ConfigError([f"token authentication: {exc}"]) from None
+
+    async def authenticate(self, data: AuthenticationData) -> str:
+        token = (data.authorization or "").partition(" ")[2].strip()
+        if not token:
+            raise AuthenticationError("Bearer credentials carry no token")
+        return self._tokens.role_of(token)
+
+
 class _Scheme(enum.Enum):
     """How a request presents its credentials, and the provider that reads them."""
 
@@ -182,9 +209,10 @@ class _Scheme(enum.Enum):
 
 ProviderFactory = Callable[[ServiceConfiguration], AuthenticationProvider]
 _PULSAR_PACKAGE = "org.apache.pulsar.broker.authentication."
-# authenticationProviders accepts Pulsar's class names and the short method names. The token
-# provider registers itself here (name "token", AuthenticationProviderToken).
+# authenticationProviders accepts Pulsar's class names and the short method names.
 PROVIDERS: dict[str, ProviderFactory] = {
+    "token": TokenProvider.from_config,
+    _PULSAR_PACKAGE + "AuthenticationProviderToken": TokenProvider.from_config,
     "tls": TlsProvider.from_config,
     _PULSAR_PACKAGE + "AuthenticationProviderTls": TlsProvider.from_config,
     "basic": BasicProvider.from_config,
