@@ -39,6 +39,12 @@ PEM_B64 = base64.b64encode(
 ).decode()
 
 
+def now() -> int:
+    """Seconds since the epoch when the test runs (not when the module was imported: the
+    suite can take longer than a token's validity window)."""
+    return int(time.time())
+
+
 def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
@@ -170,7 +176,6 @@ def test_public_key_pem_accepted_and_type_checked(rsa_key: rsa.RSAPrivateKey) ->
 
 # --- refusals -------------------------------------------------------------------------------
 
-NOW = int(time.time())
 OTHER_SECRET = bytes(range(1, 33))
 NONE_HEADER = b64url(b'{"alg":"none"}')
 ROOT_PAYLOAD = b64url(b'{"sub":"root"}')
@@ -214,11 +219,16 @@ def refusal_cases(rsa_key: rsa.RSAPrivateKey) -> list[tuple[str, TokenAuthentica
             f"{h}.{ROOT_PAYLOAD}.{s}",
             "does not verify",
         ),
-        ("expired", secret_auth(), claims_token({"sub": "a", "exp": NOW - 10}), "token expired at"),
+        (
+            "expired",
+            secret_auth(),
+            claims_token({"sub": "a", "exp": now() - 10}),
+            "token expired at",
+        ),
         (
             "not yet valid",
             secret_auth(),
-            claims_token({"sub": "a", "nbf": NOW + 600}),
+            claims_token({"sub": "a", "nbf": now() + 600}),
             "not valid before",
         ),
         ("no role claim", secret_auth(), claims_token({"name": "a"}), "no 'sub' claim"),
@@ -286,8 +296,8 @@ def test_accepted_claims() -> None:
     custom = secret_auth(auth_claim="role", audience_claim="scope", audience="pulsar")
     assert custom.role_of(claims_token({"role": "ops", "scope": "pulsar"})) == "ops"
     # iat in the future is not checked, as jjwt does not check it.
-    assert secret_auth().role_of(claims_token({"sub": "a", "iat": NOW + 3600})) == "a"
-    assert secret_auth().role_of(claims_token({"sub": "a", "exp": NOW + 60})) == "a"
+    assert secret_auth().role_of(claims_token({"sub": "a", "iat": now() + 3600})) == "a"
+    assert secret_auth().role_of(claims_token({"sub": "a", "exp": now() + 60})) == "a"
 
 
 # --- configuration --------------------------------------------------------------------------
