@@ -51,6 +51,7 @@ __all__ = [
     "grpc_lookup",
     "lookup_path",
     "one_topic_per_bundle",
+    "owner_url",
     "place",
     "start_brokers",
     "topic_over_every_bundle",
@@ -273,12 +274,17 @@ class Answering(Protocol):
 A = TypeVar("A", bound=Answering)
 
 
-async def place(members: Sequence[A], service_url: str, topic: TopicName) -> A:
+async def owner_url(service_url: str, topic: TopicName) -> str:
     """Look ``topic`` up through ``service_url`` as the SDK does, following redirects (the
-    leader places an unowned bundle): the member that owns it then."""
+    leader places an unowned bundle): the owner's gRPC URL."""
     async with Client(service_url) as client:
-        answer = await client.lookup(topic.full_name)
-    (owner,) = [m for m in members if m.answer("internal")["grpc_url"] == answer.grpc_url]
+        return (await client.lookup(topic.full_name)).grpc_url
+
+
+async def place(members: Sequence[A], service_url: str, topic: TopicName) -> A:
+    """The member that owns ``topic`` once a lookup through ``service_url`` placed it."""
+    url = await owner_url(service_url, topic)
+    (owner,) = [m for m in members if m.answer("internal")["grpc_url"] == url]
     return owner
 
 

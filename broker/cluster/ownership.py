@@ -313,9 +313,10 @@ class OwnershipCache:
         have expired without its knowing yet (a paused process). Unless the node is still
         ours, the bundle is lost at once (its topics close), so that this broker does not load
         the topic again and fence the new owner back."""
-        self._spawn(self._revalidate(topic))
+        self._spawn(self.recheck(topic))
 
-    async def _revalidate(self, topic: TopicName) -> None:
+    async def recheck(self, topic: TopicName) -> None:
+        """:meth:`revalidate`'s check, awaited."""
         bundle = await self.bundle_of(topic)
         path = bundle_path(bundle)
         if path not in self._owned:

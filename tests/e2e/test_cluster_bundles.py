@@ -24,7 +24,7 @@ from pulsar_grpc.broker.service import BrokerService
 from pulsar_grpc.broker.topics import PersistentTopic
 from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
-from tests.cluster import one_topic_per_bundle
+from tests.cluster import one_topic_per_bundle, owner_url
 from tests.e2e.steady_load import SteadyLoad
 from tests.e2e.test_cli import cli
 from tests.e2e.wire import stub
@@ -84,9 +84,8 @@ async def reloaded(cluster: list[BrokerThread], name: str, was: PersistentTopic 
 
 async def placed(cluster: list[BrokerThread], topic: TopicName) -> BrokerThread:
     """Look ``topic`` up as the SDK does (the leader places an unowned bundle): its owner."""
-    async with Client(cluster[0].service_url) as client:
-        answer = await client.lookup(topic.full_name)
-    (owner,) = [b for b in cluster if b.service_url == answer.grpc_url]
+    url = await owner_url(cluster[0].service_url, topic)
+    (owner,) = [b for b in cluster if b.service_url == url]
     return owner
 
 
