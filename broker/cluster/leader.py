@@ -97,7 +97,10 @@ class LeaderElection:
         self.leader: LeaderBroker | None = None
         self._tasks: list[_PeriodicTask] = []
         self._running: list[asyncio.Task[None]] = []  # the periodic tasks, while leader
-        self._elections: set[asyncio.Task[None]] = set()
+        # Every task this election started and that has not finished yet, including periodic
+        # tasks cancelled when leadership ended (a cancelled task runs on until its next
+        # await): close waits on all of them.
+        self._unfinished: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()  # one election at a time
 
     @property
@@ -151,14 +154,18 @@ class LeaderElection:
             log.info("the leader is %s", leader.broker_id)
         self.leader = leader
 
-    def _stop_leading(self) -> list[asyncio.Task[None]]:
-        """Cancel the leader-only tasks (returned, for close to wait on)."""
+    def _stop_leading(self) -> None:
+        """Cancel the leader-only tasks (close waits for them to finish)."""
         if self.state is LeaderState.LEADER:
             log.info("this broker (%s) is no longer the leader", self.me.broker_id)
         running, self._running = self._running, []
         for task in running:
             task.cancel()
-        return running
+
+    def _track(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
+        self._unfinished.add(task)
+        task.add_done_callback(self._unfinished.discard)
+        return task
 
     def _start_task(self, task: _PeriodicTask) -> asyncio.Task[None]:
         async def loop() -> None:
@@ -169,7 +176,9 @@ class LeaderElection:
                 except Exception:
                     log.exception("leader task %s failed", task.name)
 
-        return asyncio.get_running_loop().create_task(loop(), name=f"leader: {task.name}")
+        return self._track(
+            asyncio.get_running_loop().create_task(loop(), name=f"leader: {task.name}")
+        )
 
     # ------------------------------------------------------------ store events
 
@@ -201,20 +210,20 @@ class LeaderElection:
                 # The session is down: its re-establishment runs the election again.
                 log.warning("leader election failed", exc_info=True)
 
-        task = asyncio.get_running_loop().create_task(run(), name="leader election")
-        self._elections.add(task)
-        task.add_done_callback(self._elections.discard)
+        self._track(asyncio.get_running_loop().create_task(run(), name="leader election"))
 
     async def close(self) -> None:
         """Stop the tasks and give up leadership at once, so another broker takes over without
         waiting for this broker's session to end."""
         was_leader = self.is_leader
-        running = [*self._stop_leading(), *self._elections]
+        self._stop_leading()
         self.state = LeaderState.STOPPED
         self.leader = None
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        unfinished = list(self._unfinished)
+        for task in unfinished:
+            if not task.cancelling():  # one cancelled already is left to wind down
+                task.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
         if not was_leader:
             return
         try:

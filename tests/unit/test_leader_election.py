@@ -117,3 +117,33 @@ async def test_a_task_added_while_leading_starts_at_once(members: list[Member]) 
 
     leader.election.add_task("late", 0.01, mark)
     await asyncio.wait_for(ran.wait(), 10)
+
+
+async def test_close_waits_for_tasks_cancelled_when_the_session_was_lost(
+    members: list[Member],
+) -> None:
+    """A leader-only task cancelled by a lost session may take a while to wind down (an HTTP
+    call being torn down); closing the broker right after must still wait for it."""
+    first = await agreed_leader(members)
+    started = asyncio.Event()
+    wound_down = asyncio.Event()
+
+    async def slow_to_cancel() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)
+            wound_down.set()
+            raise
+
+    first.election.add_task("slow", 0.01, slow_to_cancel)
+    await asyncio.wait_for(started.wait(), 10)
+    lost = asyncio.Event()
+    first.store.register_session_listener(
+        lambda e: lost.set() if e is SessionEvent.SESSION_LOST else None
+    )
+    first.store.expire_session()
+    await asyncio.wait_for(lost.wait(), 10)
+    await first.election.close()
+    assert wound_down.is_set()
