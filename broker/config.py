@@ -172,6 +172,9 @@ class ServiceConfiguration:
     anonymousUserRole: str | None = None
     basicAuthConf: str | None = None
     authenticateMetricsEndpoint: bool = False
+    # How often the broker re-checks the credentials of each open Produce and Consume stream
+    # and ends the streams whose credentials have expired (Pulsar's property and default).
+    authenticationRefreshCheckSeconds: int = 60
     tlsCertificateFilePath: str | None = None
     tlsKeyFilePath: str | None = None
     tlsTrustCertsFilePath: str | None = None
@@ -366,6 +369,7 @@ def _check_grpc_listener(config: ServiceConfiguration) -> Iterator[tuple[str, st
 _AT_LEAST: dict[str, float] = {
     "maxMessageSize": 1,
     "keepAliveIntervalSeconds": 1,
+    "authenticationRefreshCheckSeconds": 1,
     "defaultNumPartitions": 1,
     "defaultNumberOfNamespaceBundles": 1,
     "managedLedgerMaxEntriesPerLedger": 1,

@@ -2,8 +2,9 @@
 
 A token or a user and password travel as the ``authorization`` header of every call (a token
 supplier is asked again for each call and each reconnection, so a refreshed token is picked
-up); a TLS client certificate is presented on the TLS channels (mutual TLS), and the broker
-takes its common name as the role.
+up, and a stream the broker ends because its token expired reopens with a fresh one); a TLS
+client certificate is presented on the TLS channels (mutual TLS), and the broker takes its
+common name as the role.
 """
 
 from __future__ import annotations
@@ -11,6 +12,14 @@ from __future__ import annotations
 import base64
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from enum import Enum
+
+
+class CredentialRenewal(Enum):
+    """Whether connecting again can bring credentials other than those the broker refused."""
+
+    FIXED = "fixed"  # the same every time: a token string, a password, a certificate
+    SUPPLIED = "supplied"  # asked for afresh at every call: a token supplier
 
 
 class Authentication(ABC):
@@ -19,6 +28,13 @@ class Authentication(ABC):
     @abstractmethod
     def authorization(self) -> str | None:
         """The ``authorization`` header value for the next call (None: no header)."""
+
+    @property
+    def renewal(self) -> CredentialRenewal:
+        """SUPPLIED: when the broker ends a stream because its credentials expired (it checks
+        every authenticationRefreshCheckSeconds), the stream reopens at once with fresh ones;
+        FIXED: the application gets the AuthenticationError."""
+        return CredentialRenewal.FIXED
 
 
 class AuthenticationToken(Authentication):
@@ -32,6 +48,10 @@ class AuthenticationToken(Authentication):
     def authorization(self) -> str:
         token = self._token() if callable(self._token) else self._token
         return f"Bearer {token}"
+
+    @property
+    def renewal(self) -> CredentialRenewal:
+        return CredentialRenewal.SUPPLIED if callable(self._token) else CredentialRenewal.FIXED
 
 
 class AuthenticationBasic(Authentication):

@@ -17,7 +17,7 @@ import grpc
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
-from ._auth import Authentication, AuthenticationTLS, AuthenticationToken
+from ._auth import Authentication, AuthenticationTLS, AuthenticationToken, CredentialRenewal
 from ._batching import BatchingType
 from ._channels import (
     DEFAULT_KEEP_ALIVE_INTERVAL_S,
@@ -92,7 +92,8 @@ class Client:
     options apply when a plaintext service URL's lookup answers only a ``grpc+ssl`` address.
     Authentication: ``authentication=AuthenticationToken(token_or_supplier)``,
     ``AuthenticationBasic(user, password)`` (the ``authorization`` header of every call; a
-    supplier is asked again for each call and reconnection) or
+    supplier is asked again for each call and reconnection, and a stream the broker ends
+    because its token expired reopens at once with a fresh one) or
     ``AuthenticationTLS(cert_path, key_path)`` (the client certificate on TLS channels).
     ``auth_token`` is short for ``AuthenticationToken(auth_token)``.
 
@@ -152,6 +153,9 @@ class Client:
         if auth_token and authentication is not None:
             raise ValueError("auth_token and authentication are two ways of saying the same")
         self._authentication = AuthenticationToken(auth_token) if auth_token else authentication
+        self._renewal = (
+            self._authentication.renewal if self._authentication else CredentialRenewal.FIXED
+        )
         if isinstance(authentication, AuthenticationTLS):
             if tls_cert_file_path or tls_key_file_path:
                 raise ValueError("AuthenticationTLS and tls_cert_file_path: give one of them")
@@ -252,6 +256,7 @@ class Client:
             operation_timeout_s=self._operation_timeout_s,
             initial_backoff_s=self._backoff_s[0],
             max_backoff_s=self._backoff_s[1],
+            renewal=self._renewal,
             max_message_size=self._max_message_size,
         )
         if max_pending_messages < 1 or max_pending_messages_across_partitions < 1:
@@ -333,6 +338,7 @@ class Client:
             subscription_type=sub_type,
             initial_backoff_s=self._backoff_s[0],
             max_backoff_s=self._backoff_s[1],
+            renewal=self._renewal,
             topic_ids=not isinstance(topic, str),
         )
         pattern: TopicsPattern | None = None
@@ -401,6 +407,7 @@ class Client:
             start_inclusive=start_message_id_inclusive,
             initial_backoff_s=self._backoff_s[0],
             max_backoff_s=self._backoff_s[1],
+            renewal=self._renewal,
         )
         consumer = Consumer(topic, subscription, config, MessageQueue())
         await self._attach(consumer, [topic], config, params, [partitions])

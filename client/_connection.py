@@ -9,6 +9,12 @@ each attempt looks the topic up afresh and opens a new stream, after a delay tha
 defaults), less up to 10 % of random jitter so that clients restarted together spread out. A
 non-retryable error fails the handle for good, as before.
 
+Credentials: the broker ends a stream whose credentials expired with AuthenticationError (it
+checks every authenticationRefreshCheckSeconds). With a token supplier
+(:attr:`CredentialRenewal.SUPPLIED`) the handle reconnects at once, the new stream carrying a
+fresh token; if that one is refused too, the handle fails with the AuthenticationError (one
+attempt, no loop). With fixed credentials the error is the application's at once.
+
 Ownership: the handle (PartitionProducer, PartitionConsumer) owns its stream objects and says
 what reopening means (:attr:`ConnectionHandler.reopen`); the handler owns the state and the
 reconnect task, and nothing else changes the state.
@@ -23,7 +29,8 @@ from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import TypeVar
 
-from ._errors import PulsarException, is_retryable, is_retryable_at_creation
+from ._auth import CredentialRenewal
+from ._errors import AuthenticationError, PulsarException, is_retryable, is_retryable_at_creation
 
 T = TypeVar("T")
 
@@ -118,8 +125,10 @@ class ConnectionHandler:
         reopen: Callable[[], Awaitable[None]],
         give_up: Callable[[PulsarException], None],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        renewal: CredentialRenewal = CredentialRenewal.FIXED,
     ) -> None:
         self.name = name
+        self.renewal = renewal
         self.backoff = backoff
         self.reopen = reopen
         self._give_up = give_up
@@ -148,17 +157,28 @@ class ConnectionHandler:
         self.backoff.reset()
         self._set(HandleState.READY)
 
+    def retries(self, error: PulsarException) -> bool:
+        """Whether a stream that ended with ``error`` is reopened: the error is retryable, or
+        the broker found the stream's credentials expired and fresh ones can be asked for."""
+        return is_retryable(error) or self._renews(error)
+
+    def _renews(self, error: PulsarException) -> bool:
+        return isinstance(error, AuthenticationError) and (
+            self.renewal is CredentialRenewal.SUPPLIED
+        )
+
     def lost(self, error: PulsarException) -> None:
-        """The current stream ended with ``error``: reconnect if it is retryable."""
+        """The current stream ended with ``error``: reconnect if :meth:`retries` says so; at
+        once when the broker named the topic's owner or the credentials are to be renewed."""
         if self._state is not HandleState.READY:
             return
-        if not is_retryable(error):
+        if not self.retries(error):
             self._give_up(error)
             return
         log.warning("%s: connection lost (%s); reconnecting", self.name, error.message)
         self._set(HandleState.CONNECTING)
         self._task = asyncio.get_running_loop().create_task(
-            self._reconnect(at_once=error.owner_url is not None)
+            self._reconnect(at_once=error.owner_url is not None or self._renews(error))
         )
 
     async def wait_ready(self, timeout_s: float) -> bool:

@@ -17,6 +17,7 @@ import grpc
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._acks import AckGroup
+from ._auth import CredentialRenewal
 from ._connection import (
     DEFAULT_INITIAL_BACKOFF_MS,
     DEFAULT_MAX_BACKOFF_MS,
@@ -30,7 +31,6 @@ from ._errors import (
     PulsarException,
     Timeout,
     error_from_code,
-    is_retryable,
 )
 from ._flow import PermitTracker
 from ._message import Message, MessageId, messages_of_entry
@@ -132,6 +132,8 @@ class ConsumerConfig:
     start_inclusive: bool = False
     initial_backoff_s: float = DEFAULT_INITIAL_BACKOFF_MS / 1000
     max_backoff_s: float = DEFAULT_MAX_BACKOFF_MS / 1000
+    # Whether a stream ended for expired credentials reopens with fresh ones (a token supplier).
+    renewal: CredentialRenewal = CredentialRenewal.FIXED
     # Multi-topic and pattern consumers: message ids name their topic (TopicMessageId).
     topic_ids: bool = False
 
@@ -189,6 +191,7 @@ class PartitionConsumer:
             Backoff(config.initial_backoff_s, config.max_backoff_s),
             self._open,
             self._fail,
+            renewal=config.renewal,
         )
 
     @property
@@ -428,7 +431,7 @@ class PartitionConsumer:
         """A stream ended: reconnect (retryable error) or fail (not retryable)."""
         if call is not self._call or self.connection.state is not HandleState.READY:
             return  # an older stream, already replaced; or close() is ending this one
-        if not is_retryable(error):
+        if not self.connection.retries(error):
             self._fail(error)
             return
         self._drop_stream()

@@ -26,6 +26,7 @@ import grpc
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
+from ._auth import CredentialRenewal
 from ._batching import BatchingType, BatchKey, Container, batch_container
 from ._compression import CompressionType
 from ._connection import (
@@ -43,7 +44,6 @@ from ._errors import (
     PulsarException,
     Result,
     Timeout,
-    is_retryable,
 )
 from ._message import MessageId, ids_of_receipt
 from ._routing import Router
@@ -77,6 +77,8 @@ class ProducerConfig:
     operation_timeout_s: float = 30.0
     initial_backoff_s: float = DEFAULT_INITIAL_BACKOFF_MS / 1000
     max_backoff_s: float = DEFAULT_MAX_BACKOFF_MS / 1000
+    # Whether a stream ended for expired credentials reopens with fresh ones (a token supplier).
+    renewal: CredentialRenewal = CredentialRenewal.FIXED
     # The channel's send limit (-1: none). A message over it is refused here: sent, it would
     # break the stream on every reconnect.
     max_message_size: int = -1
@@ -120,6 +122,7 @@ class PartitionProducer:
             Backoff(config.initial_backoff_s, config.max_backoff_s),
             self._reopen,
             self._fail,
+            renewal=config.renewal,
         )
         # Told how many sends settled (stored, failed or timed out), once per batch: the
         # owning Producer counts pending sends with it instead of a callback per message.
@@ -293,7 +296,7 @@ class PartitionProducer:
         if call is not self._call:
             return  # an older stream, already replaced
         state = self.connection.state
-        if state is HandleState.READY and is_retryable(error):
+        if state is HandleState.READY and self.connection.retries(error):
             self._drop_stream()
             self.connection.lost(error)
         elif state is HandleState.READY or (state is HandleState.CLOSING and self._inflight):

@@ -13,6 +13,7 @@ from grpc import aio
 from pulsar_grpc.broker.errors import BrokerError, InvalidArgumentError
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.protocol import BrokerContext
+from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
 from pulsar_grpc.broker.topics import AckId, Consumer, ConsumerOptions, Delivery
 from pulsar_grpc.handler import codec
 from pulsar_grpc.handler.errors import abort, owner_trailers
@@ -142,8 +143,13 @@ def _options(params: ConsumerParams) -> ConsumerOptions:
 
 
 async def consume(
-    broker: BrokerContext, requests: AsyncIterator[pb.ConsumeRequest], context: aio.ServicerContext
+    broker: BrokerContext,
+    requests: AsyncIterator[pb.ConsumeRequest],
+    context: aio.ServicerContext,
+    expiry: CredentialExpiryCheck,
 ) -> None:
+    """Serve one consumer. When the call's credentials expire (``expiry`` checks them), the
+    call ends at once with the error; what was sent and not acked is redelivered."""
     ctx = current()
     params = ctx.consumer
     assert ctx.topic is not None and params is not None
@@ -171,6 +177,7 @@ async def consume(
     loop = asyncio.get_running_loop()
     reader = loop.create_task(_read(consumer, transport, transport.paced(requests)))
     writer = loop.create_task(_write(transport, context, subscribed))
+    unwatch = expiry.watch(ctx.auth_expires_at, transport.close)
     try:
         await asyncio.wait((writer, transport.failed), return_when=asyncio.FIRST_COMPLETED)
         if transport.failed.done():  # not behind what is queued: a client may not be reading
@@ -179,6 +186,7 @@ async def consume(
             await abort(context, transport.failed.result())
         await writer
     finally:
+        unwatch()
         reader.cancel()
         writer.cancel()
         try:  # the writer's own failure, if any, was raised above

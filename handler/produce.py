@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from grpc import aio
 
 from pulsar_grpc.broker.protocol import BrokerContext
+from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
 from pulsar_grpc.broker.topics import Producer, PublishReceipt
 from pulsar_grpc.handler import codec
 from pulsar_grpc.handler.errors import abort, owner_trailers
@@ -22,8 +23,13 @@ _END = object()
 
 
 async def produce(
-    broker: BrokerContext, requests: AsyncIterator[bytes], context: aio.ServicerContext
+    broker: BrokerContext,
+    requests: AsyncIterator[bytes],
+    context: aio.ServicerContext,
+    expiry: CredentialExpiryCheck,
 ) -> None:
+    """Serve one producer. When the call's credentials expire (``expiry`` checks them), the
+    producer is ended like one whose topic unloads: the receipts due are written first."""
     ctx = current()
     assert ctx.topic is not None and ctx.producer is not None
     try:
@@ -31,6 +37,7 @@ async def produce(
         producer = topic.add_producer(ctx.producer.producer_name, ctx.peer)
     except Exception as exc:
         await abort(context, exc, trailers=owner_trailers(broker, exc))
+    unwatch = expiry.watch(ctx.auth_expires_at, producer.end)
     try:
         last = topic.last_sequence_id(producer.name)
         ready = pb.ProducerReady(
@@ -39,6 +46,7 @@ async def produce(
         await context.write(pb.ProduceResponse(ready=ready))
         await _serve(producer, requests, context)
     finally:
+        unwatch()
         await producer.close()
 
 

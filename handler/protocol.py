@@ -14,6 +14,7 @@ from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, ListenerConfig
 from pulsar_grpc.broker.lookup import resolve_ports
 from pulsar_grpc.broker.protocol import BrokerContext, ProtocolHandler
+from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
 from pulsar_grpc.broker.tls import TlsFiles, read_tls_files
 from pulsar_grpc.handler import advertised, codec
 from pulsar_grpc.handler.consume import consume
@@ -45,6 +46,8 @@ class GrpcProtocolHandler(ProtocolHandler):
         self.listeners: ListenerConfig | None = None
         self.broker: BrokerContext | None = None
         self.servers: list[aio.Server] = []
+        # Ends streams whose credentials expire (none expire while authentication is off).
+        self.expiry: CredentialExpiryCheck | None = None
         self._advertised = ""
 
     def protocol_name(self) -> str:
@@ -62,6 +65,7 @@ class GrpcProtocolHandler(ProtocolHandler):
     async def start(self, context: BrokerContext) -> None:
         assert self.config is not None and self.listeners is not None
         self.broker = context
+        self.expiry = CredentialExpiryCheck(self.config.authenticationRefreshCheckSeconds)
         binds = self.listeners.bind_addresses_for(GRPC_SCHEMES)
         tls = read_tls_files(self.config) if any(b.tls for b in binds) else None
         health_servicer = health.aio.HealthServicer()
@@ -134,6 +138,8 @@ class GrpcProtocolHandler(ProtocolHandler):
         were refused with it: the grace only bounds a call still writing to a slow reader."""
         servers, self.servers = self.servers, []
         await asyncio.gather(*(server.stop(grace=_STOP_GRACE_S) for server in servers))
+        if self.expiry is not None:
+            await self.expiry.close()
 
     # ------------------------------------------------------------ RPCs
 
@@ -175,12 +181,14 @@ class GrpcProtocolHandler(ProtocolHandler):
         )
 
     async def _produce(self, requests: AsyncIterator[bytes], context: aio.ServicerContext) -> None:
-        assert self.broker is not None
-        await produce(self.broker, requests, context)
+        assert self.broker is not None and self.expiry is not None
+        await produce(self.broker, requests, context, self.expiry)
 
     async def _consume(self, requests: AsyncIterator[bytes], context: aio.ServicerContext) -> None:
-        assert self.broker is not None
-        await consume(self.broker, codec.parse_stream(pb.ConsumeRequest, requests), context)
+        assert self.broker is not None and self.expiry is not None
+        await consume(
+            self.broker, codec.parse_stream(pb.ConsumeRequest, requests), context, self.expiry
+        )
 
     async def _lookup(self, raw: bytes, context: aio.ServicerContext) -> pb.LookupResponse:
         assert self.broker is not None

@@ -70,6 +70,7 @@ class AuthenticationInterceptor(PreparingInterceptor):
             )
             result = await service.authenticate(data)
             ctx.role, ctx.auth_method, ctx.auth_data = result.role, result.method, data
+            ctx.auth_expires_at = result.expires_at
             log.debug("call from %s authenticated as %s (%s)", ctx.peer, result.role, result.method)
 
         return prepare

@@ -54,6 +54,9 @@ class CallContext:
     role: str | None = None
     auth_method: str | None = None
     auth_data: AuthenticationData | None = None
+    # When those credentials expire (seconds since the epoch; None: never or not checked):
+    # a stream still open then is ended (broker/security/expiry.py).
+    auth_expires_at: float | None = None
 
 
 _current: ContextVar[CallContext] = ContextVar("pulsar_grpc_call_context")

@@ -27,7 +27,7 @@ import bcrypt
 
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 from pulsar_grpc.broker.errors import AuthenticationError
-from pulsar_grpc.broker.security.tokens import KeyValueError, TokenAuthenticator
+from pulsar_grpc.broker.security.tokens import KeyValueError, TokenAuthenticator, expiry_of
 
 # An Authorization header longer than this is refused before it is decoded: a real token or
 # user:password pair is far shorter, and a client must not make the broker decode megabytes.
@@ -56,6 +56,10 @@ class Authenticated:
 
     role: str
     method: str  # a provider's auth_method_name, or "anonymous"
+    # When the credentials stop being valid, in seconds since the epoch (None: never). A
+    # long-lived stream is ended at the first authenticationRefreshCheckSeconds check after it
+    # (broker/security/expiry.py).
+    expires_at: float | None = None
 
 
 class AuthenticationProvider(ABC):
@@ -69,6 +73,12 @@ class AuthenticationProvider(ABC):
     @abstractmethod
     async def authenticate(self, data: AuthenticationData) -> str:
         """The role ``data`` proves, or AuthenticationError."""
+
+    def expires_at(self, data: AuthenticationData) -> float | None:
+        """When the credentials in ``data``, which :meth:`authenticate` accepted, stop being
+        valid (seconds since the epoch); None: they do not expire. Providers whose credentials
+        carry an expiry (tokens, role tokens) override this."""
+        return None
 
 
 class TlsProvider(AuthenticationProvider):
@@ -192,10 +202,18 @@ class TokenProvider(AuthenticationProvider):
             raise ConfigError([f"token authentication: {exc}"]) from None
 
     async def authenticate(self, data: AuthenticationData) -> str:
-        token = (data.authorization or "").partition(" ")[2].strip()
+        token = _bearer_token(data)
         if not token:
             raise AuthenticationError("Bearer credentials carry no token")
         return self._tokens.role_of(token)
+
+    def expires_at(self, data: AuthenticationData) -> float | None:
+        """The token's ``exp`` claim."""
+        return expiry_of(_bearer_token(data))
+
+
+def _bearer_token(data: AuthenticationData) -> str:
+    return (data.authorization or "").partition(" ")[2].strip()
 
 
 class _Scheme(enum.Enum):
@@ -257,7 +275,8 @@ class AuthenticationService:
             raise AuthenticationError(
                 f"authentication method {scheme.value} is not enabled on this broker"
             )
-        return Authenticated(await provider.authenticate(data), provider.auth_method_name)
+        role = await provider.authenticate(data)
+        return Authenticated(role, provider.auth_method_name, provider.expires_at(data))
 
 
 def _scheme_of(data: AuthenticationData) -> _Scheme:

@@ -328,6 +328,18 @@ def split_unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return decoded[0], decoded[1]
 
 
+def expiry_of(token: str) -> float | None:
+    """The ``exp`` claim of a token already verified (seconds since the epoch), None without
+    one: when a stream it opened must end (broker/security/expiry.py)."""
+    try:
+        expiry = split_unverified(token)[1].get("exp")
+    except ValueError:
+        return None
+    if isinstance(expiry, bool) or not isinstance(expiry, int | float):
+        return None
+    return float(expiry)
+
+
 # --- validating tokens ----------------------------------------------------------------------
 
 
