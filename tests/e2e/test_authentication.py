@@ -1,6 +1,7 @@
 """Authentication on a real broker (authenticationEnabled): the basic provider with an htpasswd
 file of bcrypt hashes, the TLS provider with real client certificates under mutual TLS,
-anonymousUserRole, the admin API's 401, and hostile Authorization headers, over gRPC and HTTP.
+anonymousUserRole, the admin API's 401, hostile Authorization headers and a client certificate
+from another CA, over gRPC and HTTP.
 A refused call ends UNAUTHENTICATED with Pulsar's AuthenticationError code before the broker
 does anything for it (no topic is created)."""
 
@@ -261,6 +262,44 @@ async def test_repeated_authorization_headers_are_refused(basic_broker):
         metadata = [("authorization", value) for value in pair]
         await assert_produce_unauthenticated(basic_broker, "repeated", metadata)
     assert topics_of(basic_broker) == []
+
+
+async def test_a_client_certificate_from_another_ca_is_refused_without_harm(
+    broker_factory, tls_files: TlsFiles
+):
+    """Mutual TLS with the TLS provider: a certificate signed by a CA the broker does not
+    trust fails the handshake (UNAVAILABLE) or the call (UNAUTHENTICATED) promptly, every
+    time, and the broker goes on serving a client with a trusted certificate."""
+    broker = broker_factory(
+        **tls_config(
+            tls_files,
+            tlsRequireTrustedClientCertOnConnect="true",
+            authenticationEnabled="true",
+            authenticationProviders="tls",
+        )
+    )
+    target = tls_url(broker).removeprefix("grpc+ssl://")
+    foreign = grpc.ssl_channel_credentials(
+        root_certificates=tls_files.ca.read_bytes(),
+        private_key=tls_files.other_client_key.read_bytes(),
+        certificate_chain=tls_files.other_client_cert.read_bytes(),
+    )
+    for _ in range(5):
+        async with grpc.aio.secure_channel(target, foreign) as channel:
+            call = stub(channel).Produce(metadata=[("x-pulsar-topic", "foreign-ca")])
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await asyncio.wait_for(call.read(), TIMEOUT_S)
+            assert refused.value.code() in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.UNAUTHENTICATED,
+            ), refused.value
+    assert topics_of(broker) == []
+    trusted = AuthenticationTLS(str(tls_files.client_cert), str(tls_files.client_key))
+    url = tls_url(broker)
+    async with Client(
+        url, tls_trust_certs_file_path=str(tls_files.ca), authentication=trusted
+    ) as c:
+        assert await produce_and_consume(c, "after-foreign-ca", b"ok") == b"ok"
 
 
 # ------------------------------------------------------------------ admin API
