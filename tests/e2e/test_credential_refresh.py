@@ -22,6 +22,7 @@ import pytest
 from pulsar_grpc.broker.security.tokens import create_secret_key, create_token
 from pulsar_grpc.client import AuthenticationError, AuthenticationToken, Client, Producer
 from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.e2e.messaging import assert_nothing_more
 from tests.e2e.wire import batch, error_code, stub
 from tests.support import BrokerThread
 from tests.waiting import eventually
@@ -63,14 +64,18 @@ class Supplier:
         self.tokens.append((made_at, expires_at))
         return made
 
-    def generations(self) -> int:
-        """1 + how many times tokens were asked for after the previous ones had expired: a
-        stream ended for its expired token and reconnected with a fresh one."""
-        count, current_expiry = 0, float("-inf")
+    def expiries(self) -> list[int]:
+        """When each generation of tokens expires: a generation begins with a token asked for
+        after the previous generation had expired (a stream ended for its expired token and
+        reconnected with a fresh one)."""
+        generations: list[int] = []
         for made_at, expires_at in self.tokens:
-            if made_at >= current_expiry:
-                count, current_expiry = count + 1, expires_at
-        return count
+            if not generations or made_at >= generations[-1]:
+                generations.append(expires_at)
+        return generations
+
+    def generations(self) -> int:
+        return len(self.expiries())
 
 
 def long_lived() -> AuthenticationToken:
@@ -154,7 +159,10 @@ async def test_a_producer_with_a_token_supplier_keeps_producing_across_expiry(
             # Two expiries: the stream opened after the first renewal is ended and renewed too.
             while supplier.generations() < 3:
                 sent.extend(await send_window(producer, len(sent), 10))
-                await asyncio.sleep(0.02)  # a steady rate, not a wait for something
+                # A steady rate, except from just before an expiry until the renewal: then
+                # sends without a pause, so that some are in flight when the stream ends.
+                if time.time() < supplier.expiries()[-1] - 0.5:
+                    await asyncio.sleep(0.02)
 
         await asyncio.wait_for(produce_until_renewed_twice(), TIMEOUT_S)
         sent.extend(await send_window(producer, len(sent), 10))  # on the renewed stream
@@ -169,6 +177,7 @@ async def test_a_producer_with_a_token_supplier_keeps_producing_across_expiry(
 
         await asyncio.wait_for(receive_all(), TIMEOUT_S)
         assert sorted(received) == sorted(f"m{i}".encode() for i in sent)  # each exactly once
+        await assert_nothing_more(consumer)
         assert producer.is_connected()
 
 
