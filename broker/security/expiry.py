@@ -42,8 +42,7 @@ class _Watched:
 class CredentialExpiryCheck:
     """Every ``interval_s``, ends the watched streams whose credentials have expired.
 
-    ``clock`` gives seconds since the epoch (token times are epoch seconds); tests keep
-    ``time.time``.
+    ``clock`` gives seconds since the epoch, as token times are; a unit test passes its own.
     """
 
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.time) -> None:
