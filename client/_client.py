@@ -17,7 +17,13 @@ import grpc
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
-from ._auth import Authentication, AuthenticationTLS, AuthenticationToken
+from ._auth import (
+    Authentication,
+    AuthenticationTLS,
+    AuthenticationToken,
+    Exchange,
+    ExchangeAnswer,
+)
 from ._batching import BatchingType
 from ._channels import (
     DEFAULT_KEEP_ALIVE_INTERVAL_S,
@@ -570,16 +576,42 @@ class Client:
         a connection that was cut silently fails the first call made on it, and the second
         dials afresh. A broker that is really down (or refuses the TLS handshake) still fails
         promptly; reconnecting handles add their own backoff."""
+        auth = self._authentication
+        if auth is not None:
+            await auth.prepare(self._exchange_on(method, request, topic))
         metadata = self._metadata(topic, {})
         try:
             try:
                 return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
             except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    # A role token the broker no longer takes: one fresh exchange, one retry.
+                    if auth is None or not auth.refused(dict(metadata).get("authorization")):
+                        raise
+                    await auth.prepare(self._exchange_on(method, request, topic))
+                    metadata = self._metadata(topic, {})
+                elif exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
             return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
+
+    def _exchange_on(
+        self, method: Callable[..., Awaitable[Any]], request: Any, topic: str | None
+    ) -> Exchange:
+        """A two-way authentication's steps ride on the call about to be made (PIP-59): each
+        ends before the broker does anything for it."""
+
+        async def exchange(authorization: str) -> ExchangeAnswer:
+            metadata = self._metadata(topic, {"authorization": authorization})
+            try:
+                await method(request, metadata=metadata, timeout=self._operation_timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                trailers = {k: v for k, v in exc.trailing_metadata() or () if isinstance(v, str)}
+                return ExchangeAnswer(exc.code(), exc.details() or "", trailers)
+            return ExchangeAnswer(grpc.StatusCode.OK, "", {})
+
+        return exchange
 
     async def _partition_count(self, topic: str) -> int:
         """The topic's partition count (0: not partitioned). The first call of every

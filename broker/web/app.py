@@ -26,6 +26,7 @@ from pulsar_grpc.broker.tls import server_ssl_context
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.metrics import BrokerCollector
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
+from pulsar_grpc.broker.web.role_tokens_admin import add_role_token_routes
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
@@ -129,6 +130,7 @@ class WebService:
             ]
         )
         BundlesAdmin(self.service).add_routes(app)
+        add_role_token_routes(app, authentication)
         return app
 
     async def start(self) -> None:

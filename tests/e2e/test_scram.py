@@ -1,0 +1,366 @@
+"""SCRAM-SHA-256 two-way authentication on real brokers (PIP-59): the exchange over raw gRPC
+stubs and through the SDK, the role token it earns, the cluster's signing keys in the metadata
+store (shared by brokers, kept across a restart, rotatable, another cluster's refused), and
+each failure ending UNAUTHENTICATED with Pulsar's AuthenticationError code and a clear message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import jwt
+import psutil
+import pytest
+from scramp import ScramClient
+
+from pulsar_grpc.broker.security.scram import verifier
+from pulsar_grpc.client import AuthenticationError, AuthenticationSCRAM, Client
+from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.e2e.test_tls import produce_and_consume
+from tests.e2e.wire import batch, error_code, stub
+from tests.support import BrokerThread, broker_config
+
+USERS = {"alice": "wonderland", "bob": "builder"}
+TIMEOUT_S = 15
+TOPIC = "persistent://public/default/scram"
+
+
+def credentials_file(directory: Path) -> Path:
+    path = directory / "scram-users"
+    path.write_text("".join(f"{u}:{verifier(p)}\n" for u, p in USERS.items()))
+    return path
+
+
+@pytest.fixture
+def scram_broker_factory(
+    broker_factory: Callable[..., BrokerThread], tmp_path: Path
+) -> Callable[..., BrokerThread]:
+    users = credentials_file(tmp_path)
+
+    def make(**overrides: object) -> BrokerThread:
+        return broker_factory(
+            authenticationEnabled="true",
+            authenticationProviders="scram",
+            scramAuthConf=str(users),
+            **overrides,
+        )
+
+    return make
+
+
+@pytest.fixture
+def scram_broker(scram_broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
+    return scram_broker_factory()
+
+
+# ------------------------------------------------------------------ raw wire helpers
+
+
+async def lookup(broker: BrokerThread, authorization: str) -> grpc.aio.AioRpcError | None:
+    """A Lookup carrying ``authorization``: None when it succeeds, else its error."""
+    async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
+        try:
+            await stub(channel).Lookup(
+                pb.LookupRequest(topic=TOPIC),
+                metadata=[("authorization", authorization)],
+                timeout=TIMEOUT_S,
+            )
+        except grpc.aio.AioRpcError as exc:
+            return exc
+    return None
+
+
+def trailers(error: grpc.aio.AioRpcError) -> dict[str, str]:
+    return {k: v for k, v in error.trailing_metadata() or () if isinstance(v, str)}
+
+
+def params(text: str) -> dict[str, str]:
+    pairs = (item.strip().partition("=") for item in text.split(","))
+    return {k.strip(): v.strip() for k, _, v in pairs}
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def unb64(text: str) -> str:
+    return base64.b64decode(text).decode()
+
+
+def assert_refused(error: grpc.aio.AioRpcError | None, message: str) -> None:
+    assert error is not None, "the call was accepted"
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED, error
+    assert error_code(error) == pb.AuthenticationError
+    assert message in (error.details() or ""), error.details()
+    assert "pulsar-role-token" not in trailers(error)
+
+
+async def client_first(broker: BrokerThread, client: ScramClient) -> tuple[str, str]:
+    """Step 1: the state id and the header answering the challenge (client-final)."""
+    error = await lookup(broker, f"SCRAM-SHA-256 data={b64(client.get_client_first())}")
+    assert error is not None and error.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert error_code(error) == pb.AuthenticationError
+    challenge = trailers(error)["www-authenticate"]
+    scheme, _, rest = challenge.partition(" ")
+    assert scheme == "SCRAM-SHA-256"
+    answer = params(rest)
+    client.set_server_first(unb64(answer["data"]))
+    final = f"SCRAM-SHA-256 sid={answer['sid']}, data={b64(client.get_client_final())}"
+    return answer["sid"], final
+
+
+async def role_token(broker: BrokerThread, user: str = "alice") -> str:
+    """A whole exchange over raw stubs; the client checks the broker's signature."""
+    client = ScramClient(["SCRAM-SHA-256"], user, USERS[user])
+    sid, final = await client_first(broker, client)
+    error = await lookup(broker, final)
+    assert error is not None and error.code() == grpc.StatusCode.UNAUTHENTICATED
+    answer = trailers(error)
+    info = params(answer["authentication-info"])
+    assert info["sid"] == sid
+    client.set_server_final(unb64(info["data"]))  # raises unless the broker knows the keys
+    assert int(answer["pulsar-role-token-expires-ms"]) > time.time() * 1000
+    return answer["pulsar-role-token"]
+
+
+def pending(broker: BrokerThread) -> int:
+    assert broker.service is not None and broker.service.authentication is not None
+    scram = broker.service.authentication.scram
+    assert scram is not None
+    return len(scram.pending)
+
+
+def rotate(broker: BrokerThread, revoke_previous: bool = False, token: str = "") -> dict:
+    """The admin REST rotation (authenticated with a role token)."""
+    query = "?revokePrevious=true" if revoke_previous else ""
+    request = urllib.request.Request(
+        f"{broker.http_url}/admin/v2/role-token-keys/rotate{query}",
+        method="POST",
+        headers={"Authorization": f"RoleToken {token}"},
+    )
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        return json.loads(response.read())
+
+
+# ------------------------------------------------------------------ the flow
+
+
+async def test_the_sdk_runs_the_exchange_then_produces_and_consumes(scram_broker):
+    auth = AuthenticationSCRAM("alice", "wonderland")
+    async with Client(scram_broker.service_url, authentication=auth) as client:
+        assert await produce_and_consume(client, "scram-sdk", b"hi") == b"hi"
+        header = auth.authorization()
+        assert header is not None and header.startswith("RoleToken ")
+        # Later calls send the role token: no exchange runs again (no state is pending, and
+        # the token is the same one).
+        assert await produce_and_consume(client, "scram-sdk-2", b"again") == b"again"
+        assert auth.authorization() == header
+    assert pending(scram_broker) == 0
+
+
+async def test_the_raw_exchange_earns_a_role_token_that_produces(scram_broker):
+    token = await role_token(scram_broker, "bob")
+    assert await lookup(scram_broker, f"RoleToken {token}") is None
+    async with grpc.aio.insecure_channel(scram_broker.grpc_address) as channel:
+        call = stub(channel).Produce(
+            metadata=[("x-pulsar-topic", "raw-scram"), ("authorization", f"RoleToken {token}")]
+        )
+        first = await asyncio.wait_for(call.read(), TIMEOUT_S)
+        assert first.WhichOneof("response") == "ready"
+        await call.write(batch(1, [b"x"]))
+        receipt = await asyncio.wait_for(call.read(), TIMEOUT_S)
+        assert receipt.WhichOneof("response") == "receipt"
+        await call.done_writing()
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert claims["sub"] == "bob" and claims["exp"] > time.time() and claims["jti"]
+
+
+async def test_a_wrong_password_fails_the_sdk_at_once(scram_broker):
+    auth = AuthenticationSCRAM("alice", "not-the-password")
+    async with Client(scram_broker.service_url, authentication=auth) as client:
+        with pytest.raises(AuthenticationError, match="proof does not verify"):
+            await asyncio.wait_for(client.create_producer("never"), TIMEOUT_S)
+    assert auth.authorization() is None
+    assert pending(scram_broker) == 0
+
+
+# ------------------------------------------------------------------ failures
+
+
+async def test_wrong_proof_and_unknown_user_read_the_same(scram_broker):
+    for user, password in [("alice", "wrong"), ("mallory", "wonderland")]:
+        client = ScramClient(["SCRAM-SHA-256"], user, password)
+        _, final = await client_first(scram_broker, client)
+        assert_refused(
+            await lookup(scram_broker, final),
+            "SCRAM proof does not verify: unknown user or wrong password",
+        )
+
+
+async def test_an_unknown_state_id_is_refused(scram_broker):
+    client = ScramClient(["SCRAM-SHA-256"], "alice", "wonderland")
+    _, final = await client_first(scram_broker, client)
+    forged = final.replace("sid=", "sid=not-issued-", 1)
+    assert_refused(await lookup(scram_broker, forged), "unknown SCRAM state")
+
+
+async def test_a_replayed_client_final_is_refused(scram_broker):
+    client = ScramClient(["SCRAM-SHA-256"], "alice", "wonderland")
+    _, final = await client_first(scram_broker, client)
+    first = await lookup(scram_broker, final)
+    assert first is not None and "pulsar-role-token" in trailers(first)
+    assert_refused(await lookup(scram_broker, final), "unknown SCRAM state")
+
+
+async def test_a_forged_role_token_signature_is_refused(scram_broker):
+    token = await role_token(scram_broker)
+    kid = jwt.get_unverified_header(token)["kid"]
+    claims = jwt.decode(token, options={"verify_signature": False})
+    claims["sub"] = "admin"
+    forged = jwt.encode(claims, b"x" * 32, algorithm="HS256", headers={"kid": kid})
+    assert_refused(await lookup(scram_broker, f"RoleToken {forged}"), "signature does not verify")
+    assert_refused(await lookup(scram_broker, "RoleToken not.a.jwt"), "malformed role token")
+
+
+async def test_an_expired_role_token_is_refused_and_the_sdk_renews_it(scram_broker_factory):
+    broker = scram_broker_factory(scramRoleTokenExpirySeconds="1")
+    token = await role_token(broker)
+    auth = AuthenticationSCRAM("alice", "wonderland")
+    async with Client(broker.service_url, authentication=auth) as client:
+        assert await produce_and_consume(client, "scram-exp-1", b"1") == b"1"
+        first = auth.authorization()
+        deadline = time.monotonic() + TIMEOUT_S
+        while (error := await lookup(broker, f"RoleToken {token}")) is None:
+            assert time.monotonic() < deadline, "the role token never expired"
+            await asyncio.sleep(0.2)
+        assert_refused(error, "role token expired")
+        # The SDK's token is as old: its next call runs the exchange again on its own.
+        assert await produce_and_consume(client, "scram-exp-2", b"2") == b"2"
+        assert auth.authorization() not in (None, first)
+
+
+async def test_an_abandoned_exchange_expires(scram_broker_factory):
+    broker = scram_broker_factory(inflightSaslContextExpiryMs="300")
+    client = ScramClient(["SCRAM-SHA-256"], "alice", "wonderland")
+    _, final = await client_first(broker, client)
+    assert pending(broker) == 1
+    deadline = time.monotonic() + TIMEOUT_S
+    while pending(broker):
+        assert time.monotonic() < deadline, "the abandoned exchange never expired"
+        await asyncio.sleep(0.05)
+    assert_refused(await lookup(broker, final), "unknown SCRAM state")
+
+
+async def test_thousands_of_failed_attempts_keep_pending_state_bounded(scram_broker_factory):
+    cap = 50
+    broker = scram_broker_factory(maxInflightSaslContext=str(cap))
+    rss = psutil.Process().memory_info().rss
+    async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
+
+        async def attempt(i: int, password: str) -> grpc.aio.AioRpcError:
+            client = ScramClient(["SCRAM-SHA-256"], f"user{i}", password)
+            header = f"SCRAM-SHA-256 data={b64(client.get_client_first())}"
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub(channel).Lookup(
+                    pb.LookupRequest(topic=TOPIC),
+                    metadata=[("authorization", header)],
+                    timeout=TIMEOUT_S,
+                )
+            return info.value
+
+        # Abandoned halfway, 40 at a time: the cap holds and the rest are refused clearly.
+        errors: list[grpc.aio.AioRpcError] = []
+        for start in range(0, 2000, 40):
+            errors += await asyncio.gather(*(attempt(i, "x") for i in range(start, start + 40)))
+            assert pending(broker) <= cap
+    assert all(e.code() == grpc.StatusCode.UNAUTHENTICATED for e in errors)
+    refused = [e for e in errors if "www-authenticate" not in trailers(e)]
+    assert len(refused) == 2000 - cap
+    assert all("too many SCRAM exchanges" in (e.details() or "") for e in refused)
+    # Full exchanges with a wrong password leave nothing behind either.
+    broker2 = scram_broker_factory(maxInflightSaslContext=str(cap))
+    for _ in range(200):
+        client = ScramClient(["SCRAM-SHA-256"], "alice", "wrong")
+        _, final = await client_first(broker2, client)
+        assert_refused(await lookup(broker2, final), "proof does not verify")
+    assert pending(broker2) == 0
+    growth = psutil.Process().memory_info().rss - rss
+    assert growth < 64 * 1024 * 1024, f"RSS grew {growth} bytes"
+
+
+# ------------------------------------------------------------------ the cluster's keys
+
+
+async def test_a_role_token_works_on_another_broker_of_the_cluster(scram_broker_factory):
+    store = f"memory:scram-{uuid.uuid4().hex}"
+    first = scram_broker_factory(metadataStoreUrl=store)
+    second = scram_broker_factory(metadataStoreUrl=store)
+    token = await role_token(first)
+    assert await lookup(second, f"RoleToken {token}") is None
+    # And the other way round: the second broker signs with the same key.
+    assert await lookup(first, f"RoleToken {await role_token(second)}") is None
+
+
+def test_a_role_token_survives_a_restart(scram_broker_factory, tmp_path):
+    # Not async: stopping a broker runs its loop to the end, which needs no loop running here.
+    data = tmp_path / "restarted"
+    config = broker_config(
+        data,
+        authenticationEnabled="true",
+        authenticationProviders="scram",
+        scramAuthConf=str(credentials_file(tmp_path)),
+    )
+    broker = BrokerThread(config).start()
+    try:
+        token = asyncio.run(role_token(broker))
+    finally:
+        broker.stop()
+    again = scram_broker_factory(data_dir=data)
+    assert asyncio.run(lookup(again, f"RoleToken {token}")) is None
+
+
+async def test_another_clusters_role_token_is_refused(scram_broker_factory):
+    ours = scram_broker_factory()
+    theirs = scram_broker_factory()  # its own embedded store: another cluster
+    token = await role_token(theirs)
+    assert_refused(await lookup(ours, f"RoleToken {token}"), "does not accept")
+
+
+async def test_rotation_keeps_old_tokens_until_revoked(scram_broker_factory):
+    store = f"memory:scram-{uuid.uuid4().hex}"
+    broker = scram_broker_factory(metadataStoreUrl=store)
+    other = scram_broker_factory(metadataStoreUrl=store)
+    old = await role_token(broker)
+    old_kid = jwt.get_unverified_header(old)["kid"]
+    ring = await asyncio.to_thread(rotate, broker, False, old)
+    assert ring["current"] != old_kid and [k["id"] for k in ring["keys"]] == [
+        old_kid,
+        ring["current"],
+    ]
+    assert ring["keys"][0]["retiredMs"] is not None and "secret" not in ring["keys"][0]
+    new = await role_token(other)
+    assert jwt.get_unverified_header(new)["kid"] == ring["current"]
+    for b in (broker, other):  # the retired key still verifies what it signed
+        assert await lookup(b, f"RoleToken {old}") is None
+    auth = AuthenticationSCRAM("alice", "wonderland")
+    async with Client(broker.service_url, authentication=auth) as client:
+        assert await produce_and_consume(client, "scram-rot-1", b"1") == b"1"
+        held = auth.authorization()
+        await asyncio.to_thread(rotate, broker, True, new)
+        for b in (broker, other):  # revoked everywhere: the store told every broker
+            deadline = time.monotonic() + TIMEOUT_S
+            while (error := await lookup(b, f"RoleToken {new}")) is None:
+                assert time.monotonic() < deadline, "the revoked key still verifies"
+                await asyncio.sleep(0.05)
+            assert_refused(error, "does not accept")
+        # The SDK's token was revoked too: refused once, it runs the exchange again.
+        assert await produce_and_consume(client, "scram-rot-2", b"2") == b"2"
+        assert auth.authorization() not in (None, held)
