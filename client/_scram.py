@@ -29,6 +29,7 @@ _ROLE_TOKEN_EXPIRES = "pulsar-role-token-expires-ms"
 # A role token is replaced when this share of its lifetime is left, so that a call never
 # leaves with a token about to expire on its way.
 _RENEW_AT_REMAINING = 0.1
+_ROLE_TOKEN_SCHEME = "RoleToken "
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +58,12 @@ class AuthenticationSCRAM(Authentication):
         return self._token.header if self._token is not None else None
 
     def refused(self, authorization: str | None) -> bool:
+        if authorization is None or not authorization.startswith(_ROLE_TOKEN_SCHEME):
+            return False  # a refused exchange step: AuthenticationError was raised already
         if self._token is not None and authorization == self._token.header:
             self._token = None  # expired early, or its key was revoked: exchange again
-            return True
-        return False
+        # Otherwise a concurrent call has dropped or replaced it already: retry with that.
+        return True
 
     async def prepare(self, exchange: Exchange) -> None:
         if self._token is not None and self._token.fresh(time.time()):
@@ -95,7 +98,7 @@ class AuthenticationSCRAM(Authentication):
         now = time.time()
         expires_ms = answer.trailers.get(_ROLE_TOKEN_EXPIRES, "")
         expires = int(expires_ms) / 1000 if expires_ms.isdigit() else now
-        return _RoleToken(f"RoleToken {token}", now, expires)
+        return _RoleToken(_ROLE_TOKEN_SCHEME + token, now, expires)
 
 
 def _expect(answer: ExchangeAnswer, trailer: str) -> str:

@@ -51,7 +51,9 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except e.BrokerError as exc:
         status = next((s for cls, s in _HTTP_STATUS if isinstance(exc, cls)), 500)
-        return web.json_response({"reason": exc.message}, status=status)
+        # A SCRAM step answers with its next message in headers, as RFC 7804 does over HTTP.
+        headers = dict(exc.metadata) if isinstance(exc, e.AuthenticationChallenge) else None
+        return web.json_response({"reason": exc.message}, status=status, headers=headers)
 
 
 def _authenticating(service: AuthenticationService, metrics_open: bool) -> Middleware:

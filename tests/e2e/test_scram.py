@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -24,6 +26,7 @@ from scramp import ScramClient
 from pulsar_grpc.broker.security.scram import verifier
 from pulsar_grpc.client import AuthenticationError, AuthenticationSCRAM, Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.e2e.test_cli import cli
 from tests.e2e.test_tls import produce_and_consume
 from tests.e2e.wire import batch, error_code, stub
 from tests.support import BrokerThread, broker_config
@@ -363,4 +366,82 @@ async def test_rotation_keeps_old_tokens_until_revoked(scram_broker_factory):
             assert_refused(error, "does not accept")
         # The SDK's token was revoked too: refused once, it runs the exchange again.
         assert await produce_and_consume(client, "scram-rot-2", b"2") == b"2"
+        assert auth.authorization() not in (None, held)
+
+
+# ------------------------------------------------------------------ the CLI
+
+
+def test_cli_adds_users_and_rotates_keys_with_scram_credentials(broker_factory, tmp_path):
+    users = tmp_path / "users"
+    added = cli("scram", "add-user", "--credentials-file", str(users), "carol", "--password", "p1")
+    assert added.returncode == 0, added.stderr
+    replaced = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pulsar_grpc.cli.main",
+            "scram",
+            "add-user",
+            "carol",
+            "--credentials-file",
+            str(users),
+        ],
+        input="p2\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert replaced.returncode == 0 and "replaced carol" in replaced.stdout, replaced.stderr
+    line = users.read_text()
+    assert line.startswith("carol:SCRAM-SHA-256$4096:") and "p2" not in line
+    assert users.stat().st_mode & 0o077 == 0  # only its owner reads the keys
+    broker = broker_factory(
+        authenticationEnabled="true",
+        authenticationProviders="scram",
+        scramAuthConf=str(users),
+    )
+    url = ("--admin-url", broker.http_url)
+
+    def scram_auth(password: str) -> tuple[str, ...]:
+        return ("--auth-plugin", "scram", "--auth-params", f"userId:carol,password:{password}")
+
+    refused = cli("scram", "role-token-keys", *url, *scram_auth("p1"))
+    assert refused.returncode == 1 and "proof does not verify" in refused.stderr, refused.stderr
+    listed = cli("scram", "role-token-keys", *url, *scram_auth("p2"))
+    assert listed.returncode == 0, listed.stderr
+    before = json.loads(listed.stdout)
+    rotated = cli(
+        "scram", "rotate-key", "--revoke-previous", *url,
+        "--auth-plugin", "scram", "--auth-params", '{"userId":"carol","password":"p2"}',
+    )  # fmt: skip
+    assert rotated.returncode == 0, rotated.stderr
+    after = json.loads(rotated.stdout)
+    assert after["current"] != before["current"]
+    assert [k["id"] for k in after["keys"]] == [after["current"]]  # the old one revoked
+
+
+async def test_a_reconnecting_producer_runs_the_exchange_again(scram_broker):
+    """The broker unloads the topic after the SDK's role token was revoked: the producer and
+    consumer reconnect, their lookup is refused, the SDK authenticates again, and no message
+    is lost."""
+    auth = AuthenticationSCRAM("alice", "wonderland")
+    async with Client(scram_broker.service_url, authentication=auth) as client:
+        consumer = await client.subscribe("scram-reconnect", "sub")
+        producer = await client.create_producer("scram-reconnect")
+        await producer.send(b"1")
+        held = auth.authorization()
+        assert held is not None
+        await asyncio.to_thread(rotate, scram_broker, True, held.removeprefix("RoleToken "))
+        admin = await role_token(scram_broker)  # the held token no longer works
+        request = urllib.request.Request(
+            f"{scram_broker.http_url}/admin/v2/namespaces/public/default/unload",
+            method="PUT",
+            headers={"Authorization": f"RoleToken {admin}"},
+        )
+        await asyncio.to_thread(urllib.request.urlopen, request, timeout=TIMEOUT_S)
+        await asyncio.wait_for(producer.send(b"2"), TIMEOUT_S)
+        received = [(await consumer.receive(timeout_ms=TIMEOUT_S * 1000)).data() for _ in "12"]
+        assert received == [b"1", b"2"]
         assert auth.authorization() not in (None, held)
