@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -445,3 +446,37 @@ async def test_a_reconnecting_producer_runs_the_exchange_again(scram_broker):
         received = [(await consumer.receive(timeout_ms=TIMEOUT_S * 1000)).data() for _ in "12"]
         assert received == [b"1", b"2"]
         assert auth.authorization() not in (None, held)
+
+
+def none_alg_token() -> str:
+    header = base64.urlsafe_b64encode(b'{"alg":"none","kid":"x"}').rstrip(b"=").decode()
+    body = base64.urlsafe_b64encode(b'{"sub":"admin","exp":9999999999,"jti":"j"}')
+    return f"{header}.{body.rstrip(b'=').decode()}."
+
+
+# (authorization header, what the refusal says)
+HOSTILE = [
+    ("SCRAM-SHA-256", "carry no data="),
+    ("SCRAM-SHA-256 data=", "carry no data="),
+    ("SCRAM-SHA-256 data=!!!notbase64", "not base64"),
+    ("SCRAM-SHA-256 data=" + b64("garbage"), "malformed SCRAM client-first"),
+    ("SCRAM-SHA-256 data=" + b64("p=tls-unique,,n=alice,r=abc"), "malformed SCRAM client-first"),
+    ("SCRAM-SHA-256 sid=x, data=" + b64("c=biws,r=abc,p=AAAA"), "unknown SCRAM state"),
+    ("RoleToken", "carry no token"),
+    ("RoleToken " + "a" * 5000, "malformed role token"),
+    ("RoleToken " + none_alg_token(), "does not accept"),
+    ("RoleToken " + jwt.encode({"sub": "admin"}, "k" * 32), "no key id"),
+]
+
+
+@pytest.mark.parametrize(("authorization", "message"), HOSTILE)
+async def test_hostile_scram_headers_are_refused_clearly(scram_broker, authorization, message):
+    assert_refused(await lookup(scram_broker, authorization), message)
+    request = urllib.request.Request(
+        f"{scram_broker.http_url}/admin/v2/clusters", headers={"Authorization": authorization}
+    )
+    with pytest.raises(urllib.error.HTTPError) as info:
+        await asyncio.to_thread(urllib.request.urlopen, request, timeout=TIMEOUT_S)
+    assert info.value.code == 401
+    assert message in json.loads(info.value.read())["reason"]
+    assert pending(scram_broker) == 0
