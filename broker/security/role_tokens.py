@@ -43,6 +43,9 @@ _SECRET_BYTES = 32  # HS256's own strength
 # A token naming a key this broker does not know makes it read the ring again (a key another
 # broker just created), at most this often: forged kids must not turn into a read each.
 _RELOAD_INTERVAL_S = 1.0
+# The cached ring is read again after this long even without a notification: a watch lost with
+# a ZooKeeper session must not let a revoked key verify for longer.
+_CACHE_TTL_S = 30.0
 # Concurrent rotations by several brokers or admins: each re-reads and tries again.
 _ROTATE_ATTEMPTS = 10
 
@@ -138,7 +141,7 @@ class RoleTokens:
 
     The ring is read from the store when first needed and cached; a change of the node (a
     rotation anywhere in the cluster) drops the cache, so a revoked key stops verifying on
-    every broker as soon as the store tells them.
+    every broker as soon as the store tells them (and within ``_CACHE_TTL_S`` regardless).
     """
 
     def __init__(
@@ -185,7 +188,9 @@ class RoleTokens:
         return ring
 
     async def ring(self) -> KeyRing:
-        return self._ring if self._ring is not None else await self._load()
+        if self._ring is None or time.monotonic() - self._last_load >= _CACHE_TTL_S:
+            return await self._load()
+        return self._ring
 
     async def issue(self, role: str) -> RoleToken:
         """A token for ``role`` signed with the current key."""
@@ -252,7 +257,8 @@ class RoleTokens:
                 await self._metadata.put(KEYS_PATH, ring.to_json(), expected_version=version)
             except BadVersionError:
                 continue
-            self._ring = ring
+            # Not cached: the next read arms the store's watch again (the put fired it).
+            self._ring = None
             log.info(
                 "rotated the role-token signing key: current %s, %d still accepted",
                 ring.current.id,
