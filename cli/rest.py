@@ -85,9 +85,10 @@ def _http_exchange(url: str) -> Exchange:
             with _opener.open(req, timeout=30):
                 return ExchangeAnswer(grpc.StatusCode.OK, "", {})
         except urllib.error.HTTPError as exc:
-            code = grpc.StatusCode.UNAUTHENTICATED if exc.code == 401 else grpc.StatusCode.UNKNOWN
+            if exc.code != 401:
+                raise AdminRequestError(f"{exc.code} {_reason(exc)}") from None
             headers = {k.lower(): v for k, v in exc.headers.items()}
-            return ExchangeAnswer(code, f"{exc.code} {_reason(exc)}", headers)
+            return ExchangeAnswer(grpc.StatusCode.UNAUTHENTICATED, _reason(exc), headers)
         except (OSError, http.client.HTTPException) as exc:
             raise AdminRequestError(f"cannot reach {url}: {exc!r}") from None
 

@@ -30,7 +30,8 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.test_cli import cli
 from tests.e2e.test_tls import produce_and_consume
 from tests.e2e.wire import batch, error_code, stub
-from tests.support import BrokerThread, broker_config
+from tests.faultproxy import free_port
+from tests.support import BrokerThread, StandaloneProcess, broker_config
 
 USERS = {"alice": "wonderland", "bob": "builder"}
 TIMEOUT_S = 15
@@ -480,3 +481,33 @@ async def test_hostile_scram_headers_are_refused_clearly(scram_broker, authoriza
     assert info.value.code == 401
     assert message in json.loads(info.value.read())["reason"]
     assert pending(scram_broker) == 0
+
+
+async def test_the_sdk_waits_for_a_starting_broker_and_keeps_its_token_over_a_restart(tmp_path):
+    """An exchange that finds no broker is a connection failure (creation retries it), not an
+    authentication failure; after a kill -9 and restart the broker still takes the token (its
+    key is in the store), so the reconnecting producer needs no new exchange."""
+    users = credentials_file(tmp_path)
+    broker = StandaloneProcess(
+        tmp_path / "data",
+        ("--set", "authenticationEnabled=true", "--set", "authenticationProviders=scram",
+         "--set", f"scramAuthConf={users}"),
+        grpc_port=free_port(),
+    )  # fmt: skip
+    auth = AuthenticationSCRAM("alice", "wonderland")
+    url = f"grpc://127.0.0.1:{broker.grpc_port}"
+    try:
+        async with Client(url, authentication=auth, initial_backoff_interval_ms=50) as client:
+            creating = asyncio.ensure_future(client.create_producer("scram-late"))
+            await asyncio.sleep(0.5)  # refused connections, retried
+            assert not creating.done()
+            await asyncio.to_thread(broker.start)
+            producer = await asyncio.wait_for(creating, 30)
+            await producer.send(b"1")
+            held = auth.authorization()
+            await asyncio.to_thread(broker.kill9)
+            await asyncio.to_thread(broker.start)
+            await asyncio.wait_for(producer.send(b"2"), 30)
+            assert auth.authorization() == held
+    finally:
+        broker.stop()
