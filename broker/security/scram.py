@@ -49,6 +49,10 @@ H_SERVER_FINAL = "authentication-info"
 H_ROLE_TOKEN = "pulsar-role-token"
 H_ROLE_TOKEN_EXPIRES = "pulsar-role-token-expires-ms"
 DEFAULT_ITERATIONS = 4096  # RFC 7677's minimum, and scramp's
+# A client message longer than this is refused before it is parsed: real ones are a few
+# hundred bytes, and a pending exchange keeps its client-first (a huge user name would make
+# each of maxInflightSaslContext exchanges costly).
+MAX_MESSAGE_CHARS = 1024
 # PostgreSQL's verifier: SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>, base64.
 _VERIFIER = re.compile(
     r"SCRAM-SHA-256\$(?P<i>[0-9]{1,9}):(?P<salt>[A-Za-z0-9+/=]+)"
@@ -267,6 +271,8 @@ class ScramAuthenticator:
 def _decode(value: str | None) -> str:
     if not value:
         raise AuthenticationError("SCRAM credentials carry no data=")
+    if len(value) > MAX_MESSAGE_CHARS * 4 // 3 + 4:
+        raise AuthenticationError(f"SCRAM message longer than {MAX_MESSAGE_CHARS} characters")
     try:
         return base64.b64decode(value, validate=True).decode()
     except (ValueError, UnicodeDecodeError):

@@ -461,6 +461,7 @@ HOSTILE = [
     ("SCRAM-SHA-256 data=", "carry no data="),
     ("SCRAM-SHA-256 data=!!!notbase64", "not base64"),
     ("SCRAM-SHA-256 data=" + b64("garbage"), "malformed SCRAM client-first"),
+    ("SCRAM-SHA-256 data=" + b64(f"n,,n={'u' * 2000},r=abc"), "SCRAM message longer than"),
     ("SCRAM-SHA-256 data=" + b64("p=tls-unique,,n=alice,r=abc"), "malformed SCRAM client-first"),
     ("SCRAM-SHA-256 sid=x, data=" + b64("c=biws,r=abc,p=AAAA"), "unknown SCRAM state"),
     ("RoleToken", "carry no token"),
