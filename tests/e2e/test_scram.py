@@ -25,7 +25,7 @@ import pytest
 from scramp import ScramClient
 
 from pulsar_grpc.broker.security.scram import verifier
-from pulsar_grpc.client import AuthenticationError, AuthenticationSCRAM, Client
+from pulsar_grpc.client import AuthenticationError, AuthenticationSCRAM, Client, SyncClient
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.test_cli import cli
 from tests.e2e.test_tls import produce_and_consume
@@ -169,6 +169,18 @@ async def test_the_sdk_runs_the_exchange_then_produces_and_consumes(scram_broker
         assert await produce_and_consume(client, "scram-sdk-2", b"again") == b"again"
         assert auth.authorization() == header
     assert pending(scram_broker) == 0
+
+
+async def test_the_sync_client_runs_the_same_exchange(scram_broker):
+    def run() -> bytes:
+        auth = AuthenticationSCRAM("bob", "builder")
+        with SyncClient(scram_broker.service_url, authentication=auth) as client:
+            producer = client.create_producer("sync-scram")
+            producer.send(b"sync")
+            consumer = client.subscribe("sync-scram", "s", initial_position="earliest")
+            return consumer.receive(timeout_ms=10_000).data()
+
+    assert await asyncio.to_thread(run) == b"sync"
 
 
 async def test_the_raw_exchange_earns_a_role_token_that_produces(scram_broker):
