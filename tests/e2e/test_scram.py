@@ -524,3 +524,17 @@ async def test_the_sdk_waits_for_a_starting_broker_and_keeps_its_token_over_a_re
             assert auth.authorization() == held
     finally:
         broker.stop()
+
+
+def test_cli_clients_and_admin_with_scram(scram_broker):
+    creds = ["--auth-plugin", "scram", "--auth-params", "userId:alice,password:wonderland"]
+    url = ["--service-url", scram_broker.service_url]
+    produced = cli("produce", "cli-scram", "-m", "hello", *url, *creds)
+    assert produced.returncode == 0, produced.stderr
+    admin = ["--admin-url", scram_broker.http_url]
+    listed = cli("topics", *admin, *creds, "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "persistent://public/default/cli-scram" in listed.stdout
+    wrong = ["--auth-plugin", "scram", "--auth-params", "userId:alice,password:nope"]
+    refused = cli("produce", "cli-scram", "-m", "x", *url, *wrong)
+    assert refused.returncode == 1 and "proof does not verify" in refused.stderr, refused.stderr
