@@ -187,6 +187,19 @@ class ServiceConfiguration:
     tokenAuthClaim: str = "sub"
     tokenAudienceClaim: str | None = None
     tokenAudience: str | None = None
+    # SCRAM-SHA-256 two-way authentication (broker/security/scram.py, provider "scram"):
+    # scramAuthConf is the users' file (a path, or data:;base64,...), one
+    # user:SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey> a line (PostgreSQL's
+    # verifier format; `pulsar-grpc scram add-user` writes it). An exchange waiting for its
+    # client-final is forgotten after inflightSaslContextExpiryMs, and at most
+    # maxInflightSaslContext wait at once (Pulsar's names; smaller defaults than Pulsar's 30 s
+    # and 50000: an abandoned exchange should not hold memory long). A completed exchange gets
+    # a role token valid scramRoleTokenExpirySeconds, signed with the cluster's key
+    # (broker/security/role_tokens.py).
+    scramAuthConf: str | None = None
+    inflightSaslContextExpiryMs: int = 10000
+    maxInflightSaslContext: int = 10000
+    scramRoleTokenExpirySeconds: int = 3600
 
 
 class ConfigError(ValueError):
@@ -378,6 +391,9 @@ _AT_LEAST: dict[str, float] = {
     "dispatcherMaxReadBatchSize": 1,
     "maxUnackedMessagesPerConsumer": 0,
     "activeConsumerFailoverDelayTimeMillis": 0,
+    "inflightSaslContextExpiryMs": 1,
+    "maxInflightSaslContext": 1,
+    "scramRoleTokenExpirySeconds": 1,
     "brokerDeduplicationEntriesInterval": 1,
     "brokerDeduplicationSnapshotFrequencyInSeconds": 0,
     "defaultRetentionTimeInMinutes": -1,

@@ -16,6 +16,7 @@ The tree::
     │   └── PreconditionFailedError   (NotAllowedError)              (HTTP 412)
     ├── TooLargeError                 (NotAllowedError)              -> RESOURCE_EXHAUSTED
     ├── AuthenticationError           (AuthenticationError)          -> UNAUTHENTICATED
+    │   └── AuthenticationChallenge   (AuthenticationError)          (+ its metadata)
     ├── AuthorizationError            (AuthorizationError)           -> PERMISSION_DENIED
     ├── ServiceNotReadyError          (ServiceNotReady)              -> UNAVAILABLE
     │   └── ManagedLedgerFencedError  (ServiceNotReady)
@@ -125,6 +126,17 @@ class TooLargeError(BrokerError):
 
 class AuthenticationError(BrokerError):
     code = ServerError.AuthenticationError
+
+
+class AuthenticationChallenge(AuthenticationError):
+    """A step of a two-way authentication (PIP-59): the call ends unauthenticated, and
+    ``metadata`` (name, value pairs) tells the client how to go on: the server's challenge, or
+    the role token a completed exchange earned. A protocol sends them with the refusal (gRPC:
+    trailing metadata)."""
+
+    def __init__(self, message: str, metadata: tuple[tuple[str, str], ...]) -> None:
+        super().__init__(message)
+        self.metadata = metadata
 
 
 class AuthorizationError(BrokerError):

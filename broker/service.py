@@ -113,6 +113,8 @@ class BrokerService:
             data_dir,
             session_timeout_s=self.config.metadataStoreSessionTimeoutMillis / 1000,
         )
+        if self.authentication is not None:  # SCRAM's role-token keys live in the store
+            self.authentication.use_metadata(metadata)
         producer_names = await DistributedIdGenerator.create(
             metadata, PRODUCER_NAME_PATH, self.config.clusterName
         )

@@ -4,6 +4,7 @@ client.conf names them (authPlugin, authParams).
     --auth-plugin token  --auth-params token:eyJ...        (or file:///path/to/token)
     --auth-plugin basic  --auth-params '{"userId":"u","password":"p"}'   (or userId:u,password:p)
     --auth-plugin tls    --auth-params tlsCertFile:/c.pem,tlsKeyFile:/k.pem
+    --auth-plugin scram  --auth-params '{"userId":"u","password":"p"}'   (or userId:u,password:p)
 
 The plugin may also be Pulsar's class name (org.apache.pulsar.client.impl.auth.AuthenticationToken,
 ...AuthenticationBasic, ...AuthenticationTls).
@@ -19,6 +20,7 @@ from pathlib import Path
 from pulsar_grpc.client import (
     Authentication,
     AuthenticationBasic,
+    AuthenticationSCRAM,
     AuthenticationTLS,
     AuthenticationToken,
 )
@@ -29,7 +31,7 @@ _PULSAR_PACKAGE = "org.apache.pulsar.client.impl.auth."
 def add_auth_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--auth-plugin", metavar="PLUGIN",
-        help="token, basic or tls (or Pulsar's class name): Pulsar's authPlugin",
+        help="token, basic, tls or scram (or Pulsar's class name): Pulsar's authPlugin",
     )  # fmt: skip
     parser.add_argument(
         "--auth-params", metavar="PARAMS", default="",
@@ -47,7 +49,7 @@ def authentication_of(args: argparse.Namespace) -> Authentication | None:
         return None
     make = _PLUGINS.get(plugin.lower().removeprefix("authentication"))
     if make is None:
-        raise ValueError(f"--auth-plugin: unknown plugin {plugin!r} (token, basic or tls)")
+        raise ValueError(f"--auth-plugin: unknown plugin {plugin!r} (token, basic, tls or scram)")
     return make(args.auth_params)
 
 
@@ -77,11 +79,19 @@ def _token(text: str) -> Authentication:
     raise ValueError("--auth-params: token:<token> or file:<path> for the token plugin")
 
 
-def _basic(text: str) -> Authentication:
+def _user_password(text: str, plugin: str) -> tuple[str, str]:
     params = _params(text)
     if "userId" not in params or "password" not in params:
-        raise ValueError("--auth-params: userId and password for the basic plugin")
-    return AuthenticationBasic(params["userId"], params["password"])
+        raise ValueError(f"--auth-params: userId and password for the {plugin} plugin")
+    return params["userId"], params["password"]
+
+
+def _basic(text: str) -> Authentication:
+    return AuthenticationBasic(*_user_password(text, "basic"))
+
+
+def _scram(text: str) -> Authentication:
+    return AuthenticationSCRAM(*_user_password(text, "scram"))
 
 
 def _tls(text: str) -> Authentication:
@@ -95,4 +105,5 @@ _PLUGINS: dict[str, Callable[[str], Authentication]] = {
     "token": _token,
     "basic": _basic,
     "tls": _tls,
+    "scram": _scram,
 }

@@ -5,7 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pulsar_grpc.cli import admin, broker, clients, cluster, perf, standalone, tokens, topics
+from pulsar_grpc.cli import (
+    admin,
+    broker,
+    clients,
+    cluster,
+    perf,
+    scram,
+    standalone,
+    tokens,
+    topics,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A Pulsar-model message broker whose client protocol is gRPC.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (standalone, broker, cluster, clients, topics, admin, perf, tokens):
+    for command in (standalone, broker, cluster, clients, topics, admin, perf, tokens, scram):
         command.add_parser(sub)
     return parser
 

@@ -6,6 +6,7 @@ bad namespace, topic or bundle name given on the command line)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import json
 import sys
@@ -13,9 +14,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
+import grpc
+
 from pulsar_grpc.broker.errors import InvalidArgumentError
 from pulsar_grpc.cli.auth import authentication_of
 from pulsar_grpc.client import Authentication
+from pulsar_grpc.client._auth import Exchange, ExchangeAnswer
 
 __all__ = ["AdminRequestError", "print_lines", "reporting_errors", "request"]
 
@@ -44,6 +48,8 @@ def request(method: str, url: str, body: bytes | None = None) -> object:
         req = urllib.request.Request(url, data=body, method=method)
         if body is not None:
             req.add_header("Content-Type", "application/json")
+        if _credentials:  # a two-way method (SCRAM) runs its exchange first, over HTTP too
+            asyncio.run(_credentials[0].prepare(_http_exchange(url)))
         authorization = _credentials[0].authorization() if _credentials else None
         if authorization:
             req.add_header("Authorization", authorization)
@@ -67,6 +73,29 @@ def request(method: str, url: str, body: bytes | None = None) -> object:
         except ValueError:
             return raw
     raise AdminRequestError(f"too many redirects, the last to {url}")
+
+
+def _http_exchange(url: str) -> Exchange:
+    """A step of a two-way authentication as a GET of ``url``: the broker refuses it (401)
+    with the next message in its headers, before doing anything for it."""
+
+    def get(authorization: str) -> ExchangeAnswer:
+        req = urllib.request.Request(url, headers={"Authorization": authorization})
+        try:
+            with _opener.open(req, timeout=30):
+                return ExchangeAnswer(grpc.StatusCode.OK, "", {})
+        except urllib.error.HTTPError as exc:
+            if exc.code != 401:
+                raise AdminRequestError(f"{exc.code} {_reason(exc)}") from None
+            headers = {k.lower(): v for k, v in exc.headers.items()}
+            return ExchangeAnswer(grpc.StatusCode.UNAUTHENTICATED, _reason(exc), headers)
+        except (OSError, http.client.HTTPException) as exc:
+            raise AdminRequestError(f"cannot reach {url}: {exc!r}") from None
+
+    async def exchange(authorization: str) -> ExchangeAnswer:
+        return await asyncio.to_thread(get, authorization)
+
+    return exchange
 
 
 def print_lines(answer: object) -> None:

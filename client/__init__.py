@@ -31,12 +31,14 @@ from ._message import Message, MessageId, TopicMessageId
 from ._producer import Producer
 from ._reader import Reader
 from ._routing import PartitionsRoutingMode
+from ._scram import AuthenticationSCRAM
 from ._sync import SyncClient, SyncConsumer, SyncProducer, SyncReader
 from .exceptions import *  # noqa: F403  (pulsar-client's exception names: its __all__)
 
 __all__ = [
     "Authentication",
     "AuthenticationBasic",
+    "AuthenticationSCRAM",
     "AuthenticationTLS",
     "AuthenticationToken",
     "BatchReceivePolicy",

@@ -4,22 +4,39 @@ A token or a user and password travel as the ``authorization`` header of every c
 supplier is asked again for each call and each reconnection, so a refreshed token is picked
 up, and a stream the broker ends because its token expired reopens with a fresh one); a TLS
 client certificate is presented on the TLS channels (mutual TLS), and the broker takes its
-common name as the role.
+common name as the role. SCRAM (client/_scram.py) first runs its two-way exchange with the
+broker, then sends the role token it earned.
 """
 
 from __future__ import annotations
 
 import base64
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from enum import Enum
+
+import grpc
 
 
 class CredentialRenewal(Enum):
     """Whether connecting again can bring credentials other than those the broker refused."""
 
     FIXED = "fixed"  # the same every time: a token string, a password, a certificate
-    SUPPLIED = "supplied"  # asked for afresh at every call: a token supplier
+    SUPPLIED = "supplied"  # asked for afresh at every call: a token supplier, SCRAM's exchange
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeAnswer:
+    """How the broker ended one call of a two-way exchange."""
+
+    code: grpc.StatusCode
+    details: str
+    trailers: dict[str, str]
+
+
+# Makes one call carrying the given ``authorization`` header and says how it ended.
+Exchange = Callable[[str], Awaitable[ExchangeAnswer]]
 
 
 class Authentication(ABC):
@@ -35,6 +52,17 @@ class Authentication(ABC):
         every authenticationRefreshCheckSeconds), the stream reopens at once with fresh ones;
         FIXED: the application gets the AuthenticationError."""
         return CredentialRenewal.FIXED
+
+    async def prepare(self, exchange: Exchange) -> None:
+        """Runs before each call: a two-way method completes its exchange with the broker
+        here (on ``exchange``) when it has nothing valid to send; one-step methods have
+        nothing to do."""
+        return None
+
+    def refused(self, authorization: str | None) -> bool:
+        """The broker refused a call sent with ``authorization``: whether that credential is
+        now dropped, so that the call is worth one more try after :meth:`prepare`."""
+        return False
 
 
 class AuthenticationToken(Authentication):

@@ -17,7 +17,14 @@ import grpc
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
-from ._auth import Authentication, AuthenticationTLS, AuthenticationToken, CredentialRenewal
+from ._auth import (
+    Authentication,
+    AuthenticationTLS,
+    AuthenticationToken,
+    CredentialRenewal,
+    Exchange,
+    ExchangeAnswer,
+)
 from ._batching import BatchingType
 from ._channels import (
     DEFAULT_KEEP_ALIVE_INTERVAL_S,
@@ -573,20 +580,62 @@ class Client:
     async def _unary(
         self, method: Callable[..., Awaitable[Any]], request: Any, topic: str | None
     ) -> Any:
-        """One unary call, tried a second time at once when it found the broker unreachable:
-        a connection that was cut silently fails the first call made on it, and the second
-        dials afresh. A broker that is really down (or refuses the TLS handshake) still fails
-        promptly; reconnecting handles add their own backoff."""
-        metadata = self._metadata(topic, {})
+        """One unary call (see :meth:`_call`), after a two-way authentication's exchange
+        when one is due. A call refused because the broker no longer takes the role token it
+        carried (expired early, its key revoked) runs the exchange again and is tried once
+        more; a wrong password fails the exchange itself with AuthenticationError."""
+        auth = self._authentication
+        exchange = self._exchange_on(method, request, topic)
         try:
+            if auth is not None:
+                await auth.prepare(exchange)
+            metadata = self._metadata(topic, {})
             try:
-                return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
+                return await self._call(method, request, metadata)
             except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                sent = dict(metadata).get("authorization")
+                if auth is None or exc.code() != grpc.StatusCode.UNAUTHENTICATED:
                     raise
-            return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
+                if not auth.refused(sent):
+                    raise
+                await auth.prepare(exchange)
+            return await self._call(method, request, self._metadata(topic, {}))
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
+
+    async def _call(
+        self, method: Callable[..., Awaitable[Any]], request: Any, metadata: Metadata
+    ) -> Any:
+        """One call, tried a second time at once when it found the broker unreachable: a
+        connection that was cut silently fails the first call made on it, and the second
+        dials afresh. A broker that is really down (or refuses the TLS handshake) still fails
+        promptly; reconnecting handles add their own backoff."""
+        try:
+            return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+        return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
+
+    def _exchange_on(
+        self, method: Callable[..., Awaitable[Any]], request: Any, topic: str | None
+    ) -> Exchange:
+        """A two-way authentication's steps ride on the call about to be made (PIP-59): each
+        ends UNAUTHENTICATED with the broker's answer before the broker does anything for it.
+        Any other failure (the broker unreachable) is the call's own, raised as it would be."""
+
+        async def exchange(authorization: str) -> ExchangeAnswer:
+            metadata = self._metadata(topic, {"authorization": authorization})
+            try:
+                await self._call(method, request, metadata)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAUTHENTICATED:
+                    raise
+                trailers = {k: v for k, v in exc.trailing_metadata() or () if isinstance(v, str)}
+                return ExchangeAnswer(exc.code(), exc.details() or "", trailers)
+            return ExchangeAnswer(grpc.StatusCode.OK, "", {})
+
+        return exchange
 
     async def _partition_count(self, topic: str) -> int:
         """The topic's partition count (0: not partitioned). The first call of every

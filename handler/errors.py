@@ -120,6 +120,8 @@ async def abort(
     not expect becomes INTERNAL and is logged). ``topic``: the one a unary request named; a
     stream's comes from its call context. ``trailers``: more to send (see owner_trailers)."""
     error = as_broker_error(exc)
+    if isinstance(error, e.AuthenticationChallenge):  # a two-way exchange goes on: PIP-59
+        trailers = [*(trailers or ()), *error.metadata]
     status = status_for(error)
     message = _clip(error.message, MAX_MESSAGE_CHARS)
     if not topic and (ctx := current_or_none()) is not None and ctx.topic is not None:

@@ -5,8 +5,9 @@ client certificate its TLS connection verified, where it came from); the
 :class:`AuthenticationService` built from the broker's configuration (authenticationEnabled,
 authenticationProviders, anonymousUserRole) picks the provider the credentials are meant for
 and returns the caller's role, or raises :class:`AuthenticationError`. Which provider: a
-``Bearer`` header goes to the token provider, ``Basic`` to the basic one, no header but a client
-certificate to the TLS one, nothing at all to anonymousUserRole when it is set.
+``Bearer`` header goes to the token provider, ``Basic`` to the basic one, ``SCRAM-SHA-256`` and
+``RoleToken`` to the SCRAM one (broker/security/scram.py), no header but a client certificate to
+the TLS one, nothing at all to anonymousUserRole when it is set.
 
 The gRPC interceptor and the admin API's middleware both use the one service, so a role means
 the same on either path.
@@ -27,6 +28,15 @@ import bcrypt
 
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 from pulsar_grpc.broker.errors import AuthenticationError
+from pulsar_grpc.broker.metadata.store import MetadataStore
+from pulsar_grpc.broker.security.role_tokens import RoleTokens
+from pulsar_grpc.broker.security.scram import (
+    ROLE_TOKEN_SCHEME,
+    SCRAM_SCHEME,
+    PendingExchanges,
+    ScramAuthenticator,
+    parse_credentials,
+)
 from pulsar_grpc.broker.security.tokens import KeyValueError, TokenAuthenticator, expiry_of
 
 # An Authorization header longer than this is refused before it is decoded: a real token or
@@ -78,6 +88,11 @@ class AuthenticationProvider(ABC):
         """When the credentials in ``data``, which :meth:`authenticate` accepted, stop being
         valid (seconds since the epoch); None: they do not expire. Providers whose credentials
         carry an expiry (tokens, role tokens) override this."""
+        return None
+
+    def use_metadata(self, metadata: MetadataStore) -> None:
+        """Called once the broker's metadata store is open; only a provider that keeps
+        cluster-wide state there (SCRAM's role-token keys) needs it."""
         return None
 
 
@@ -133,17 +148,17 @@ class BasicProvider(AuthenticationProvider):
         return user
 
 
-def _read_conf(source: str) -> str:
+def _read_conf(source: str, name: str = "basicAuthConf") -> str:
     if source.startswith("data:"):
         _, _, encoded = source.partition(",")
         try:
             return base64.b64decode(encoded, validate=True).decode()
         except ValueError:  # not base64 (binascii.Error), not ASCII, not UTF-8
-            raise ConfigError(["basicAuthConf: the data: URL is not base64 text"]) from None
+            raise ConfigError([f"{name}: the data: URL is not base64 text"]) from None
     try:
         return Path(source).read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"basicAuthConf: cannot read {source}: {exc}"]) from None
+        raise ConfigError([f"{name}: cannot read {source}: {exc}"]) from None
 
 
 def parse_htpasswd(text: str) -> dict[str, bytes]:
@@ -216,11 +231,47 @@ def _bearer_token(data: AuthenticationData) -> str:
     return (data.authorization or "").partition(" ")[2].strip()
 
 
+class ScramProvider(AuthenticationProvider):
+    """SCRAM-SHA-256 two-way authentication and the role tokens it issues (PIP-59): users
+    from ``scramAuthConf``; see broker/security/scram.py for the exchange."""
+
+    def __init__(self, scram: ScramAuthenticator, role_token_lifetime_s: int) -> None:
+        self.scram = scram
+        self._lifetime_s = role_token_lifetime_s
+
+    @property
+    def auth_method_name(self) -> str:
+        return "scram"
+
+    @classmethod
+    def from_config(cls, config: ServiceConfiguration) -> ScramProvider:
+        source = config.scramAuthConf
+        if not source:
+            raise ConfigError(["scramAuthConf: required by the scram authentication provider"])
+        pending = PendingExchanges(
+            config.maxInflightSaslContext, config.inflightSaslContextExpiryMs / 1000
+        )
+        users = parse_credentials(_read_conf(source, "scramAuthConf"))
+        return cls(ScramAuthenticator(users, pending), config.scramRoleTokenExpirySeconds)
+
+    def use_metadata(self, metadata: MetadataStore) -> None:
+        self.scram.use_role_tokens(RoleTokens(metadata, self._lifetime_s))
+
+    async def authenticate(self, data: AuthenticationData) -> str:
+        return await self.scram.authenticate(data.authorization or "")
+
+    def expires_at(self, data: AuthenticationData) -> float | None:
+        """A role token's ``exp``: a stream it opened ends when it does (an exchange step
+        never opens a stream: it ends with its challenge or its role token)."""
+        return expiry_of(_bearer_token(data))
+
+
 class _Scheme(enum.Enum):
     """How a request presents its credentials, and the provider that reads them."""
 
     BEARER = "token"
     BASIC = "basic"
+    SCRAM = "scram"  # a SCRAM step, or the role token a completed exchange earned
     CLIENT_CERTIFICATE = "tls"
     NONE = "anonymous"
 
@@ -235,6 +286,7 @@ PROVIDERS: dict[str, ProviderFactory] = {
     _PULSAR_PACKAGE + "AuthenticationProviderTls": TlsProvider.from_config,
     "basic": BasicProvider.from_config,
     _PULSAR_PACKAGE + "AuthenticationProviderBasic": BasicProvider.from_config,
+    "scram": ScramProvider.from_config,
 }
 
 
@@ -264,6 +316,22 @@ class AuthenticationService:
         providers = [PROVIDERS[name](config) for name in config.authenticationProviders]
         return cls(providers, config.anonymousUserRole or None)
 
+    def use_metadata(self, metadata: MetadataStore) -> None:
+        """Hand the broker's open metadata store to the providers that keep state there."""
+        for provider in self._providers.values():
+            provider.use_metadata(metadata)
+
+    @property
+    def scram(self) -> ScramAuthenticator | None:
+        """The SCRAM exchanges when the scram provider is on."""
+        provider = self._providers.get("scram")
+        return provider.scram if isinstance(provider, ScramProvider) else None
+
+    @property
+    def role_tokens(self) -> RoleTokens | None:
+        """The cluster's role-token keys when the scram provider is on (for the admin API)."""
+        return self.scram.role_tokens if self.scram is not None else None
+
     async def authenticate(self, data: AuthenticationData) -> Authenticated:
         scheme = _scheme_of(data)
         if scheme is _Scheme.NONE:
@@ -290,4 +358,6 @@ def _scheme_of(data: AuthenticationData) -> _Scheme:
         return _Scheme.BEARER
     if scheme == "basic":
         return _Scheme.BASIC
+    if scheme in (SCRAM_SCHEME, ROLE_TOKEN_SCHEME):
+        return _Scheme.SCRAM
     raise AuthenticationError(f"unsupported Authorization scheme '{scheme[:20]}'")

@@ -26,6 +26,7 @@ from pulsar_grpc.broker.tls import server_ssl_context
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.metrics import BrokerCollector
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
+from pulsar_grpc.broker.web.role_tokens_admin import add_role_token_routes
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
@@ -50,7 +51,9 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except e.BrokerError as exc:
         status = next((s for cls, s in _HTTP_STATUS if isinstance(exc, cls)), 500)
-        return web.json_response({"reason": exc.message}, status=status)
+        # A SCRAM step answers with its next message in headers, as RFC 7804 does over HTTP.
+        headers = dict(exc.metadata) if isinstance(exc, e.AuthenticationChallenge) else None
+        return web.json_response({"reason": exc.message}, status=status, headers=headers)
 
 
 def _authenticating(service: AuthenticationService, metrics_open: bool) -> Middleware:
@@ -129,6 +132,7 @@ class WebService:
             ]
         )
         BundlesAdmin(self.service).add_routes(app)
+        add_role_token_routes(app, authentication)
         return app
 
     async def start(self) -> None:
