@@ -13,8 +13,10 @@ from grpc import aio
 from pulsar_grpc.broker.errors import BrokerError, InvalidArgumentError
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.protocol import BrokerContext
+from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.topics import AckId, Consumer, ConsumerOptions, Delivery
 from pulsar_grpc.handler import codec
+from pulsar_grpc.handler.access import authorize_topic
 from pulsar_grpc.handler.errors import abort, owner_trailers
 from pulsar_grpc.interceptors import ConsumerParams, current
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -149,6 +151,9 @@ async def consume(
     assert ctx.topic is not None and params is not None
     transport = GrpcConsumerTransport(ctx.topic.partition_index)
     try:
+        await authorize_topic(
+            broker, ctx.topic, TopicOperation.CONSUME, params.subscription or None
+        )
         topic = await broker.get_topic(ctx.topic)
         subscription = params.subscription or f"reader-{next(_names)}"
         consumer = await topic.subscribe(

@@ -54,6 +54,9 @@ class CallContext:
     role: str | None = None
     auth_method: str | None = None
     auth_data: AuthenticationData | None = None
+    # The client a proxy role acts for (x-pulsar-original-principal, PIP-1); authorization
+    # decides whether the caller may name one.
+    original_principal: str | None = None
 
 
 _current: ContextVar[CallContext] = ContextVar("pulsar_grpc_call_context")

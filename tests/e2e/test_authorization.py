@@ -1,0 +1,253 @@
+"""Authorization on a real broker (authorizationEnabled, token roles): super-users may do
+everything, other roles what the namespace's or the topic's grants allow (Pulsar's
+auth_policies), a refused call ends PERMISSION_DENIED with Pulsar's AuthorizationError code and
+leaves nothing behind (no topic, producer or subscription), a revoke applies to the next call
+without a restart, and a proxy role may act for a client that is allowed itself (PIP-1)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from pulsar_grpc.broker.config import ConfigError
+from pulsar_grpc.broker.security.tokens import create_secret_key, create_token
+from pulsar_grpc.client import AuthenticationToken, AuthorizationError, Client
+from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.e2e.wire import error_code, stub
+from tests.support import BrokerThread, broker_config
+from tests.waiting import eventually
+
+KEY = create_secret_key()
+TIMEOUT_S = 15
+SUPER, PROXY = "admin", "proxy"
+NS = "public/default"
+
+
+def token(role: str) -> str:
+    return create_token(KEY, role, expires_at=int(time.time()) + 3600)
+
+
+@pytest.fixture
+def authz_broker(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
+    return broker_factory(
+        authenticationEnabled="true",
+        authenticationProviders="token",
+        tokenSecretKey="data:;base64," + base64.b64encode(KEY).decode(),
+        authorizationEnabled="true",
+        superUserRoles=SUPER,
+        proxyRoles=PROXY,
+    )
+
+
+def client(broker: BrokerThread, role: str) -> Client:
+    return Client(
+        broker.service_url,
+        authentication=AuthenticationToken(token(role)),
+        operation_timeout_ms=5000,
+    )
+
+
+def http(
+    broker: BrokerThread, method: str, path: str, role: str | None, body: Any = None
+) -> tuple[int, Any]:
+    """An admin call as ``role``: its status and its JSON answer (None when empty)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{broker.http_url}{path}", data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    if role is not None:
+        request.add_header("Authorization", f"Bearer {token(role)}")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            raw = response.read()
+            return int(response.status), json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        return exc.code, json.loads(raw) if raw else None
+
+
+async def admin(broker: BrokerThread, method: str, path: str, body: Any = None) -> Any:
+    status, answer = await asyncio.to_thread(http, broker, method, path, SUPER, body)
+    assert status in (200, 204), (method, path, status, answer)
+    return answer
+
+
+async def grant(
+    broker: BrokerThread, role: str, actions: list[str], topic: str | None = None
+) -> None:
+    where = f"/admin/v2/persistent/{NS}/{topic}" if topic else f"/admin/v2/namespaces/{NS}"
+    await admin(broker, "POST", f"{where}/permissions/{role}", actions)
+
+
+def topics_of(broker: BrokerThread) -> list[str]:
+    assert broker.service is not None
+    return broker.run(broker.service.list_topics(NS))
+
+
+def subscriptions_of(broker: BrokerThread, topic: str) -> list[str]:
+    assert broker.service is not None
+    loaded = broker.run(broker.service.topics.get_topic(f"persistent://{NS}/{topic}", create=False))
+    return sorted(loaded.stats()["subscriptions"])
+
+
+async def raw_produce(
+    broker: BrokerThread, role: str, topic: str, extra: list[tuple[str, str]] | None = None
+) -> grpc.aio.AioRpcError | None:
+    """Open a raw Produce call as ``role``: None when the producer became ready, else the
+    error it ended with."""
+    metadata = [("authorization", f"Bearer {token(role)}"), ("x-pulsar-topic", topic)]
+    async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
+        call = stub(channel).Produce(metadata=[*metadata, *(extra or [])])
+        try:
+            response = await asyncio.wait_for(call.read(), TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            return exc
+        assert response.HasField("ready")
+        call.cancel()
+        return None
+
+
+def assert_denied(error: grpc.aio.AioRpcError | None, *words: str) -> None:
+    assert error is not None, "the call was allowed"
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED, error
+    assert error_code(error) == pb.AuthorizationError
+    for word in words:
+        assert word in (error.details() or ""), (word, error.details())
+
+
+async def test_a_super_user_may_do_everything(authz_broker: BrokerThread) -> None:
+    async with client(authz_broker, SUPER) as c:
+        producer = await c.create_producer("super-t")
+        consumer = await c.subscribe("super-t", "s", initial_position="earliest")
+        await producer.send(b"hello")
+        assert (await consumer.receive(timeout_ms=10_000)).data() == b"hello"
+
+
+async def test_a_role_without_grants_is_refused_and_leaves_nothing_behind(
+    authz_broker: BrokerThread,
+) -> None:
+    async with client(authz_broker, "mallory") as c:
+        with pytest.raises(AuthorizationError):
+            await asyncio.wait_for(c.create_producer("nobody-t"), TIMEOUT_S)
+        with pytest.raises(AuthorizationError):
+            await asyncio.wait_for(c.subscribe("nobody-t", "s"), TIMEOUT_S)
+    assert_denied(
+        await raw_produce(authz_broker, "mallory", "nobody-t"),
+        "mallory",
+        "produce",
+        "persistent://public/default/nobody-t",
+    )
+    assert topics_of(authz_broker) == []
+    async with grpc.aio.insecure_channel(authz_broker.grpc_address) as channel:
+        auth = [("authorization", f"Bearer {token('mallory')}")]
+        calls = {
+            "lookup": stub(channel).Lookup(pb.LookupRequest(topic="nobody-t"), metadata=auth),
+            "partitions": stub(channel).GetPartitionedTopicMetadata(
+                pb.PartitionedTopicMetadataRequest(topic="nobody-t"), metadata=auth
+            ),
+            "last id": stub(channel).GetLastMessageId(
+                pb.GetLastMessageIdRequest(topic="nobody-t"), metadata=auth
+            ),
+            "topics": stub(channel).GetTopicsOfNamespace(
+                pb.GetTopicsOfNamespaceRequest(namespace=NS), metadata=auth
+            ),
+        }
+        for what, call in calls.items():
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(call, TIMEOUT_S)
+            assert_denied(info.value, "mallory")
+            assert what
+    assert topics_of(authz_broker) == []
+
+
+async def test_produce_only_and_consume_only_roles(authz_broker: BrokerThread) -> None:
+    await grant(authz_broker, "writer", ["produce"])
+    await grant(authz_broker, "reader", ["consume"])
+    async with client(authz_broker, "writer") as w, client(authz_broker, "reader") as r:
+        producer = await w.create_producer("split-t")
+        await producer.send(b"one")
+        with pytest.raises(AuthorizationError):
+            await asyncio.wait_for(w.subscribe("split-t", "writer-sub"), TIMEOUT_S)
+        consumer = await r.subscribe("split-t", "reader-sub", initial_position="earliest")
+        assert (await consumer.receive(timeout_ms=10_000)).data() == b"one"
+        with pytest.raises(AuthorizationError):
+            await asyncio.wait_for(r.create_producer("split-t"), TIMEOUT_S)
+        assert subscriptions_of(authz_broker, "split-t") == ["reader-sub"]
+        stats = authz_broker.run(
+            authz_broker.service.topics.get_topic(f"persistent://{NS}/split-t", create=False)  # type: ignore[union-attr]
+        ).stats()
+        assert len(stats["publishers"]) == 1  # the writer's; none for the refused reader
+
+
+async def test_a_topic_grant_covers_that_topic_only(authz_broker: BrokerThread) -> None:
+    await grant(authz_broker, "one-topic", ["produce", "consume"], topic="mine")
+    async with client(authz_broker, "one-topic") as c:
+        producer = await c.create_producer("mine")
+        consumer = await c.subscribe("mine", "s", initial_position="earliest")
+        await producer.send(b"x")
+        assert (await consumer.receive(timeout_ms=10_000)).data() == b"x"
+        with pytest.raises(AuthorizationError):
+            await asyncio.wait_for(c.create_producer("not-mine"), TIMEOUT_S)
+    assert topics_of(authz_broker) == ["persistent://public/default/mine"]
+
+
+async def test_a_revoke_applies_to_new_calls_without_a_restart(authz_broker: BrokerThread) -> None:
+    await grant(authz_broker, "temp", ["produce"])
+    assert await raw_produce(authz_broker, "temp", "revoked-t") is None
+    await admin(authz_broker, "DELETE", f"/admin/v2/namespaces/{NS}/permissions/temp")
+
+    async def refused() -> grpc.aio.AioRpcError:
+        error = await raw_produce(authz_broker, "temp", "revoked-t")
+        assert error is not None, "still allowed"
+        return error
+
+    assert_denied(await eventually(refused, timeout=10), "temp")
+
+
+async def test_subscription_roles_restrict_who_consumes_a_subscription(
+    authz_broker: BrokerThread,
+) -> None:
+    await grant(authz_broker, "team-a", ["consume"])
+    await grant(authz_broker, "team-b", ["consume"])
+    await admin(authz_broker, "POST", f"/admin/v2/namespaces/{NS}/permission/billing", ["team-a"])
+    async with client(authz_broker, "team-a") as a, client(authz_broker, "team-b") as b:
+        await a.subscribe("sub-auth", "billing")
+        with pytest.raises(AuthorizationError):
+            await asyncio.wait_for(b.subscribe("sub-auth", "billing"), TIMEOUT_S)
+        await b.subscribe("sub-auth", "other")  # not restricted
+    assert subscriptions_of(authz_broker, "sub-auth") == ["billing", "other"]
+
+
+async def test_proxy_roles_act_for_an_allowed_client_only(authz_broker: BrokerThread) -> None:
+    await grant(authz_broker, PROXY, ["produce", "consume"])
+    await grant(authz_broker, "app", ["produce"])
+    as_app = [("x-pulsar-original-principal", "app")]
+    assert await raw_produce(authz_broker, PROXY, "proxied", as_app) is None
+    assert_denied(
+        await raw_produce(authz_broker, PROXY, "proxied", [("x-pulsar-original-principal", "x")]),
+        "role x",
+        "produce",
+    )
+    assert_denied(await raw_produce(authz_broker, PROXY, "proxied"), "Invalid roles")
+    as_proxy = [("x-pulsar-original-principal", PROXY)]
+    assert_denied(await raw_produce(authz_broker, PROXY, "proxied", as_proxy), "Invalid roles")
+    # Only a proxy role may name another: even a super-user may not pose as someone else.
+    assert_denied(await raw_produce(authz_broker, SUPER, "proxied", as_app), "Invalid roles")
+    huge = await raw_produce(
+        authz_broker, PROXY, "proxied", [("x-pulsar-original-principal", "a" * 5000)]
+    )
+    assert huge is not None and huge.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_authorization_needs_authentication(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="authorizationEnabled: requires authenticationEnabled"):
+        broker_config(tmp_path, authorizationEnabled="true")
