@@ -36,8 +36,8 @@ def token(role: str) -> str:
     return create_token(KEY, role, expires_at=int(time.time()) + 3600)
 
 
-@pytest.fixture
-def authz_broker(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
+@pytest.fixture(name="authz_broker")
+def authz_broker_fixture(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
     return broker_factory(
         authenticationEnabled="true",
         authenticationProviders="token",
