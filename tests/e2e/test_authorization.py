@@ -25,6 +25,9 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import error_code, stub
 from tests.support import BrokerThread, broker_config
 from tests.waiting import eventually
+from tests.zookeeper import ZooKeeperServer, zk_chroot, zookeeper
+
+__all__ = ["zk_chroot", "zookeeper"]  # fixtures, imported to be found
 
 KEY = create_secret_key()
 TIMEOUT_S = 15
@@ -36,16 +39,19 @@ def token(role: str) -> str:
     return create_token(KEY, role, expires_at=int(time.time()) + 3600)
 
 
+AUTHZ = {
+    "authenticationEnabled": "true",
+    "authenticationProviders": "token",
+    "tokenSecretKey": "data:;base64," + base64.b64encode(KEY).decode(),
+    "authorizationEnabled": "true",
+    "superUserRoles": SUPER,
+    "proxyRoles": PROXY,
+}
+
+
 @pytest.fixture(name="authz_broker")
 def authz_broker_fixture(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
-    return broker_factory(
-        authenticationEnabled="true",
-        authenticationProviders="token",
-        tokenSecretKey="data:;base64," + base64.b64encode(KEY).decode(),
-        authorizationEnabled="true",
-        superUserRoles=SUPER,
-        proxyRoles=PROXY,
-    )
+    return broker_factory(**AUTHZ)
 
 
 def client(broker: BrokerThread, role: str) -> Client:
@@ -251,3 +257,120 @@ async def test_proxy_roles_act_for_an_allowed_client_only(authz_broker: BrokerTh
 def test_authorization_needs_authentication(tmp_path) -> None:
     with pytest.raises(ConfigError, match="authorizationEnabled: requires authenticationEnabled"):
         broker_config(tmp_path, authorizationEnabled="true")
+
+
+async def test_a_change_made_on_one_broker_applies_on_the_others(
+    broker_factory: Callable[..., BrokerThread], zookeeper: ZooKeeperServer, zk_chroot: str
+) -> None:
+    """Two brokers on one ZooKeeper: each caches the permissions it read, and the store's
+    watch tells it when another broker changed them."""
+    url = f"zk:{zookeeper.hosts}{zk_chroot}"
+    first, second = (broker_factory(metadataStoreUrl=url, **AUTHZ) for _ in range(2))
+    listing = f"/admin/v2/persistent/{NS}"
+
+    async def second_answers(expected: int) -> None:
+        status = (await asyncio.to_thread(http, second, "GET", listing, "app"))[0]
+        assert status == expected
+
+    await second_answers(403)  # read (and cached) on the second broker
+    await grant(first, "app", ["consume"])
+    await eventually(lambda: second_answers(200), timeout=10, what="the grant arrived")
+    await admin(first, "DELETE", f"/admin/v2/namespaces/{NS}/permissions/app")
+    await eventually(lambda: second_answers(403), timeout=10, what="the revoke arrived")
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ([("x-pulsar-original-principal", "a" * 5000)], grpc.StatusCode.INVALID_ARGUMENT),
+        ([("x-pulsar-original-principal", "")], grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            [("x-pulsar-original-principal", "app"), ("x-pulsar-original-principal", "app")],
+            grpc.StatusCode.UNAUTHENTICATED,
+        ),
+    ],
+    ids=["huge", "empty", "repeated"],
+)
+async def test_hostile_original_principals_are_refused(
+    authz_broker: BrokerThread, headers: list[tuple[str, str]], status: grpc.StatusCode
+) -> None:
+    await grant(authz_broker, "app", ["produce"])
+    error = await raw_produce(authz_broker, PROXY, "hostile", headers)
+    assert error is not None and error.code() == status, error
+    assert topics_of(authz_broker) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "status"),
+    [
+        (f"/admin/v2/namespaces/{NS}/permissions/{'r' * 5000}", {}, 400),
+        (f"/admin/v2/namespaces/{NS}/permissions", {"X-Original-Principal": "a" * 5000}, 400),
+        (f"/admin/v2/namespaces/{NS}/permissions", {"X-Original-Principal": "app"}, 403),
+    ],
+    ids=["huge role", "huge original principal", "original principal from a non-proxy"],
+)
+def test_hostile_admin_requests_are_refused(
+    authz_broker: BrokerThread, path: str, headers: dict[str, str], status: int
+) -> None:
+    method = "POST" if path.endswith("r" * 10) else "GET"
+    request = urllib.request.Request(
+        f"{authz_broker.http_url}{path}", data=b'["produce"]' if method == "POST" else None,
+        method=method, headers={"Authorization": f"Bearer {token(SUPER)}", **headers},
+    )  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=TIMEOUT_S)
+    assert info.value.code == status
+    assert json.loads(info.value.read())["reason"]
+
+
+def test_a_proxy_acts_for_its_client_on_the_admin_api(authz_broker: BrokerThread) -> None:
+    """Both the proxy's role and its client's must be allowed (here: be the tenant's admins)."""
+
+    def status_for(original: str) -> int:
+        request = urllib.request.Request(f"{authz_broker.http_url}/admin/v2/namespaces/public")
+        request.add_header("Authorization", f"Bearer {token(PROXY)}")
+        request.add_header("X-Original-Principal", original)
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert status_for(SUPER) == 403  # the proxy itself administers nothing yet
+    info = {"adminRoles": [PROXY, "ops"], "allowedClusters": ["standalone"]}
+    assert http(authz_broker, "POST", "/admin/v2/tenants/public", SUPER, info)[0] == 204
+    assert status_for(SUPER) == 200
+    assert status_for("ops") == 200
+    assert status_for("app") == 403
+
+
+@pytest.mark.parametrize("wildcards", [True, False])
+async def test_wildcard_grants_match_only_when_allowed(
+    broker_factory: Callable[..., BrokerThread], wildcards: bool
+) -> None:
+    broker = broker_factory(**AUTHZ, authorizationAllowWildcardsMatching=str(wildcards).lower())
+    await grant(broker, "app-*", ["produce"])
+    await grant(broker, "*-reader", ["produce"])
+    for role in ("app-1", "billing-reader"):
+        error = await raw_produce(broker, role, "wild")
+        if wildcards:
+            assert error is None, (role, error)
+        else:
+            assert_denied(error, role)
+    assert_denied(await raw_produce(broker, "other", "wild"), "other")
+
+
+async def test_a_grant_on_a_partitioned_topic_covers_its_partitions(
+    authz_broker: BrokerThread,
+) -> None:
+    await admin(authz_broker, "PUT", f"/admin/v2/persistent/{NS}/parts/partitions", 3)
+    await grant(authz_broker, "parts-user", ["produce", "consume"], topic="parts")
+    async with client(authz_broker, "parts-user") as c:
+        consumer = await c.subscribe("parts", "s", initial_position="earliest")
+        producer = await c.create_producer("parts")
+        for i in range(6):
+            await producer.send(f"m{i}".encode())
+        received = {(await consumer.receive(timeout_ms=10_000)).data() for _ in range(6)}
+        assert received == {f"m{i}".encode() for i in range(6)}
+        with pytest.raises(AuthorizationError):
+            await asyncio.wait_for(c.create_producer("parts-other"), TIMEOUT_S)
