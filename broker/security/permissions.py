@@ -48,6 +48,7 @@ from pulsar_grpc.broker.naming import NamespaceName, TopicName
 MAX_CACHED_NODES = 10_000
 # A role is a token's subject, a certificate's CN or a user name: far shorter than this.
 MAX_ROLE_CHARS = 1024
+_POLICIES_PREFIX = POLICIES_ROOT + "/"
 # Compare-and-set rounds before a permission write gives up (another writer kept winning).
 _WRITE_ATTEMPTS = 20
 
@@ -177,8 +178,13 @@ class PolicyCache:
         self._nodes.pop(path, None)
 
     def _on_notification(self, notification: Notification) -> None:
-        if notification.type is not NotificationType.CHILDREN_CHANGED:
-            self.invalidate(notification.path)
+        # Only policy nodes: a store without watches reports every change (cursors move on
+        # every ack), and those must not keep reads in flight from being cached.
+        path = notification.path
+        if notification.type is not NotificationType.CHILDREN_CHANGED and path.startswith(
+            _POLICIES_PREFIX
+        ):
+            self.invalidate(path)
 
     def _on_session_event(self, event: SessionEvent) -> None:
         self._epoch += 1
