@@ -16,7 +16,7 @@ from pulsar_grpc.broker.protocol import BrokerContext
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.topics import AckId, Consumer, ConsumerOptions, Delivery
 from pulsar_grpc.handler import codec
-from pulsar_grpc.handler.access import authorize_topic
+from pulsar_grpc.handler.access import authorize_topic, ended_when_revoked
 from pulsar_grpc.handler.errors import abort, owner_trailers
 from pulsar_grpc.interceptors import ConsumerParams, current
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -176,8 +176,12 @@ async def consume(
     loop = asyncio.get_running_loop()
     reader = loop.create_task(_read(consumer, transport, transport.paced(requests)))
     writer = loop.create_task(_write(transport, context, subscribed))
+    revoked = ended_when_revoked(
+        broker, ctx.topic, TopicOperation.CONSUME, transport.close, params.subscription or None
+    )
     try:
-        await asyncio.wait((writer, transport.failed), return_when=asyncio.FIRST_COMPLETED)
+        with revoked:
+            await asyncio.wait((writer, transport.failed), return_when=asyncio.FIRST_COMPLETED)
         if transport.failed.done():  # not behind what is queued: a client may not be reading
             writer.cancel()  # and no write in progress while the call aborts
             await asyncio.gather(writer, return_exceptions=True)

@@ -11,7 +11,7 @@ from pulsar_grpc.broker.protocol import BrokerContext
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.topics import Producer, PublishReceipt
 from pulsar_grpc.handler import codec
-from pulsar_grpc.handler.access import authorize_topic
+from pulsar_grpc.handler.access import authorize_topic, ended_when_revoked
 from pulsar_grpc.handler.errors import abort, owner_trailers
 from pulsar_grpc.interceptors import current
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -40,7 +40,8 @@ async def produce(
             producer_name=producer.name, last_sequence_id=last, topic=topic.name
         )
         await context.write(pb.ProduceResponse(ready=ready))
-        await _serve(producer, requests, context)
+        with ended_when_revoked(broker, ctx.topic, TopicOperation.PRODUCE, producer.end):
+            await _serve(producer, requests, context)
     finally:
         await producer.close()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pulsar_grpc.broker.config import ServiceConfiguration
@@ -84,6 +85,11 @@ class AuthorizationService:
         if not config.authorizationEnabled:
             return None
         return cls(config, permissions)
+
+    def watch(self, tenant: str, changed: Callable[[], None]) -> Callable[[], None]:
+        """Call ``changed`` when permissions in ``tenant`` may have changed, so that an open
+        producer or consumer is checked again (returns the function that stops watching)."""
+        return self.permissions.cache.watch(tenant, changed)
 
     # ------------------------------------------------------------ roles
 

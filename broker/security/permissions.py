@@ -154,6 +154,8 @@ class PolicyCache:
         # Bumped by every invalidation: a read that overlapped one may hold the old value and
         # is not cached.
         self._epoch = 0
+        # Called when a tenant's node or one of its namespaces' changes, by tenant.
+        self._watchers: dict[str, set[Callable[[], None]]] = {}
         store.register_listener(self._on_notification)
         store.register_session_listener(self._on_session_event)
 
@@ -176,6 +178,23 @@ class PolicyCache:
     def invalidate(self, path: str) -> None:
         self._epoch += 1
         self._nodes.pop(path, None)
+        tenant = path[len(_POLICIES_PREFIX) :].partition("/")[0]
+        for watcher in list(self._watchers.get(tenant, ())):
+            watcher()
+
+    def watch(self, tenant: str, changed: Callable[[], None]) -> Callable[[], None]:
+        """Call ``changed`` whenever ``tenant``'s or one of its namespaces' permissions may
+        have changed (a ZooKeeper watch fires once: ``changed`` should read them again, which
+        re-arms it). Returns the function that stops watching."""
+        watchers = self._watchers.setdefault(tenant, set())
+        watchers.add(changed)
+
+        def stop() -> None:
+            watchers.discard(changed)
+            if not watchers and self._watchers.get(tenant) is watchers:
+                del self._watchers[tenant]
+
+        return stop
 
     def _on_notification(self, notification: Notification) -> None:
         # Only policy nodes: a store without watches reports every change (cursors move on
@@ -189,6 +208,9 @@ class PolicyCache:
     def _on_session_event(self, event: SessionEvent) -> None:
         self._epoch += 1
         self._nodes.clear()
+        for watchers in list(self._watchers.values()):
+            for watcher in list(watchers):
+                watcher()
 
 
 class PermissionStore:

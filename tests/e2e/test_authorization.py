@@ -22,6 +22,7 @@ from pulsar_grpc.broker.config import ConfigError
 from pulsar_grpc.broker.security.tokens import create_secret_key, create_token
 from pulsar_grpc.client import AuthenticationToken, AuthorizationError, Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.e2e.wire import batch as wire_batch
 from tests.e2e.wire import error_code, stub
 from tests.support import BrokerThread, broker_config
 from tests.waiting import eventually
@@ -374,3 +375,33 @@ async def test_a_grant_on_a_partitioned_topic_covers_its_partitions(
         assert received == {f"m{i}".encode() for i in range(6)}
         with pytest.raises(AuthorizationError):
             await asyncio.wait_for(c.create_producer("parts-other"), TIMEOUT_S)
+
+
+async def test_a_revoke_ends_the_streams_that_lost_the_right(authz_broker: BrokerThread) -> None:
+    """As Pulsar re-checks its producers and consumers when a namespace's policies change."""
+    await grant(authz_broker, "writer", ["produce"])
+    await grant(authz_broker, "reader", ["consume"])
+    await grant(authz_broker, "stays", ["produce"], topic="open-streams")
+    async with grpc.aio.insecure_channel(authz_broker.grpc_address) as channel:
+
+        def opened(role: str, method: str, *extra: tuple[str, str]) -> grpc.aio.StreamStreamCall:
+            auth = ("authorization", f"Bearer {token(role)}")
+            rpc = getattr(stub(channel), method)
+            return rpc(metadata=[auth, ("x-pulsar-topic", "open-streams"), *extra])
+
+        producer = opened("writer", "Produce")
+        consumer = opened("reader", "Consume", ("x-pulsar-subscription", "s"))
+        untouched = opened("stays", "Produce")
+        for call in (producer, consumer, untouched):
+            await asyncio.wait_for(call.read(), TIMEOUT_S)  # ready / subscribed
+        await admin(authz_broker, "DELETE", f"/admin/v2/namespaces/{NS}/permissions/writer")
+        await admin(authz_broker, "DELETE", f"/admin/v2/namespaces/{NS}/permissions/reader")
+        for call in (producer, consumer):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                while True:  # a consumer may first be told it is the active one
+                    await asyncio.wait_for(call.read(), TIMEOUT_S)
+            assert_denied(info.value, "not authorized")
+        await untouched.write(wire_batch(1, [b"still here"]))
+        receipt = await asyncio.wait_for(untouched.read(), TIMEOUT_S)
+        assert receipt.HasField("receipt")
+        untouched.cancel()
