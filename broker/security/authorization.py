@@ -113,7 +113,7 @@ class AuthorizationService:
             problem = "only a proxy role may name an original principal"
         else:
             return [role]
-        log.warning("refused %s: %s", caller, problem)
+        log.info("refused %s: %s", caller, problem)
         raise AuthorizationError(f"Invalid roles: {problem} ({caller})")
 
     async def _is_tenant_admin(self, tenant: str, role: str | None) -> bool:
