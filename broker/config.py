@@ -201,6 +201,16 @@ class ServiceConfiguration:
     maxInflightSaslContext: int = 10000
     scramRoleTokenExpirySeconds: int = 3600
 
+    # Authorization (broker/security/authorization.py), Pulsar's properties: permissions are
+    # checked only with authorizationEnabled (which needs authenticationEnabled, as in Pulsar);
+    # superUserRoles may do everything; proxyRoles may name the client they act for (PIP-1,
+    # header x-pulsar-original-principal); authorizationAllowWildcardsMatching lets a granted
+    # role of the form "prefix*" or "*suffix" match roles.
+    authorizationEnabled: bool = False
+    superUserRoles: list[str] = field(default_factory=list)
+    proxyRoles: list[str] = field(default_factory=list)
+    authorizationAllowWildcardsMatching: bool = False
+
 
 class ConfigError(ValueError):
     """Every problem found in one load, one line each, so an operator fixes them in one go."""
@@ -472,6 +482,16 @@ def _check_tls_files(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
         yield "tlsTrustCertsFilePath", "required when tlsRequireTrustedClientCertOnConnect=true"
 
 
+def _check_authorization(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    """Pulsar refuses to start in this case too: without authentication every caller is
+    anonymous, so no permission could ever be checked."""
+    if config.authorizationEnabled and not config.authenticationEnabled:
+        yield (
+            "authorizationEnabled",
+            "requires authenticationEnabled=true (permissions are granted to authenticated roles)",
+        )
+
+
 def _check_ledger_storage_url(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
     try:
         parse_ledger_storage_url(config.ledgerStorageUrl)
@@ -490,6 +510,7 @@ RULES: list[Rule] = [
     _check_metadata_store_url,
     _check_cluster_member,
     _check_ledger_storage_url,
+    _check_authorization,
     token_config_problems,
     *LISTENER_RULES,
 ]

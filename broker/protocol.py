@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pulsar_grpc.broker.lookup import LookupResult
     from pulsar_grpc.broker.naming import TopicName
     from pulsar_grpc.broker.security.authentication import AuthenticationService
+    from pulsar_grpc.broker.security.authorization import AuthorizationService
     from pulsar_grpc.broker.topics import PersistentTopic
 
 ENTRY_POINT_GROUP = "pulsar_grpc.protocol_handlers"
@@ -44,6 +45,11 @@ class BrokerContext(Protocol):
     @property
     def authentication(self) -> AuthenticationService | None:
         """Who a call is (authenticationEnabled); None: nothing is checked."""
+
+    @property
+    def authorization(self) -> AuthorizationService | None:
+        """What a call's role may do (authorizationEnabled); None: everything. A handler
+        checks before any side effect of the call."""
 
     def check_open(self) -> None:
         """Raise ServiceNotReadyError once the broker is closing."""

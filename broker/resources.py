@@ -44,12 +44,9 @@ class NamespaceResources:
         """Create ``ns`` and its tenant unless they exist (the built-in public/default)."""
         tenant_path = f"{POLICIES_ROOT}/{ns.tenant}"
         if not await self.store.exists(tenant_path):
-            await self.store.put(tenant_path, json.dumps({"allowedClusters": []}).encode())
+            tenant_info = {"adminRoles": [], "allowedClusters": [self.config.clusterName]}
+            await self.store.put(tenant_path, json.dumps(tenant_info).encode())
         await self.create_namespace(ns, exist_ok=True)
-
-    async def create_tenant(self, tenant: str) -> None:
-        NamespaceName.get(f"{tenant}/x")  # validates the tenant part
-        await self.store.put(f"{POLICIES_ROOT}/{tenant}", json.dumps({}).encode(), -1)
 
     async def create_namespace(self, ns: NamespaceName, exist_ok: bool = False) -> None:
         if not await self.store.exists(f"{POLICIES_ROOT}/{ns.tenant}"):

@@ -47,6 +47,8 @@ from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.protocol import ProtocolHandler, load_protocol_handlers
 from pulsar_grpc.broker.resources import NamespaceResources
 from pulsar_grpc.broker.security.authentication import AuthenticationService
+from pulsar_grpc.broker.security.authorization import AuthorizationService
+from pulsar_grpc.broker.security.permissions import PermissionStore
 from pulsar_grpc.broker.tls import read_tls_files
 from pulsar_grpc.broker.topics import PersistentTopic
 from pulsar_grpc.broker.topics.registry import TopicRegistry
@@ -80,6 +82,11 @@ class BrokerService:
         # refuses to start before anything binds.
         self.authentication = AuthenticationService.from_config(config)
         self.metadata: MetadataStore | None = None
+        # Tenants' admins and namespaces' grants (kept whether or not they are enforced), and
+        # their enforcement: None while authorizationEnabled is false. Both need the metadata
+        # store, so they are made once it is open.
+        self._permissions: PermissionStore | None = None
+        self.authorization: AuthorizationService | None = None
         self._store: LedgerStore | None = None
         self._ledgers: ManagedLedgerFactory | None = None
         self._resources: NamespaceResources | None = None
@@ -115,6 +122,8 @@ class BrokerService:
         )
         if self.authentication is not None:  # SCRAM's role-token keys live in the store
             self.authentication.use_metadata(metadata)
+        permissions = self._permissions = PermissionStore(metadata)
+        self.authorization = AuthorizationService.from_config(self.config, permissions)
         producer_names = await DistributedIdGenerator.create(
             metadata, PRODUCER_NAME_PATH, self.config.clusterName
         )
@@ -250,6 +259,11 @@ class BrokerService:
     def store(self) -> MetadataStore:
         assert self.metadata is not None, "broker not started"
         return self.metadata
+
+    @property
+    def permissions(self) -> PermissionStore:
+        assert self._permissions is not None, "broker not started"
+        return self._permissions
 
     @property
     def resources(self) -> NamespaceResources:

@@ -9,6 +9,8 @@
     admin brokers leader-broker
     admin topics bundle-range TOPIC
 
+and the tenants and permissions verbs of cli/admin_permissions.py.
+
 A request sent to a broker that does not own the bundle is redirected to the owner and followed.
 """
 
@@ -18,6 +20,7 @@ import argparse
 import json
 
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
+from pulsar_grpc.cli import admin_permissions
 from pulsar_grpc.cli.auth import add_auth_args
 from pulsar_grpc.cli.endpoints import ADMIN_URL_HELP, default_admin_url
 from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
@@ -30,12 +33,14 @@ SPLIT_ALGORITHMS = (
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("admin", help="bundles and brokers (pulsar-admin's verbs)")
+    p = sub.add_parser("admin", help="tenants, permissions, bundles and brokers (pulsar-admin's)")
     p.add_argument("--admin-url", default=default_admin_url(), help=ADMIN_URL_HELP)
     add_auth_args(p)
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP")
 
-    ns_verbs = _verbs(groups, "namespaces", "a namespace's bundles: list, unload, split")
+    admin_permissions.add_tenant_verbs(_verbs(groups, "tenants", "tenants and their admins"))
+    ns_verbs = _verbs(groups, "namespaces", "a namespace's permissions and bundles")
+    admin_permissions.add_namespace_verbs(ns_verbs)
     bundles = ns_verbs.add_parser("bundles", help="print the namespace's bundles (BundlesData)")
     bundles.add_argument("namespace")
     unload = ns_verbs.add_parser("unload", help="unload a bundle, or every bundle of the namespace")
@@ -63,7 +68,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     owned.add_argument("--url", required=True, help="the broker, as `brokers list` names it")
     br_verbs.add_parser("leader-broker", help="the cluster's leader broker")
 
-    tp_verbs = _verbs(groups, "topics", "a topic's bundle")
+    tp_verbs = _verbs(groups, "topics", "a topic's permissions and bundle")
+    admin_permissions.add_topic_verbs(tp_verbs)
     bundle_range = tp_verbs.add_parser("bundle-range", help="the bundle a topic belongs to")
     bundle_range.add_argument("topic")
     p.set_defaults(run=run)
@@ -93,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     base = args.admin_url.rstrip("/")
+    if admin_permissions.handles(args):
+        return admin_permissions.run(args, base)
     if args.group == "namespaces":
         ns = NamespaceName.get(args.namespace)
         url = f"{base}/admin/v2/namespaces/{ns}"

@@ -13,9 +13,11 @@ from grpc import aio
 from pulsar_grpc.broker.errors import BrokerError, InvalidArgumentError
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.protocol import BrokerContext
+from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
 from pulsar_grpc.broker.topics import AckId, Consumer, ConsumerOptions, Delivery
 from pulsar_grpc.handler import codec
+from pulsar_grpc.handler.access import authorize_topic, ended_when_revoked
 from pulsar_grpc.handler.errors import abort, owner_trailers
 from pulsar_grpc.interceptors import ConsumerParams, current
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -155,6 +157,9 @@ async def consume(
     assert ctx.topic is not None and params is not None
     transport = GrpcConsumerTransport(ctx.topic.partition_index)
     try:
+        await authorize_topic(
+            broker, ctx.topic, TopicOperation.CONSUME, params.subscription or None
+        )
         topic = await broker.get_topic(ctx.topic)
         subscription = params.subscription or f"reader-{next(_names)}"
         consumer = await topic.subscribe(
@@ -178,8 +183,12 @@ async def consume(
     reader = loop.create_task(_read(consumer, transport, transport.paced(requests)))
     writer = loop.create_task(_write(transport, context, subscribed))
     unwatch = expiry.watch(ctx.auth_expires_at, transport.close)
+    revoked = ended_when_revoked(
+        broker, ctx.topic, TopicOperation.CONSUME, transport.close, params.subscription or None
+    )
     try:
-        await asyncio.wait((writer, transport.failed), return_when=asyncio.FIRST_COMPLETED)
+        with revoked:
+            await asyncio.wait((writer, transport.failed), return_when=asyncio.FIRST_COMPLETED)
         if transport.failed.done():  # not behind what is queued: a client may not be reading
             writer.cancel()  # and no write in progress while the call aborts
             await asyncio.gather(writer, return_exceptions=True)

@@ -8,9 +8,11 @@ from collections.abc import AsyncIterator
 from grpc import aio
 
 from pulsar_grpc.broker.protocol import BrokerContext
+from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
 from pulsar_grpc.broker.topics import Producer, PublishReceipt
 from pulsar_grpc.handler import codec
+from pulsar_grpc.handler.access import authorize_topic, ended_when_revoked
 from pulsar_grpc.handler.errors import abort, owner_trailers
 from pulsar_grpc.interceptors import current
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -33,6 +35,7 @@ async def produce(
     ctx = current()
     assert ctx.topic is not None and ctx.producer is not None
     try:
+        await authorize_topic(broker, ctx.topic, TopicOperation.PRODUCE)
         topic = await broker.get_topic(ctx.topic)
         producer = topic.add_producer(ctx.producer.producer_name, ctx.peer)
     except Exception as exc:
@@ -44,7 +47,8 @@ async def produce(
             producer_name=producer.name, last_sequence_id=last, topic=topic.name
         )
         await context.write(pb.ProduceResponse(ready=ready))
-        await _serve(producer, requests, context)
+        with ended_when_revoked(broker, ctx.topic, TopicOperation.PRODUCE, producer.end):
+            await _serve(producer, requests, context)
     finally:
         unwatch()
         await producer.close()

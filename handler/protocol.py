@@ -14,9 +14,11 @@ from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, ListenerConfig
 from pulsar_grpc.broker.lookup import resolve_ports
 from pulsar_grpc.broker.protocol import BrokerContext, ProtocolHandler
+from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
 from pulsar_grpc.broker.tls import TlsFiles, read_tls_files
 from pulsar_grpc.handler import advertised, codec
+from pulsar_grpc.handler.access import authorize_namespace_topics, authorize_topic
 from pulsar_grpc.handler.consume import consume
 from pulsar_grpc.handler.errors import abort
 from pulsar_grpc.handler.produce import produce
@@ -197,6 +199,7 @@ class GrpcProtocolHandler(ProtocolHandler):
         try:
             self.broker.check_open()
             request = codec.parse(pb.LookupRequest, raw)
+            await authorize_topic(self.broker, request.topic, TopicOperation.LOOKUP)
             result = await self.broker.lookup_topic(
                 request.topic,
                 request.listener_name or ctx.listener_name,
@@ -223,6 +226,7 @@ class GrpcProtocolHandler(ProtocolHandler):
         request = pb.GetLastMessageIdRequest()
         try:
             request = codec.parse(pb.GetLastMessageIdRequest, raw)
+            await authorize_topic(self.broker, request.topic, TopicOperation.CONSUME)
             topic = await self.broker.get_topic(request.topic, create=False)
             last = await topic.last_message()
         except Exception as exc:
@@ -246,6 +250,7 @@ class GrpcProtocolHandler(ProtocolHandler):
         try:
             self.broker.check_open()
             request = codec.parse(pb.PartitionedTopicMetadataRequest, raw)
+            await authorize_topic(self.broker, request.topic, TopicOperation.LOOKUP)
             partitions = await self.broker.get_partitioned_metadata(request.topic)
         except Exception as exc:
             await abort(context, exc, request.topic)
@@ -258,6 +263,7 @@ class GrpcProtocolHandler(ProtocolHandler):
         try:
             self.broker.check_open()
             request = codec.parse(pb.GetTopicsOfNamespaceRequest, raw)
+            await authorize_namespace_topics(self.broker, request.namespace)
             topics = await self.broker.list_topics(request.namespace)
         except Exception as exc:
             await abort(context, exc)

@@ -17,10 +17,14 @@ from grpc import aio
 
 from pulsar_grpc.broker.errors import AuthenticationError
 from pulsar_grpc.broker.security.authentication import AuthenticationData, AuthenticationService
+from pulsar_grpc.broker.security.permissions import check_role
 from pulsar_grpc.interceptors._wrap import Abort, Prepare, PreparingInterceptor, wrap_handler
 from pulsar_grpc.interceptors.context import CallContext
 
 H_AUTHORIZATION = "authorization"
+# PIP-1: the role of the client a proxy acts for (Pulsar's originalPrincipal); only a call
+# authenticated as one of proxyRoles may send it (broker/security/authorization.py).
+H_ORIGINAL_PRINCIPAL = "x-pulsar-original-principal"
 # gRPC's auth-context property naming the verified peer certificate's common name.
 _X509_CN = "x509_common_name"
 log = logging.getLogger(__name__)
@@ -47,17 +51,18 @@ class AuthenticationInterceptor(PreparingInterceptor):
         # The headers the preparers see keep one value per name: a call with two credentials
         # would be judged on whichever came last, so it is refused outright.
         metadata = details.invocation_metadata or ()  # type: ignore[attr-defined]
-        if sum(1 for key, _ in metadata if key == H_AUTHORIZATION) > 1:
-            handler = await continuation(details)
-            return (
-                handler if handler is None else wrap_handler(handler, _refuse_repeated, self._abort)
-            )
+        for name in (H_AUTHORIZATION, H_ORIGINAL_PRINCIPAL):
+            if sum(1 for key, _ in metadata if key == name) > 1:
+                handler = await continuation(details)
+                refuse = _refuse_repeated(name)
+                return handler if handler is None else wrap_handler(handler, refuse, self._abort)
         return await super().intercept_service(continuation, details)
 
     def preparer(self, method: str, headers: dict[str, str]) -> Prepare | None:
         if method.startswith(_OPEN_SERVICE):
             return None
         authorization = headers.get(H_AUTHORIZATION)
+        original_principal = headers.get(H_ORIGINAL_PRINCIPAL)
         service = self._service
         listener = self._bind_listener
 
@@ -71,13 +76,18 @@ class AuthenticationInterceptor(PreparingInterceptor):
             result = await service.authenticate(data)
             ctx.role, ctx.auth_method, ctx.auth_data = result.role, result.method, data
             ctx.auth_expires_at = result.expires_at
+            if original_principal is not None:
+                ctx.original_principal = check_role(original_principal)
             log.debug("call from %s authenticated as %s (%s)", ctx.peer, result.role, result.method)
 
         return prepare
 
 
-async def _refuse_repeated(ctx: CallContext, context: aio.ServicerContext) -> None:
-    raise AuthenticationError(f"more than one {H_AUTHORIZATION} header")
+def _refuse_repeated(name: str) -> Prepare:
+    async def refuse(ctx: CallContext, context: aio.ServicerContext) -> None:
+        raise AuthenticationError(f"more than one {name} header")
+
+    return refuse
 
 
 def _peer_common_name(context: aio.ServicerContext) -> str | None:

@@ -57,6 +57,9 @@ class CallContext:
     # When those credentials expire (seconds since the epoch; None: never or not checked):
     # a stream still open then is ended (broker/security/expiry.py).
     auth_expires_at: float | None = None
+    # The client a proxy role acts for (x-pulsar-original-principal, PIP-1); authorization
+    # decides whether the caller may name one.
+    original_principal: str | None = None
 
 
 _current: ContextVar[CallContext] = ContextVar("pulsar_grpc_call_context")

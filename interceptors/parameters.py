@@ -45,6 +45,7 @@ KNOWN_PARAMETERS = frozenset(
         "x-pulsar-negative-ack-delay-ms",
         "x-pulsar-max-redeliver-count",
         "x-pulsar-dead-letter-topic",
+        "x-pulsar-original-principal",  # read by the authentication interceptor
     }
 )
 # Pulsar's clients send these as Java ints and longs; larger values are refused here rather

@@ -22,10 +22,13 @@ from pulsar_grpc.broker.listeners import WEB_SCHEMES
 from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.security.authentication import AuthenticationData, AuthenticationService
+from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.tls import server_ssl_context
+from pulsar_grpc.broker.web.access import AdminAccess, remember_role
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.metrics import BrokerCollector
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
+from pulsar_grpc.broker.web.permissions_admin import PermissionsAdmin
 from pulsar_grpc.broker.web.role_tokens_admin import add_role_token_routes
 
 if TYPE_CHECKING:
@@ -68,13 +71,14 @@ def _authenticating(service: AuthenticationService, metrics_open: bool) -> Middl
             authorization = request.headers.getall("Authorization", [])
             if len(authorization) > 1:  # which one would count is anyone's guess: neither
                 raise e.AuthenticationError("more than one Authorization header")
-            await service.authenticate(
+            result = await service.authenticate(
                 AuthenticationData(
                     authorization=authorization[0] if authorization else None,
                     tls_common_name=_peer_common_name(request),
                     remote_address=str(peer),
                 )
             )
+            remember_role(request, result.role)
         return await handler(request)
 
     return authenticate
@@ -93,6 +97,7 @@ def _peer_common_name(request: web.Request) -> str | None:
 class WebService:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
+        self.access = AdminAccess(service)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(service))
         self._runner: web.AppRunner | None = None
@@ -120,7 +125,6 @@ class WebService:
                 # leaderBroker before {cluster}: the first matching route answers
                 web.get("/admin/v2/brokers/leaderBroker", self.leader_broker),
                 web.get("/admin/v2/brokers/{cluster}", self.active_brokers),
-                web.put("/admin/v2/tenants/{tenant}", self.create_tenant),
                 web.get("/admin/v2/namespaces/{tenant}", self.list_namespaces),
                 web.put("/admin/v2/namespaces/{tenant}/{namespace}", self.create_namespace),
                 web.get(base, self.list_topics),
@@ -131,8 +135,9 @@ class WebService:
                 web.get(base + "/{topic}/stats", self.stats),
             ]
         )
-        BundlesAdmin(self.service).add_routes(app)
-        add_role_token_routes(app, authentication)
+        BundlesAdmin(self.service, self.access).add_routes(app)
+        PermissionsAdmin(self.service, self.access).add_routes(app)
+        add_role_token_routes(app, authentication, self.access)
         return app
 
     async def start(self) -> None:
@@ -187,6 +192,7 @@ class WebService:
         if m["domain"] != "persistent":
             raise e.InvalidArgumentError(f"unsupported topic domain {m['domain']!r}")
         topic = TopicName.get(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}")
+        await self.access.topic(request, topic, TopicOperation.LOOKUP)
         result = await self._served_here(request, topic)
         return web.json_response(result.as_lookup_data())
 
@@ -221,6 +227,7 @@ class WebService:
 
     async def leader_broker(self, request: web.Request) -> web.Response:
         """Pulsar's GET /admin/v2/brokers/leaderBroker; a standalone broker leads itself."""
+        self.access.super_user(request, "reading the leader broker")
         namespaces = self.service.namespaces
         if not namespaces.clustered:
             return web.json_response(
@@ -234,6 +241,7 @@ class WebService:
     async def active_brokers(self, request: web.Request) -> web.Response:
         """Pulsar's GET /admin/v2/brokers/{cluster}: the active brokers, as host:webport
         (sorted: the store lists children in no set order)."""
+        self.access.super_user(request, "listing the active brokers")
         cluster = request.match_info["cluster"]
         if cluster != self.service.config.clusterName:
             raise e.NotFoundError(f"Cluster {cluster} does not exist")
@@ -241,27 +249,21 @@ class WebService:
             return web.json_response([self.service.broker_id()])
         return web.json_response(sorted(await self.service.namespaces.active_brokers()))
 
-    async def create_tenant(self, request: web.Request) -> web.Response:
-        try:
-            await self.service.resources.create_tenant(request.match_info["tenant"])
-        except e.MetadataError:
-            raise e.NotAllowedError(
-                f"tenant {request.match_info['tenant']} already exists"
-            ) from None
-        return web.Response(status=204)
-
     async def list_namespaces(self, request: web.Request) -> web.Response:
+        await self.access.tenant_admin(request, request.match_info["tenant"])
         return web.json_response(
             await self.service.resources.list_namespaces(request.match_info["tenant"])
         )
 
     async def create_namespace(self, request: web.Request) -> web.Response:
         ns = NamespaceName.get(f"{request.match_info['tenant']}/{request.match_info['namespace']}")
+        await self.access.tenant_admin(request, ns.tenant)
         await self.service.resources.create_namespace(ns)
         return web.Response(status=204)
 
     async def list_topics(self, request: web.Request) -> web.Response:
         ns = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
+        await self.access.namespace_topics(request, NamespaceName.get(ns))
         return web.json_response(await self.service.resources.list_topics(ns))
 
     def _topic(self, request: web.Request) -> str:
@@ -270,6 +272,7 @@ class WebService:
 
     async def create_topic(self, request: web.Request) -> web.Response:
         name = self._topic(request)
+        await self.access.tenant_admin(request, TopicName.get(name).tenant)
         await self._served_here(request, TopicName.get(name))
         if await self.service.resources.get_partitioned_metadata(name, auto_create=False):
             raise e.NotAllowedError(f"partitioned topic {name} already exists")
@@ -280,11 +283,13 @@ class WebService:
 
     async def delete_topic(self, request: web.Request) -> web.Response:
         name = self._topic(request)
+        await self.access.tenant_admin(request, TopicName.get(name).tenant)
         await self._served_here(request, TopicName.get(name))
         await self.service.topics.delete_topic(name)
         return web.Response(status=204)
 
     async def create_partitioned(self, request: web.Request) -> web.Response:
+        await self.access.tenant_admin(request, request.match_info["tenant"])
         body = (await request.text()).strip()
         try:
             partitions = int(json.loads(body))
@@ -296,13 +301,16 @@ class WebService:
         return web.Response(status=204)
 
     async def partitions(self, request: web.Request) -> web.Response:
-        partitions = await self.service.resources.get_partitioned_metadata(self._topic(request))
+        name = self._topic(request)
+        await self.access.topic(request, TopicName.get(name), TopicOperation.LOOKUP)
+        partitions = await self.service.resources.get_partitioned_metadata(name)
         return web.json_response({"partitions": partitions})
 
     async def stats(self, request: web.Request) -> web.Response:
         """A topic's stats from its owner (307 there); a partitioned topic's gathered from
         each partition's owner."""
         name = self._topic(request)
+        await self.access.topic(request, TopicName.get(name), TopicOperation.LOOKUP)
         partitions = await self.service.resources.get_partitioned_metadata(name, auto_create=False)
         if partitions:
             return web.json_response(

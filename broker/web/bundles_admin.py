@@ -23,6 +23,8 @@ from pulsar_grpc.broker.bundles import BundleOwner, BundleService, Owner
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.cluster.split import SplitAlgorithm
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
+from pulsar_grpc.broker.security.authorization import TopicOperation
+from pulsar_grpc.broker.web.access import AdminAccess
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
@@ -41,9 +43,10 @@ REASON_CHARS = 300
 class BundlesAdmin:
     """The routes, on one broker; ``add_routes`` registers them on the web application."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: BrokerService, access: AdminAccess) -> None:
         """Made when the web service starts, once the broker's parts exist."""
         self.service = service
+        self.access = access
         self.bundles = BundleService(
             service.config, service.resources, service.namespaces, service.topics
         )
@@ -67,21 +70,23 @@ class BundlesAdmin:
 
     # ------------------------------------------------------------ namespaces
 
-    @staticmethod
-    def _namespace(request: web.Request) -> NamespaceName:
-        return NamespaceName.get(
-            f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-        )
+    async def _namespace(self, request: web.Request) -> NamespaceName:
+        """The namespace the path names; administering it needs a tenant admin."""
+        ns = NamespaceName.get(f"{request.match_info['tenant']}/{request.match_info['namespace']}")
+        await self.access.tenant_admin(request, ns.tenant)
+        return ns
 
     async def get_bundles(self, request: web.Request) -> web.Response:
         """Pulsar's BundlesData: {"boundaries": [...], "numBundles": n}."""
-        bundles, _ = await self.service.resources.get_bundles(self._namespace(request))
+        bundles, _ = await self.service.resources.get_bundles(await self._namespace(request))
         return web.json_response(
             {"boundaries": bundles.boundary_strings, "numBundles": len(bundles)}
         )
 
     async def unload_bundle(self, request: web.Request) -> web.Response:
-        bundle = await self.bundles.bundle(self._namespace(request), request.match_info["bundle"])
+        bundle = await self.bundles.bundle(
+            await self._namespace(request), request.match_info["bundle"]
+        )
         owner = await self.bundles.owner(bundle, take=False)
         if owner.kind is BundleOwner.THIS_BROKER:
             await self.bundles.unload(bundle)
@@ -91,7 +96,7 @@ class BundlesAdmin:
 
     async def unload_namespace(self, request: web.Request) -> web.Response:
         """Every bundle, each on its owner (Pulsar sends the others theirs as admin requests)."""
-        ns = self._namespace(request)
+        ns = await self._namespace(request)
         bundles, _ = await self.service.resources.get_bundles(ns)
         for bundle in bundles:
             owner = await self.bundles.owner(bundle, take=False)
@@ -110,7 +115,9 @@ class BundlesAdmin:
         except e.InvalidArgumentError as exc:
             raise e.PreconditionFailedError(exc.message) from None
         positions = await _split_boundaries(request)
-        bundle = await self.bundles.bundle(self._namespace(request), request.match_info["bundle"])
+        bundle = await self.bundles.bundle(
+            await self._namespace(request), request.match_info["bundle"]
+        )
         owner = await self.bundles.owner(bundle, take=True)
         if owner.kind is BundleOwner.OTHER_BROKER:
             raise _redirect(request, owner)
@@ -128,6 +135,7 @@ class BundlesAdmin:
     async def owned(self, request: web.Request) -> web.Response:
         """Pulsar's map of bundle -> NamespaceOwnershipStatus, answered by the broker named
         (another one's request is redirected to it, as Pulsar's validateBrokerName)."""
+        self.access.super_user(request, "listing a broker's namespaces")
         self._check_cluster(request)
         broker = request.match_info["broker"]
         if broker != self.service.broker_id():
@@ -164,6 +172,7 @@ class BundlesAdmin:
         if m["domain"] != "persistent":
             raise e.InvalidArgumentError(f"unsupported topic domain {m['domain']!r}")
         topic = TopicName.get(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}")
+        await self.access.topic(request, topic, TopicOperation.LOOKUP)
         bundles, _ = await self.service.resources.get_bundles(topic.namespace)
         return web.Response(text=bundles.bundle_for(topic).range_str)
 

@@ -6,7 +6,8 @@ extension, Pulsar has no such resource):
   whole cluster; the previous keys keep verifying the tokens they signed until those expire,
   or, with revokePrevious, stop at once (a leaked key): their holders authenticate again.
 
-Either answers 412 when the broker does not run the scram provider.
+Either answers 412 when the broker does not run the scram provider, and, with
+authorizationEnabled, 403 to anyone but a super-user (the keys are the whole cluster's).
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ from aiohttp import web
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.security.authentication import AuthenticationService
 from pulsar_grpc.broker.security.role_tokens import KeyRing, RoleTokens
+from pulsar_grpc.broker.web.access import AdminAccess
 
 __all__ = ["add_role_token_routes"]
 
 PATH = "/admin/v2/role-token-keys"
 
 
-def add_role_token_routes(app: web.Application, service: AuthenticationService | None) -> None:
+def add_role_token_routes(
+    app: web.Application, service: AuthenticationService | None, access: AdminAccess
+) -> None:
     def role_tokens() -> RoleTokens:
         tokens = service.role_tokens if service is not None else None
         if tokens is None:
@@ -30,9 +34,11 @@ def add_role_token_routes(app: web.Application, service: AuthenticationService |
         return tokens
 
     async def keys(request: web.Request) -> web.Response:
+        access.super_user(request, "reading the role-token keys")
         return _keys_response(await role_tokens().ring())
 
     async def rotate(request: web.Request) -> web.Response:
+        access.super_user(request, "rotating the role-token keys")
         revoke = request.query.get("revokePrevious", "false").lower()
         if revoke not in ("true", "false"):
             raise e.InvalidArgumentError("revokePrevious: true or false")

@@ -569,3 +569,14 @@ async def test_streams_ended_for_an_expired_role_token_reopen_with_a_new_exchang
         ]
         assert received == [f"m{i}".encode() for i in range(sent)]
         assert producer.is_connected() and consumer.is_connected()
+
+
+async def test_with_authorization_only_a_super_user_rotates_the_keys(scram_broker_factory):
+    broker = scram_broker_factory(authorizationEnabled="true", superUserRoles="alice")
+    stranger = await role_token(broker, "bob")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        await asyncio.to_thread(rotate, broker, False, stranger)
+    assert refused.value.code == 403
+    assert "super-user" in json.loads(refused.value.read())["reason"]
+    ring = await asyncio.to_thread(rotate, broker, False, await role_token(broker, "alice"))
+    assert len(ring["keys"]) == 2

@@ -9,6 +9,7 @@ Producer and consumer parameters travel in call metadata (PIP-59), not in the st
 
   every call      x-pulsar-topic              topic name ("my-topic" = persistent://public/default/my-topic)
                   x-pulsar-listenername       listener to answer lookups for (optional)
+                  x-pulsar-original-principal  a proxy's client (PIP-1): only from a proxyRoles role
   Produce         x-pulsar-producer-name      unique per topic; generated when absent
   Consume         x-pulsar-subscription       subscription name (required)
                   x-pulsar-subscription-type  Exclusive (default) | Failover | Shared | Key_Shared
