@@ -23,6 +23,7 @@ from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.security.authentication import AuthenticationData, AuthenticationService
 from pulsar_grpc.broker.tls import server_ssl_context
+from pulsar_grpc.broker.web.broker_client import BrokerClient
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.metrics import BrokerCollector
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
@@ -92,6 +93,8 @@ class WebService:
         self.service = service
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(service))
+        # This broker's credentials and trust for its calls to the other brokers' web services.
+        self.broker_client = BrokerClient(service.config)
         self._runner: web.AppRunner | None = None
         # (host, port) of each socket -> its listener (None: a primary address)
         self._via: dict[tuple[str, int], str | None] = {}
@@ -128,7 +131,7 @@ class WebService:
                 web.get(base + "/{topic}/stats", self.stats),
             ]
         )
-        BundlesAdmin(self.service).add_routes(app)
+        BundlesAdmin(self.service, self.broker_client).add_routes(app)
         return app
 
     async def start(self) -> None:
@@ -302,7 +305,9 @@ class WebService:
         partitions = await self.service.resources.get_partitioned_metadata(name, auto_create=False)
         if partitions:
             return web.json_response(
-                await partitioned_stats(self.service, TopicName.get(name), partitions)
+                await partitioned_stats(
+                    self.service, self.broker_client, TopicName.get(name), partitions
+                )
             )
         await self._served_here(request, TopicName.get(name))
         topic = await self.service.topics.get_topic(name, create=False)
