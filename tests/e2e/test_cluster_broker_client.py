@@ -3,7 +3,9 @@ brokerClientAuthenticationParameters) on three broker PROCESSES (tests/cluster.p
 and PostgreSQL) with token authentication on: a broker's own calls to the others' admin API
 carry its token, so that a partitioned topic's stats gathered from each partition's owner, a
 namespace unload sent on to each bundle's owner, and the leader's split of a bundle on its owner
-all work; without the properties, the others' 401 comes back in a clear 503, never a crash."""
+all work; without the properties, the others' 401 comes back in a clear 503, never a crash.
+Over https (brokerClientTlsEnabled, one in-process broker) the broker client trusts its CA and
+presents a tls plugin's certificate."""
 
 from __future__ import annotations
 
@@ -17,16 +19,27 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import aiohttp
 import pytest
 
+from pulsar_grpc.broker.config import load_config
 from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
 from pulsar_grpc.broker.security.tokens import create_secret_key, create_token
+from pulsar_grpc.broker.web.broker_client import BrokerClient
 from pulsar_grpc.client import AuthenticationToken, Client
 from tests.cluster import Cluster, Member, cluster_factory, topic_over_every_bundle
 from tests.e2e.test_cli import cli
 from tests.postgres import postgres_server, postgres_url
+from tests.support import BrokerThread
+from tests.tls import TlsFiles, tls_files_fixture
 from tests.waiting import eventually
 from tests.zookeeper import zk_chroot, zookeeper
 
-__all__ = ["cluster_factory", "postgres_server", "postgres_url", "zk_chroot", "zookeeper"]
+__all__ = [  # fixtures
+    "cluster_factory",
+    "postgres_server",
+    "postgres_url",
+    "tls_files_fixture",
+    "zk_chroot",
+    "zookeeper",
+]
 
 KEY = create_secret_key()
 PARTITIONS = 4
@@ -175,3 +188,46 @@ async def test_without_broker_credentials_the_refusal_is_relayed_clearly(
     reason = json.loads(body)["reason"]
     assert "refused its unload: 401" in reason, reason
     assert all(m.process.running for m in members)  # refused, not crashed
+
+
+async def test_over_https_the_broker_client_trusts_its_ca_and_presents_its_certificate(
+    broker_factory: Callable[..., BrokerThread], tls_files: TlsFiles
+) -> None:
+    """brokerClientTlsEnabled: the https address is called, trusting
+    brokerClientTrustCertsFilePath, with a tls plugin's certificate as the credentials (the
+    broker's TLS provider takes its CN as the role)."""
+    broker = broker_factory(
+        webServicePortTls="0",
+        tlsCertificateFilePath=str(tls_files.server_cert),
+        tlsKeyFilePath=str(tls_files.server_key),
+        tlsTrustCertsFilePath=str(tls_files.ca),
+        tlsRequireTrustedClientCertOnConnect="true",
+        authenticationEnabled="true",
+        authenticationProviders="tls",
+    )
+    assert broker.service is not None
+    urls = broker.service.namespaces.internal_urls()
+    as_broker = {
+        "brokerClientTlsEnabled": "true",
+        "brokerClientAuthenticationPlugin": "tls",
+        "brokerClientAuthenticationParameters": (
+            f"tlsCertFile:{tls_files.client_cert},tlsKeyFile:{tls_files.client_key}"
+        ),
+    }
+    timeout = aiohttp.ClientTimeout(total=10)
+
+    async def topics_status(**properties: str) -> int:
+        client = BrokerClient(load_config(None, {}, properties))
+        base = client.web_url(urls.http_url, urls.http_url_tls)
+        assert base == urls.http_url_tls and base is not None and base.startswith("https://")
+        async with (
+            client.session(timeout) as http,
+            http.get(f"{base}/admin/v2/persistent/public/default") as response,
+        ):
+            return response.status
+
+    assert await topics_status(**as_broker, brokerClientTrustCertsFilePath=str(tls_files.ca)) == 200
+    # Without brokerClientTrustCertsFilePath, tlsTrustCertsFilePath is trusted, as in Pulsar.
+    assert await topics_status(**as_broker, tlsTrustCertsFilePath=str(tls_files.ca)) == 200
+    with pytest.raises(aiohttp.ClientConnectorCertificateError):
+        await topics_status(**as_broker, brokerClientTrustCertsFilePath=str(tls_files.other_ca))
