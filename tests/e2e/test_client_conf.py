@@ -1,7 +1,8 @@
 """A client.conf in Pulsar's format (``--conf FILE`` or ``$PULSAR_CLIENT_CONF``) for every
 command that connects, against a broker with token authentication: the file gives the URLs
 and the token; a flag overrides the file's key; a file that cannot be used is a usage error
-(exit 2) naming the file and line."""
+(exit 2) naming the file and line; its tlsTrustCertsFilePath is the CA trusted over grpc+ssl and
+https."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,12 @@ import pytest
 from pulsar_grpc.broker.security.tokens import create_token
 from pulsar_grpc.cli.client_conf import ClientConf, read_client_conf
 from tests.e2e.test_cli import cli
+from tests.e2e.test_tls import tls_config, tls_url
 from tests.e2e.test_token_authentication import KEY, token_broker
 from tests.support import BrokerThread
+from tests.tls import TlsFiles, tls_files_fixture
 
-__all__ = ["token_broker"]  # fixture
+__all__ = ["tls_files_fixture", "token_broker"]  # fixtures
 
 # The start of Pulsar's own conf/client.conf, keys this CLI does not use included.
 PULSAR_STYLE = """\
@@ -121,3 +125,28 @@ def test_a_conf_that_cannot_be_used_is_a_usage_error(tmp_path: Path) -> None:
     done = cli("consume", "t", "-s", "s", env={**os.environ, "PULSAR_CLIENT_CONF": str(bad)})
     assert done.returncode == 2 and f"{bad}:1: brokerServiceUrl" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_conf_trusts_the_brokers_ca_over_grpc_and_https(
+    broker_factory: Callable[..., BrokerThread], tls_files: TlsFiles, tmp_path: Path
+) -> None:
+    broker = broker_factory(**tls_config(tls_files, webServicePortTls="0"))
+    assert broker.service is not None
+    https_url = broker.service.namespaces.internal_urls().http_url_tls
+    assert https_url is not None
+    conf = tmp_path / "tls-client.conf"
+    conf.write_text(
+        f"brokerServiceUrl={tls_url(broker)}\nwebServiceUrl={https_url}\n"
+        f"tlsTrustCertsFilePath={tls_files.ca}\n"
+    )
+    produced = cli("produce", "--conf", str(conf), "tls-conf", "-m", "over-tls")
+    assert produced.returncode == 0, produced.stderr
+    listed = cli("topics", "--conf", str(conf), "list")
+    assert listed.returncode == 0 and "tls-conf" in listed.stdout, listed.stderr
+    # The flag overrides the file: another CA is not trusted.
+    other = ["--tls-trust-cert-path", str(tls_files.other_ca)]
+    refused = cli("topics", "--conf", str(conf), *other, "list")
+    assert refused.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in refused.stderr, refused.stderr
+    refused = cli("produce", "--conf", str(conf), *other, "tls-conf", "-m", "x",
+                  "--operation-timeout-ms", "3000")  # fmt: skip
+    assert refused.returncode == 1, refused.stderr
