@@ -119,8 +119,9 @@ def config_problems(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
         authentication = authentication_from(
             config.brokerClientAuthenticationPlugin, config.brokerClientAuthenticationParameters
         )
-    except ValueError as exc:
-        yield "brokerClientAuthenticationParameters", str(exc)
+    except ValueError as exc:  # the message names authPlugin or authParams
+        plugin = str(exc).startswith("authPlugin")
+        yield f"brokerClientAuthentication{'Plugin' if plugin else 'Parameters'}", str(exc)
         return
     files = [("brokerClientTrustCertsFilePath", config.brokerClientTrustCertsFilePath)]
     if isinstance(authentication, AuthenticationTLS):
