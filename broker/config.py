@@ -26,6 +26,7 @@ from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
 from pulsar_grpc.broker.metadata.factory import parse_metadata_store_url
 from pulsar_grpc.broker.security.tokens import config_problems as token_config_problems
+from pulsar_grpc.broker.web.broker_client import config_problems as broker_client_problems
 
 ENV_PREFIX = "PULSAR_PREFIX_"
 
@@ -210,6 +211,15 @@ class ServiceConfiguration:
     superUserRoles: list[str] = field(default_factory=list)
     proxyRoles: list[str] = field(default_factory=list)
     authorizationAllowWildcardsMatching: bool = False
+
+    # The broker's own client, for its calls to the cluster's brokers' admin API (the
+    # leader's unload and split, a namespace unload's fan-out, partitioned stats): Pulsar's
+    # names (broker/web/broker_client.py). With authentication on, the plugin and parameters
+    # are a super-user's credentials, as a client's authPlugin and authParams.
+    brokerClientAuthenticationPlugin: str | None = None
+    brokerClientAuthenticationParameters: str = ""
+    brokerClientTlsEnabled: bool = False
+    brokerClientTrustCertsFilePath: str | None = None
 
 
 class ConfigError(ValueError):
@@ -512,6 +522,7 @@ RULES: list[Rule] = [
     _check_ledger_storage_url,
     _check_authorization,
     token_config_problems,
+    broker_client_problems,
     *LISTENER_RULES,
 ]
 

@@ -21,8 +21,7 @@ import json
 
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
 from pulsar_grpc.cli import admin_permissions
-from pulsar_grpc.cli.auth import add_auth_args
-from pulsar_grpc.cli.endpoints import ADMIN_URL_HELP, default_admin_url
+from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
 SPLIT_ALGORITHMS = (
@@ -34,8 +33,7 @@ SPLIT_ALGORITHMS = (
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("admin", help="tenants, permissions, bundles and brokers (pulsar-admin's)")
-    p.add_argument("--admin-url", default=default_admin_url(), help=ADMIN_URL_HELP)
-    add_auth_args(p)
+    add_connection_args(p, [UrlFlag.ADMIN])
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP")
 
     admin_permissions.add_tenant_verbs(_verbs(groups, "tenants", "tenants and their admins"))

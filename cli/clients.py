@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pulsar_grpc.broker.errors import InvalidTopicNameError
 from pulsar_grpc.broker.naming import TopicName
-from pulsar_grpc.cli.auth import add_auth_args, authentication_of
-from pulsar_grpc.cli.endpoints import SERVICE_URL_HELP, default_service_url
+from pulsar_grpc.cli.auth import authentication_of
+from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.client import (
     Client,
     ConnectError,
@@ -98,12 +98,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _connection_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--service-url", default=default_service_url(),
-        help=f"grpc:// or grpc+ssl:// {SERVICE_URL_HELP}",
-    )  # fmt: skip
+    add_connection_args(parser, [UrlFlag.SERVICE])
     parser.add_argument("--listener-name", help="advertised listener to look topics up through")
-    add_auth_args(parser)
     parser.add_argument(
         "--operation-timeout-ms", type=_positive_int, default=30000, metavar="MS",
         help="how long to keep trying to reach a broker that is down or restarting before "
@@ -181,6 +177,22 @@ def _fail(command: str, args: argparse.Namespace, exc: BaseException) -> int:
     return code
 
 
+def _client(args: argparse.Namespace) -> Client:
+    """The client the connection flags (and client.conf) describe."""
+    if args.tls_allow_insecure:
+        raise UsageError(
+            "tlsAllowInsecureConnection: not offered over gRPC; trust the broker's CA with "
+            "--tls-trust-cert-path (client.conf's tlsTrustCertsFilePath)"
+        )
+    return Client(
+        args.service_url,
+        args.listener_name,
+        operation_timeout_ms=args.operation_timeout_ms,
+        authentication=authentication_of(args),
+        tls_trust_certs_file_path=args.tls_trust_cert_path,
+    )
+
+
 # ------------------------------------------------------------------------------- produce
 
 
@@ -202,12 +214,7 @@ def run_produce(args: argparse.Namespace) -> int:
 async def _produce(
     args: argparse.Namespace, topic: str, payloads: list[bytes], properties: dict[str, str]
 ) -> int:
-    async with Client(
-        args.service_url,
-        args.listener_name,
-        operation_timeout_ms=args.operation_timeout_ms,
-        authentication=authentication_of(args),
-    ) as client:
+    async with _client(args) as client:
         producer = await client.create_producer(topic, block_if_queue_full=True)
         try:
             futures: list[asyncio.Future[MessageId]] = []
@@ -243,12 +250,7 @@ async def _consume(args: argparse.Namespace, topic: str) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with Client(
-        args.service_url,
-        args.listener_name,
-        operation_timeout_ms=args.operation_timeout_ms,
-        authentication=authentication_of(args),
-    ) as client:
+    async with _client(args) as client:
         consumer = await client.subscribe(
             topic,
             args.subscription_name,

@@ -16,6 +16,7 @@ from pulsar_grpc.cli import (
     tokens,
     topics,
 )
+from pulsar_grpc.cli.client_conf import resolve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        resolve(args)  # a command that connects: client.conf and the defaults fill in its flags
+    except ValueError as exc:
+        print(f"pulsar-grpc {args.command}: {exc}", file=sys.stderr)
+        return 2
     return int(args.run(args) or 0)
 
 

@@ -9,16 +9,18 @@ import argparse
 import asyncio
 import http.client
 import json
+import ssl
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import grpc
 
 from pulsar_grpc.broker.errors import InvalidArgumentError
 from pulsar_grpc.cli.auth import authentication_of
-from pulsar_grpc.client import Authentication
+from pulsar_grpc.client import Authentication, AuthenticationTLS
 from pulsar_grpc.client._auth import Exchange, ExchangeAnswer
 
 __all__ = ["AdminRequestError", "print_lines", "reporting_errors", "request"]
@@ -36,9 +38,18 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # every redirect comes back as an HTTPError, followed by request()
 
 
-_opener = urllib.request.build_opener(_NoRedirect)
-# The command's credentials (--auth-plugin): one command per process, set before any request.
-_credentials: list[Authentication] = []
+@dataclass
+class _Connection:
+    """The command's credentials and https trust (its flags and client.conf): one command per
+    process, set before any request."""
+
+    authentication: Authentication | None = None
+    opener: urllib.request.OpenerDirector = field(
+        default_factory=lambda: urllib.request.build_opener(_NoRedirect)
+    )
+
+
+_connection = _Connection()
 
 
 def request(method: str, url: str, body: bytes | None = None) -> object:
@@ -48,13 +59,14 @@ def request(method: str, url: str, body: bytes | None = None) -> object:
         req = urllib.request.Request(url, data=body, method=method)
         if body is not None:
             req.add_header("Content-Type", "application/json")
-        if _credentials:  # a two-way method (SCRAM) runs its exchange first, over HTTP too
-            asyncio.run(_credentials[0].prepare(_http_exchange(url)))
-        authorization = _credentials[0].authorization() if _credentials else None
+        authentication = _connection.authentication
+        if authentication is not None:  # a two-way method (SCRAM) runs its exchange first
+            asyncio.run(authentication.prepare(_http_exchange(url)))
+        authorization = authentication.authorization() if authentication is not None else None
         if authorization:
             req.add_header("Authorization", authorization)
         try:
-            with _opener.open(req, timeout=30) as resp:
+            with _connection.opener.open(req, timeout=30) as resp:
                 raw = resp.read().decode()
         except urllib.error.HTTPError as exc:
             location = exc.headers.get("Location")
@@ -82,7 +94,7 @@ def _http_exchange(url: str) -> Exchange:
     def get(authorization: str) -> ExchangeAnswer:
         req = urllib.request.Request(url, headers={"Authorization": authorization})
         try:
-            with _opener.open(req, timeout=30):
+            with _connection.opener.open(req, timeout=30):
                 return ExchangeAnswer(grpc.StatusCode.OK, "", {})
         except urllib.error.HTTPError as exc:
             if exc.code != 401:
@@ -119,13 +131,14 @@ def reporting_errors(command: str, run: Callable[[], int], args: argparse.Namesp
     """Run a command's requests with the credentials its flags name: a refusal or an
     unreachable broker is one line on stderr (``pulsar-grpc <command>: ...``) and exit code 1;
     a bad name on the command line (a namespace, topic or bundle the naming rules refuse) or
-    bad --auth-params one line and exit code 2, as argparse's usage errors."""
+    bad --auth-params or trust file one line and exit code 2, as argparse's usage errors."""
     try:
-        authentication = authentication_of(args)
-    except ValueError as exc:
+        _connection.authentication = authentication_of(args)
+        https = urllib.request.HTTPSHandler(context=_https_context(args))
+    except (ValueError, OSError) as exc:
         print(f"pulsar-grpc {command}: {exc}", file=sys.stderr)
         return 2
-    _credentials[:] = [authentication] if authentication is not None else []
+    _connection.opener = urllib.request.build_opener(_NoRedirect, https)
     try:
         return run()
     except AdminRequestError as exc:
@@ -134,3 +147,17 @@ def reporting_errors(command: str, run: Callable[[], int], args: argparse.Namesp
     except InvalidArgumentError as exc:
         print(f"pulsar-grpc {command}: {exc.message}", file=sys.stderr)
         return 2
+
+
+def _https_context(args: argparse.Namespace) -> ssl.SSLContext:
+    """Trust for https admin URLs: --tls-trust-cert-path (else the system's), none at all with
+    --tls-allow-insecure; a tls plugin's client certificate is presented."""
+    trust = getattr(args, "tls_trust_cert_path", None)
+    context = ssl.create_default_context(cafile=trust)
+    if getattr(args, "tls_allow_insecure", False):
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if isinstance(_connection.authentication, AuthenticationTLS):
+        tls = _connection.authentication
+        context.load_cert_chain(tls.certificate_path, tls.private_key_path)
+    return context

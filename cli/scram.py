@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 
 from pulsar_grpc.broker.security.scram import DEFAULT_ITERATIONS, verifier
-from pulsar_grpc.cli.auth import add_auth_args
-from pulsar_grpc.cli.endpoints import ADMIN_URL_HELP, default_admin_url
+from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.rest import reporting_errors, request
 
 KEYS_PATH = "/admin/v2/role-token-keys"
@@ -44,8 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         ("rotate-key", "make a new current role-token signing key for the cluster"),
     ):
         keys = verbs.add_parser(verb, help=help)
-        keys.add_argument("--admin-url", default=default_admin_url(), help=ADMIN_URL_HELP)
-        add_auth_args(keys)
+        add_connection_args(keys, [UrlFlag.ADMIN])
     verbs.choices["rotate-key"].add_argument(
         "--revoke-previous",
         action="store_true",

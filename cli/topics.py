@@ -7,15 +7,13 @@ import json
 import sys
 
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
-from pulsar_grpc.cli.auth import add_auth_args
-from pulsar_grpc.cli.endpoints import ADMIN_URL_HELP, default_admin_url
+from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("topics", help="create, list, delete and inspect topics")
-    p.add_argument("--admin-url", default=default_admin_url(), help=ADMIN_URL_HELP)
-    add_auth_args(p)
+    add_connection_args(p, [UrlFlag.ADMIN])
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     create = verbs.add_parser("create", help="create a topic (partitioned with -p N)")
     create.add_argument("topic")

@@ -10,7 +10,13 @@ Every exception of pulsar-client's ``pulsar.exceptions`` is here by the same nam
 """
 
 from . import exceptions
-from ._auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
+from ._auth import (
+    Authentication,
+    AuthenticationBasic,
+    AuthenticationTLS,
+    AuthenticationToken,
+)
+from ._auth_params import authentication_from
 from ._batching import BatchingType
 from ._channels import LookupResult
 from ._client import Client
@@ -65,6 +71,7 @@ __all__ = [
     "SyncProducer",
     "SyncReader",
     "TopicMessageId",
+    "authentication_from",
     "error_from_rpc",
 ]
 __all__ += exceptions.__all__

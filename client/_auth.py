@@ -5,7 +5,8 @@ supplier is asked again for each call and each reconnection, so a refreshed toke
 up, and a stream the broker ends because its token expired reopens with a fresh one); a TLS
 client certificate is presented on the TLS channels (mutual TLS), and the broker takes its
 common name as the role. SCRAM (client/_scram.py) first runs its two-way exchange with the
-broker, then sends the role token it earned.
+broker, then sends the role token it earned. client/_auth_params.py builds any of them from
+Pulsar's authPlugin and authParams.
 """
 
 from __future__ import annotations

@@ -3,15 +3,20 @@
 The gRPC contract has no list-topics, create-topic or stats call; Pulsar tooling uses the
 broker's admin REST API for those, so the source and the load test do too (option
 ``admin.url``, e.g. ``http://broker:8080``). Plain urllib: no extra dependency on executors.
+The query's credentials and TLS trust (its ClientOptions) go with each call when given.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._options import ClientOptions
 
 
 def _path(full_topic: str) -> str:
@@ -20,13 +25,25 @@ def _path(full_topic: str) -> str:
     return "/".join([domain, *(urllib.parse.quote(p, safe="") for p in rest.split("/"))])
 
 
-def _call(method: str, url: str, body: str | None = None, timeout: float = 30) -> Any:
+def _call(
+    method: str,
+    url: str,
+    body: str | None = None,
+    timeout: float = 30,
+    client: ClientOptions | None = None,
+) -> Any:
     data = body.encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
     if data is not None:
         request.add_header("Content-Type", "application/json")
+    authentication = client.authentication() if client is not None else None
+    authorization = authentication.authorization() if authentication is not None else None
+    if authorization:
+        request.add_header("Authorization", authorization)
+    trust = client.tls_trust_certs_file_path if client is not None else None
+    context = ssl.create_default_context(cafile=trust) if trust else None
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             text = response.read().decode()
     except urllib.error.HTTPError as exc:
         reason = exc.read().decode(errors="replace")
@@ -34,9 +51,9 @@ def _call(method: str, url: str, body: str | None = None, timeout: float = 30) -
     return json.loads(text) if text.strip() else None
 
 
-def list_topics(admin_url: str, namespace: str) -> list[str]:
+def list_topics(admin_url: str, namespace: str, client: ClientOptions | None = None) -> list[str]:
     """Full names of the persistent topics of ``tenant/ns`` (partitioned ones by base name)."""
-    return list(_call("GET", f"{admin_url}/admin/v2/persistent/{namespace}"))
+    return list(_call("GET", f"{admin_url}/admin/v2/persistent/{namespace}", client=client))
 
 
 def create_partitioned_topic(admin_url: str, full_topic: str, partitions: int) -> None:

@@ -7,6 +7,12 @@ expects (``startingOffsets: expected earliest, latest or ..., got 'bogus'``); an
 nobody reads (a typo such as ``startingOffset``) is refused with a did-you-mean, except the
 pass-through prefixes ``pulsar.client.``, ``pulsar.reader.`` and ``pulsar.producer.``, whose
 rest must name a keyword parameter of the SDK call they are passed to.
+
+Credentials, as Pulsar's Spark connector names them or short: ``pulsar.client.authPluginClassName``
+(or ``authPlugin``) and ``pulsar.client.authParams`` (or ``authParams``), parsed as a client.conf's
+authPlugin/authParams are; ``pulsar.client.tlsTrustCertsFilePath`` (or
+``tlsTrustCertsFilePath``) for a broker whose certificate a private CA signed. They serve both
+the reads and the writes, and the admin calls (``admin.url``) as well.
 """
 
 from __future__ import annotations
@@ -18,7 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pulsar_grpc.client import Client, MessageId
+from pulsar_grpc.client import (
+    Authentication,
+    AuthenticationToken,
+    Client,
+    MessageId,
+    authentication_from,
+)
 
 from ._passthrough import CLIENT_PARAMETERS, PRODUCER_PARAMETERS, READER_PARAMETERS
 
@@ -38,13 +50,20 @@ SELECTOR_FORM = "exactly one of the options topic, topics, topicsPattern"
 #: Every option the source or sink reads (canonical spelling, as docs/spark.md lists them).
 OPTIONS = (
     "service.url admin.url listenerName tlsTrustCertsFilePath tlsCertFilePath tlsKeyFilePath "
-    "tlsServerName authToken operationTimeoutMs topic topics topicsPattern startingOffsets "
+    "tlsServerName authToken authPlugin authParams operationTimeoutMs topic topics "
+    "topicsPattern startingOffsets "
     "endingOffsets startingTime endingTime failOnDataLoss maxMessagesPerTrigger "
     "maxOffsetsPerTrigger maxBytesPerTrigger minOffsetsPerTrigger maxTriggerDelay "
     "entriesPerSplit minPartitions receiverQueueSize pollTimeoutMs latestIdleMs arrowBatchSize "
     "includeProperties includeHeaders batchingMaxMessages batchingMaxPublishDelayMs "
     "maxPendingMessages sendTimeoutMs"
 ).split()
+#: Pulsar's Spark connector's names (lowered, as Spark hands them over) -> the option they are.
+ALIASES = {
+    "pulsar.client.authpluginclassname": "authPlugin",
+    "pulsar.client.authparams": "authParams",
+    "pulsar.client.tlstrustcertsfilepath": "tlsTrustCertsFilePath",
+}
 #: Options Spark itself adds to a source's or sink's map.
 SPARK_OWNED = ("path", "checkpointLocation")
 PASS_THROUGH = {
@@ -78,6 +97,12 @@ class _Raw:
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.values = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+        for alias, name in ALIASES.items():
+            if alias not in self.values:
+                continue
+            value = self.values.pop(alias)
+            if self.values.setdefault(name.lower(), value) != value:
+                raise _bad(alias, f"the same value as {name}, or only one of them", value)
 
     def text(self, name: str) -> str | None:
         value = self.values.get(name.lower(), "").strip()
@@ -202,8 +227,17 @@ class ClientOptions:
     tls_key_file_path: str | None = None
     tls_server_name: str | None = None
     auth_token: str | None = None
+    # Kept as text (picklable); made into an Authentication where a client is made.
+    auth_plugin: str | None = None
+    auth_params: str | None = None
     operation_timeout_ms: int = 30000
     extra: tuple[tuple[str, Any], ...] = ()  # pulsar.client.* pass-through
+
+    def authentication(self) -> Authentication | None:
+        """The credentials the options name (authToken, or authPlugin and authParams)."""
+        if self.auth_token:
+            return AuthenticationToken(self.auth_token)
+        return authentication_from(self.auth_plugin, self.auth_params or "")
 
     def client(self) -> Client:
         """A new asyncio client; call inside the event loop that will use it."""
@@ -212,11 +246,21 @@ class ClientOptions:
             "tls_cert_file_path": self.tls_cert_file_path,
             "tls_key_file_path": self.tls_key_file_path,
             "tls_server_name": self.tls_server_name,
-            "auth_token": self.auth_token,
+            "authentication": self.authentication(),
             "operation_timeout_ms": self.operation_timeout_ms,
         }
         named.update(self.extra)
         return Client(self.service_url, self.listener_name, **named)
+
+
+def _check_credentials(client: ClientOptions) -> None:
+    """Refuse at planning what would fail on every executor."""
+    if client.auth_token and (client.auth_plugin or client.auth_params):
+        raise _bad("authToken", "either authToken or authPlugin/authParams, not both", "both")
+    try:
+        client.authentication()
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -267,9 +311,12 @@ class SourceOptions:
             tls_key_file_path=raw.text("tlsKeyFilePath"),
             tls_server_name=raw.text("tlsServerName"),
             auth_token=raw.text("authToken"),
+            auth_plugin=raw.text("authPlugin"),
+            auth_params=raw.text("authParams"),
             operation_timeout_ms=raw.integer("operationTimeoutMs", 30000, minimum=1),
             extra=raw.pass_through("pulsar.client."),
         )
+        _check_credentials(client)
         admin_url = raw.text("admin.url")
         if admin_url is not None and not re.match(r"^https?://", admin_url):
             raise _bad("admin.url", "http://host:port or https://host:port", admin_url)

@@ -55,7 +55,7 @@ def match_topics(options: SourceOptions, pattern: str) -> list[str]:
     namespace = _namespace_of(pattern)
     full_pattern = pattern if "://" in pattern else f"persistent://{namespace}/{pattern}"
     regex = re.compile(full_pattern)
-    names = _admin.list_topics(options.admin_url, namespace)
+    names = _admin.list_topics(options.admin_url, namespace, options.client)
     # Partitions are listed too: keep base topics; their partitions come from the metadata.
     bases = sorted({base_topic(n) for n in names})
     return [n for n in bases if regex.fullmatch(n)]

@@ -4,9 +4,10 @@ the leader, both only when the cluster has more than one broker (as Pulsar).
 
 Both read every broker's load report and act through the owner's admin REST, as Pulsar's leader
 does through its admin client: ``PUT .../{bundle}/unload`` and ``PUT .../{bundle}/split``
-(a redirect to the current owner is followed). What to shed and what to split are pure
-decisions (:mod:`.shedding`, :mod:`.auto_split`); this module gathers their inputs and carries
-them out:
+(a redirect to the current owner is followed), with the broker client's credentials
+(brokerClientAuthenticationPlugin/Parameters, :mod:`broker.web.broker_client`). What to shed
+and what to split are pure decisions (:mod:`.shedding`, :mod:`.auto_split`); this module
+gathers their inputs and carries them out:
 
 - shedding: before unloading a bundle the placement chooses its next broker, other than the one
   it leaves (nothing is unloaded when there is no other); the bundle is then not shed again for
@@ -46,6 +47,7 @@ from pulsar_grpc.broker.errors import BrokerError
 from pulsar_grpc.broker.metadata.store import MetadataStore
 from pulsar_grpc.broker.naming import NamespaceName
 from pulsar_grpc.broker.resources import NamespaceResources
+from pulsar_grpc.broker.web.broker_client import BrokerClient, refusal
 
 __all__ = ["LoadManager"]
 
@@ -76,6 +78,7 @@ class LoadManager:
         self.placement = placement
         self.resources = resources
         self.shedder = ThresholdShedder(config)
+        self.broker_client = BrokerClient(config)
         # Bundle -> when the leader unloaded it (monotonic); pruned after the grace period.
         self._recently_unloaded: dict[str, float] = {}
 
@@ -128,7 +131,7 @@ class LoadManager:
                     destination.broker_id,
                 )
                 try:
-                    await _admin_put(reports[broker], f"{bundle}/unload")
+                    await self._admin_put(reports[broker], f"{bundle}/unload")
                 except AdminCallError as exc:
                     log.warning("load shedding: could not unload %s: %s", bundle, exc)
                     continue
@@ -177,7 +180,7 @@ class LoadManager:
         for bundle, broker in to_split.items():
             log.info("load manager: splitting bundle %s (unload: %s)", bundle, unload)
             try:
-                await _admin_put(reports[broker], f"{bundle}/split?unload={unload}")
+                await self._admin_put(reports[broker], f"{bundle}/split?unload={unload}")
             except AdminCallError as exc:
                 log.warning("could not split bundle %s: %s", bundle, exc)
                 continue
@@ -191,20 +194,21 @@ class LoadManager:
             return set()
         return {str(b) for b in bundles}
 
-
-async def _admin_put(report: Report, bundle_path: str) -> None:
-    """PUT /admin/v2/namespaces/<bundle_path> on the broker whose report this is (following a
-    redirect to the bundle's current owner)."""
-    base = report.get("webServiceUrl") or report.get("webServiceUrlTls")
-    if not base:
-        raise AdminCallError("the broker has no web address")
-    url = f"{base}/admin/v2/namespaces/{bundle_path}"
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=_ADMIN_TIMEOUT) as http,
-            http.put(url) as response,
-        ):
-            if response.status >= 400:
-                raise AdminCallError(f"{response.status} {await response.text()}")
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise AdminCallError(f"{url}: {exc!r}") from exc
+    async def _admin_put(self, report: Report, bundle_path: str) -> None:
+        """PUT /admin/v2/namespaces/<bundle_path> on the broker whose report this is
+        (following a redirect to the bundle's current owner)."""
+        base = self.broker_client.web_url(
+            report.get("webServiceUrl"), report.get("webServiceUrlTls")
+        )
+        if not base:
+            raise AdminCallError("the broker has no web address")
+        url = f"{base}/admin/v2/namespaces/{bundle_path}"
+        try:
+            async with (
+                self.broker_client.session(_ADMIN_TIMEOUT) as http,
+                http.put(url) as response,
+            ):
+                if response.status >= 400:
+                    raise AdminCallError(refusal(response.status, await response.text()))
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise AdminCallError(f"{url}: {exc!r}") from exc

@@ -25,6 +25,7 @@ from pulsar_grpc.broker.security.authentication import AuthenticationData, Authe
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.tls import server_ssl_context
 from pulsar_grpc.broker.web.access import AdminAccess, remember_role
+from pulsar_grpc.broker.web.broker_client import BrokerClient
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.metrics import BrokerCollector
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
@@ -100,6 +101,8 @@ class WebService:
         self.access = AdminAccess(service)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(service))
+        # This broker's credentials and trust for its calls to the other brokers' web services.
+        self.broker_client = BrokerClient(service.config)
         self._runner: web.AppRunner | None = None
         # (host, port) of each socket -> its listener (None: a primary address)
         self._via: dict[tuple[str, int], str | None] = {}
@@ -135,7 +138,7 @@ class WebService:
                 web.get(base + "/{topic}/stats", self.stats),
             ]
         )
-        BundlesAdmin(self.service, self.access).add_routes(app)
+        BundlesAdmin(self.service, self.access, self.broker_client).add_routes(app)
         PermissionsAdmin(self.service, self.access).add_routes(app)
         add_role_token_routes(app, authentication, self.access)
         return app
@@ -314,7 +317,9 @@ class WebService:
         partitions = await self.service.resources.get_partitioned_metadata(name, auto_create=False)
         if partitions:
             return web.json_response(
-                await partitioned_stats(self.service, TopicName.get(name), partitions)
+                await partitioned_stats(
+                    self.service, self.broker_client, TopicName.get(name), partitions
+                )
             )
         await self._served_here(request, TopicName.get(name))
         topic = await self.service.topics.get_topic(name, create=False)

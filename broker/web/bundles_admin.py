@@ -25,6 +25,7 @@ from pulsar_grpc.broker.cluster.split import SplitAlgorithm
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.web.access import AdminAccess
+from pulsar_grpc.broker.web.broker_client import BrokerClient, refusal
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
@@ -36,17 +37,18 @@ MAX_PORT = 65535
 # An unload asked of another broker (it closes the bundle's topics), redirects included: as
 # long as Pulsar gives one (namespaceBundleUnloadingTimeoutMs, 60 s).
 OWNER_TIMEOUT_S = 60.0
-# The reason quotes at most this much of another broker's error body.
-REASON_CHARS = 300
 
 
 class BundlesAdmin:
     """The routes, on one broker; ``add_routes`` registers them on the web application."""
 
-    def __init__(self, service: BrokerService, access: AdminAccess) -> None:
+    def __init__(
+        self, service: BrokerService, access: AdminAccess, broker_client: BrokerClient
+    ) -> None:
         """Made when the web service starts, once the broker's parts exist."""
         self.service = service
         self.access = access
+        self.broker_client = broker_client
         self.bundles = BundleService(
             service.config, service.resources, service.namespaces, service.topics
         )
@@ -103,7 +105,7 @@ class BundlesAdmin:
             if owner.kind is BundleOwner.THIS_BROKER:
                 await self.bundles.unload(bundle)
             elif owner.kind is BundleOwner.OTHER_BROKER:
-                await _unload_on(owner, bundle, request)
+                await self._unload_on(owner, bundle)
         return web.Response(status=204)
 
     async def split_bundle(self, request: web.Request) -> web.Response:
@@ -124,6 +126,28 @@ class BundlesAdmin:
         unload = request.query.get("unload", "false").lower() == "true"
         await self.bundles.split(bundle, algorithm, positions, unload)
         return web.Response(status=204)
+
+    async def _unload_on(self, owner: Owner, bundle: NamespaceBundle) -> None:
+        """Ask the owner to unload ``bundle`` (this broker's own admin request, with its
+        broker client's credentials; a redirect is followed)."""
+        data = owner.data
+        assert data is not None
+        base = self.broker_client.web_url(data.http_url, data.http_url_tls)
+        if base is None:
+            raise e.ServiceNotReadyError("the bundle's owner has no web address")
+        url = f"{base}{_bundle_path(bundle)}/unload"
+        timeout = aiohttp.ClientTimeout(total=OWNER_TIMEOUT_S)
+        try:
+            async with self.broker_client.session(timeout) as http, http.put(url) as response:
+                if response.status >= 400:
+                    raise e.ServiceNotReadyError(
+                        f"the owner of {bundle} refused its unload: "
+                        + refusal(response.status, await response.text())
+                    )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise e.ServiceNotReadyError(
+                f"the owner of {bundle} could not be asked to unload it: {exc!r}"
+            ) from None
 
     # ------------------------------------------------------------ brokers and topics
 
@@ -205,23 +229,6 @@ def _redirect(request: web.Request, owner: Owner) -> web.HTTPException:
     base = URL(_owner_url(owner, request.scheme == "https"))
     location = base.with_path(request.path).with_query(request.query)
     return web.HTTPTemporaryRedirect(str(location))
-
-
-async def _unload_on(owner: Owner, bundle: NamespaceBundle, request: web.Request) -> None:
-    """Ask the owner to unload ``bundle`` (its own admin request; a redirect is followed)."""
-    url = f"{_owner_url(owner, request.scheme == 'https')}{_bundle_path(bundle)}/unload"
-    timeout = aiohttp.ClientTimeout(total=OWNER_TIMEOUT_S)
-    try:
-        async with aiohttp.ClientSession(timeout=timeout) as http, http.put(url) as response:
-            if response.status >= 400:
-                reason = (await response.text())[:REASON_CHARS]
-                raise e.ServiceNotReadyError(
-                    f"the owner of {bundle} refused its unload: {response.status} {reason}"
-                )
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise e.ServiceNotReadyError(
-            f"the owner of {bundle} could not be asked to unload it: {exc!r}"
-        ) from None
 
 
 def _bundle_path(bundle: NamespaceBundle) -> str:

@@ -4,7 +4,8 @@ PersistentTopicsBase.internalGetPartitionedStats).
 Each partition is looked up on the internal listener, as Pulsar's admin client does for a
 partition this broker does not own: served here, its stats are read locally; owned elsewhere (or
 placed elsewhere by the lookup, when its bundle had no owner), they are asked of that broker's
-admin API over HTTP, following its redirects. The partitions are fetched concurrently, a bounded
+admin API over HTTP with this broker's own credentials (:mod:`.broker_client`), following its
+redirects. The partitions are fetched concurrently, a bounded
 number at a time, each within a bounded time.
 
 Pulsar leaves a partition that failed out of the answer; here the whole request fails with 503
@@ -24,6 +25,7 @@ from yarl import URL
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.broker.web.broker_client import REASON_CHARS, BrokerClient, refusal
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
@@ -34,8 +36,6 @@ __all__ = ["PartitionStatsError", "names_this_broker", "partitioned_stats"]
 CONCURRENT_PARTITIONS = 16
 # One partition's stats from another broker, redirects included.
 OWNER_TIMEOUT_S = 10.0
-# The reason quotes at most this much of another broker's error body.
-_REASON_CHARS = 300
 
 
 class PartitionStatsError(e.ServiceNotReadyError):
@@ -53,19 +53,19 @@ def names_this_broker(service: BrokerService, result: LookupResult) -> bool:
 
 
 async def partitioned_stats(
-    service: BrokerService, topic: TopicName, partitions: int
+    service: BrokerService, broker_client: BrokerClient, topic: TopicName, partitions: int
 ) -> dict[str, Any]:
     """``{"metadata": {"partitions": n}, "partitions": {name: TopicStats}}``, every partition's
     stats from its owner; PartitionStatsError if any of them could not be had."""
     names = [topic.get_partition(i) for i in range(partitions)]
     limit = asyncio.Semaphore(CONCURRENT_PARTITIONS)
     timeout = aiohttp.ClientTimeout(total=OWNER_TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
+    async with broker_client.session(timeout) as http:
 
         async def one(partition: TopicName) -> dict[str, Any] | str:
             async with limit:
                 try:
-                    return await _partition_stats(service, http, partition)
+                    return await _partition_stats(service, broker_client, http, partition)
                 except e.BrokerError as exc:
                     return exc.message
                 except (aiohttp.ClientError, TimeoutError) as exc:
@@ -85,23 +85,26 @@ async def partitioned_stats(
 
 
 async def _partition_stats(
-    service: BrokerService, http: aiohttp.ClientSession, partition: TopicName
+    service: BrokerService,
+    broker_client: BrokerClient,
+    http: aiohttp.ClientSession,
+    partition: TopicName,
 ) -> dict[str, Any]:
     listener = service.listeners.internal_listener_name
     result = await service.namespaces.lookup_topic(partition.full_name, listener, None)
     if not result.redirect and names_this_broker(service, result):
         return (await service.topics.get_topic(partition, create=False)).stats()
-    return await _stats_from(http, result, partition)
+    base = broker_client.web_url(result.http_url, result.http_url_tls)
+    if base is None:
+        raise e.ServiceNotReadyError("its owner has no web address")
+    return await _stats_from(http, base, result, partition)
 
 
 async def _stats_from(
-    http: aiohttp.ClientSession, result: LookupResult, partition: TopicName
+    http: aiohttp.ClientSession, base: str, result: LookupResult, partition: TopicName
 ) -> dict[str, Any]:
     """GET the partition's stats from the broker ``result`` names (the owner, or the broker to
     ask next: its redirects are followed, carrying the lookup's authoritative flag)."""
-    base = result.http_url or result.http_url_tls
-    if base is None:
-        raise e.ServiceNotReadyError("its owner has no web address")
     url = (
         URL(base)
         .with_path(f"/admin/v2/{partition.rest_path}/stats", encoded=True)
@@ -111,21 +114,13 @@ async def _stats_from(
         text = await response.text()
         if response.status != 200:
             raise e.ServiceNotReadyError(
-                f"{response.url.host}:{response.url.port} answered {response.status} "
-                f"{_reason(text)}"
+                f"{response.url.host}:{response.url.port} answered "
+                + refusal(response.status, text)
             )
     try:
         stats = json.loads(text)
     except ValueError:
         stats = None
     if not isinstance(stats, dict):
-        raise e.ServiceNotReadyError(f"its owner answered no stats: {text[:_REASON_CHARS]!r}")
+        raise e.ServiceNotReadyError(f"its owner answered no stats: {text[:REASON_CHARS]!r}")
     return stats
-
-
-def _reason(body: str) -> str:
-    """Pulsar's {"reason": ...} of an error body, else the body's start."""
-    try:
-        return str(json.loads(body)["reason"])
-    except (ValueError, KeyError, TypeError):
-        return body[:_REASON_CHARS]

@@ -27,12 +27,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
-from pulsar_grpc.cli.endpoints import (
-    ADMIN_URL_HELP,
-    SERVICE_URL_HELP,
-    default_admin_url,
-    default_service_url,
-)
+from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.perf.load import STAMP_BYTES, consume_sdk, e2e, produce_sdk
 from pulsar_grpc.cli.perf.procs import ceiling_server, standalone
 from pulsar_grpc.cli.perf.raw import consume_raw, produce_raw
@@ -87,7 +82,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def _add_load_flags(p: argparse.ArgumentParser, topic: bool) -> None:
     if topic:
-        p.add_argument("--service-url", "-u", default=default_service_url(), help=SERVICE_URL_HELP)
+        add_connection_args(p, [UrlFlag.SERVICE, UrlFlag.ADMIN])
         p.add_argument("--topic", "-t", default="perf", help="a topic, or the base of --topics N")
         p.add_argument(
             "--topics",
@@ -100,7 +95,6 @@ def _add_load_flags(p: argparse.ArgumentParser, topic: bool) -> None:
             default=0,
             help="create each topic with N partitions first (admin HTTP); 0 = as it is",
         )
-        p.add_argument("--admin-url", default=default_admin_url(), help=ADMIN_URL_HELP)
         p.add_argument("--rate", "-r", type=float, default=0, help="msg/s, 0 = as fast as possible")
         p.add_argument("--plot", metavar="FILE.png", help="draw throughput and latency over time")
     p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
@@ -149,10 +143,15 @@ def run(args: argparse.Namespace) -> int:
         with ceiling_server() as url:
             result, rec = _measure("ceiling", produce_raw, replace(spec, service_url=url))
         return _finish(args, [result], [rec], ok=_ok(result))
-    spec = _spec(args, args.service_url, _topics(args))
+    try:
+        spec = _credentials(args, _spec(args, args.service_url, _topics(args)))
+    except ValueError as exc:  # --auth-params (or the client.conf's) that do not parse
+        print(f"pulsar-grpc perf: {exc}", file=sys.stderr)
+        return 2
     if args.partitions:
+        authorization = dict(spec.authorization()).get("authorization")
         for topic in spec.topics:
-            create_partitioned_topic(args.admin_url, topic, args.partitions)
+            create_partitioned_topic(args.admin_url, topic, args.partitions, authorization)
     if args.verb == "e2e":
         return _run_e2e(args, spec)
     raw = "raw" if args.raw else ""
@@ -214,7 +213,21 @@ def _spec(args: argparse.Namespace, service_url: str, topics: tuple[str, ...]) -
     )
 
 
-def create_partitioned_topic(admin_url: str, topic: str, partitions: int) -> None:
+def _credentials(args: argparse.Namespace, spec: LoadSpec) -> LoadSpec:
+    """The spec with the command's credentials and trust; ValueError if they do not parse."""
+    with_them = replace(
+        spec,
+        auth_plugin=args.auth_plugin,
+        auth_params=args.auth_params,
+        tls_trust_cert_path=args.tls_trust_cert_path,
+    )
+    with_them.authorization()  # parses them here, not in the middle of a run
+    return with_them
+
+
+def create_partitioned_topic(
+    admin_url: str, topic: str, partitions: int, authorization: str | None = None
+) -> None:
     """``PUT {admin}/admin/v2/persistent/<tenant>/<ns>/<topic>/partitions`` with the count
     as body (Pulsar's admin API; the gRPC contract has no create call). A topic that already
     has that many partitions is fine; another count is an error, as numbers would mislead."""
@@ -226,14 +239,19 @@ def create_partitioned_topic(admin_url: str, topic: str, partitions: int) -> Non
     domain, _, rest = full.partition("://")
     path = "/".join([domain, *(urllib.parse.quote(p, safe="") for p in rest.split("/"))])
     url = f"{admin_url.rstrip('/')}/admin/v2/{path}/partitions"
+    headers = {"Authorization": authorization} if authorization else {}
     request = urllib.request.Request(url, data=str(partitions).encode(), method="PUT")
     request.add_header("Content-Type", "application/json")
+    for name, value in headers.items():
+        request.add_header(name, value)
     try:
         urllib.request.urlopen(request, timeout=30).close()
     except urllib.error.HTTPError as exc:
         if exc.code != 409:
             raise RuntimeError(f"PUT {url}: HTTP {exc.code} {exc.read().decode()}") from None
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=30
+        ) as response:
             existing = json.loads(response.read())["partitions"]
     else:
         return

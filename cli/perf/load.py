@@ -23,7 +23,7 @@ _DRY_S = 0.5  # consumers that got nothing for this long at the deadline had run
 
 async def produce_sdk(spec: LoadSpec, rec: Recorder) -> None:
     """The SDK producer: batching in the client, many sends in flight, latency per message."""
-    async with Client(spec.service_url) as client:
+    async with spec.client() as client:
         producers = await _create_producers(client, spec)
         await with_reporters([rec], spec.interval, [_send_all(producers, spec, rec, False)])
 
@@ -31,7 +31,7 @@ async def produce_sdk(spec: LoadSpec, rec: Recorder) -> None:
 async def consume_sdk(spec: LoadSpec, rec: Recorder) -> None:
     """The SDK consumers, from the earliest message, so they drain what a produce run left.
     Stop at ``spec.messages``, at the deadline, or after ``idle_timeout`` without a message."""
-    async with Client(spec.service_url) as client:
+    async with spec.client() as client:
         group = await _ConsumerGroup.subscribe(client, spec, rec, InitialPosition.Earliest, None)
         await with_reporters([rec], spec.interval, [group.run(spec.duration)])
 
@@ -46,7 +46,7 @@ async def e2e(spec: LoadSpec, produced: Recorder, received: Recorder) -> dict[st
     the run (a backlog left on the subscription by an earlier run) are acked and counted as
     ``stale``, not measured.
     """
-    async with Client(spec.service_url) as client:
+    async with spec.client() as client:
         group = await _ConsumerGroup.subscribe(
             client, spec, received, InitialPosition.Latest, wall_us()
         )

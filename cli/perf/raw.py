@@ -32,7 +32,7 @@ async def produce_raw(spec: LoadSpec, rec: Recorder) -> None:
         pacer = Pacer(spec.rate) if spec.rate > 0 else None  # shared: the rate is the total
         window = max(1, spec.max_pending // spec.batch)
         streams = [
-            _RawStream(stub, topic, payload_of(spec.size), window)
+            _RawStream(stub, topic, payload_of(spec.size), window, spec.authorization())
             for topic in spec.topics
             for _ in range(spec.producers)
         ]
@@ -46,8 +46,15 @@ async def produce_raw(spec: LoadSpec, rec: Recorder) -> None:
 class _RawStream:
     """One Produce call: a writer pipelining batches, a reader matching receipts in order."""
 
-    def __init__(self, stub: pb_grpc.PulsarServiceStub, topic: str, payload: bytes, window: int):
-        self._call = stub.Produce(metadata=(("x-pulsar-topic", topic),))
+    def __init__(
+        self,
+        stub: pb_grpc.PulsarServiceStub,
+        topic: str,
+        payload: bytes,
+        window: int,
+        authorization: tuple[tuple[str, str], ...],
+    ):
+        self._call = stub.Produce(metadata=(("x-pulsar-topic", topic), *authorization))
         self._message = pb.MessageData(payload=payload)
         self._window = asyncio.Semaphore(window)
         self._sent: deque[tuple[int, int]] = deque()  # (sent µs, messages) per batch in flight
@@ -97,6 +104,7 @@ async def consume_raw(spec: LoadSpec, rec: Recorder) -> None:
                 ("x-pulsar-topic", topic),
                 ("x-pulsar-subscription", spec.subscription),
                 ("x-pulsar-initial-position", "Earliest"),
+                *spec.authorization(),
             )
             call = stub.Consume(metadata=metadata)
             response = await call.read()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from pulsar_grpc.client import Client, authentication_from
+
 
 @dataclass(frozen=True, slots=True)
 class LoadSpec:
@@ -27,6 +29,26 @@ class LoadSpec:
     receiver_queue: int = 10_000
     idle_timeout: float = 10.0  # a consumer stops after this long without a message
     interval: float = 2.0  # seconds between stats lines
+    # The credentials and TLS trust of --auth-plugin/--auth-params/--tls-trust-cert-path (or
+    # the client.conf), as text: they are parsed where a client is made.
+    auth_plugin: str | None = None
+    auth_params: str = ""
+    tls_trust_cert_path: str | None = None
+
+    def client(self) -> Client:
+        """An SDK client for the run's broker, with the run's credentials."""
+        return Client(
+            self.service_url,
+            authentication=authentication_from(self.auth_plugin, self.auth_params),
+            tls_trust_certs_file_path=self.tls_trust_cert_path,
+        )
+
+    def authorization(self) -> tuple[tuple[str, str], ...]:
+        """The ``authorization`` metadata a hand-driven stream sends (none without
+        credentials)."""
+        authentication = authentication_from(self.auth_plugin, self.auth_params)
+        header = authentication.authorization() if authentication is not None else None
+        return (("authorization", header),) if header else ()
 
 
 def payload_of(size: int) -> bytes:

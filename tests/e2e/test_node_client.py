@@ -3,16 +3,25 @@
 tests/node/produce_consume.js produces 1000 messages in batches of 100, consumes them on a
 Shared subscription, acks them (the last ack waits for its AckReceipt), then subscribes again
 and checks that nothing comes back. It prints one JSON summary line and exits 0 on success.
+Against a broker with token authentication it sends the token of $PULSAR_GRPC_AUTH_TOKEN as
+``authorization: Bearer``; without it, it is refused UNAUTHENTICATED.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import shutil
 import subprocess
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from pulsar_grpc.broker.security.tokens import create_secret_key, create_token
+from tests.support import BrokerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "tests" / "node"
@@ -20,7 +29,9 @@ SCRIPT = NODE_DIR / "produce_consume.js"
 TIMEOUT_S = 90  # the script gives up by itself after 60 s
 
 
-def test_node_client_produces_consumes_and_acks(broker: Any) -> None:
+def run_node(grpc_address: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run the script against ``grpc_address``: its exit code, the whole output (for
+    messages), and its last stdout line."""
     node = shutil.which("node")
     assert node is not None, "node (Node.js 20) is not on PATH"
     assert (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir(), (
@@ -33,12 +44,13 @@ def test_node_client_produces_consumes_and_acks(broker: Any) -> None:
     topic = f"persistent://public/default/node-{uuid.uuid4().hex}"
     try:
         proc = subprocess.run(
-            [node, str(SCRIPT), broker.grpc_address, topic],
+            [node, str(SCRIPT), grpc_address, topic],
             cwd=NODE_DIR,
             capture_output=True,
             text=True,
             timeout=TIMEOUT_S,
             check=False,
+            env={**os.environ, **(env or {})},
         )
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(
@@ -47,8 +59,29 @@ def test_node_client_produces_consumes_and_acks(broker: Any) -> None:
         ) from exc
 
     output = f"exit code {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert proc.returncode == 0, output
     lines = proc.stdout.strip().splitlines()
     assert lines, output
-    summary = json.loads(lines[-1])
-    assert summary == {"produced": 1000, "consumed": 1000, "redelivered": 0}, output
+    return proc.returncode, output, lines[-1]
+
+
+def test_node_client_produces_consumes_and_acks(broker: Any) -> None:
+    code, output, last = run_node(broker.grpc_address)
+    assert code == 0, output
+    assert json.loads(last) == {"produced": 1000, "consumed": 1000, "redelivered": 0}, output
+
+
+def test_node_client_with_a_token(broker_factory: Callable[..., BrokerThread]) -> None:
+    key = create_secret_key()
+    broker = broker_factory(
+        authenticationEnabled="true",
+        authenticationProviders="token",
+        tokenSecretKey="data:;base64," + base64.b64encode(key).decode(),
+    )
+    token = create_token(key, "node-app", expires_at=int(time.time()) + 3600)
+    code, output, last = run_node(broker.grpc_address, {"PULSAR_GRPC_AUTH_TOKEN": token})
+    assert code == 0, output
+    assert json.loads(last) == {"produced": 1000, "consumed": 1000, "redelivered": 0}, output
+
+    code, output, last = run_node(broker.grpc_address, {"PULSAR_GRPC_AUTH_TOKEN": ""})
+    assert code == 1, output
+    assert "UNAUTHENTICATED" in json.loads(last)["error"], output

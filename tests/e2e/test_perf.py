@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pulsar_grpc.broker.security.tokens import create_secret_key, create_token
 from pulsar_grpc.cli.main import main
+from pulsar_grpc.client import AuthenticationError
 from tests.support import BrokerThread
 
 LATENCY_KEYS = ["mean", "p50", "p95", "p99", "p99.9", "max"]
@@ -100,3 +105,38 @@ def test_all_starts_its_own_broker_and_ceiling(capsys: pytest.CaptureFixture[str
         assert_consistent(runs[name], 2000)
     for name in ("consume_sdk", "consume_raw"):
         assert_consistent(runs[name], 2000, latency=False)
+
+
+def test_perf_against_a_broker_with_token_authentication(
+    broker_factory: Callable[..., BrokerThread],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    key = create_secret_key()
+    broker = broker_factory(
+        authenticationEnabled="true",
+        authenticationProviders="token",
+        tokenSecretKey="data:;base64," + base64.b64encode(key).decode(),
+    )
+    token = create_token(key, "perf", expires_at=int(time.time()) + 3600)
+    conf = tmp_path / "client.conf"
+    conf.write_text(
+        f"webServiceUrl={broker.http_url}\nbrokerServiceUrl={broker.service_url}\n"
+        f"authPlugin=token\nauthParams=token:{token}\n"
+    )
+    # The client.conf: the partitioned topic is created over admin HTTP, then produced to.
+    sdk = perf(capsys, "produce", "--conf", str(conf), "-t", "authd", "--partitions", "2",
+               "--messages", "1000")  # fmt: skip
+    assert_consistent(sdk, 1000)
+    # The flags, on hand-driven streams.
+    flags = ["-u", broker.service_url, "--auth-plugin", "token", "--auth-params", f"token:{token}"]
+    raw = perf(capsys, "produce", *flags, "-t", "authd-raw", "--messages", "500", "--raw")
+    assert_consistent(raw, 500)
+    consumed = perf(capsys, "consume", *flags, "-t", "authd-raw", "--messages", "500", "--raw")
+    assert_consistent(consumed, 500, latency=False)
+    # Without credentials the broker refuses the run.
+    with pytest.raises(AuthenticationError):
+        main(["perf", "produce", "-u", broker.service_url, "-t", "authd", "--messages", "10"])
+    # Credentials that do not parse: a usage error before any run.
+    assert main(["perf", "produce", "--conf", str(conf), "--auth-plugin", "kerberos"]) == 2
+    assert "unknown plugin 'kerberos'" in capsys.readouterr().err
