@@ -27,6 +27,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
+import grpc
+
 from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.perf.load import STAMP_BYTES, consume_sdk, e2e, produce_sdk
 from pulsar_grpc.cli.perf.procs import ceiling_server, standalone
@@ -34,6 +36,7 @@ from pulsar_grpc.cli.perf.raw import consume_raw, produce_raw
 from pulsar_grpc.cli.perf.report import machine, plot, table
 from pulsar_grpc.cli.perf.spec import LoadSpec
 from pulsar_grpc.cli.perf.stats import Recorder
+from pulsar_grpc.client.exceptions import PulsarException
 
 Runner = Callable[[LoadSpec, Recorder], Coroutine[Any, Any, None]]
 MODES: dict[str, tuple[str, ...]] = {
@@ -136,6 +139,18 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"pulsar-grpc perf: {problem}", file=sys.stderr)
         return 2
+    try:
+        return _run_load(args)
+    except PulsarException as exc:  # the broker refused the run: credentials, permissions...
+        print(f"pulsar-grpc perf: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except grpc.RpcError as exc:  # the same, on a --raw run's hand-driven streams
+        print(f"pulsar-grpc perf: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+
+
+def _run_load(args: argparse.Namespace) -> int:
+    """The measurement the verb names (its flags checked already)."""
     if args.verb == "all":
         return _run_all(args)
     if args.verb == "ceiling":
