@@ -123,10 +123,17 @@ class LeaderElection:
         await self._elect()
 
     async def _elect(self) -> None:
-        """Become leader if the node is free, else follow whoever holds it."""
+        """Become leader if the node is free, else follow whoever holds it.
+
+        The state is checked again after every await: close() cancels an election, but a
+        cancellation can be lost when the store's answer arrives at the same moment (Python
+        3.11's asyncio.wait_for returns the answer then), and a closed broker must not lead.
+        """
         async with self._lock:
             while self.state is not LeaderState.STOPPED:
                 found = await self.store.get(LEADER_PATH)  # arms the watch
+                if self.state is LeaderState.STOPPED:
+                    return
                 if found is not None:
                     if found.value == self._me_json:  # ours (a session presumed lost lived on)
                         self._lead()

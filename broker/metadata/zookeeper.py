@@ -209,7 +209,10 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         start().rawlink(lambda result: self._call_on_loop(settle, result))
         try:
-            return await asyncio.wait_for(future, self._operation_timeout_s)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation that
+            # arrives together with the answer, and the caller then runs on after its cancel.
+            async with asyncio.timeout(self._operation_timeout_s):
+                return await future
         except TimeoutError:
             raise MetadataStoreError(
                 f"ZooKeeper operation on {path} timed out after {self._operation_timeout_s:g}s "

@@ -147,3 +147,49 @@ async def test_close_waits_for_tasks_cancelled_when_the_session_was_lost(
     await asyncio.wait_for(lost.wait(), 10)
     await first.election.close()
     assert wound_down.is_set()
+
+
+class AnswersThroughCancellation(MemoryMetadataStore):
+    """A store whose read of the leader node, once ``hold`` is set, waits for ``release`` and
+    then answers even if the caller was cancelled meanwhile, as Python 3.11's
+    asyncio.wait_for does when the answer and the cancellation arrive together."""
+
+    def __init__(self, tree: str) -> None:
+        super().__init__(tree)
+        self.hold = False
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def get(self, path: str):  # type: ignore[no-untyped-def]
+        found = await super().get(path)
+        if path == LEADER_PATH and self.hold:
+            self.held.set()
+            try:
+                await asyncio.shield(self.release.wait())
+            except asyncio.CancelledError:
+                await self.release.wait()
+        return found
+
+
+async def test_an_election_answered_after_close_does_not_make_the_closed_broker_lead() -> None:
+    tree = f"leader-{next(_TREES)}"
+    leader = Member(tree, 9001)
+    follower = Member(tree, 9002)
+    store = follower.store = AnswersThroughCancellation(tree)
+    follower.election = LeaderElection(store, follower.election.me)
+    follower.election.add_task("tick", 0.01, follower.tick)
+    await leader.election.start()
+    await follower.election.start()
+    assert follower.election.state is LeaderState.FOLLOWER
+    store.hold = True
+    await leader.election.close()  # the follower's election reads the free node...
+    await asyncio.wait_for(store.held.wait(), 10)
+    closing = asyncio.get_running_loop().create_task(follower.election.close())
+    await asyncio.sleep(0)  # ...and is cancelled by close while the read is under way
+    store.release.set()
+    await asyncio.wait_for(closing, 10)
+    assert follower.election.state is LeaderState.STOPPED
+    assert await store.get(LEADER_PATH) is None  # it did not take the node either
+    assert follower.ticks == 0
+    await leader.store.close()
+    await store.close()
