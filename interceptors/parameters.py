@@ -46,6 +46,8 @@ KNOWN_PARAMETERS = frozenset(
         "x-pulsar-max-redeliver-count",
         "x-pulsar-dead-letter-topic",
         "x-pulsar-original-principal",  # read by the authentication interceptor
+        "x-pulsar-schema-bin",
+        "x-pulsar-schema-version-bin",
     }
 )
 # Pulsar's clients send these as Java ints and longs; larger values are refused here rather
