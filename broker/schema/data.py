@@ -125,8 +125,13 @@ class SchemaInfo:
     @property
     def fingerprint(self) -> str:
         """What makes two schemas the same one (Pulsar's SchemaHash: type and data, not the
-        properties): registering it again answers the version it already has."""
-        return hashlib.sha256(bytes([self.type]) + self.data).hexdigest()
+        properties): registering it again answers the version it already has. A KEY_VALUE
+        schema's parts' types are in its properties, so those count too."""
+        digest = hashlib.sha256(bytes([self.type]) + self.data)
+        if self.type is SchemaType.KEY_VALUE:
+            for side in ("key", "value"):
+                digest.update(b"\0" + self.properties.get(f"{side}.schema.type", "").encode())
+        return digest.hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
