@@ -21,6 +21,7 @@ from pulsar_grpc.broker.cluster.leader import LeaderBroker
 from pulsar_grpc.broker.listeners import WEB_SCHEMES
 from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
+from pulsar_grpc.broker.schema import schema_id
 from pulsar_grpc.broker.security.authentication import AuthenticationData, AuthenticationService
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.tls import server_ssl_context
@@ -291,6 +292,9 @@ class WebService:
         await self.access.tenant_admin(request, TopicName.get(name).tenant)
         await self._served_here(request, TopicName.get(name))
         await self.service.topics.delete_topic(name)
+        if not TopicName.get(name).is_partitioned:  # a partition shares its topic's schema
+            # As Pulsar: a deleted topic's schema history is meaningless, so it goes too.
+            await self.service.schemas.registry.delete_all(schema_id(TopicName.get(name)))
         return web.Response(status=204)
 
     async def create_partitioned(self, request: web.Request) -> web.Response:

@@ -230,3 +230,18 @@ async def test_a_producer_after_an_admin_upload_writes_its_version(
     new.cancel()
     entries = await consume(channel, "uploaded", 2)
     assert [e.schema_version for e in entries] == [version(0), version(1)]
+
+
+async def test_deleting_a_topic_deletes_its_schema(
+    broker: BrokerThread, channel: grpc.aio.Channel
+) -> None:
+    producer, _ = await open_producer(channel, "doomed", schema_bin(USER_V1))
+    producer.cancel()
+    assert (await call(broker, "GET", SCHEMA.format("doomed")))[0] == 200
+    topic = "/admin/v2/persistent/public/default/doomed"
+    assert await call(broker, "DELETE", topic) == (204, None)
+    assert (await call(broker, "GET", SCHEMA.format("doomed")))[0] == 404
+    unrelated = record(field("other", "string"))
+    again, ready = await open_producer(channel, "doomed", schema_bin(unrelated))
+    assert ready.schema_version == version(0)
+    again.cancel()
