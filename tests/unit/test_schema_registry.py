@@ -14,7 +14,7 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from pulsar_grpc.broker.errors import IncompatibleSchemaError, InvalidSchemaDataError
-from pulsar_grpc.broker.metadata import MemoryMetadataStore
+from pulsar_grpc.broker.metadata import MemoryMetadataStore, ZooKeeperMetadataStore
 from pulsar_grpc.broker.schema import (
     CompatibilityStrategy,
     SchemaRegistry,
@@ -25,6 +25,9 @@ from pulsar_grpc.broker.schema import (
 from pulsar_grpc.broker.schema.compatibility import check
 from pulsar_grpc.broker.schema.data import StoredSchema
 from tests.waiting import eventually
+from tests.zookeeper import ZooKeeperServer, zk_chroot, zookeeper
+
+__all__ = ["zk_chroot", "zookeeper"]  # fixtures, imported to be found
 
 FULL = CompatibilityStrategy.FULL
 ID = "public/default/t"
@@ -92,6 +95,32 @@ async def test_a_broker_sees_another_brokers_new_version() -> None:
         assert latest is not None and latest.version == 1
 
     await eventually(b_sees_it)
+
+
+async def test_brokers_on_zookeeper_see_each_others_versions(
+    zookeeper: ZooKeeperServer, zk_chroot: str
+) -> None:
+    """ZooKeeper's watches are one-shot: b must see a's second version after having cached
+    the first, and a's delete after that."""
+    stores = [await ZooKeeperMetadataStore.connect(zookeeper.hosts, zk_chroot) for _ in "ab"]
+    try:
+        a, b = (SchemaRegistry(SchemaStorage(store)) for store in stores)
+        await a.put_if_absent(ID, new_schema(SchemaType.AVRO, avro(("x", "int"))), FULL)
+        assert (await b.latest(ID)) is not None
+        second = new_schema(SchemaType.AVRO, avro(("x", "int"), ("y", "int"), y=1))
+        await a.put_if_absent(ID, second, FULL)
+
+        async def b_sees(version: int) -> None:
+            assert [v.version for v in await b.versions(ID)][-1] == version
+
+        await eventually(lambda: b_sees(1))
+        assert await b.put_if_absent(ID, second, FULL) == 1  # found, not registered again
+        await a.delete(ID)
+        await eventually(lambda: b_sees(2))
+        assert await b.latest(ID) is None
+    finally:
+        for store in stores:
+            await store.close()
 
 
 async def test_delete_starts_over_and_a_forced_delete_forgets_everything() -> None:
