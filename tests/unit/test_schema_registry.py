@@ -203,3 +203,45 @@ def test_always_compatible_accepts_another_struct_type() -> None:
     )
     with pytest.raises(IncompatibleSchemaError, match="AVRO, the new one JSON"):
         check(existing, new_schema(SchemaType.JSON, avro(("a", "int"))), FULL)
+
+
+# v0 -> v1 -> new, where new is compatible with v1 in the given directions and with v0 in
+# none (its field a changed type): the _TRANSITIVE forms refuse what the plain ones accept.
+V0 = avro(("id", "int"), ("a", "int"))
+V1 = avro(("id", "int"), ("a", "string"), a="")  # itself accepted only under ALWAYS_COMPATIBLE
+
+
+@pytest.mark.parametrize(
+    ("strategy", "new", "accepted"),
+    [
+        # the new schema reads v1's data, not v0's (a was an int there)
+        (CompatibilityStrategy.BACKWARD, avro(("id", "int"), ("a", "string")), True),
+        (CompatibilityStrategy.BACKWARD_TRANSITIVE, avro(("id", "int"), ("a", "string")), False),
+        # v1 reads the new data (c ignored), v0 does not (a is a string now)
+        (CompatibilityStrategy.FORWARD, avro(("id", "int"), ("a", "string"), ("c", "int")), True),
+        (
+            CompatibilityStrategy.FORWARD_TRANSITIVE,
+            avro(("id", "int"), ("a", "string"), ("c", "int")),
+            False,
+        ),
+        # both ways with v1 (c has a default), neither with v0
+        (CompatibilityStrategy.FULL, avro(("id", "int"), ("a", "string"), ("c", "int"), c=0), True),
+        (
+            CompatibilityStrategy.FULL_TRANSITIVE,
+            avro(("id", "int"), ("a", "string"), ("c", "int"), c=0),
+            False,
+        ),
+        (CompatibilityStrategy.ALWAYS_COMPATIBLE, avro(("z", "bytes")), True),
+        (CompatibilityStrategy.ALWAYS_INCOMPATIBLE, avro(("id", "int"), ("a", "string")), False),
+    ],
+)
+def test_each_strategy_against_two_versions(
+    strategy: CompatibilityStrategy, new: bytes, accepted: bool
+) -> None:
+    existing = [stored(0, SchemaType.AVRO, V0), stored(1, SchemaType.AVRO, V1)]
+    candidate = new_schema(SchemaType.AVRO, new)
+    if accepted:
+        check(existing, candidate, strategy)
+    else:
+        with pytest.raises(IncompatibleSchemaError, match=strategy.value):
+            check(existing, candidate, strategy)
