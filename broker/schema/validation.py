@@ -36,7 +36,7 @@ MAX_SCHEMA_DATA_BYTES = 256 * 1024
 MAX_PROPERTIES = 64
 MAX_PROPERTY_CHARS = 4096
 # Parsed Avro definitions, by their text: a transitive check parses every stored version.
-_PARSED_CACHE = 256
+_PARSED_CACHE = 64
 
 
 def new_schema(
