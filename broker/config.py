@@ -100,6 +100,24 @@ class ServiceConfiguration:
     brokerDeduplicationEntriesInterval: int = 1000
     brokerDeduplicationSnapshotFrequencyInSeconds: int = 120
 
+    # --- schemas (Pulsar's names and defaults) ---
+    # The compatibility strategy of namespaces whose schema_compatibility_strategy is
+    # UNDEFINED: what a topic's new schema must be compatible with (broker/schema/).
+    schemaCompatibilityStrategy: Literal[
+        "ALWAYS_INCOMPATIBLE",
+        "ALWAYS_COMPATIBLE",
+        "BACKWARD",
+        "FORWARD",
+        "FULL",
+        "BACKWARD_TRANSITIVE",
+        "FORWARD_TRANSITIVE",
+        "FULL_TRANSITIVE",
+    ] = "FULL"
+    # A producer's new schema is registered (if compatible) unless a namespace says otherwise.
+    isAllowAutoUpdateSchemaEnabled: bool = True
+    # A producer without a schema is refused on a topic with one, in every namespace.
+    isSchemaValidationEnforced: bool = False
+
     # --- load balancing (Pulsar's names and defaults) ---
     # A cluster member's load report (/loadbalance/brokers/<advertisedAddress>:<webServicePort>)
     # is checked every loadBalancerReportUpdateMinIntervalMillis and rewritten when its load

@@ -2,7 +2,8 @@
 
 A producer's batch arrives as the message fields (12-13) of a ``StoredEntry``
 (protos/pulsargrpc/internal/v1/entry.proto, the broker's own package, not the client contract);
-the broker seals it by appending the fields only it may set (publish time, producer name).
+the broker seals it by appending the fields only it may set (publish time, producer name, and
+the version of the producer's schema).
 Protobuf keeps the last value of a repeated scalar field, so a client cannot forge them. The
 hot path therefore never rebuilds messages: sealing is a byte append, and delivering is a byte
 prefix (see ``DeliveredEntry`` in the wire contract).
@@ -16,6 +17,7 @@ from pulsargrpc.internal.v1 import entry_pb2
 
 _PUBLISH_TIME_TAG = b"\x50"  # field 10, varint
 _PRODUCER_NAME_TAG = b"\x5a"  # field 11, length-delimited
+_SCHEMA_VERSION_TAG = b"\x7a"  # field 15, length-delimited
 
 
 def encode_varint(value: int) -> bytes:
@@ -28,17 +30,22 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def seal(batch: bytes, publish_time_ms: int, producer_name_field: bytes) -> bytes:
+def seal(batch: bytes, publish_time_ms: int, producer_fields: bytes) -> bytes:
     """Turn a producer's batch into a stored entry stamped with broker-owned fields.
 
-    ``producer_name_field`` comes from :func:`producer_name_field`, computed once per producer.
+    ``producer_fields`` comes from :func:`producer_fields`, computed once per producer.
     """
-    return b"".join((batch, _PUBLISH_TIME_TAG, encode_varint(publish_time_ms), producer_name_field))
+    return b"".join((batch, _PUBLISH_TIME_TAG, encode_varint(publish_time_ms), producer_fields))
 
 
-def producer_name_field(producer_name: str) -> bytes:
+def producer_fields(producer_name: str, schema_version: bytes = b"") -> bytes:
+    """The fields every entry of a producer carries: its name and its schema's version
+    (Pulsar's 8 bytes; none without a schema)."""
     raw = producer_name.encode()
-    return _PRODUCER_NAME_TAG + encode_varint(len(raw)) + raw
+    fields = _PRODUCER_NAME_TAG + encode_varint(len(raw)) + raw
+    if schema_version:
+        fields += _SCHEMA_VERSION_TAG + encode_varint(len(schema_version)) + schema_version
+    return fields
 
 
 @dataclass(slots=True, frozen=True)

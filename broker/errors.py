@@ -4,7 +4,8 @@ The tree::
 
     BrokerError                       (UnknownError)
     ├── InvalidArgumentError          bad parameters                 -> INVALID_ARGUMENT
-    │   └── InvalidTopicNameError     (InvalidTopicName)             -> INVALID_ARGUMENT
+    │   ├── InvalidTopicNameError     (InvalidTopicName)             -> INVALID_ARGUMENT
+    │   └── InvalidSchemaDataError    (IncompatibleSchema)           -> INVALID_ARGUMENT
     ├── NotFoundError                                                -> NOT_FOUND
     │   ├── TopicNotFoundError        (TopicNotFound)
     │   └── SubscriptionNotFoundError (SubscriptionNotFound)
@@ -13,6 +14,7 @@ The tree::
     │   ├── ConsumerBusyError         (ConsumerBusy)
     │   ├── ConsumerAssignError       (ConsumerAssignError)
     │   ├── NotAllowedError           (NotAllowedError)
+    │   ├── IncompatibleSchemaError   (IncompatibleSchema)
     │   └── PreconditionFailedError   (NotAllowedError)              (HTTP 412)
     ├── TooLargeError                 (NotAllowedError)              -> RESOURCE_EXHAUSTED
     ├── AuthenticationError           (AuthenticationError)          -> UNAUTHENTICATED
@@ -76,6 +78,13 @@ class InvalidTopicNameError(InvalidArgumentError):
     code = ServerError.InvalidTopicName
 
 
+class InvalidSchemaDataError(InvalidArgumentError):
+    """A schema definition that is not one (Pulsar's InvalidSchemaDataException): not valid
+    Avro for an Avro-described type, too large, an unknown type."""
+
+    code = ServerError.IncompatibleSchema
+
+
 class NotFoundError(BrokerError):
     code = ServerError.UnknownError
 
@@ -110,6 +119,14 @@ class ConsumerAssignError(PreconditionError):
 
 class NotAllowedError(PreconditionError):
     code = ServerError.NotAllowedError
+
+
+class IncompatibleSchemaError(PreconditionError):
+    """A schema the topic's compatibility strategy refuses, a producer without a schema on a
+    topic with one under schemaValidationEnforced, or a new schema while auto-update is off
+    (Pulsar's IncompatibleSchemaException). The message says which field broke which rule."""
+
+    code = ServerError.IncompatibleSchema
 
 
 class PreconditionFailedError(PreconditionError):

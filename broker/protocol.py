@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pulsar_grpc.broker.listeners import BindAddress
     from pulsar_grpc.broker.lookup import LookupResult
     from pulsar_grpc.broker.naming import TopicName
+    from pulsar_grpc.broker.schema import TopicSchemas
     from pulsar_grpc.broker.security.authentication import AuthenticationService
     from pulsar_grpc.broker.security.authorization import AuthorizationService
     from pulsar_grpc.broker.topics import PersistentTopic
@@ -50,6 +51,11 @@ class BrokerContext(Protocol):
     def authorization(self) -> AuthorizationService | None:
         """What a call's role may do (authorizationEnabled); None: everything. A handler
         checks before any side effect of the call."""
+
+    @property
+    def schemas(self) -> TopicSchemas:
+        """Topics' schemas: a producer's or consumer's declared schema is applied here before
+        it is added (IncompatibleSchemaError refuses it)."""
 
     def check_open(self) -> None:
         """Raise ServiceNotReadyError once the broker is closing."""

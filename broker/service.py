@@ -4,7 +4,8 @@ report, and holds the broker's parts:
 
 - ``resources`` (NamespaceResources): tenants, namespaces, partitioned-topic metadata;
 - ``namespaces`` (NamespaceService): bundle ownership and lookups;
-- ``topics`` (TopicRegistry): the loaded topics, loaded only where their bundle is owned.
+- ``topics`` (TopicRegistry): the loaded topics, loaded only where their bundle is owned;
+- ``schemas`` (TopicSchemas): the schema registry and the namespaces' schema policies.
 
 Protocol handlers see it only as a BrokerContext (broker/protocol.py).
 
@@ -46,6 +47,7 @@ from pulsar_grpc.broker.namespace_service import ClusterRole, NamespaceService
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.protocol import ProtocolHandler, load_protocol_handlers
 from pulsar_grpc.broker.resources import NamespaceResources
+from pulsar_grpc.broker.schema import SchemaPolicies, SchemaRegistry, SchemaStorage, TopicSchemas
 from pulsar_grpc.broker.security.authentication import AuthenticationService
 from pulsar_grpc.broker.security.authorization import AuthorizationService
 from pulsar_grpc.broker.security.permissions import PermissionStore
@@ -92,6 +94,7 @@ class BrokerService:
         self._resources: NamespaceResources | None = None
         self._namespaces: NamespaceService | None = None
         self._topics: TopicRegistry | None = None
+        self._schemas: TopicSchemas | None = None
         self.web: WebService | None = None
         self.load_reporter: LoadReporter | None = None
         self.election: LeaderElection | None = None
@@ -124,6 +127,10 @@ class BrokerService:
             self.authentication.use_metadata(metadata)
         permissions = self._permissions = PermissionStore(metadata)
         self.authorization = AuthorizationService.from_config(self.config, permissions)
+        self._schemas = TopicSchemas(
+            SchemaRegistry(SchemaStorage(metadata)),
+            SchemaPolicies(self.config, metadata, permissions.cache),
+        )
         producer_names = await DistributedIdGenerator.create(
             metadata, PRODUCER_NAME_PATH, self.config.clusterName
         )
@@ -279,6 +286,11 @@ class BrokerService:
     def topics(self) -> TopicRegistry:
         assert self._topics is not None, "broker not started"
         return self._topics
+
+    @property
+    def schemas(self) -> TopicSchemas:
+        assert self._schemas is not None, "broker not started"
+        return self._schemas
 
     # ------------------------------------------------------------ BrokerContext (handlers)
 

@@ -161,6 +161,7 @@ async def consume(
             broker, ctx.topic, TopicOperation.CONSUME, params.subscription or None
         )
         topic = await broker.get_topic(ctx.topic)
+        await broker.schemas.consumer_schema(topic, params.schema)
         subscription = params.subscription or f"reader-{next(_names)}"
         consumer = await topic.subscribe(
             subscription,

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from grpc import aio
 
 from pulsar_grpc.broker.protocol import BrokerContext
+from pulsar_grpc.broker.schema import encode_version
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
 from pulsar_grpc.broker.topics import Producer, PublishReceipt
@@ -37,14 +38,22 @@ async def produce(
     try:
         await authorize_topic(broker, ctx.topic, TopicOperation.PRODUCE)
         topic = await broker.get_topic(ctx.topic)
-        producer = topic.add_producer(ctx.producer.producer_name, ctx.peer)
+        version = await broker.schemas.producer_schema(ctx.topic, ctx.producer.schema)
+        producer = topic.add_producer(
+            ctx.producer.producer_name,
+            ctx.peer,
+            b"" if version is None else encode_version(version),
+        )
     except Exception as exc:
         await abort(context, exc, trailers=owner_trailers(broker, exc))
     unwatch = expiry.watch(ctx.auth_expires_at, producer.end)
     try:
         last = topic.last_sequence_id(producer.name)
         ready = pb.ProducerReady(
-            producer_name=producer.name, last_sequence_id=last, topic=topic.name
+            producer_name=producer.name,
+            last_sequence_id=last,
+            topic=topic.name,
+            schema_version=producer.schema_version,
         )
         await context.write(pb.ProduceResponse(ready=ready))
         with ended_when_revoked(broker, ctx.topic, TopicOperation.PRODUCE, producer.end):

@@ -23,6 +23,7 @@ from pulsar_grpc.handler.consume import consume
 from pulsar_grpc.handler.errors import abort
 from pulsar_grpc.handler.produce import produce
 from pulsar_grpc.handler.reflection import enable_reflection
+from pulsar_grpc.handler.schemas import get_or_create_schema, get_schema
 from pulsar_grpc.interceptors import ListenerInterceptor, ParametersInterceptor, current
 from pulsar_grpc.interceptors.auth import AuthenticationInterceptor
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -179,6 +180,16 @@ class GrpcProtocolHandler(ProtocolHandler):
                     request_deserializer=codec.identity,
                     response_serializer=pb.GetTopicsOfNamespaceResponse.SerializeToString,
                 ),
+                "GetSchema": grpc.unary_unary_rpc_method_handler(
+                    self._get_schema,
+                    request_deserializer=codec.identity,
+                    response_serializer=pb.GetSchemaResponse.SerializeToString,
+                ),
+                "GetOrCreateSchema": grpc.unary_unary_rpc_method_handler(
+                    self._get_or_create_schema,
+                    request_deserializer=codec.identity,
+                    response_serializer=pb.GetOrCreateSchemaResponse.SerializeToString,
+                ),
             },
         )
 
@@ -191,6 +202,16 @@ class GrpcProtocolHandler(ProtocolHandler):
         await consume(
             self.broker, codec.parse_stream(pb.ConsumeRequest, requests), context, self.expiry
         )
+
+    async def _get_schema(self, raw: bytes, context: aio.ServicerContext) -> pb.GetSchemaResponse:
+        assert self.broker is not None
+        return await get_schema(self.broker, raw, context)
+
+    async def _get_or_create_schema(
+        self, raw: bytes, context: aio.ServicerContext
+    ) -> pb.GetOrCreateSchemaResponse:
+        assert self.broker is not None
+        return await get_or_create_schema(self.broker, raw, context)
 
     async def _lookup(self, raw: bytes, context: aio.ServicerContext) -> pb.LookupResponse:
         assert self.broker is not None

@@ -82,8 +82,11 @@ class PreparingInterceptor(aio.ServerInterceptor):
         self._abort = abort
 
     @abstractmethod
-    def preparer(self, method: str, headers: dict[str, str]) -> Prepare | None:
-        """How to prepare a call to ``method`` (its full name); None leaves it untouched."""
+    def preparer(
+        self, method: str, headers: dict[str, str], binary: dict[str, bytes]
+    ) -> Prepare | None:
+        """How to prepare a call to ``method`` (its full name); None leaves it untouched.
+        ``headers`` are the text headers, ``binary`` the ``-bin`` ones (bytes)."""
 
     async def intercept_service(
         self,
@@ -95,5 +98,6 @@ class PreparingInterceptor(aio.ServerInterceptor):
             return handler
         metadata = details.invocation_metadata or ()  # type: ignore[attr-defined]
         headers = {k: v for k, v in metadata if isinstance(v, str)}
-        prepare = self.preparer(details.method, headers)  # type: ignore[attr-defined]
+        binary = {k: v for k, v in metadata if isinstance(v, bytes)}
+        prepare = self.preparer(details.method, headers, binary)  # type: ignore[attr-defined]
         return handler if prepare is None else wrap_handler(handler, prepare, self._abort)

@@ -58,7 +58,9 @@ class AuthenticationInterceptor(PreparingInterceptor):
                 return handler if handler is None else wrap_handler(handler, refuse, self._abort)
         return await super().intercept_service(continuation, details)
 
-    def preparer(self, method: str, headers: dict[str, str]) -> Prepare | None:
+    def preparer(
+        self, method: str, headers: dict[str, str], binary: dict[str, bytes]
+    ) -> Prepare | None:
         if method.startswith(_OPEN_SERVICE):
             return None
         authorization = headers.get(H_AUTHORIZATION)

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.broker.schema import Declared
 from pulsar_grpc.broker.security.authentication import AuthenticationData
 from pulsar_grpc.broker.topics import SubType
 
@@ -19,6 +20,8 @@ from pulsar_grpc.broker.topics import SubType
 @dataclass(slots=True, frozen=True)
 class ProducerParams:
     producer_name: str | None
+    # The declared schema (x-pulsar-schema-bin, or a version: x-pulsar-schema-version-bin).
+    schema: Declared = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -36,6 +39,7 @@ class ConsumerParams:
     negative_ack_delay_ms: int
     max_redeliver_count: int
     dead_letter_topic: str | None
+    schema: Declared = None
 
 
 @dataclass(slots=True)

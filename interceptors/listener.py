@@ -20,7 +20,7 @@ class ListenerInterceptor(PreparingInterceptor):
         self._bind_listener = bind_listener
         self._known = frozenset(known)
 
-    def preparer(self, method: str, headers: dict[str, str]) -> Prepare:
+    def preparer(self, method: str, headers: dict[str, str], binary: dict[str, bytes]) -> Prepare:
         requested = headers.get(H_LISTENER) or None
         bind_listener = self._bind_listener
         known = self._known

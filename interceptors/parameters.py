@@ -14,17 +14,32 @@ from typing import Any, Literal
 
 from grpc import aio
 
-from pulsar_grpc.broker.errors import BrokerError, InvalidArgumentError, InvalidTopicNameError
+from pulsar_grpc.broker.errors import (
+    BrokerError,
+    InvalidArgumentError,
+    InvalidSchemaDataError,
+    InvalidTopicNameError,
+)
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.naming import TopicName, check_subscription_name
+from pulsar_grpc.broker.schema import (
+    Declared,
+    SchemaInfo,
+    SchemaType,
+    decode_version,
+    new_schema,
+)
 from pulsar_grpc.broker.topics import SubType
 from pulsar_grpc.interceptors._wrap import Prepare, PreparingInterceptor
 from pulsar_grpc.interceptors.context import CallContext, ConsumerParams, ProducerParams
 from pulsar_grpc.interceptors.listener import H_LISTENER
+from pulsargrpc.v1 import pulsar_pb2 as pb
 
 SERVICE = "/pulsargrpc.v1.PulsarService/"
 PREFIX = "x-pulsar-"
 H_TOPIC = "x-pulsar-topic"
+H_SCHEMA = "x-pulsar-schema-bin"
+H_SCHEMA_VERSION = "x-pulsar-schema-version-bin"
 # Every call parameter of the wire contract (protos/pulsargrpc/v1/pulsar.proto lists them with
 # their meaning). Any call may carry any of them: the SDK sends the topic and listener on every
 # call, and a parameter of another call kind is not a typo.
@@ -46,6 +61,8 @@ KNOWN_PARAMETERS = frozenset(
         "x-pulsar-max-redeliver-count",
         "x-pulsar-dead-letter-topic",
         "x-pulsar-original-principal",  # read by the authentication interceptor
+        H_SCHEMA,
+        H_SCHEMA_VERSION,
     }
 )
 # Pulsar's clients send these as Java ints and longs; larger values are refused here rather
@@ -59,19 +76,21 @@ _DECIMAL = re.compile(r"-?[0-9]+")
 class ParametersInterceptor(PreparingInterceptor):
     """Parses the parameters of Produce and Consume calls into the call context."""
 
-    def preparer(self, method: str, headers: dict[str, str]) -> Prepare | None:
+    def preparer(
+        self, method: str, headers: dict[str, str], binary: dict[str, bytes]
+    ) -> Prepare | None:
         if not method.startswith(SERVICE):
             return None
-        return _preparer(method[len(SERVICE) :], headers)
+        return _preparer(method[len(SERVICE) :], headers, binary)
 
 
-def _preparer(method: str, headers: Mapping[str, str]) -> Prepare:
+def _preparer(method: str, headers: Mapping[str, str], binary: Mapping[str, bytes]) -> Prepare:
     """Parse now (once per call), fill the context when the call runs."""
     try:
-        _check_known(headers)
+        _check_known([*headers, *binary])
         topic = _topic(headers) if method in ("Produce", "Consume") else None
-        producer = _producer(headers) if method == "Produce" else None
-        consumer = _consumer(headers) if method == "Consume" else None
+        producer = _producer(headers, binary) if method == "Produce" else None
+        consumer = _consumer(headers, binary) if method == "Consume" else None
     except BrokerError as exc:
         error = exc
 
@@ -86,8 +105,8 @@ def _preparer(method: str, headers: Mapping[str, str]) -> Prepare:
     return fill
 
 
-def _check_known(headers: Mapping[str, str]) -> None:
-    unknown = sorted(k for k in headers if k.startswith(PREFIX) and k not in KNOWN_PARAMETERS)
+def _check_known(names: list[str]) -> None:
+    unknown = sorted(k for k in names if k.startswith(PREFIX) and k not in KNOWN_PARAMETERS)
     if unknown:
         raise InvalidArgumentError(
             f"unknown call parameter {', '.join(h[:60] for h in unknown[:5])} "
@@ -134,8 +153,39 @@ def _choice(headers: Mapping[str, str], key: str, choices: dict[str, Any], defau
     raise InvalidArgumentError(f"{key}: '{raw}' is not one of {', '.join(choices)}")
 
 
-def _producer(headers: Mapping[str, str]) -> ProducerParams:
-    return ProducerParams(producer_name=headers.get("x-pulsar-producer-name") or None)
+def _producer(headers: Mapping[str, str], binary: Mapping[str, bytes]) -> ProducerParams:
+    return ProducerParams(
+        producer_name=headers.get("x-pulsar-producer-name") or None, schema=_declared(binary)
+    )
+
+
+def schema_from_wire(schema: pb.Schema) -> SchemaInfo | None:
+    """The broker's form of a wire Schema, validated; None for SCHEMA_TYPE_UNSPECIFIED (bytes,
+    no schema)."""
+    if schema.type == pb.SCHEMA_TYPE_UNSPECIFIED:
+        return None
+    try:
+        type_ = SchemaType(schema.type)
+    except ValueError:
+        raise InvalidSchemaDataError(f"unknown schema type {schema.type}") from None
+    return new_schema(type_, schema.schema_data, dict(schema.properties))
+
+
+def _declared(binary: Mapping[str, bytes]) -> Declared:
+    """The schema a Produce or Consume call declares: x-pulsar-schema-bin (a serialized
+    Schema) or x-pulsar-schema-version-bin (a registered version), not both."""
+    raw, version = binary.get(H_SCHEMA), binary.get(H_SCHEMA_VERSION)
+    if raw is not None and version is not None:
+        raise InvalidArgumentError(f"{H_SCHEMA} and {H_SCHEMA_VERSION} exclude each other")
+    if version is not None:
+        return decode_version(version)
+    if raw is None:
+        return None
+    try:
+        schema = pb.Schema.FromString(raw)
+    except Exception as exc:  # protobuf's DecodeError
+        raise InvalidSchemaDataError(f"{H_SCHEMA} is not a serialized Schema: {exc}") from None
+    return schema_from_wire(schema)
 
 
 def parse_message_id(raw: str) -> tuple[Position | Literal["earliest", "latest"], int]:
@@ -153,7 +203,7 @@ def parse_message_id(raw: str) -> tuple[Position | Literal["earliest", "latest"]
     return Position(numbers[0], numbers[1]), batch
 
 
-def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
+def _consumer(headers: Mapping[str, str], binary: Mapping[str, bytes]) -> ConsumerParams:
     durable = _bool(headers, "x-pulsar-durable", True)
     subscription = headers.get("x-pulsar-subscription") or ""
     if not subscription:
@@ -194,4 +244,5 @@ def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
         dead_letter_topic=str(TopicName.get(headers["x-pulsar-dead-letter-topic"]))
         if headers.get("x-pulsar-dead-letter-topic")
         else None,
+        schema=_declared(binary),
     )

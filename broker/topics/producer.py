@@ -33,10 +33,13 @@ class Producer:
     name: str
     client_address: str = ""
     producer_id: int = 0
+    # The version of the producer's schema (Pulsar's 8 bytes), carried by each of its entries;
+    # empty without a schema.
+    schema_version: bytes = b""
     connected_since: float = field(default_factory=time.time)
     msg_in_counter: int = 0
     bytes_in_counter: int = 0
-    _name_field: bytes = b""
+    _fields: bytes = b""
     # Resolved when the broker ends this producer (its topic unloaded): the protocol handler
     # stops reading the stream, writes the receipts still due, then ends it with this error.
     ended: asyncio.Future[BrokerError] = field(
@@ -44,7 +47,7 @@ class Producer:
     )
 
     def __post_init__(self) -> None:
-        self._name_field = entry_format.producer_name_field(self.name)
+        self._fields = entry_format.producer_fields(self.name, self.schema_version)
 
     def publish(
         self, batch: bytes, sequence_id: int, num_messages: int
@@ -55,7 +58,7 @@ class Producer:
         resolves once the entry is durable.
         """
         now_ms = time.time_ns() // 1_000_000
-        data = entry_format.seal(batch, now_ms, self._name_field)
+        data = entry_format.seal(batch, now_ms, self._fields)
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
         return self.topic.publish(self, data, sequence_id, num_messages)

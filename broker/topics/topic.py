@@ -84,7 +84,9 @@ class PersistentTopic:
 
     # ------------------------------------------------------------ producers
 
-    def add_producer(self, name: str | None, client_address: str = "") -> Producer:
+    def add_producer(
+        self, name: str | None, client_address: str = "", schema_version: bytes = b""
+    ) -> Producer:
         self._check_open()
         if name is None:
             name = self.registry.producer_names.next_id()
@@ -92,7 +94,9 @@ class PersistentTopic:
             raise ProducerBusyError(
                 f"producer with name '{name}' is already connected to topic {self.name}"
             )
-        producer = Producer(self, name, client_address, producer_id=next(_ids))
+        producer = Producer(
+            self, name, client_address, producer_id=next(_ids), schema_version=schema_version
+        )
         self.producers[name] = producer
         return producer
 

@@ -21,6 +21,7 @@ from pulsar_grpc.broker.cluster.leader import LeaderBroker
 from pulsar_grpc.broker.listeners import WEB_SCHEMES
 from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
+from pulsar_grpc.broker.schema import schema_id
 from pulsar_grpc.broker.security.authentication import AuthenticationData, AuthenticationService
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.tls import server_ssl_context
@@ -31,6 +32,7 @@ from pulsar_grpc.broker.web.metrics import BrokerCollector
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
 from pulsar_grpc.broker.web.permissions_admin import PermissionsAdmin
 from pulsar_grpc.broker.web.role_tokens_admin import add_role_token_routes
+from pulsar_grpc.broker.web.schemas_admin import SchemasAdmin
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
@@ -140,6 +142,7 @@ class WebService:
         )
         BundlesAdmin(self.service, self.access, self.broker_client).add_routes(app)
         PermissionsAdmin(self.service, self.access).add_routes(app)
+        SchemasAdmin(self.service, self.access).add_routes(app)
         add_role_token_routes(app, authentication, self.access)
         return app
 
@@ -289,6 +292,9 @@ class WebService:
         await self.access.tenant_admin(request, TopicName.get(name).tenant)
         await self._served_here(request, TopicName.get(name))
         await self.service.topics.delete_topic(name)
+        if not TopicName.get(name).is_partitioned:  # a partition shares its topic's schema
+            # As Pulsar: a deleted topic's schema history is meaningless, so it goes too.
+            await self.service.schemas.registry.delete_all(schema_id(TopicName.get(name)))
         return web.Response(status=204)
 
     async def create_partitioned(self, request: web.Request) -> web.Response:

@@ -2,7 +2,7 @@
 // End-to-end check of the pulsar-grpc broker from Node.js, straight from the .proto files
 // with @grpc/grpc-js and @grpc/proto-loader (no SDK).
 //
-//   node produce_consume.js <host:port> <topic>
+//   node produce_consume.js <host:port> <topic> [--json-schema]
 //   PULSAR_GRPC_AUTH_TOKEN=<jwt> node produce_consume.js <host:port> <topic>
 //
 // With PULSAR_GRPC_AUTH_TOKEN set, every call carries `authorization: Bearer <token>` (a broker
@@ -14,6 +14,12 @@
 // 3. consumes the 1000 messages (each exactly once, ids matching the receipts), acks them in
 //    batches, the last ack with request_id=1, and waits for its AckReceipt (acks durable);
 // 4. closes the consumer, subscribes again and checks that nothing is redelivered within 1.5 s.
+//
+// With --json-schema, the producer declares a JSON schema (x-pulsar-schema-bin: a serialized
+// Schema, encoded with protobufjs, the library @grpc/proto-loader loads the .proto with), each
+// payload is a JSON object {"seq": n, "text": "msg-n"} that schema describes, and every entry
+// delivered must carry the schema version ProducerReady answered (printed as
+// "schema_version", hex).
 //
 // Prints one JSON line on stdout, {"produced":1000,"consumed":1000,"redelivered":0}, and
 // exits 0; on any failure prints the error (stderr, and a JSON line with "error" on stdout)
@@ -40,6 +46,19 @@ const PROTOS_DIR = path.resolve(__dirname, '..', '..', 'protos');
 const PROTO_FILE = 'pulsargrpc/v1/pulsar.proto';
 
 const AUTH_TOKEN = process.env.PULSAR_GRPC_AUTH_TOKEN || '';
+const JSON_SCHEMA = process.argv.includes('--json-schema');
+// The JSON schema's definition: an Avro record describing the payloads (as Pulsar's JSON
+// schemas are), sent as the Schema's schema_data.
+const JSON_SCHEMA_DEFINITION = JSON.stringify({
+  type: 'record',
+  name: 'Greeting',
+  namespace: 'node.example',
+  fields: [
+    { name: 'seq', type: 'int' },
+    { name: 'text', type: 'string' },
+  ],
+});
+const SCHEMA_TYPE_JSON = 2; // pulsargrpc.v1.SchemaType, Pulsar's Schema.Type numbers
 
 const summary = { produced: 0, consumed: 0, redelivered: 0 };
 let finished = false;
@@ -87,7 +106,7 @@ function deadline(ms = CALL_DEADLINE_MS) {
 // cannot carry grpc-js call credentials, so the header is set on each call.)
 function metadata(pairs) {
   const md = new grpc.Metadata();
-  for (const [key, value] of Object.entries(pairs)) md.set(key, value);
+  for (const [key, value] of Object.entries(pairs)) md.set(key, value); // -bin: a Buffer
   if (AUTH_TOKEN) md.set('authorization', `Bearer ${AUTH_TOKEN}`);
   return md;
 }
@@ -181,6 +200,39 @@ function loadService() {
   return pkg.pulsargrpc.v1.PulsarService;
 }
 
+// The serialized pulsargrpc.v1.Schema declaring the JSON schema: what x-pulsar-schema-bin
+// carries. protobufjs is the copy @grpc/proto-loader itself uses (a dependency of it).
+function jsonSchemaHeader() {
+  const protobuf = require(
+    require.resolve('protobufjs', { paths: [require.resolve('@grpc/proto-loader')] }),
+  );
+  const root = new protobuf.Root();
+  root.resolvePath = (_origin, target) => path.join(PROTOS_DIR, target);
+  root.loadSync(PROTO_FILE, { keepCase: true });
+  const Schema = root.lookupType('pulsargrpc.v1.Schema');
+  const schema = {
+    name: 'greetings',
+    schema_data: Buffer.from(JSON_SCHEMA_DEFINITION),
+    type: SCHEMA_TYPE_JSON,
+    properties: { 'from': 'produce_consume.js' },
+  };
+  check(!Schema.verify(schema), `Schema: ${Schema.verify(schema)}`);
+  return Buffer.from(Schema.encode(Schema.create(schema)).finish());
+}
+
+function payloadOf(n) {
+  const text = `msg-${n}`;
+  return Buffer.from(JSON_SCHEMA ? JSON.stringify({ seq: n, text }) : text);
+}
+
+// The "msg-n" text of a payload (the JSON object's text field with --json-schema).
+function textOf(payload) {
+  if (!JSON_SCHEMA) return payload;
+  const value = JSON.parse(payload);
+  check(value.text === `msg-${value.seq}`, `consumer: payload ${payload} is not the schema's`);
+  return value.text;
+}
+
 function waitForReady(client) {
   return new Promise((resolve, reject) => {
     client.waitForReady(deadline(STEP_TIMEOUT_MS), (err) =>
@@ -225,17 +277,25 @@ function* deliveredMessages(batch) {
           batch_index: index,
           partition: entry.partition,
         },
-        payload: Buffer.from(entry.messages[index].payload).toString('utf8'),
+        payload: textOf(Buffer.from(entry.messages[index].payload).toString('utf8')),
+        schemaVersion: Buffer.from(entry.schema_version).toString('hex'),
       };
     }
   }
 }
 
 async function produce(client, topic) {
-  const md = metadata({ 'x-pulsar-topic': topic });
+  const pairs = { 'x-pulsar-topic': topic };
+  if (JSON_SCHEMA) pairs['x-pulsar-schema-bin'] = jsonSchemaHeader();
+  const md = metadata(pairs);
   const stream = new Stream(client.Produce(md, { deadline: deadline() }), 'producer');
   const first = await stream.next(STEP_TIMEOUT_MS, 'ProducerReady');
   check(first.response === 'ready', `producer: first response is ${first.response}, not ready`);
+  const schemaVersion = Buffer.from(first.ready.schema_version).toString('hex');
+  if (JSON_SCHEMA) {
+    check(schemaVersion.length === 16, `producer: schema version ${schemaVersion} is not 8 bytes`);
+    summary.schema_version = schemaVersion;
+  }
   check(
     first.ready.topic === fullTopicName(topic),
     `producer: ready for topic ${JSON.stringify(first.ready.topic)}, not ${fullTopicName(topic)}`,
@@ -249,7 +309,7 @@ async function produce(client, topic) {
   for (let b = 0; b < BATCHES; b++) {
     const messages = [];
     for (let i = 0; i < BATCH_SIZE; i++) {
-      messages.push({ payload: Buffer.from(`msg-${b * BATCH_SIZE + i}`) });
+      messages.push({ payload: payloadOf(b * BATCH_SIZE + i) });
     }
     const sequenceId = base + BigInt(b * BATCH_SIZE);
     expected.push(sequenceId.toString());
@@ -289,7 +349,13 @@ async function consumeAll(stream, seen) {
   while (seen.size < TOTAL) {
     const msg = await stream.next(STEP_TIMEOUT_MS, `messages (have ${seen.size}/${TOTAL})`);
     if (msg.response !== 'messages') continue; // e.g. active_consumer_change
-    for (const { id, payload } of deliveredMessages(msg.messages)) {
+    for (const { id, payload, schemaVersion } of deliveredMessages(msg.messages)) {
+      if (JSON_SCHEMA) {
+        check(
+          schemaVersion === summary.schema_version,
+          `consumer: ${payload} carries schema version ${schemaVersion}, not ${summary.schema_version}`,
+        );
+      }
       const match = /^msg-(\d+)$/.exec(payload);
       check(match && Number(match[1]) < TOTAL, `consumer: unexpected payload ${JSON.stringify(payload)}`);
       const n = Number(match[1]);

@@ -10,6 +10,11 @@ Producer and consumer parameters travel in call metadata (PIP-59), not in the st
   every call      x-pulsar-topic              topic name ("my-topic" = persistent://public/default/my-topic)
                   x-pulsar-listenername       listener to answer lookups for (optional)
                   x-pulsar-original-principal  a proxy's client (PIP-1): only from a proxyRoles role
+  Produce, Consume x-pulsar-schema-bin        the schema the client declares: a serialized Schema
+                                              (binary header); absent = bytes, no schema
+                  x-pulsar-schema-version-bin instead of x-pulsar-schema-bin, for a definition too
+                                              large for call metadata: the version
+                                              GetOrCreateSchema answered (binary header)
   Produce         x-pulsar-producer-name      unique per topic; generated when absent
   Consume         x-pulsar-subscription       subscription name (required)
                   x-pulsar-subscription-type  Exclusive (default) | Failover | Shared | Key_Shared
@@ -143,6 +148,85 @@ ZSTD: CompressionType.ValueType  # 3
 SNAPPY: CompressionType.ValueType  # 4
 """Snappy raw block format, no framing"""
 Global___CompressionType: _TypeAlias = CompressionType  # noqa: Y015
+
+class _SchemaType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SchemaTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SchemaType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SCHEMA_TYPE_UNSPECIFIED: _SchemaType.ValueType  # 0
+    """Pulsar's None: bytes, no schema"""
+    SCHEMA_TYPE_STRING: _SchemaType.ValueType  # 1
+    """UTF-8 text"""
+    SCHEMA_TYPE_JSON: _SchemaType.ValueType  # 2
+    """JSON text; schema_data is an Avro record schema describing it"""
+    SCHEMA_TYPE_PROTOBUF: _SchemaType.ValueType  # 3
+    """schema_data is an Avro schema derived from the message (Pulsar's)"""
+    SCHEMA_TYPE_AVRO: _SchemaType.ValueType  # 4
+    """Avro binary; schema_data is the Avro schema as JSON text"""
+    SCHEMA_TYPE_BOOLEAN: _SchemaType.ValueType  # 5
+    """one byte, 0 or 1"""
+    SCHEMA_TYPE_INT8: _SchemaType.ValueType  # 6
+    """big-endian, as Pulsar's primitive schemas"""
+    SCHEMA_TYPE_INT16: _SchemaType.ValueType  # 7
+    SCHEMA_TYPE_INT32: _SchemaType.ValueType  # 8
+    SCHEMA_TYPE_INT64: _SchemaType.ValueType  # 9
+    SCHEMA_TYPE_FLOAT: _SchemaType.ValueType  # 10
+    """IEEE 754, big-endian"""
+    SCHEMA_TYPE_DOUBLE: _SchemaType.ValueType  # 11
+    SCHEMA_TYPE_DATE: _SchemaType.ValueType  # 12
+    """milliseconds since the epoch, int64"""
+    SCHEMA_TYPE_TIME: _SchemaType.ValueType  # 13
+    SCHEMA_TYPE_TIMESTAMP: _SchemaType.ValueType  # 14
+    SCHEMA_TYPE_KEY_VALUE: _SchemaType.ValueType  # 15
+    """schema_data: Pulsar's key and value schemas, each length-prefixed"""
+    SCHEMA_TYPE_INSTANT: _SchemaType.ValueType  # 16
+    SCHEMA_TYPE_LOCAL_DATE: _SchemaType.ValueType  # 17
+    SCHEMA_TYPE_LOCAL_TIME: _SchemaType.ValueType  # 18
+    SCHEMA_TYPE_LOCAL_DATE_TIME: _SchemaType.ValueType  # 19
+    SCHEMA_TYPE_PROTOBUF_NATIVE: _SchemaType.ValueType  # 20
+    """schema_data: Pulsar's ProtobufNativeSchemaData JSON"""
+
+class SchemaType(_SchemaType, metaclass=_SchemaTypeEnumTypeWrapper):
+    """---------------------------------------------------------------- Schemas
+
+    Pulsar's Schema.Type (PulsarApi.proto), with the same numbers.
+    """
+
+SCHEMA_TYPE_UNSPECIFIED: SchemaType.ValueType  # 0
+"""Pulsar's None: bytes, no schema"""
+SCHEMA_TYPE_STRING: SchemaType.ValueType  # 1
+"""UTF-8 text"""
+SCHEMA_TYPE_JSON: SchemaType.ValueType  # 2
+"""JSON text; schema_data is an Avro record schema describing it"""
+SCHEMA_TYPE_PROTOBUF: SchemaType.ValueType  # 3
+"""schema_data is an Avro schema derived from the message (Pulsar's)"""
+SCHEMA_TYPE_AVRO: SchemaType.ValueType  # 4
+"""Avro binary; schema_data is the Avro schema as JSON text"""
+SCHEMA_TYPE_BOOLEAN: SchemaType.ValueType  # 5
+"""one byte, 0 or 1"""
+SCHEMA_TYPE_INT8: SchemaType.ValueType  # 6
+"""big-endian, as Pulsar's primitive schemas"""
+SCHEMA_TYPE_INT16: SchemaType.ValueType  # 7
+SCHEMA_TYPE_INT32: SchemaType.ValueType  # 8
+SCHEMA_TYPE_INT64: SchemaType.ValueType  # 9
+SCHEMA_TYPE_FLOAT: SchemaType.ValueType  # 10
+"""IEEE 754, big-endian"""
+SCHEMA_TYPE_DOUBLE: SchemaType.ValueType  # 11
+SCHEMA_TYPE_DATE: SchemaType.ValueType  # 12
+"""milliseconds since the epoch, int64"""
+SCHEMA_TYPE_TIME: SchemaType.ValueType  # 13
+SCHEMA_TYPE_TIMESTAMP: SchemaType.ValueType  # 14
+SCHEMA_TYPE_KEY_VALUE: SchemaType.ValueType  # 15
+"""schema_data: Pulsar's key and value schemas, each length-prefixed"""
+SCHEMA_TYPE_INSTANT: SchemaType.ValueType  # 16
+SCHEMA_TYPE_LOCAL_DATE: SchemaType.ValueType  # 17
+SCHEMA_TYPE_LOCAL_TIME: SchemaType.ValueType  # 18
+SCHEMA_TYPE_LOCAL_DATE_TIME: SchemaType.ValueType  # 19
+SCHEMA_TYPE_PROTOBUF_NATIVE: SchemaType.ValueType  # 20
+"""schema_data: Pulsar's ProtobufNativeSchemaData JSON"""
+Global___SchemaType: _TypeAlias = SchemaType  # noqa: Y015
 
 class _AckType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -289,6 +373,154 @@ class CompressedBatch(_message.Message):
 Global___CompressedBatch: _TypeAlias = CompressedBatch  # noqa: Y015
 
 @_typing.final
+class Schema(_message.Message):
+    """A schema: its type and definition, as Pulsar's Schema (PulsarApi.proto) and SchemaInfo."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class PropertiesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SCHEMA_DATA_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    PROPERTIES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    schema_data: _builtins.bytes
+    type: Global___SchemaType.ValueType
+    @_builtins.property
+    def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        schema_data: _builtins.bytes = ...,
+        type: Global___SchemaType.ValueType = ...,
+        properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "properties", b"properties", "schema_data", b"schema_data", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Schema: _TypeAlias = Schema  # noqa: Y015
+
+@_typing.final
+class GetSchemaRequest(_message.Message):
+    """Which schema of a topic (a partition asks for its partitioned topic's: they share one)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    schema_version: _builtins.bytes
+    """as DeliveredEntry.schema_version carries it; empty: the latest"""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        schema_version: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schema_version", b"schema_version", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSchemaRequest: _TypeAlias = GetSchemaRequest  # noqa: Y015
+
+@_typing.final
+class GetSchemaResponse(_message.Message):
+    """The schema asked for, and its version."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEMA_FIELD_NUMBER: _builtins.int
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    schema_version: _builtins.bytes
+    @_builtins.property
+    def schema(self) -> Global___Schema: ...
+    def __init__(
+        self,
+        *,
+        schema: Global___Schema | None = ...,
+        schema_version: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema", "schema_version", b"schema_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSchemaResponse: _TypeAlias = GetSchemaResponse  # noqa: Y015
+
+@_typing.final
+class GetOrCreateSchemaRequest(_message.Message):
+    """A schema to register for a topic, or to find registered already."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SCHEMA_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    @_builtins.property
+    def schema(self) -> Global___Schema: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        schema: Global___Schema | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetOrCreateSchemaRequest: _TypeAlias = GetOrCreateSchemaRequest  # noqa: Y015
+
+@_typing.final
+class GetOrCreateSchemaResponse(_message.Message):
+    """The version under which the topic holds the schema."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    schema_version: _builtins.bytes
+    """Pulsar's: 8 bytes, the version number big-endian"""
+    def __init__(
+        self,
+        *,
+        schema_version: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schema_version", b"schema_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetOrCreateSchemaResponse: _TypeAlias = GetOrCreateSchemaResponse  # noqa: Y015
+
+@_typing.final
 class ProduceRequest(_message.Message):
     """---------------------------------------------------------------- Produce
 
@@ -358,21 +590,25 @@ class ProducerReady(_message.Message):
     PRODUCER_NAME_FIELD_NUMBER: _builtins.int
     LAST_SEQUENCE_ID_FIELD_NUMBER: _builtins.int
     TOPIC_FIELD_NUMBER: _builtins.int
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     producer_name: _builtins.str
     last_sequence_id: _builtins.int
     """highest sequence id stored for this producer name, -1 if none"""
     topic: _builtins.str
     """full topic name"""
+    schema_version: _builtins.bytes
+    """the version of the producer's schema; empty without one"""
     def __init__(
         self,
         *,
         producer_name: _builtins.str = ...,
         last_sequence_id: _builtins.int = ...,
         topic: _builtins.str = ...,
+        schema_version: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_sequence_id", b"last_sequence_id", "producer_name", b"producer_name", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_sequence_id", b"last_sequence_id", "producer_name", b"producer_name", "schema_version", b"schema_version", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -747,6 +983,7 @@ class DeliveredEntry(_message.Message):
     SEQUENCE_ID_FIELD_NUMBER: _builtins.int
     MESSAGES_FIELD_NUMBER: _builtins.int
     COMPRESSED_FIELD_NUMBER: _builtins.int
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     ledger_id: _builtins.int
     entry_id: _builtins.int
     partition: _builtins.int
@@ -757,6 +994,8 @@ class DeliveredEntry(_message.Message):
     """
     producer_name: _builtins.str
     sequence_id: _builtins.int
+    schema_version: _builtins.bytes
+    """the schema the producer declared (GetSchema); empty: none"""
     @_builtins.property
     def acked_batch_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -778,10 +1017,11 @@ class DeliveredEntry(_message.Message):
         sequence_id: _builtins.int = ...,
         messages: _abc.Iterable[Global___MessageData] | None = ...,
         compressed: Global___CompressedBatch | None = ...,
+        schema_version: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compressed", b"compressed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_batch_indexes", b"acked_batch_indexes", "compressed", b"compressed", "entry_id", b"entry_id", "ledger_id", b"ledger_id", "messages", b"messages", "partition", b"partition", "producer_name", b"producer_name", "publish_time", b"publish_time", "redelivery_count", b"redelivery_count", "sequence_id", b"sequence_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_batch_indexes", b"acked_batch_indexes", "compressed", b"compressed", "entry_id", b"entry_id", "ledger_id", b"ledger_id", "messages", b"messages", "partition", b"partition", "producer_name", b"producer_name", "publish_time", b"publish_time", "redelivery_count", b"redelivery_count", "schema_version", b"schema_version", "sequence_id", b"sequence_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

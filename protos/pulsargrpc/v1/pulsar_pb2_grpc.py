@@ -65,6 +65,16 @@ class PulsarServiceStub:
                 request_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceRequest.SerializeToString,
                 response_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceResponse.FromString,
                 _registered_method=True)
+        self.GetSchema = channel.unary_unary(
+                '/pulsargrpc.v1.PulsarService/GetSchema',
+                request_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetSchemaRequest.SerializeToString,
+                response_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetSchemaResponse.FromString,
+                _registered_method=True)
+        self.GetOrCreateSchema = channel.unary_unary(
+                '/pulsargrpc.v1.PulsarService/GetOrCreateSchema',
+                request_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaRequest.SerializeToString,
+                response_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaResponse.FromString,
+                _registered_method=True)
 
 
 class PulsarServiceServicer:
@@ -118,6 +128,24 @@ class PulsarServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSchema(self, request, context):
+        """A topic's schema at a version, or its latest (Pulsar's CommandGetSchema): a consumer
+        decodes each message with the version it was written with (DeliveredEntry.schema_version).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetOrCreateSchema(self, request, context):
+        """Registers a schema for a topic, or finds it registered already, under the namespace's
+        compatibility strategy (Pulsar's CommandGetOrCreateSchema); refused with IncompatibleSchema.
+        A client whose schema is too large for call metadata opens its Produce or Consume call with
+        the version this answers (x-pulsar-schema-version-bin).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PulsarServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -150,6 +178,16 @@ def add_PulsarServiceServicer_to_server(servicer, server):
                     servicer.GetTopicsOfNamespace,
                     request_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceRequest.FromString,
                     response_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceResponse.SerializeToString,
+            ),
+            'GetSchema': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchema,
+                    request_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetSchemaRequest.FromString,
+                    response_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetSchemaResponse.SerializeToString,
+            ),
+            'GetOrCreateSchema': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOrCreateSchema,
+                    request_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaRequest.FromString,
+                    response_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -315,6 +353,60 @@ class PulsarService:
             '/pulsargrpc.v1.PulsarService/GetTopicsOfNamespace',
             pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceRequest.SerializeToString,
             pulsargrpc_dot_v1_dot_pulsar__pb2.GetTopicsOfNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchema(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pulsargrpc.v1.PulsarService/GetSchema',
+            pulsargrpc_dot_v1_dot_pulsar__pb2.GetSchemaRequest.SerializeToString,
+            pulsargrpc_dot_v1_dot_pulsar__pb2.GetSchemaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOrCreateSchema(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pulsargrpc.v1.PulsarService/GetOrCreateSchema',
+            pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaRequest.SerializeToString,
+            pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from pulsargrpc.v1 import pulsar_pb2 as pulsargrpc_dot_v1_dot_pulsar__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"pulsargrpc/internal/v1/entry.proto\x12\x16pulsargrpc.internal.v1\x1a\x1apulsargrpc/v1/pulsar.proto\"\xb1\x01\n\x0bStoredEntry\x12\x14\n\x0cpublish_time\x18\n \x01(\x04\x12\x15\n\rproducer_name\x18\x0b \x01(\t\x12\x13\n\x0bsequence_id\x18\x0c \x01(\x04\x12,\n\x08messages\x18\r \x03(\x0b\x32\x1a.pulsargrpc.v1.MessageData\x12\x32\n\ncompressed\x18\x0e \x01(\x0b\x32\x1e.pulsargrpc.v1.CompressedBatchb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"pulsargrpc/internal/v1/entry.proto\x12\x16pulsargrpc.internal.v1\x1a\x1apulsargrpc/v1/pulsar.proto\"\xc9\x01\n\x0bStoredEntry\x12\x14\n\x0cpublish_time\x18\n \x01(\x04\x12\x15\n\rproducer_name\x18\x0b \x01(\t\x12\x13\n\x0bsequence_id\x18\x0c \x01(\x04\x12,\n\x08messages\x18\r \x03(\x0b\x32\x1a.pulsargrpc.v1.MessageData\x12\x32\n\ncompressed\x18\x0e \x01(\x0b\x32\x1e.pulsargrpc.v1.CompressedBatch\x12\x16\n\x0eschema_version\x18\x0f \x01(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pulsargrpc.internal.v1.entr
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_STOREDENTRY']._serialized_start=91
-  _globals['_STOREDENTRY']._serialized_end=268
+  _globals['_STOREDENTRY']._serialized_end=292
 # @@protoc_insertion_point(module_scope)

@@ -5,7 +5,7 @@ The broker's entry format: what one managed-ledger entry holds. Internal to the 
 part of the client contract (protos/pulsargrpc/v1), so clients need not compile it.
 
 A produce request (fields 12-14) becomes an entry by appending the broker-assigned fields
-10-11, so the broker never rebuilds messages on the hot path; and an entry is sent to
+10-11 and 15, so the broker never rebuilds messages on the hot path; and an entry is sent to
 consumers as a DeliveredEntry by prefixing fields 1-5, because DeliveredEntry gives these
 fields the same numbers. Keep the numbers of the three messages in step. Message names are
 not stored, so moving this file to its own package left stored entries readable.
@@ -38,9 +38,12 @@ class StoredEntry(_message.Message):
     SEQUENCE_ID_FIELD_NUMBER: _builtins.int
     MESSAGES_FIELD_NUMBER: _builtins.int
     COMPRESSED_FIELD_NUMBER: _builtins.int
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     publish_time: _builtins.int
     producer_name: _builtins.str
     sequence_id: _builtins.int
+    schema_version: _builtins.bytes
+    """the producer's schema version (empty: none), set by the broker"""
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_pulsar_pb2.MessageData]: ...
     @_builtins.property
@@ -53,10 +56,11 @@ class StoredEntry(_message.Message):
         sequence_id: _builtins.int = ...,
         messages: _abc.Iterable[_pulsar_pb2.MessageData] | None = ...,
         compressed: _pulsar_pb2.CompressedBatch | None = ...,
+        schema_version: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compressed", b"compressed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compressed", b"compressed", "messages", b"messages", "producer_name", b"producer_name", "publish_time", b"publish_time", "sequence_id", b"sequence_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compressed", b"compressed", "messages", b"messages", "producer_name", b"producer_name", "publish_time", b"publish_time", "schema_version", b"schema_version", "sequence_id", b"sequence_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
