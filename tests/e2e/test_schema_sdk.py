@@ -154,7 +154,13 @@ async def test_the_topic_holds_the_producers_schema(broker: BrokerThread) -> Non
         producer = await client.create_producer("registered", schema=AvroSchema(User))
         await producer.send(a_user())
         info = await client.get_schema("registered")
-        assert info == AvroSchema(User).schema_info()
+        declared = AvroSchema(User).schema_info()
+        # The registry names a schema after its topic, as Pulsar's does.
+        assert (info.type, info.schema, info.properties) == (
+            declared.type,
+            declared.schema,
+            declared.properties,
+        )
         assert await client.get_schema("registered", producer.schema_version()) == info
 
 
