@@ -36,6 +36,7 @@ from pulsar_grpc.schema import (
 )
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.messaging import receive_n
+from tests.e2e.test_partitioned_and_dedup import create_partitioned
 from tests.support import BrokerThread
 
 
@@ -230,3 +231,34 @@ def test_the_blocking_client_sends_and_receives_records(broker: BrokerThread) ->
         with pytest.raises(TypeError, match="User"):
             producer.send(b"not a user")
         assert consumer.receive(timeout_millis=10_000).value() == a_user()
+
+
+async def test_a_partitioned_topic_shares_one_schema(broker: BrokerThread) -> None:
+    """Every partition's producer declares the schema (the large protobuf definition is
+    registered first); the partitions hold it under one version, so a consumer of all of
+    them decodes every message, typed or generic."""
+    await create_partitioned(broker.http_url, "parted-users", 3)
+    await create_partitioned(broker.http_url, "parted-protos", 2)
+    async with Client(broker.service_url) as client:
+        typed = await client.subscribe(
+            "parted-users", "typed", schema=AvroSchema(UserV2), initial_position="earliest"
+        )
+        generic = await client.subscribe(
+            "parted-users", "generic", schema=AutoConsumeSchema(), initial_position="earliest"
+        )
+        producer = await client.create_producer("parted-users", schema=AvroSchema(User))
+        for i in range(6):
+            await producer.send(User(name=f"u{i}"), partition_key=f"key-{i}")
+        names = sorted(m.value().name for m in await receive_n(typed, 6))
+        generic_names = sorted(m.value()["name"] for m in await receive_n(generic, 6))
+        protos = await client.create_producer(
+            "parted-protos", schema=ProtobufNativeSchema(pb.MessageId)
+        )
+        consumer = await client.subscribe(
+            "parted-protos", "s", schema=AutoConsumeSchema(), initial_position="earliest"
+        )
+        for i in range(4):
+            await protos.send(pb.MessageId(entry_id=i), partition_key=str(i))
+        entries = sorted(m.value()["entry_id"] for m in await receive_n(consumer, 4))
+    assert names == generic_names == [f"u{i}" for i in range(6)]
+    assert entries == [0, 1, 2, 3]
