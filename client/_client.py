@@ -453,9 +453,8 @@ class Client:
         >>> await client.get_last_message_id("my-topic")
         MessageId(ledger_id=3, entry_id=41, batch_index=99, partition=-1)
         """
-        _, (target, tls) = await self._lookup(topic)
         request = pb.GetLastMessageIdRequest(topic=topic)
-        response = await self._unary(self._stub(target, tls).GetLastMessageId, request, topic)
+        response = await self._at_owner(topic, "GetLastMessageId", request)
         if not response.HasField("last_message_id"):
             return None
         last = response.last_message_id
@@ -464,17 +463,20 @@ class Client:
     async def get_schema(self, topic: str, version: bytes = b"") -> SchemaInfo:
         """The topic's schema at ``version`` (as ``Message.schema_version()`` gives it; empty:
         the latest). A topic without one raises :class:`~client.TopicNotFound`."""
-        _, (target, tls) = await self._lookup(topic)
         request = pb.GetSchemaRequest(topic=topic, schema_version=version)
-        response = await self._unary(self._stub(target, tls).GetSchema, request, topic)
+        response = await self._at_owner(topic, "GetSchema", request)
         return SchemaInfo.from_proto(response.schema)
 
     async def _register_schema(self, topic: str, schema: pb.Schema) -> bytes:
         """GetOrCreateSchema: the version under which the topic holds ``schema``."""
-        _, (target, tls) = await self._lookup(topic)
         request = pb.GetOrCreateSchemaRequest(topic=topic, schema=schema)
-        response = await self._unary(self._stub(target, tls).GetOrCreateSchema, request, topic)
+        response = await self._at_owner(topic, "GetOrCreateSchema", request)
         return bytes(response.schema_version)
+
+    async def _at_owner(self, topic: str, method: str, request: Any) -> Any:
+        """A unary call about ``topic``, made at the broker that owns it."""
+        _, (target, tls) = await self._lookup(topic)
+        return await self._unary(getattr(self._stub(target, tls), method), request, topic)
 
     async def get_topics_of_namespace(self, namespace: str) -> list[str]:
         """Full names of a namespace's persistent topics (a partitioned topic under its own
