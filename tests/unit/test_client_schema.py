@@ -268,3 +268,21 @@ async def test_the_sync_client_sends_and_receives_values(broker):
             return consumer.receive(timeout_millis=5000).value()
 
     assert await asyncio.to_thread(run) == User(name="sync")
+
+
+async def test_a_multi_topic_consumer_declares_its_schema_on_each_topic(broker):
+    """A large definition is registered on each topic, since a version is a topic's own."""
+    fields = {f"field_{i:03d}_with_a_long_name": String() for i in range(150)}
+    Wide = type("Wide", (Record,), fields)
+    schema = JsonSchema(Wide)
+    async with Client(broker.url) as c:
+        for topic in ("a", "b"):
+            producer = await c.create_producer(topic, schema=JsonSchema(User))
+            await producer.send(User(name=topic))
+        consumer = await c.subscribe(["a", "b"], "s", schema=AutoConsumeSchema())
+        values = sorted(m.value()["name"] for m in await receive_all(consumer, 2))
+        await c.subscribe(["a", "b"], "wide", schema=schema)
+    assert values == ["a", "b"]
+    assert sorted(r.topic for r in broker.registered) == ["a", "b"]
+    wide_md = [md for md in broker.metadata if md.get("x-pulsar-subscription") == "wide"]
+    assert sorted(md[VERSION_HEADER] for md in wide_md) == [(1).to_bytes(8, "big")] * 2
