@@ -67,8 +67,9 @@ def value_decoder(schema: Schema | None, fetch: FetchSchema) -> ValueDecoder | N
 class ValueDecoder:
     """A consumer's decoding of values, shared by its streams: for each writer version a
     message carries, its schema (fetched once with GetSchema, per topic) resolved to the
-    consumer's own schema. Decoders are made before the messages are queued, so that
-    ``Message.value()`` never waits on the network."""
+    consumer's own schema (only for a schema that reads the writer's version: Avro,
+    AUTO_CONSUME; the others decode every version alike). Decoders are made before the
+    messages are queued, so that ``Message.value()`` never waits on the network."""
 
     def __init__(self, schema: Schema, fetch: FetchSchema) -> None:
         self.schema = schema
@@ -81,6 +82,8 @@ class ValueDecoder:
     async def prepare(self, topic: str, entries: Iterable[pb.DeliveredEntry]) -> None:
         """Fetch the writer schemas of ``entries`` not known yet. A failure is not cached:
         the entry's values raise it, and the next entry of that version tries again."""
+        if not self.schema.reads_writer_version:
+            return
         base = _PARTITION.sub("", topic)
         for version in {e.schema_version for e in entries if e.schema_version}:
             key = (base, version)
@@ -98,7 +101,7 @@ class ValueDecoder:
 
     def for_entry(self, topic: str, entry: pb.DeliveredEntry) -> Decode:
         """How to decode the payloads of ``entry`` (after :meth:`prepare`)."""
-        if not entry.schema_version:
+        if not entry.schema_version or not self.schema.reads_writer_version:
             return self._own
         key = (_PARTITION.sub("", topic), entry.schema_version)
         decode = self._decoders.get(key)

@@ -103,6 +103,8 @@ class AutoConsumeSchema(Schema):
     {'name': 'ada', 'age': 36}
     """
 
+    reads_writer_version = True
+
     def __init__(self) -> None:
         super().__init__(SchemaInfo(SchemaType.AUTO_CONSUME, "AUTO_CONSUME"), None)
 

@@ -112,6 +112,10 @@ class Schema:
     """A schema: its :class:`SchemaInfo` and the encoding of its values. ``encode`` refuses
     a value of the wrong type with a TypeError naming the type expected."""
 
+    # Whether decoding depends on the writer's version (:meth:`decoder_for`): a consumer
+    # fetches the versions its messages carry only for such a schema.
+    reads_writer_version: ClassVar[bool] = False
+
     def __init__(self, info: SchemaInfo, python_type: type | tuple[type, ...] | None) -> None:
         self._info = info
         self._python_type = python_type
@@ -305,7 +309,9 @@ class AvroSchema(_RecordSchema):
     ``AvroSchema(None, schema_definition={...})`` for dict values.
 
     A message written with another version of the schema is read by Avro's schema
-    resolution (:meth:`decode_from`): fields the reader added take their defaults."""
+    resolution (:meth:`decoder_for`): fields the reader added take their defaults."""
+
+    reads_writer_version = True
 
     def __init__(
         self, record_cls: type[Record] | None, schema_definition: dict[str, Any] | None = None

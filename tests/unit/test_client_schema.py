@@ -229,6 +229,19 @@ async def test_a_version_that_cannot_be_fetched_fails_only_value(broker):
             msg.value()
 
 
+async def test_a_schema_that_decodes_every_version_alike_fetches_none(broker):
+    """JSON, string, the primitives: the writer's version does not change the decoding, so
+    the consumer does not depend on GetSchema."""
+    broker.fail_fetches = True
+    async with Client(broker.url) as c:
+        producer = await c.create_producer("t", schema=JsonSchema(User))
+        await producer.send(User(name="ada"))
+        consumer = await c.subscribe("t", "s", schema=JsonSchema(User))
+        [msg] = await receive_all(consumer, 1)
+        assert msg.value() == User(name="ada")
+    assert broker.fetched == []
+
+
 async def test_a_value_of_the_wrong_type_is_refused_before_sending(broker):
     async with Client(broker.url) as c:
         producer = await c.create_producer("t", schema=AvroSchema(User))
