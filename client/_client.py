@@ -9,6 +9,7 @@ import re
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,6 +18,7 @@ import grpc
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
+from ..schema import Schema, SchemaInfo
 from ._auth import (
     Authentication,
     AuthenticationTLS,
@@ -60,6 +62,7 @@ from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, Par
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
 from ._routing import PartitionsRoutingMode, Router
+from ._schemas import schema_params, value_decoder
 from ._stream import Connect, Metadata, Params, StreamCall, call_metadata
 
 # Lookups answered with Redirect that the client follows before giving up (Pulsar's
@@ -224,6 +227,7 @@ class Client:
             PartitionsRoutingMode.RoundRobinDistribution
         ),
         batching_type: BatchingType | str = BatchingType.Default,
+        schema: Schema | None = None,
     ) -> Producer:
         """Create a producer; on a partitioned topic, one stream per partition. The parameters
         are pulsar-client's, with its defaults except ``batching_enabled`` (on, as in Pulsar's
@@ -248,8 +252,13 @@ class Client:
         one key: use it when a Key_Shared subscription reads the topic, which dispatches a
         whole entry by the key of its first message.
 
+        ``schema`` (:mod:`pulsar_grpc.schema`) is declared to the broker, which refuses one
+        incompatible with the topic's (:class:`~client.IncompatibleSchema`); ``send`` then
+        takes its values.
+
         >>> producer = await client.create_producer(
         ...     "my-topic", compression_type=CompressionType.LZ4, block_if_queue_full=True)
+        >>> users = await client.create_producer("users", schema=AvroSchema(User))
         """
         config = ProducerConfig(
             batching_max_messages=batching_max_messages if batching_enabled else 1,
@@ -272,16 +281,19 @@ class Client:
             )
         mode = PartitionsRoutingMode(message_routing_mode)
         partitions = await self._partition_count(topic)
-        params: dict[str, str | int | bool | None] = {
+        params: Params = {
             "x-pulsar-producer-name": producer_name,
         }
         producers = [PartitionProducer(config, index) for index in _partition_indexes(partitions)]
-        await self._start_all(producers, _partition_topics(topic, partitions), "Produce", params)
+        topics = _partition_topics(topic, partitions)
+        await self._start_all(producers, topics, "Produce", params, schema)
         router = Router(partitions, mode, batching_max_publish_delay_ms) if partitions else None
         budget = max_pending_messages
         if partitions:
             budget = min(max_pending_messages * partitions, max_pending_messages_across_partitions)
-        producer = Producer(full_topic_name(topic), producers, router, budget, block_if_queue_full)
+        producer = Producer(
+            full_topic_name(topic), producers, router, budget, block_if_queue_full, schema
+        )
         self._handles.add(producer)
         return producer
 
@@ -304,6 +316,7 @@ class Client:
         ack_group_time_ms: float = 1.0,
         subscription_type: ConsumerType | str | None = None,
         ack_timeout_ms: int | None = None,
+        schema: Schema | None = None,
     ) -> Consumer:
         """Subscribe, with pulsar-client's parameters; every stream feeds one queue.
 
@@ -318,7 +331,9 @@ class Client:
         (``callback(consumer, message)``, plain or async) gets every message instead of
         ``receive()``. Nack delay, ack timeout (``unacked_messages_timeout_ms``) and the
         dead-letter policy are applied by the broker. ``subscription_type`` and
-        ``ack_timeout_ms`` are the names earlier versions used.
+        ``ack_timeout_ms`` are the names earlier versions used. With ``schema``,
+        ``msg.value()`` decodes each message from the schema version it was written with
+        (``AutoConsumeSchema()``: into plain values, whatever the topic's schema).
 
         >>> consumer = await client.subscribe(
         ...     "my-topic", "sub", ConsumerType.Shared, initial_position=InitialPosition.Earliest,
@@ -347,6 +362,7 @@ class Client:
             max_backoff_s=self._backoff_s[1],
             renewal=self._renewal,
             topic_ids=not isinstance(topic, str),
+            values=value_decoder(schema, self.get_schema),
         )
         pattern: TopicsPattern | None = None
         topics: list[str] = []
@@ -382,10 +398,12 @@ class Client:
         *,
         receiver_queue_size: int = 1000,
         reader_name: str | None = None,
+        schema: Schema | None = None,
     ) -> Reader:
         """Read from ``start_message_id`` (``MessageId.earliest``, ``MessageId.latest``, a
         MessageId, or its text) without a durable subscription, as pulsar-client's
         ``create_reader``. A partitioned topic can only be read from earliest or latest.
+        ``schema`` decodes ``msg.value()`` as for :meth:`subscribe`.
 
         >>> reader = await client.create_reader("my-topic", MessageId.earliest)
         """
@@ -398,7 +416,7 @@ class Client:
         if partitions and start not in (MessageId.earliest, MessageId.latest):
             raise ValueError("a reader of a partitioned topic starts at earliest or latest")
         subscription = f"reader-{uuid.uuid4().hex[:10]}"
-        params: dict[str, str | int | bool | None] = {
+        params: Params = {
             "x-pulsar-subscription": subscription,
             "x-pulsar-subscription-type": ConsumerType.Exclusive.value,
             "x-pulsar-consumer-name": reader_name,
@@ -415,6 +433,7 @@ class Client:
             initial_backoff_s=self._backoff_s[0],
             max_backoff_s=self._backoff_s[1],
             renewal=self._renewal,
+            values=value_decoder(schema, self.get_schema),
         )
         consumer = Consumer(topic, subscription, config, MessageQueue())
         await self._attach(consumer, [topic], config, params, [partitions])
@@ -434,13 +453,30 @@ class Client:
         >>> await client.get_last_message_id("my-topic")
         MessageId(ledger_id=3, entry_id=41, batch_index=99, partition=-1)
         """
-        _, (target, tls) = await self._lookup(topic)
         request = pb.GetLastMessageIdRequest(topic=topic)
-        response = await self._unary(self._stub(target, tls).GetLastMessageId, request, topic)
+        response = await self._at_owner(topic, "GetLastMessageId", request)
         if not response.HasField("last_message_id"):
             return None
         last = response.last_message_id
         return MessageId(last.ledger_id, last.entry_id, last.batch_index, last.partition)
+
+    async def get_schema(self, topic: str, version: bytes = b"") -> SchemaInfo:
+        """The topic's schema at ``version`` (as ``Message.schema_version()`` gives it; empty:
+        the latest). A topic without one raises :class:`~client.TopicNotFound`."""
+        request = pb.GetSchemaRequest(topic=topic, schema_version=version)
+        response = await self._at_owner(topic, "GetSchema", request)
+        return SchemaInfo.from_proto(response.schema)
+
+    async def _register_schema(self, topic: str, schema: pb.Schema) -> bytes:
+        """GetOrCreateSchema: the version under which the topic holds ``schema``."""
+        request = pb.GetOrCreateSchemaRequest(topic=topic, schema=schema)
+        response = await self._at_owner(topic, "GetOrCreateSchema", request)
+        return bytes(response.schema_version)
+
+    async def _at_owner(self, topic: str, method: str, request: Any) -> Any:
+        """A unary call about ``topic``, made at the broker that owns it."""
+        _, (target, tls) = await self._lookup(topic)
+        return await self._unary(getattr(self._stub(target, tls), method), request, topic)
 
     async def get_topics_of_namespace(self, namespace: str) -> list[str]:
         """Full names of a namespace's persistent topics (a partitioned topic under its own
@@ -569,8 +605,8 @@ class Client:
             + " -> ".join(hops)
         )
 
-    def _metadata(self, topic: str | None, params: dict[str, str | int | bool | None]) -> Metadata:
-        base: dict[str, str | int | bool | None] = {
+    def _metadata(self, topic: str | None, params: Params) -> Metadata:
+        base: Params = {
             "x-pulsar-topic": topic,
             "x-pulsar-listenername": self._listener_name,
             "authorization": self._authentication.authorization() if self._authentication else None,
@@ -596,7 +632,7 @@ class Client:
                 sent = dict(metadata).get("authorization")
                 if auth is None or exc.code() != grpc.StatusCode.UNAUTHENTICATED:
                     raise
-                if not auth.refused(sent):
+                if not auth.refused(sent if isinstance(sent, str) else None):
                     raise
                 await auth.prepare(exchange)
             return await self._call(method, request, self._metadata(topic, {}))
@@ -654,7 +690,7 @@ class Client:
         consumer: Consumer,
         topics: list[str],
         config: ConsumerConfig,
-        params: dict[str, str | int | bool | None],
+        params: Params,
         partition_counts: list[int] | None = None,
     ) -> None:
         """Start a stream per topic (per partition of a partitioned one) for ``consumer``;
@@ -681,7 +717,8 @@ class Client:
         # Known to the consumer before they start: their first messages may come at once.
         consumer.add_streams(streams)
         try:
-            await self._start_all(streams, names, "Consume", params)
+            schema = config.values.schema if config.values is not None else None
+            await self._start_all(streams, names, "Consume", params, schema)
         except Exception:  # _start_all closed them; cancelled (closing), the consumer will
             consumer.remove_streams(streams)
             raise
@@ -692,7 +729,7 @@ class Client:
         pattern: TopicsPattern,
         period_s: float,
         config: ConsumerConfig,
-        params: dict[str, str | int | bool | None],
+        params: Params,
     ) -> None:
         """Subscribe ``consumer`` to the topics matching now, and have it re-check."""
 
@@ -725,10 +762,14 @@ class Client:
         stream: _Startable,
         topic: str,
         method: str,
-        params: dict[str, str | int | bool | None],
+        params: Params,
+        schema: Schema | None,
     ) -> None:
         """Start ``stream`` with a way to (re)open its ``method`` stream on ``topic``: each
-        opening looks the topic up afresh and connects where the answer says."""
+        opening looks the topic up afresh and connects where the answer says. ``schema`` is
+        declared on each (registered first if too large for metadata: a version is valid for
+        the stream's life)."""
+        params = {**params, **await schema_params(schema, partial(self._register_schema, topic))}
 
         async def connect(overrides: Params) -> StreamCall:
             _, (target, tls) = await self._lookup(topic)
@@ -744,12 +785,16 @@ class Client:
         streams: Sequence[_Startable],
         topics: list[str],
         method: str,
-        params: dict[str, str | int | bool | None],
+        params: Params,
+        schema: Schema | None = None,
     ) -> None:
-        """Start one stream per topic (``method``: Produce or Consume); if any fails, close
-        the others and raise its error."""
+        """Start one stream per topic (``method``: Produce or Consume) declaring ``schema``;
+        if any fails, close the others and raise its error."""
         results = await asyncio.gather(
-            *(self._start_one(s, t, method, params) for s, t in zip(streams, topics, strict=True)),
+            *(
+                self._start_one(s, t, method, params, schema)
+                for s, t in zip(streams, topics, strict=True)
+            ),
             return_exceptions=True,
         )
         errors = [r for r in results if isinstance(r, BaseException)]

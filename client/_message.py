@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import struct
-from typing import ClassVar, NamedTuple
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
@@ -137,7 +138,7 @@ class Message:
     >>> msg.data(), msg.message_id(), msg.properties()
     """
 
-    __slots__ = ("_entry", "_id", "_index", "_partition", "_topic_ids", "_topic_name")
+    __slots__ = ("_decode", "_entry", "_id", "_index", "_partition", "_topic_ids", "_topic_name")
 
     def __init__(
         self,
@@ -146,17 +147,27 @@ class Message:
         partition: int,
         topic_name: str,
         topic_ids: bool = False,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> None:
         self._entry = entry
+        # The consumer's schema resolved for the version this message was written with.
+        self._decode = decode
         self._index = index
         self._partition = partition
         self._topic_name = topic_name
         self._topic_ids = topic_ids  # message_id() names the topic (multi-topic consumers)
         self._id: MessageId | None = None
 
-    def value(self) -> bytes:
-        """The payload, as Pulsar's ``value()`` with the default bytes schema."""
-        return self._entry.messages[self._index].payload
+    def value(self) -> Any:
+        """The payload decoded with the consumer's schema (the bytes without one), from the
+        schema version the message was written with, as Pulsar's ``value()``. A payload the
+        schema cannot read raises :class:`~pulsar_grpc.schema.SchemaSerializationError`."""
+        payload = self._entry.messages[self._index].payload
+        return payload if self._decode is None else self._decode(payload)
+
+    def schema_version(self) -> bytes:
+        """The version of the producer's schema (Pulsar's 8 bytes); empty without one."""
+        return self._entry.schema_version
 
     def data(self) -> bytes:
         """The payload."""
@@ -222,22 +233,27 @@ class Message:
 
 
 def messages_of_entry(
-    entry: pb.DeliveredEntry, partition: int, topic_name: str, topic_ids: bool = False
+    entry: pb.DeliveredEntry,
+    partition: int,
+    topic_name: str,
+    topic_ids: bool = False,
+    decode: Callable[[bytes], Any] | None = None,
 ) -> list[Message]:
     """The messages of one delivered entry, minus the batch indexes acked before.
 
     Message i gets id (ledger, entry, i, partition) and sequence id ``entry.sequence_id + i``;
     ``partition`` is the consumer's own partition index, which decides where its acks go;
-    with ``topic_ids`` the id is a :class:`TopicMessageId` naming ``topic_name``. A
+    with ``topic_ids`` the id is a :class:`TopicMessageId` naming ``topic_name``; ``decode``
+    makes ``value()`` (the consumer's schema for the entry's writer version). A
     compressed batch is decompressed first (InvalidMessage if it cannot be).
     """
     decompress_entry(entry)
     count = len(entry.messages)
     if not entry.acked_batch_indexes:
-        return [Message(entry, i, partition, topic_name, topic_ids) for i in range(count)]
+        return [Message(entry, i, partition, topic_name, topic_ids, decode) for i in range(count)]
     skipped = set(entry.acked_batch_indexes)
     return [
-        Message(entry, i, partition, topic_name, topic_ids)
+        Message(entry, i, partition, topic_name, topic_ids, decode)
         for i in range(count)
         if i not in skipped
     ]

@@ -34,6 +34,7 @@ from ._errors import (
 )
 from ._flow import PermitTracker
 from ._message import Message, MessageId, messages_of_entry
+from ._schemas import ValueDecoder
 from ._stream import (
     CLOSE_GRACE_S,
     Connect,
@@ -136,6 +137,8 @@ class ConsumerConfig:
     renewal: CredentialRenewal = CredentialRenewal.FIXED
     # Multi-topic and pattern consumers: message ids name their topic (TopicMessageId).
     topic_ids: bool = False
+    # With a schema: how its streams decode values (one cache of writer versions for all).
+    values: ValueDecoder | None = None
 
 
 class PartitionConsumer:
@@ -344,9 +347,14 @@ class PartitionConsumer:
         if kind == "messages":
             messages: list[Message] = []
             self._wants_one = False
+            values = self.config.values
             for entry in response.messages.entries:
                 of_entry = messages_of_entry(
-                    entry, self.partition, self.topic, self.config.topic_ids
+                    entry,
+                    self.partition,
+                    self.topic,
+                    self.config.topic_ids,
+                    values.for_entry(self.topic, entry) if values is not None else None,
                 )
                 messages.extend(of_entry)
                 if not self._dropping:
@@ -475,6 +483,10 @@ class PartitionConsumer:
                     if self.connection.state is HandleState.READY:
                         self._lost(call, ConnectError("the broker ended the consume stream"))
                     return
+                values = self.config.values
+                if values is not None and response.WhichOneof("response") == "messages":
+                    # A writer version seen first is fetched before its messages are queued.
+                    await values.prepare(self.topic, response.messages.entries)
                 self.on_response(response)
         except asyncio.CancelledError:
             raise

@@ -21,11 +21,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import grpc
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
+from ..schema import Schema
 from ._auth import CredentialRenewal
 from ._batching import BatchingType, BatchKey, Container, batch_container
 from ._compression import CompressionType
@@ -101,6 +103,7 @@ class PartitionProducer:
         self.producer_name = ""
         self.topic = ""
         self.last_sequence_id = -1
+        self.schema_version = b""  # of the producer's schema, from ProducerReady
         self._next_sequence_id = 0
         self._loop = asyncio.get_running_loop()
         self._container: Container[asyncio.Future[MessageId]] = batch_container(
@@ -165,6 +168,7 @@ class PartitionProducer:
         """Take name, topic and, on the first stream only, the first sequence id."""
         self.producer_name = ready.producer_name
         self.topic = ready.topic
+        self.schema_version = ready.schema_version
         if not first:  # reconnected: the client's own sequence ids go on
             self.last_sequence_id = max(self.last_sequence_id, ready.last_sequence_id)
             return
@@ -379,6 +383,11 @@ def report_to(callback: SendCallback, future: asyncio.Future[MessageId]) -> None
         callback(Result.UnknownError, None)
 
 
+def _as_is(content: Any) -> bytes:
+    """A producer without a schema sends its bytes unchanged."""
+    return content
+
+
 def _ordering_key(ordering_key: str | bytes | None) -> bytes | None:
     return ordering_key.encode() if isinstance(ordering_key, str) else ordering_key
 
@@ -406,8 +415,12 @@ class Producer:
         router: Router | None,
         max_pending_messages: int,
         block_if_queue_full: bool = False,
+        schema: Schema | None = None,
     ) -> None:
         self._topic = topic
+        # Turns each value sent into its payload (a TypeError for a value of the wrong type).
+        self._encode: Callable[[Any], bytes] = schema.encode if schema is not None else _as_is
+        self._schema = schema
         self._partitions = partitions
         self._router = router
         # One budget for all partitions, so memory stays bounded however many there are.
@@ -435,13 +448,22 @@ class Producer:
         pulsar-client's ``last_sequence_id()``."""
         return max(p.last_sequence_id for p in self._partitions)
 
+    def schema(self) -> Schema | None:
+        """The schema values are sent with (None: bytes, as given)."""
+        return self._schema
+
+    def schema_version(self) -> bytes:
+        """The version under which the topic holds the producer's schema (Pulsar's 8 bytes,
+        from ProducerReady); empty without a schema."""
+        return self._partitions[0].schema_version
+
     def is_connected(self) -> bool:
         """Whether every partition's stream is open (False while reconnecting or closed)."""
         return all(p.state is HandleState.READY for p in self._partitions)
 
     async def send(
         self,
-        content: bytes,
+        content: Any,
         properties: Mapping[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | bytes | None = None,
@@ -450,6 +472,7 @@ class Producer:
         event_timestamp: int | None = None,
     ) -> MessageId:
         """Publish one message and wait until it is stored; pulsar-client's ``send``.
+        ``content`` is bytes, or a value of the producer's schema (encoded by it).
 
         ``partition_key`` picks the partition (and is the Key_Shared key unless
         ``ordering_key`` is set); ``event_timestamp`` is in ms since the epoch;
@@ -470,7 +493,7 @@ class Producer:
 
     def send_async(
         self,
-        content: bytes,
+        content: Any,
         callback: SendCallback,
         properties: Mapping[str, str] | None = None,
         partition_key: str | None = None,
@@ -488,9 +511,10 @@ class Producer:
 
         >>> producer.send_async(b"data", lambda result, msg_id: print(result, msg_id))
         """
+        payload = self._encode(content)
         try:
             message = encode_message(
-                content, partition_key, _ordering_key(ordering_key), properties, event_timestamp
+                payload, partition_key, _ordering_key(ordering_key), properties, event_timestamp
             )
             self._check_open()
             if not self._take_slot_now():
@@ -503,7 +527,7 @@ class Producer:
 
     async def enqueue(
         self,
-        content: bytes,
+        content: Any,
         properties: Mapping[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | bytes | None = None,
@@ -520,7 +544,8 @@ class Producer:
         >>> ids = await asyncio.gather(*futures)
         """
         ordering = _ordering_key(ordering_key)
-        message = encode_message(content, partition_key, ordering, properties, event_timestamp)
+        payload = self._encode(content)
+        message = encode_message(payload, partition_key, ordering, properties, event_timestamp)
         self._check_open()
         if not self._take_slot_now():
             if not self._block_if_queue_full:

@@ -11,7 +11,7 @@ import grpc
 
 from ._errors import ConnectError, PulsarException, Timeout, error_from_rpc
 
-Metadata = tuple[tuple[str, str], ...]
+Metadata = tuple[tuple[str, str | bytes], ...]
 
 
 class StreamCall(Protocol):
@@ -26,7 +26,8 @@ class StreamCall(Protocol):
     def cancel(self) -> bool: ...
 
 
-Params = dict[str, str | int | bool | None]
+# Binary headers (names ending in -bin, such as the declared schema) take bytes.
+Params = dict[str, str | bytes | int | bool | None]
 # Looks the topic up and opens a stream on the broker that owns it; the parameters are merged
 # over those the handle was created with (a reconnecting producer names itself, a reader says
 # where to resume). The client makes one per handle; tests pass fakes.
@@ -34,14 +35,18 @@ Connect = Callable[[Params], Awaitable[StreamCall]]
 
 
 def call_metadata(params: Params) -> Metadata:
-    """Call metadata from parameters: None values are left out, the rest become strings.
+    """Call metadata from parameters: None values are left out, bytes (binary headers) stay
+    bytes, the rest become strings.
 
     >>> call_metadata({"x-pulsar-topic": "t", "x-pulsar-durable": False, "x-pulsar-x": None})
     (('x-pulsar-topic', 't'), ('x-pulsar-durable', 'false'))
     """
-    out = []
+    out: list[tuple[str, str | bytes]] = []
     for key, value in params.items():
         if value is None:
+            continue
+        if isinstance(value, bytes):
+            out.append((key, value))
             continue
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
         out.append((key, text))

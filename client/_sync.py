@@ -86,7 +86,7 @@ class SyncProducer:
 
     def send(
         self,
-        content: bytes,
+        content: Any,
         properties: Mapping[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | bytes | None = None,
@@ -108,7 +108,7 @@ class SyncProducer:
 
     def send_async(
         self,
-        content: bytes,
+        content: Any,
         callback: SendCallback,
         properties: Mapping[str, str] | None = None,
         partition_key: str | None = None,

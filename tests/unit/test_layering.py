@@ -30,6 +30,8 @@ FORBIDDEN = {
         "cli",
     },
     "client": {"broker", "handler", "interceptors", "cli"},
+    # The SDK's schemas (pulsar_grpc.schema) stand on the protos alone: the client uses them.
+    "schema": {"broker", "handler", "interceptors", "cli", "client"},
     "interceptors": {"handler", "client", "cli"},
     # A handler gets the broker as a BrokerContext (broker.protocol): never the service or
     # the parts behind it.
