@@ -28,6 +28,8 @@ from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, TopicName
 from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.dedup import Deduplication
 from pulsar_grpc.broker.topics.producer import Producer, PublishReceipt
+from pulsar_grpc.broker.topics.rate_limit import RateLimit, Throttle
+from pulsar_grpc.broker.topics.rate_policies import RateKind, TopicLimits, broker_default
 from pulsar_grpc.broker.topics.subscription import Subscription, SubType
 from pulsar_grpc.broker.topics.transport import ConsumerTransport
 
@@ -59,6 +61,16 @@ class PersistentTopic:
         self._fencing: asyncio.Task[None] | None = None  # the close after a fence, kept alive
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
+        # Rate limits (rate_policies.RatePolicies keeps them current): the publish rate of all
+        # producers together, the dispatch rate of all subscriptions together, and the limit
+        # each subscription gets on its own.
+        self.publish_throttle = Throttle(broker_default(self.config, RateKind.PUBLISH))
+        self.dispatch_throttle = Throttle(broker_default(self.config, RateKind.DISPATCH))
+        self.subscription_dispatch_limit: RateLimit = broker_default(
+            self.config, RateKind.SUBSCRIPTION_DISPATCH
+        )
+        self.publish_rate_limited_times = 0  # Pulsar's publishRateLimitedTimes
+        self.publish_throttled_s = 0.0  # time producers' streams were not read, in total
 
     @classmethod
     async def load(
@@ -120,6 +132,8 @@ class PersistentTopic:
             )
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
+        self.publish_throttle.consume(num_messages, len(data))
+        self.registry.publish_throttle.consume(num_messages, len(data))
         stored = self.ledger.add_entry(data)
         if dedup is not None:
             dedup.accept(producer.name, highest, stored)
@@ -143,6 +157,27 @@ class PersistentTopic:
 
         stored.add_done_callback(done)
         return receipt
+
+    def publish_delay_s(self) -> float:
+        """How long a producer should wait before sending more: this topic's publish rate
+        and the broker's, whichever is further over its limit (0: not held back)."""
+        return max(self.publish_throttle.delay()[0], self.registry.publish_throttle.delay()[0])
+
+    def publish_held(self, seconds: float) -> None:
+        """A producer's stream was not read for ``seconds`` because of the rate limits."""
+        self.publish_rate_limited_times += 1
+        self.publish_throttled_s += seconds
+
+    def set_rate_limits(self, limits: TopicLimits) -> None:
+        """New limits, live: open producers and subscriptions are held to them at once."""
+        self.publish_throttle.update(limits.publish)
+        self.dispatch_throttle.update(limits.dispatch)
+        self.subscription_dispatch_limit = limits.subscription_dispatch
+        for subscription in self.subscriptions.values():
+            subscription.dispatch_throttle.update(limits.subscription_dispatch)
+        for subscription in self.subscriptions.values():
+            if subscription.dispatcher is not None:
+                subscription.dispatcher.trigger()
 
     async def publish_system(self, batch: bytes) -> Position:
         """Publish a broker-made batch (dead-letter messages)."""
@@ -290,6 +325,10 @@ class PersistentTopic:
             "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
             "bytesOutCounter": sum(s.bytes_out_counter for s in self.subscriptions.values()),
             "storageSize": self.ledger.total_size,
+            "publishRateLimitedTimes": self.publish_rate_limited_times,
+            "publishThrottledTimeMs": int(self.publish_throttled_s * 1000),
+            "publishRateLimit": RateKind.PUBLISH.as_json(self.publish_throttle.limit),
+            "dispatchRateLimit": RateKind.DISPATCH.as_json(self.dispatch_throttle.limit),
             "publishers": [
                 {
                     "producerName": p.name,
@@ -309,6 +348,10 @@ class PersistentTopic:
                     "bytesOutCounter": s.bytes_out_counter,
                     "msgRedeliverCounter": s.msg_redeliver_counter,
                     "deadLetterPublishFailures": s.dead_letter_failures,
+                    **s.throttle_stats(),
+                    "dispatchRateLimit": RateKind.SUBSCRIPTION_DISPATCH.as_json(
+                        s.dispatch_throttle.limit
+                    ),
                     "isDurable": s.durable,
                     "unackedMessages": sum(c.unacked_messages for c in s.consumers),
                     "consumers": [
