@@ -9,7 +9,8 @@
     admin brokers leader-broker
     admin topics bundle-range TOPIC
 
-and the tenants and permissions verbs of cli/admin_permissions.py.
+and the tenants and permissions verbs of cli/admin_permissions.py and the rate-limit verbs of
+cli/admin_rates.py.
 
 A request sent to a broker that does not own the bundle is redirected to the owner and followed.
 """
@@ -20,7 +21,7 @@ import argparse
 import json
 
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
-from pulsar_grpc.cli import admin_permissions
+from pulsar_grpc.cli import admin_permissions, admin_rates
 from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
@@ -32,13 +33,16 @@ SPLIT_ALGORITHMS = (
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("admin", help="tenants, permissions, bundles and brokers (pulsar-admin's)")
+    p = sub.add_parser(
+        "admin", help="tenants, permissions, rate limits, bundles and brokers (pulsar-admin's)"
+    )
     add_connection_args(p, [UrlFlag.ADMIN])
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP")
 
     admin_permissions.add_tenant_verbs(_verbs(groups, "tenants", "tenants and their admins"))
     ns_verbs = _verbs(groups, "namespaces", "a namespace's permissions and bundles")
     admin_permissions.add_namespace_verbs(ns_verbs)
+    admin_rates.add_verbs(ns_verbs, "namespace")
     bundles = ns_verbs.add_parser("bundles", help="print the namespace's bundles (BundlesData)")
     bundles.add_argument("namespace")
     unload = ns_verbs.add_parser("unload", help="unload a bundle, or every bundle of the namespace")
@@ -68,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     tp_verbs = _verbs(groups, "topics", "a topic's permissions and bundle")
     admin_permissions.add_topic_verbs(tp_verbs)
+    admin_rates.add_verbs(tp_verbs, "topic")
     bundle_range = tp_verbs.add_parser("bundle-range", help="the bundle a topic belongs to")
     bundle_range.add_argument("topic")
     p.set_defaults(run=run)
@@ -99,6 +104,8 @@ def _run(args: argparse.Namespace) -> int:
     base = args.admin_url.rstrip("/")
     if admin_permissions.handles(args):
         return admin_permissions.run(args, base)
+    if admin_rates.handles(args):
+        return admin_rates.run(args, base)
     if args.group == "namespaces":
         ns = NamespaceName.get(args.namespace)
         url = f"{base}/admin/v2/namespaces/{ns}"

@@ -60,17 +60,22 @@ class RateKind(enum.Enum):
         return parse_publish_rate(body) if self is RateKind.PUBLISH else parse_dispatch_rate(body)
 
     def as_json(self, limit: RateLimit) -> dict[str, Any]:
+        """Pulsar's JSON for ``limit``; -1 where a kind is not limited, as Pulsar's defaults."""
+        messages, nbytes = limit.messages or -1, limit.bytes or -1
         if self is RateKind.PUBLISH:
-            return {
-                "publishThrottlingRateInMsg": limit.messages,
-                "publishThrottlingRateInByte": limit.bytes,
-            }
+            return {"publishThrottlingRateInMsg": messages, "publishThrottlingRateInByte": nbytes}
         return {
-            "dispatchThrottlingRateInMsg": limit.messages,
-            "dispatchThrottlingRateInByte": limit.bytes,
+            "dispatchThrottlingRateInMsg": messages,
+            "dispatchThrottlingRateInByte": nbytes,
             "relativeToPublishRate": False,
             "ratePeriodInSecond": limit.period_s,
         }
+
+    def normalize(self, body: Any) -> dict[str, Any]:
+        """A valid body as it is stored: Pulsar's fields, the missing ones at their
+        defaults, the given values as given (so a GET answers what was set)."""
+        self.parse(body)  # refuses what is not valid
+        return {**self.as_json(UNLIMITED), **body}
 
 
 def _int_field(body: dict[str, Any], name: str, default: int) -> int:
