@@ -220,12 +220,14 @@ class Dispatcher(ABC):
             )
             out.append((delivery, info))
         if entries:
-            self._avg_messages_per_entry = 0.8 * self._avg_messages_per_entry + 0.2 * (
-                total / len(entries)
+            # Up at once, down slowly: an underestimate is what makes a read too large (more
+            # entries than the permits or the dispatch rate take, read for nothing).
+            per_entry, avg = total / len(entries), self._avg_messages_per_entry
+            self._avg_messages_per_entry = (
+                per_entry if per_entry > avg else 0.8 * avg + 0.2 * per_entry
             )
             mean = sum(len(entry.data) for entry in entries) / len(entries)
             size = self._avg_entry_bytes
-            # Up at once, down slowly: an underestimate is what makes a read too large.
             self._avg_entry_bytes = mean if size is None or mean > size else 0.8 * size + 0.2 * mean
         return out
 

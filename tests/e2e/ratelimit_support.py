@@ -54,6 +54,7 @@ class Flood:
         self.written = 0
         self.receipts = Arrivals()
         self._tasks: list[asyncio.Task[None]] = []
+        self._receipt = asyncio.Event()  # set by each receipt
 
     async def start(self) -> Flood:
         first = await self.call.read()
@@ -76,6 +77,15 @@ class Flood:
                 return
             assert response.HasField("receipt"), response
             self.receipts.add(response.receipt.batch_size)
+            self._receipt.set()
+
+    async def until_stored(self, messages: int, timeout_s: float = 30) -> None:
+        """Wait until the broker stored at least ``messages``."""
+        async with asyncio.timeout(timeout_s):
+            while self.receipts.total < messages:
+                self._receipt.clear()
+                self.check()
+                await self._receipt.wait()
 
     def check(self) -> None:
         """Fail if the call ended (an error would end it): a throttled producer is slowed,

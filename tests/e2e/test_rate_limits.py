@@ -17,7 +17,7 @@ import grpc
 import psutil
 import pytest
 
-from tests.e2e.ratelimit_support import Flood, within
+from tests.e2e.ratelimit_support import Drain, Flood, within
 from tests.support import BrokerThread
 
 LIMIT = 1000
@@ -87,3 +87,47 @@ async def test_the_broker_wide_rate_holds_all_topics_together(
             await flood.stop()
     total = sum(f.receipts.rate(START, END) for f in floods)
     assert within(total, LIMIT), total
+
+
+async def _backlog(channel: grpc.aio.Channel, topic: str, messages: int) -> None:
+    """``messages`` stored on ``topic`` in batches of 10 (as fast as the broker takes them)."""
+    flood = await Flood(channel, topic, per_request=10).start()
+    await flood.until_stored(messages)
+    await flood.stop()
+
+
+@pytest.mark.parametrize(
+    ("sub_type", "limit"),
+    [
+        ("Shared", {"dispatchThrottlingRatePerSubscriptionInMsg": LIMIT}),
+        ("Exclusive", {"dispatchThrottlingRatePerTopicInMsg": LIMIT}),
+    ],
+)
+async def test_a_dispatch_rate_paces_a_consumer_with_a_backlog(
+    broker_factory: Callable[..., BrokerThread], sub_type: str, limit: dict[str, int]
+) -> None:
+    broker = broker_factory(**limit)
+    async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
+        await _backlog(channel, "backlog", 6 * LIMIT)
+        drain = await Drain(channel, "backlog", sub_type).start(permits=100 * LIMIT)
+        await drain.arrivals.wait_until(END)
+        await drain.stop()
+    rate = drain.arrivals.rate(START, END)
+    assert within(rate, LIMIT), rate
+
+
+async def test_a_dispatch_byte_rate_paces_large_entries(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    size, byte_rate = 32 << 10, 2 << 20
+    broker = broker_factory(dispatchThrottlingRatePerSubscriptionInByte=byte_rate)
+    async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
+        flood = await Flood(channel, "large-out", size=size).start()
+        await flood.until_stored(300)
+        await flood.stop()
+        drain = await Drain(channel, "large-out", "Exclusive").start(permits=10_000)
+        await drain.arrivals.wait_until(END)
+        await drain.stop()
+    assert within(drain.arrivals.rate(START, END) * size, byte_rate), drain.arrivals.rate(
+        START, END
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from tests.e2e.ratelimit_support import Flood, within
+from tests.e2e.ratelimit_support import Drain, Flood, within
 from tests.e2e.test_authorization import (  # noqa: F401 - a fixture
     SUPER,
     authz_broker_fixture,
@@ -171,3 +171,31 @@ def test_cli_sets_gets_and_removes_rates(broker: BrokerThread) -> None:
     assert got.stdout.strip() == "null"
     bad = cli("admin", *url, "namespaces", "set-dispatch-rate", "public/default", "-dt", "0")
     assert bad.returncode == 1 and "ratePeriodInSecond must be 1" in bad.stderr, bad.stderr
+
+
+async def test_a_raised_dispatch_rate_reaches_a_waiting_consumer(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    broker = broker_factory()
+    slow = {"dispatchThrottlingRateInMsg": 200}
+    assert await call(broker, "POST", f"{NS}/subscriptionDispatchRate", slow) == (204, None)
+    async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
+        flood = await Flood(channel, "paced", per_request=10).start()
+        await flood.until_stored(4000)
+        await flood.stop()
+        drain = await Drain(channel, "paced", "Shared").start(permits=100_000)
+        await drain.arrivals.wait_until(2.5)
+        before = drain.arrivals.rate(1.5, 2.5)
+        fast = {"dispatchThrottlingRateInMsg": 1000}
+        assert await call(broker, "POST", f"{NS}/subscriptionDispatchRate", fast) == (204, None)
+        await drain.arrivals.wait_until(4.5)
+        after = drain.arrivals.rate(3.5, 4.5)
+        await drain.stop()
+    assert within(before, 200), before
+    assert within(after, 1000), after
+    status, stats = await call(broker, "GET", "/admin/v2/persistent/public/default/paced/stats")
+    assert status == 200
+    sub = stats["subscriptions"]["sub"]
+    assert sub["dispatchThrottledMsgEventsBySubscriptionLimit"] > 0
+    assert sub["dispatchThrottledMsgEventsByTopicLimit"] == 0
+    assert sub["dispatchRateLimit"]["dispatchThrottlingRateInMsg"] == 1000
