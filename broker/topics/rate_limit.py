@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -131,3 +132,38 @@ class Throttle:
         """Tokens of ``kind`` available now; None when that kind is not limited."""
         bucket = self._buckets.get(kind)
         return None if bucket is None else bucket.tokens(self._clock())
+
+
+class RateMeter:
+    """Messages and bytes per second, averaged over the last complete seconds (at most
+    ``window_s``): the "current rate" of Pulsar's stats (msgRateIn, msgThroughputOut...).
+
+    One slot per whole second, so recording is O(1) on the message path and the memory is
+    ``window_s`` slots."""
+
+    def __init__(self, window_s: int = 5, clock: Clock = time.monotonic) -> None:
+        self._window_s = window_s
+        self._clock = clock
+        self._since = int(clock())
+        self._slots: deque[list[int]] = deque()  # [second, messages, bytes], oldest first
+
+    def record(self, messages: int, nbytes: int) -> None:
+        second = int(self._clock())
+        slots = self._slots
+        if slots and slots[-1][0] == second:
+            slots[-1][1] += messages
+            slots[-1][2] += nbytes
+            return
+        slots.append([second, messages, nbytes])
+        while slots[0][0] < second - self._window_s:
+            slots.popleft()
+
+    def rates(self) -> tuple[float, float]:
+        """(messages/s, bytes/s) over the complete seconds of the window; 0 before one."""
+        now = int(self._clock())
+        start = max(self._since, now - self._window_s)
+        if now <= start:
+            return 0.0, 0.0
+        inside = [s for s in self._slots if start <= s[0] < now]
+        span = now - start
+        return sum(s[1] for s in inside) / span, sum(s[2] for s in inside) / span

@@ -21,7 +21,7 @@ from pulsar_grpc.broker.topics.dispatcher import (
     SingleActiveConsumerDispatcher,
 )
 from pulsar_grpc.broker.topics.key_shared import KeySharedDispatcher
-from pulsar_grpc.broker.topics.rate_limit import Kind, Throttle
+from pulsar_grpc.broker.topics.rate_limit import Kind, RateMeter, Throttle
 from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ class Subscription:
         # the broker's are shared with the other subscriptions.
         self.dispatch_throttle = Throttle(topic.subscription_dispatch_limit)
         self._throttled_events: Counter[tuple[ThrottleScope, Kind]] = Counter()
+        self.rate_out = RateMeter()
 
     def __repr__(self) -> str:
         return f"{self.topic.name}/{self.name}"
@@ -260,6 +261,7 @@ class Subscription:
         nbytes = sum(len(d.data) for d in deliveries)
         self.msg_out_counter += messages
         self.bytes_out_counter += nbytes
+        self.rate_out.record(messages, nbytes)
         for _, throttle in self._dispatch_throttles():
             throttle.consume(messages, nbytes)
 

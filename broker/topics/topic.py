@@ -28,7 +28,7 @@ from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, TopicName
 from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.dedup import Deduplication
 from pulsar_grpc.broker.topics.producer import Producer, PublishReceipt
-from pulsar_grpc.broker.topics.rate_limit import RateLimit, Throttle
+from pulsar_grpc.broker.topics.rate_limit import RateLimit, RateMeter, Throttle
 from pulsar_grpc.broker.topics.rate_policies import RateKind, TopicLimits, broker_default
 from pulsar_grpc.broker.topics.subscription import Subscription, SubType
 from pulsar_grpc.broker.topics.transport import ConsumerTransport
@@ -69,6 +69,7 @@ class PersistentTopic:
         self.subscription_dispatch_limit: RateLimit = broker_default(
             self.config, RateKind.SUBSCRIPTION_DISPATCH
         )
+        self.rate_in = RateMeter()
         self.publish_rate_limited_times = 0  # Pulsar's publishRateLimitedTimes
         self.publish_throttled_s = 0.0  # time producers' streams were not read, in total
 
@@ -132,6 +133,7 @@ class PersistentTopic:
             )
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
+        self.rate_in.record(num_messages, len(data))
         self.publish_throttle.consume(num_messages, len(data))
         self.registry.publish_throttle.consume(num_messages, len(data))
         stored = self.ledger.add_entry(data)
@@ -318,8 +320,15 @@ class PersistentTopic:
     # ------------------------------------------------------------ stats
 
     def stats(self) -> dict[str, object]:
-        """Pulsar's TopicStats fields where they apply (rates come from the metrics layer)."""
+        """Pulsar's TopicStats fields where they apply (the rates are over the last seconds),
+        and the rate limits in effect."""
+        rate_in, throughput_in = self.rate_in.rates()
+        rates_out = {name: s.rate_out.rates() for name, s in self.subscriptions.items()}
         return {
+            "msgRateIn": rate_in,
+            "msgThroughputIn": throughput_in,
+            "msgRateOut": sum(r for r, _ in rates_out.values()),
+            "msgThroughputOut": sum(t for _, t in rates_out.values()),
             "msgInCounter": self.msg_in_counter,
             "bytesInCounter": self.bytes_in_counter,
             "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
@@ -344,6 +353,8 @@ class PersistentTopic:
                 name: {
                     "type": s.type.value if s.type else None,
                     "msgBacklog": s.backlog(),
+                    "msgRateOut": rates_out[name][0],
+                    "msgThroughputOut": rates_out[name][1],
                     "msgOutCounter": s.msg_out_counter,
                     "bytesOutCounter": s.bytes_out_counter,
                     "msgRedeliverCounter": s.msg_redeliver_counter,

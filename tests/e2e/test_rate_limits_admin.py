@@ -143,6 +143,23 @@ async def test_a_raised_limit_reaches_an_open_stream_within_a_second(
     status, stats = await call(broker, "GET", "/admin/v2/persistent/public/default/raised/stats")
     assert status == 200
     assert stats["publishRateLimitedTimes"] > 0 and stats["publishThrottledTimeMs"] > 1000
+    # The current rate: over the last complete seconds, between the two limits.
+    assert 400 < stats["msgRateIn"] < 2500, stats["msgRateIn"]
+    assert stats["publishRateLimit"]["publishThrottlingRateInMsg"] == 2000
+    metrics = await asyncio.to_thread(_text, f"{broker.http_url}/metrics")
+    line = next(
+        m
+        for m in metrics.splitlines()
+        if m.startswith("pulsar_publish_rate_limit_times{") and "/raised" in m
+    )
+    assert (
+        float(line.split()[-1]) == stats["publishRateLimitedTimes"] or float(line.split()[-1]) > 0
+    )
+
+
+def _text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.read().decode())
 
 
 def test_cli_sets_gets_and_removes_rates(broker: BrokerThread) -> None:
