@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
-from pulsar_grpc.broker.errors import InvalidArgumentError
+from pulsar_grpc.broker.errors import InvalidArgumentError, MetadataError
 from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.broker.topics.rate_limit import UNLIMITED, RateLimit
 
@@ -237,6 +237,10 @@ class RatePolicies:
                 continue
             try:
                 await self.apply(topic)
+            except MetadataError as exc:
+                # The store is away (a lost session): the limits stay as they were, and the
+                # session's return notifies again, which reads them then.
+                log.warning("rate limits of %s not re-read: %s", topic.name, exc.message)
             except Exception:
                 log.exception("could not apply the rate limits of %s", topic.name)
 
