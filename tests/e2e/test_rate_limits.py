@@ -11,12 +11,15 @@ tests/e2e/ratelimit_support.py) has been stored.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 
 import grpc
 import psutil
 import pytest
 
+from pulsar_grpc.client import Client, InitialPosition
 from tests.e2e.ratelimit_support import Drain, Flood, within
 from tests.support import BrokerThread
 
@@ -134,3 +137,26 @@ async def test_a_dispatch_byte_rate_paces_large_entries(
     assert within(drain.arrivals.rate(START, END) * size, byte_rate), drain.arrivals.rate(
         START, END
     )
+
+
+async def test_an_sdk_producer_over_the_limit_is_slowed_and_loses_nothing(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    """The SDK's batching producer sees no error: its sends take longer, every message is
+    stored once and a consumer gets them all, in order."""
+    broker = broker_factory(maxPublishRatePerTopicInMessages=LIMIT)
+    count = 3 * LIMIT  # one second's burst, then two seconds at the limit
+    async with Client(broker.service_url) as client:
+        producer = await client.create_producer(
+            "sdk-limited", block_if_queue_full=True, batching_max_messages=100
+        )
+        began = time.monotonic()
+        futures = [await producer.enqueue(f"{i}".encode()) for i in range(count)]
+        await asyncio.gather(*futures)
+        elapsed = time.monotonic() - began
+        consumer = await client.subscribe(
+            "sdk-limited", "all", initial_position=InitialPosition.Earliest
+        )
+        received = [(await consumer.receive(5000)).data() for _ in range(count)]
+    assert elapsed > 1.8, elapsed  # without the limit: a fraction of a second
+    assert received == [f"{i}".encode() for i in range(count)]
