@@ -169,6 +169,10 @@ def topic_rate(policies: dict[str, Any], topic: TopicName, kind: RateKind) -> Ra
 
 def namespace_rate(policies: dict[str, Any], cluster: str, kind: RateKind) -> RateLimit | None:
     found = (policies.get(kind.namespace_field) or {}).get(cluster)
+    if found is None and kind is RateKind.DISPATCH:
+        # Pulsar before 2.7 kept the topic dispatch rate as clusterDispatchRate (and still
+        # writes both): a node written by it is read alike.
+        found = (policies.get("clusterDispatchRate") or {}).get(cluster)
     return None if found is None else kind.parse(found)
 
 

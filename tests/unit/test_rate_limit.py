@@ -91,6 +91,14 @@ def test_topic_policy_beats_namespace_policy_beats_broker_default() -> None:
     assert resolve(config, policies, partition).publish == RateLimit(bytes=900)
 
 
+def test_a_dispatch_rate_written_by_older_pulsar_is_read() -> None:
+    config = load_config(None, {}, {})
+    legacy = {"clusterDispatchRate": {config.clusterName: {"dispatchThrottlingRateInMsg": 9}}}
+    topic = TopicName.get("persistent://t/ns/x")
+    assert resolve(config, legacy, topic).dispatch == RateLimit(messages=9)
+    assert resolve(config, legacy, topic).subscription_dispatch == RateLimit()
+
+
 def test_dispatch_rate_bodies_are_checked() -> None:
     kind = RateKind.DISPATCH
     assert kind.parse({"dispatchThrottlingRateInMsg": 5, "ratePeriodInSecond": 3}) == RateLimit(
