@@ -180,6 +180,20 @@ class ServiceConfiguration:
     # previous one still had in flight land first and are not delivered again (0: at once).
     activeConsumerFailoverDelayTimeMillis: int = 1000
 
+    # --- rate limits (broker/topics/rate_limit.py) --- Pulsar's names; 0 = no limit. Per
+    # topic and per subscription these are the defaults where neither the topic's nor the
+    # namespace's policy sets a rate; the broker-wide ones hold for all topics together.
+    maxPublishRatePerTopicInMessages: int = 0
+    maxPublishRatePerTopicInBytes: int = 0
+    brokerPublisherThrottlingMaxMessageRate: int = 0
+    brokerPublisherThrottlingMaxByteRate: int = 0
+    dispatchThrottlingRatePerTopicInMsg: int = 0
+    dispatchThrottlingRatePerTopicInByte: int = 0
+    dispatchThrottlingRatePerSubscriptionInMsg: int = 0
+    dispatchThrottlingRatePerSubscriptionInByte: int = 0
+    dispatchThrottlingRateInMsg: int = 0
+    dispatchThrottlingRateInByte: int = 0
+
     # --- security ---
     # Authentication (broker/security/authentication.py): the providers by Pulsar's class
     # name or short name (tls, basic, token); anonymousUserRole is the role of a request with
@@ -429,6 +443,16 @@ _AT_LEAST: dict[str, float] = {
     "dispatcherMaxReadBatchSize": 1,
     "maxUnackedMessagesPerConsumer": 0,
     "activeConsumerFailoverDelayTimeMillis": 0,
+    "maxPublishRatePerTopicInMessages": 0,
+    "maxPublishRatePerTopicInBytes": 0,
+    "brokerPublisherThrottlingMaxMessageRate": 0,
+    "brokerPublisherThrottlingMaxByteRate": 0,
+    "dispatchThrottlingRatePerTopicInMsg": 0,
+    "dispatchThrottlingRatePerTopicInByte": 0,
+    "dispatchThrottlingRatePerSubscriptionInMsg": 0,
+    "dispatchThrottlingRatePerSubscriptionInByte": 0,
+    "dispatchThrottlingRateInMsg": 0,
+    "dispatchThrottlingRateInByte": 0,
     "inflightSaslContextExpiryMs": 1,
     "maxInflightSaslContext": 1,
     "scramRoleTokenExpirySeconds": 1,

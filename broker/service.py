@@ -158,7 +158,13 @@ class BrokerService:
             clustered=is_cluster_store(self.config.metadataStoreUrl),
         )
         topics = self._topics = TopicRegistry(
-            self.config, ledgers, resources, namespaces, producer_names, self.check_open
+            self.config,
+            ledgers,
+            resources,
+            namespaces,
+            producer_names,
+            self.check_open,
+            permissions.cache,
         )
         await resources.ensure_namespace(NamespaceName.get("public/default"))
         if self.listeners.bind_addresses_for(WEB_SCHEMES):

@@ -10,7 +10,7 @@
     admin topics bundle-range TOPIC
 
 and the tenants and permissions verbs of cli/admin_permissions.py, the schema verbs of
-cli/admin_schemas.py.
+cli/admin_schemas.py and the rate-limit verbs of cli/admin_rates.py.
 
 A request sent to a broker that does not own the bundle is redirected to the owner and followed.
 """
@@ -21,7 +21,7 @@ import argparse
 import json
 
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
-from pulsar_grpc.cli import admin_permissions, admin_schemas
+from pulsar_grpc.cli import admin_permissions, admin_rates, admin_schemas
 from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
@@ -34,7 +34,8 @@ SPLIT_ALGORITHMS = (
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
-        "admin", help="tenants, permissions, schemas, bundles and brokers (pulsar-admin's)"
+        "admin",
+        help="tenants, permissions, schemas, rate limits, bundles and brokers (pulsar-admin's)",
     )
     add_connection_args(p, [UrlFlag.ADMIN])
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP")
@@ -43,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     ns_verbs = _verbs(groups, "namespaces", "a namespace's permissions, schema policies, bundles")
     admin_permissions.add_namespace_verbs(ns_verbs)
     admin_schemas.add_namespace_verbs(ns_verbs)
+    admin_rates.add_verbs(ns_verbs, "namespace")
     bundles = ns_verbs.add_parser("bundles", help="print the namespace's bundles (BundlesData)")
     bundles.add_argument("namespace")
     unload = ns_verbs.add_parser("unload", help="unload a bundle, or every bundle of the namespace")
@@ -72,6 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     tp_verbs = _verbs(groups, "topics", "a topic's permissions and bundle")
     admin_permissions.add_topic_verbs(tp_verbs)
+    admin_rates.add_verbs(tp_verbs, "topic")
     bundle_range = tp_verbs.add_parser("bundle-range", help="the bundle a topic belongs to")
     bundle_range.add_argument("topic")
     admin_schemas.add_schema_verbs(_verbs(groups, "schemas", "topics' schemas"))
@@ -106,6 +109,8 @@ def _run(args: argparse.Namespace) -> int:
         return admin_permissions.run(args, base)
     if admin_schemas.handles(args):
         return admin_schemas.run(args, base)
+    if admin_rates.handles(args):
+        return admin_rates.run(args, base)
     if args.group == "namespaces":
         ns = NamespaceName.get(args.namespace)
         url = f"{base}/admin/v2/namespaces/{ns}"

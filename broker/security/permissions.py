@@ -319,9 +319,15 @@ class PermissionStore:
     async def _update_auth(
         self, ns: NamespaceName, change: Callable[[dict[str, Any]], Any]
     ) -> None:
-        await self._update(
-            f"{POLICIES_ROOT}/{ns}", lambda node: change(_auth_section(node)), f"Namespace {ns}"
-        )
+        await self.update_namespace(ns, lambda node: change(_auth_section(node)))
+
+    async def update_namespace(
+        self, ns: NamespaceName, change: Callable[[dict[str, Any]], Any]
+    ) -> None:
+        """Change the namespace's Policies node in place (compare-and-set, from any broker;
+        every broker's cache hears of it): other policies than permissions (rate limits)
+        write through here too."""
+        await self._update(f"{POLICIES_ROOT}/{ns}", change, f"Namespace {ns}")
 
     async def _update(self, path: str, change: Callable[[dict[str, Any]], Any], what: str) -> None:
         """Read, change, write back if nobody wrote meanwhile; else again."""

@@ -6,6 +6,11 @@ position), then new entries, never more than the ready consumers' permits ask fo
 when no consumer can take more or the cursor is caught up; a flow, an ack that unblocks a
 consumer, new entries or a redelivery start it again. Only one read is in flight at a time.
 Reads in flight when the consumers change (seek, failover) are discarded through ``_epoch``.
+
+Dispatch rates (the subscription's, the topic's, the broker's) are applied here, before each
+read: while one is spent, the loop stops and a timer starts it again once the rate allows one
+more message, and a read asks for no more than the rates allow now. Entries wait in the
+ledger, never in memory, and none is dropped.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import TYPE_CHECKING
 from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.ledger import Entry, ManagedCursor, Position
 from pulsar_grpc.broker.topics.consumer import Consumer
+from pulsar_grpc.broker.topics.rate_limit import Kind
 from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
@@ -49,6 +55,8 @@ class Dispatcher(ABC):
         self._avg_messages_per_entry = 1.0
         self._avg_entry_bytes: float | None = None  # unknown until the first read (of one)
         self._task: asyncio.Task[None] | None = None
+        # Pending while a dispatch rate holds reads back: it starts the read loop again.
+        self._throttle_timer: asyncio.TimerHandle | None = None
         # New durable entries wake the read loop up (Pulsar's asyncReadOrWait).
         subscription.topic.ledger.add_entries_listener(self.trigger)
 
@@ -118,6 +126,9 @@ class Dispatcher(ABC):
         """Stop reacting to new entries and discard reads in flight."""
         self._epoch += 1
         self.subscription.topic.ledger.remove_entries_listener(self.trigger)
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._throttle_timer = None
 
     async def close(self) -> None:
         self.detach()
@@ -134,9 +145,14 @@ class Dispatcher(ABC):
                 permits = self._permits_for_read()
                 if permits <= 0:
                     return
+                wait = self.subscription.dispatch_delay_s()
+                if wait > 0:
+                    self._read_after(wait)
+                    return
                 n = max(1, min(self.max_read_batch, int(permits / self._avg_messages_per_entry)))
                 size = self._avg_entry_bytes
                 n = 1 if size is None else max(1, min(n, int(MAX_READ_BYTES / max(size, 1))))
+                n = self._rate_allowed(n)
                 epoch = self._epoch
                 replay = self._replay_positions(n)
                 if replay:
@@ -155,6 +171,27 @@ class Dispatcher(ABC):
             log.exception("dispatcher of %s failed", self.subscription)
         finally:
             self._reading = False
+
+    def _read_after(self, wait_s: float) -> None:
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+        self._throttle_timer = asyncio.get_running_loop().call_later(wait_s, self._rate_refilled)
+
+    def _rate_refilled(self) -> None:
+        self._throttle_timer = None
+        self.trigger()
+
+    def _rate_allowed(self, n: int) -> int:
+        """At most ``n`` entries, and no more than the dispatch rates allow now (at least
+        one: the rates are in credit, and what one entry overshoots is paid back next)."""
+        messages = self.subscription.dispatch_allowance(Kind.MESSAGES)
+        if messages is not None:
+            n = min(n, max(1, int(messages / self._avg_messages_per_entry)))
+        nbytes = self.subscription.dispatch_allowance(Kind.BYTES)
+        if nbytes is not None:
+            size = self._avg_entry_bytes
+            n = 1 if size is None else min(n, max(1, int(nbytes / max(size, 1))))
+        return n
 
     def _permits_for_read(self) -> int:
         return sum(c.permits for c in self.consumers if self.ready(c))
@@ -183,12 +220,14 @@ class Dispatcher(ABC):
             )
             out.append((delivery, info))
         if entries:
-            self._avg_messages_per_entry = 0.8 * self._avg_messages_per_entry + 0.2 * (
-                total / len(entries)
+            # Up at once, down slowly: an underestimate is what makes a read too large (more
+            # entries than the permits or the dispatch rate take, read for nothing).
+            per_entry, avg = total / len(entries), self._avg_messages_per_entry
+            self._avg_messages_per_entry = (
+                per_entry if per_entry > avg else 0.8 * avg + 0.2 * per_entry
             )
             mean = sum(len(entry.data) for entry in entries) / len(entries)
             size = self._avg_entry_bytes
-            # Up at once, down slowly: an underestimate is what makes a read too large.
             self._avg_entry_bytes = mean if size is None or mean > size else 0.8 * size + 0.2 * mean
         return out
 

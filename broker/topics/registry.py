@@ -20,6 +20,9 @@ from pulsar_grpc.broker.ledger import ManagedLedgerFactory
 from pulsar_grpc.broker.namespace_service import NamespaceService
 from pulsar_grpc.broker.naming import NamespaceBundle, TopicName
 from pulsar_grpc.broker.resources import NamespaceResources
+from pulsar_grpc.broker.security.permissions import PolicyCache
+from pulsar_grpc.broker.topics.rate_limit import RateLimit, Throttle
+from pulsar_grpc.broker.topics.rate_policies import RatePolicies
 from pulsar_grpc.broker.topics.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,7 @@ class TopicRegistry:
         namespaces: NamespaceService,
         producer_names: DistributedIdGenerator,
         check_open: Callable[[], None],
+        policies: PolicyCache,
     ) -> None:
         self.config = config
         self.ledgers = ledgers
@@ -45,6 +49,18 @@ class TopicRegistry:
         self.producer_names = producer_names  # names producers that bring none, cluster-unique
         self._check_open = check_open  # the broker's: refuses loads once it is closing
         self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
+        # The broker-wide rates, shared by every topic (brokerPublisherThrottlingMax*,
+        # dispatchThrottlingRateIn*), and the per-topic ones kept current from the policies.
+        self.publish_throttle = Throttle(
+            RateLimit(
+                config.brokerPublisherThrottlingMaxMessageRate,
+                config.brokerPublisherThrottlingMaxByteRate,
+            )
+        )
+        self.dispatch_throttle = Throttle(
+            RateLimit(config.dispatchThrottlingRateInMsg, config.dispatchThrottlingRateInByte)
+        )
+        self.rate_policies = RatePolicies(config, policies, self.loaded_topics)
 
     async def get_topic(
         self, name: str | TopicName, create: bool = True, explicit: bool = False
@@ -101,7 +117,13 @@ class TopicRegistry:
             if not (explicit or (create and self.config.allowAutoTopicCreation)):
                 raise TopicNotFoundError(f"topic {topic} does not exist")
         ledger = await self.ledgers.open(ledger_name)
-        return await PersistentTopic.load(self, topic, ledger)
+        loaded = await PersistentTopic.load(self, topic, ledger)
+        try:
+            await self.rate_policies.apply(loaded)
+        except BaseException:
+            await loaded.close()
+            raise
+        return loaded
 
     def loaded_topics(self) -> list[PersistentTopic]:
         """The topics loaded now (not those still loading, nor those that failed to)."""
@@ -148,6 +170,7 @@ class TopicRegistry:
             futures = list(self._topics.values())
             self._topics.clear()
             await _close_when_loaded(futures)
+        await self.rate_policies.close()
 
 
 async def _close_when_loaded(futures: list[asyncio.Future[PersistentTopic]]) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import enum
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from pulsar_grpc.broker.topics.dispatcher import (
     SingleActiveConsumerDispatcher,
 )
 from pulsar_grpc.broker.topics.key_shared import KeySharedDispatcher
+from pulsar_grpc.broker.topics.rate_limit import Kind, RateMeter, Throttle
 from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
@@ -38,6 +40,14 @@ class SubType(enum.Enum):
 class SubscriptionState(enum.Enum):
     OPEN = "open"
     CLOSED = "closed"  # topic unloaded or subscription deleted: its dispatcher is stopped
+
+
+class ThrottleScope(enum.Enum):
+    """Whose dispatch rate held a subscription back (Pulsar's stats name each)."""
+
+    SUBSCRIPTION = "Subscription"
+    TOPIC = "Topic"
+    BROKER = "Broker"
 
 
 # A message id as acked by a client: the entry's position and a batch index (-1 = whole entry).
@@ -68,6 +78,11 @@ class Subscription:
         self.bytes_out_counter = 0
         self.msg_redeliver_counter = 0
         self.dead_letter_failures = 0  # entries sent back because the dead-letter publish failed
+        # This subscription's own dispatch rate (the topic keeps it current); the topic's and
+        # the broker's are shared with the other subscriptions.
+        self.dispatch_throttle = Throttle(topic.subscription_dispatch_limit)
+        self._throttled_events: Counter[tuple[ThrottleScope, Kind]] = Counter()
+        self.rate_out = RateMeter()
 
     def __repr__(self) -> str:
         return f"{self.topic.name}/{self.name}"
@@ -242,9 +257,47 @@ class Subscription:
         return self._redeliveries.get(position, 0)
 
     def on_dispatched(self, deliveries: list[Delivery]) -> None:
-        for d in deliveries:
-            self.msg_out_counter += d.num_messages
-            self.bytes_out_counter += len(d.data)
+        messages = sum(d.num_messages for d in deliveries)
+        nbytes = sum(len(d.data) for d in deliveries)
+        self.msg_out_counter += messages
+        self.bytes_out_counter += nbytes
+        self.rate_out.record(messages, nbytes)
+        for _, throttle in self._dispatch_throttles():
+            throttle.consume(messages, nbytes)
+
+    # ------------------------------------------------------------ dispatch rate
+
+    def _dispatch_throttles(self) -> tuple[tuple[ThrottleScope, Throttle], ...]:
+        return (
+            (ThrottleScope.SUBSCRIPTION, self.dispatch_throttle),
+            (ThrottleScope.TOPIC, self.topic.dispatch_throttle),
+            (ThrottleScope.BROKER, self.topic.registry.dispatch_throttle),
+        )
+
+    def dispatch_delay_s(self) -> float:
+        """How long the dispatcher must wait before reading more (0: it may read now);
+        each rate that holds it back counts one throttling event."""
+        longest = 0.0
+        for scope, throttle in self._dispatch_throttles():
+            wait, kind = throttle.delay(need_one=True)
+            if kind is not None:
+                self._throttled_events[(scope, kind)] += 1
+                longest = max(longest, wait)
+        return longest
+
+    def dispatch_allowance(self, kind: Kind) -> float | None:
+        """Messages (or bytes) the dispatch rates allow now; None when none limits them."""
+        found = [a for _, t in self._dispatch_throttles() if (a := t.available(kind)) is not None]
+        return min(found) if found else None
+
+    def throttle_stats(self) -> dict[str, int]:
+        """Pulsar's SubscriptionStats dispatchThrottled*Events* counters."""
+        return {
+            f"dispatchThrottled{'Msg' if kind is Kind.MESSAGES else 'Bytes'}EventsBy"
+            f"{scope.value}Limit": self._throttled_events[(scope, kind)]
+            for scope in ThrottleScope
+            for kind in Kind
+        }
 
     def negative_acknowledge(self, consumer: Consumer, positions: Iterable[Position]) -> None:
         """Redeliver after the consumer's negative-ack delay (broker-side, unlike Pulsar's

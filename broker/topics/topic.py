@@ -28,6 +28,8 @@ from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, TopicName
 from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.dedup import Deduplication
 from pulsar_grpc.broker.topics.producer import Producer, PublishReceipt
+from pulsar_grpc.broker.topics.rate_limit import RateLimit, RateMeter, Throttle
+from pulsar_grpc.broker.topics.rate_policies import RateKind, TopicLimits, broker_default
 from pulsar_grpc.broker.topics.subscription import Subscription, SubType
 from pulsar_grpc.broker.topics.transport import ConsumerTransport
 
@@ -59,6 +61,17 @@ class PersistentTopic:
         self._fencing: asyncio.Task[None] | None = None  # the close after a fence, kept alive
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
+        # Rate limits (rate_policies.RatePolicies keeps them current): the publish rate of all
+        # producers together, the dispatch rate of all subscriptions together, and the limit
+        # each subscription gets on its own.
+        self.publish_throttle = Throttle(broker_default(self.config, RateKind.PUBLISH))
+        self.dispatch_throttle = Throttle(broker_default(self.config, RateKind.DISPATCH))
+        self.subscription_dispatch_limit: RateLimit = broker_default(
+            self.config, RateKind.SUBSCRIPTION_DISPATCH
+        )
+        self.rate_in = RateMeter()
+        self.publish_rate_limited_times = 0  # Pulsar's publishRateLimitedTimes
+        self.publish_throttled_s = 0.0  # time producers' streams were not read, in total
 
     @classmethod
     async def load(
@@ -124,6 +137,9 @@ class PersistentTopic:
             )
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
+        self.rate_in.record(num_messages, len(data))
+        self.publish_throttle.consume(num_messages, len(data))
+        self.registry.publish_throttle.consume(num_messages, len(data))
         stored = self.ledger.add_entry(data)
         if dedup is not None:
             dedup.accept(producer.name, highest, stored)
@@ -147,6 +163,27 @@ class PersistentTopic:
 
         stored.add_done_callback(done)
         return receipt
+
+    def publish_delay_s(self) -> float:
+        """How long a producer should wait before sending more: this topic's publish rate
+        and the broker's, whichever is further over its limit (0: not held back)."""
+        return max(self.publish_throttle.delay()[0], self.registry.publish_throttle.delay()[0])
+
+    def publish_held(self, seconds: float) -> None:
+        """A producer's stream was not read for ``seconds`` because of the rate limits."""
+        self.publish_rate_limited_times += 1
+        self.publish_throttled_s += seconds
+
+    def set_rate_limits(self, limits: TopicLimits) -> None:
+        """New limits, live: open producers and subscriptions are held to them at once."""
+        self.publish_throttle.update(limits.publish)
+        self.dispatch_throttle.update(limits.dispatch)
+        self.subscription_dispatch_limit = limits.subscription_dispatch
+        for subscription in self.subscriptions.values():
+            subscription.dispatch_throttle.update(limits.subscription_dispatch)
+        for subscription in self.subscriptions.values():
+            if subscription.dispatcher is not None:
+                subscription.dispatcher.trigger()
 
     async def publish_system(self, batch: bytes) -> Position:
         """Publish a broker-made batch (dead-letter messages)."""
@@ -287,13 +324,24 @@ class PersistentTopic:
     # ------------------------------------------------------------ stats
 
     def stats(self) -> dict[str, object]:
-        """Pulsar's TopicStats fields where they apply (rates come from the metrics layer)."""
+        """Pulsar's TopicStats fields where they apply (the rates are over the last seconds),
+        and the rate limits in effect."""
+        rate_in, throughput_in = self.rate_in.rates()
+        rates_out = {name: s.rate_out.rates() for name, s in self.subscriptions.items()}
         return {
+            "msgRateIn": rate_in,
+            "msgThroughputIn": throughput_in,
+            "msgRateOut": sum(r for r, _ in rates_out.values()),
+            "msgThroughputOut": sum(t for _, t in rates_out.values()),
             "msgInCounter": self.msg_in_counter,
             "bytesInCounter": self.bytes_in_counter,
             "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
             "bytesOutCounter": sum(s.bytes_out_counter for s in self.subscriptions.values()),
             "storageSize": self.ledger.total_size,
+            "publishRateLimitedTimes": self.publish_rate_limited_times,
+            "publishThrottledTimeMs": int(self.publish_throttled_s * 1000),
+            "publishRateLimit": RateKind.PUBLISH.as_json(self.publish_throttle.limit),
+            "dispatchRateLimit": RateKind.DISPATCH.as_json(self.dispatch_throttle.limit),
             "publishers": [
                 {
                     "producerName": p.name,
@@ -309,10 +357,16 @@ class PersistentTopic:
                 name: {
                     "type": s.type.value if s.type else None,
                     "msgBacklog": s.backlog(),
+                    "msgRateOut": rates_out[name][0],
+                    "msgThroughputOut": rates_out[name][1],
                     "msgOutCounter": s.msg_out_counter,
                     "bytesOutCounter": s.bytes_out_counter,
                     "msgRedeliverCounter": s.msg_redeliver_counter,
                     "deadLetterPublishFailures": s.dead_letter_failures,
+                    **s.throttle_stats(),
+                    "dispatchRateLimit": RateKind.SUBSCRIPTION_DISPATCH.as_json(
+                        s.dispatch_throttle.limit
+                    ),
                     "isDurable": s.durable,
                     "unackedMessages": sum(c.unacked_messages for c in s.consumers),
                     "consumers": [

@@ -31,6 +31,7 @@ from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.metrics import BrokerCollector
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
 from pulsar_grpc.broker.web.permissions_admin import PermissionsAdmin
+from pulsar_grpc.broker.web.rate_admin import RateAdmin
 from pulsar_grpc.broker.web.role_tokens_admin import add_role_token_routes
 from pulsar_grpc.broker.web.schemas_admin import SchemasAdmin
 
@@ -143,6 +144,7 @@ class WebService:
         BundlesAdmin(self.service, self.access, self.broker_client).add_routes(app)
         PermissionsAdmin(self.service, self.access).add_routes(app)
         SchemasAdmin(self.service, self.access).add_routes(app)
+        RateAdmin(self.service, self.access).add_routes(app)
         add_role_token_routes(app, authentication, self.access)
         return app
 

@@ -64,6 +64,11 @@ class BrokerCollector(Collector):
         backlog = GaugeMetricFamily("pulsar_msg_backlog", "Entries not acked", labels=labels)
         producers = GaugeMetricFamily("pulsar_producers_count", "Producers", labels=labels)
         subs = GaugeMetricFamily("pulsar_subscriptions_count", "Subscriptions", labels=labels)
+        rate_limited = GaugeMetricFamily(
+            "pulsar_publish_rate_limit_times",
+            "Times a producer was held back by a publish rate (since the topic loaded)",
+            labels=labels,
+        )
         sub_backlog = GaugeMetricFamily(
             "pulsar_subscription_back_log", "Entries not acked", labels=sub_labels
         )
@@ -96,6 +101,7 @@ class BrokerCollector(Collector):
             backlog.add_metric(values, sum(s.backlog() for s in topic.subscriptions.values()))
             producers.add_metric(values, len(topic.producers))
             subs.add_metric(values, len(topic.subscriptions))
+            rate_limited.add_metric(values, topic.publish_rate_limited_times)
             for name, sub in topic.subscriptions.items():
                 sub_values = [*values, name]
                 (rate,) = self.rates.rates(f"{topic.name}/{name}", (sub.msg_out_counter,))
@@ -114,6 +120,7 @@ class BrokerCollector(Collector):
             backlog,
             producers,
             subs,
+            rate_limited,
             sub_backlog,
             sub_rate,
             sub_unacked,

@@ -1,0 +1,169 @@
+"""Rate limits as token buckets: pure state, no I/O, no tasks (the caller waits).
+
+A :class:`Throttle` holds one limit (messages and bytes per period, Pulsar's PublishRate and
+DispatchRate) and is shared by everything that limit covers: a topic's producers, a topic's
+subscriptions, the whole broker. Work is counted after it is done (:meth:`Throttle.consume`
+may drive a bucket into debt, as Pulsar's AsyncTokenBucket does), and the caller then holds
+back for :meth:`Throttle.delay_s`: the protocol handler stops reading the producer's stream,
+the dispatcher stops reading entries. Nothing is refused or dropped.
+
+Why buckets and not Pulsar's older fixed one-second windows: a bucket refilled continuously
+gives the precise mode's accuracy (preciseTopicPublishRateLimiterEnable) at no extra cost, and
+a debt carries over, so a large batch taken at once is paid back before anything more. A full
+bucket holds one period's worth: that is the burst an idle producer may send at once.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """``messages`` and ``bytes`` allowed per ``period_s`` seconds; 0 (or less) = no limit of
+    that kind, as in Pulsar."""
+
+    messages: int = 0
+    bytes: int = 0
+    period_s: int = 1
+
+    @property
+    def unlimited(self) -> bool:
+        return self.messages <= 0 and self.bytes <= 0
+
+
+UNLIMITED = RateLimit()
+
+
+class Kind(enum.Enum):
+    """What a throttle counts; a delay names the kind that caused it (the stats count each)."""
+
+    MESSAGES = "msg"
+    BYTES = "bytes"
+
+
+class TokenBucket:
+    """``per_period`` tokens refilled evenly over ``period_s``; holds at most one period's
+    worth and may go into debt."""
+
+    def __init__(self, per_period: int, period_s: int, now: float) -> None:
+        self.rate = per_period / period_s
+        self.capacity = float(per_period)
+        self._tokens = self.capacity
+        self._at = now
+
+    def retune(self, per_period: int, period_s: int, now: float) -> None:
+        """A new rate from now on: tokens earned so far are kept (at most the new capacity),
+        a debt too, which a higher rate pays back sooner."""
+        self._refill(now)
+        self.rate = per_period / period_s
+        self.capacity = float(per_period)
+        self._tokens = min(self._tokens, self.capacity)
+
+    def _refill(self, now: float) -> None:
+        if now > self._at:
+            self._tokens = min(self.capacity, self._tokens + (now - self._at) * self.rate)
+            self._at = now
+
+    def tokens(self, now: float) -> float:
+        self._refill(now)
+        return self._tokens
+
+    def consume(self, n: int, now: float) -> None:
+        self._refill(now)
+        self._tokens -= n
+
+    def wait_s(self, now: float, need: float = 0.0) -> float:
+        """Seconds until the bucket holds ``need`` tokens (0: out of debt)."""
+        missing = need - self.tokens(now)
+        return missing / self.rate if missing > 0 else 0.0
+
+
+class Throttle:
+    """One limit and the buckets that enforce it; :meth:`update` changes it live."""
+
+    def __init__(self, limit: RateLimit = UNLIMITED, clock: Clock = time.monotonic) -> None:
+        self._clock = clock
+        self.limit = UNLIMITED
+        self._buckets: dict[Kind, TokenBucket] = {}
+        self.update(limit)
+
+    def update(self, limit: RateLimit) -> None:
+        now = self._clock()
+        self.limit = limit
+        for kind, per_period in ((Kind.MESSAGES, limit.messages), (Kind.BYTES, limit.bytes)):
+            bucket = self._buckets.get(kind)
+            if per_period <= 0:
+                self._buckets.pop(kind, None)
+            elif bucket is None:
+                self._buckets[kind] = TokenBucket(per_period, limit.period_s, now)
+            else:
+                bucket.retune(per_period, limit.period_s, now)
+
+    def consume(self, messages: int, nbytes: int) -> None:
+        if not self._buckets:
+            return
+        now = self._clock()
+        for kind, n in ((Kind.MESSAGES, messages), (Kind.BYTES, nbytes)):
+            bucket = self._buckets.get(kind)
+            if bucket is not None:
+                bucket.consume(n, now)
+
+    def delay(self, need_one: bool = False) -> tuple[float, Kind | None]:
+        """How long to hold back, and which kind is over its limit (None: not held).
+
+        ``need_one``: wait until at least one message's (one byte's) worth is available, which
+        is what a reader that takes work in chunks needs; else only until out of debt."""
+        now = self._clock()
+        longest, cause = 0.0, None
+        for kind, bucket in self._buckets.items():
+            wait = bucket.wait_s(now, 1.0 if need_one else 0.0)
+            if wait > longest:
+                longest, cause = wait, kind
+        return longest, cause
+
+    def available(self, kind: Kind) -> float | None:
+        """Tokens of ``kind`` available now; None when that kind is not limited."""
+        bucket = self._buckets.get(kind)
+        return None if bucket is None else bucket.tokens(self._clock())
+
+
+class RateMeter:
+    """Messages and bytes per second, averaged over the last complete seconds (at most
+    ``window_s``): the "current rate" of Pulsar's stats (msgRateIn, msgThroughputOut...).
+
+    One slot per whole second, so recording is O(1) on the message path and the memory is
+    ``window_s`` slots."""
+
+    def __init__(self, window_s: int = 5, clock: Clock = time.monotonic) -> None:
+        self._window_s = window_s
+        self._clock = clock
+        self._since = int(clock())
+        self._slots: deque[list[int]] = deque()  # [second, messages, bytes], oldest first
+
+    def record(self, messages: int, nbytes: int) -> None:
+        second = int(self._clock())
+        slots = self._slots
+        if slots and slots[-1][0] == second:
+            slots[-1][1] += messages
+            slots[-1][2] += nbytes
+            return
+        slots.append([second, messages, nbytes])
+        while slots[0][0] < second - self._window_s:
+            slots.popleft()
+
+    def rates(self) -> tuple[float, float]:
+        """(messages/s, bytes/s) over the complete seconds of the window; 0 before one."""
+        now = int(self._clock())
+        start = max(self._since, now - self._window_s)
+        if now <= start:
+            return 0.0, 0.0
+        inside = [s for s in self._slots if start <= s[0] < now]
+        span = now - start
+        return sum(s[1] for s in inside) / span, sum(s[2] for s in inside) / span

@@ -1,0 +1,60 @@
+"""Rate limits in a cluster: a rate set through any broker's admin API reaches the producer
+stream open on the topic's owner within a second (every broker watches the namespace's
+Policies node in ZooKeeper)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import grpc
+import pytest
+
+from pulsar_grpc.broker.naming import TopicName
+from tests.cluster import BrokerMember, place, start_brokers
+from tests.e2e.ratelimit_support import Flood, within
+from tests.e2e.test_authorization import http
+from tests.postgres import postgres_server, postgres_url
+from tests.support import BrokerThread
+from tests.zookeeper import ZooKeeperServer, zk_chroot, zookeeper
+
+__all__ = ["postgres_server", "postgres_url", "zk_chroot", "zookeeper"]  # fixtures
+
+RATE_PATH = "/admin/v2/namespaces/public/default/publishRate"
+
+
+@pytest.fixture
+def cluster(
+    broker_factory: Callable[..., BrokerThread],
+    zookeeper: ZooKeeperServer,
+    zk_chroot: str,
+    postgres_url: str,
+) -> list[BrokerMember]:
+    return start_brokers(
+        broker_factory, f"zk:{zookeeper.hosts}{zk_chroot}", ledgerStorageUrl=postgres_url
+    )
+
+
+async def set_rate(member: BrokerMember, messages: int) -> None:
+    body = {"publishThrottlingRateInMsg": messages}
+    status, answer = await asyncio.to_thread(http, member.broker, "POST", RATE_PATH, None, body)
+    assert status == 204, answer
+
+
+async def test_a_rate_set_on_another_broker_reaches_the_owners_open_stream(
+    cluster: list[BrokerMember],
+) -> None:
+    topic = TopicName.get("rated")
+    owner = await place(cluster, cluster[0].service_url, topic)
+    others = [m for m in cluster if m is not owner]
+    await set_rate(others[0], 500)
+    async with grpc.aio.insecure_channel(owner.grpc("internal")) as channel:
+        flood = await Flood(channel, topic.full_name, per_request=10, size=400).start()
+        await flood.receipts.wait_until(2.5)
+        before = flood.receipts.rate(1.5, 2.5)
+        await set_rate(others[1], 2000)
+        await flood.receipts.wait_until(4.5)
+        after = flood.receipts.rate(3.5, 4.5)
+        await flood.stop()
+    assert within(before, 500), before
+    assert within(after, 2000), after
