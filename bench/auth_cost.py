@@ -6,10 +6,10 @@ A credential is checked once per call (a Produce or Consume stream is one call h
 messages it carries), so streaming throughput should not move; what does cost is the exchange:
 PBKDF2 over the password on the client and a few HMACs on the broker.
 
-Each mode, in turn and ``--rounds`` times over, gets its own standalone broker (a child process, as a deployment runs it) with the
-same load: one SDK producer enqueues ``--messages`` 100-byte messages as fast as it can
-(batches of up to 100), then one consumer reads them back. Prints a Markdown table for
-docs/benchmarks.md.
+Each mode, in turn and ``--rounds`` times over, gets its own standalone broker (a child
+process, as a deployment runs it) with the same load: one SDK producer enqueues
+``--messages`` 100-byte messages as fast as it can (batches of up to 100), then one consumer
+reads them back. Prints a Markdown table for docs/benchmarks.md.
 
 Usage::
 
