@@ -22,7 +22,7 @@ from ._options import SourceOptions
 from ._runtime import LoopRunner
 from ._stream import StreamReader
 from ._typed import ValueShape, topic_shape
-from ._write import BatchWriter, StreamWriter, check_save_mode, check_schema
+from ._write import BatchWriter, StreamWriter, check_save_mode, plan_sink
 
 
 class PulsarGrpcDataSource(DataSource):
@@ -63,10 +63,8 @@ class PulsarGrpcDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         check_save_mode(overwrite)
-        check_schema(schema, self.parsed)
-        return BatchWriter(self.parsed)
+        return BatchWriter(self.parsed, plan_sink(schema, self.parsed))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         check_save_mode(overwrite)
-        check_schema(schema, self.parsed)
-        return StreamWriter(self.parsed)
+        return StreamWriter(self.parsed, plan_sink(schema, self.parsed))

@@ -9,6 +9,8 @@ rows; a DataFrame that does not fit the topic's schema refused with the broker's
 from __future__ import annotations
 
 import enum
+import json
+import urllib.request
 from typing import Any
 
 import pytest
@@ -117,3 +119,63 @@ def test_a_string_topic_reads_as_a_string_column(
     df = load(session, broker, topic)
     assert df.schema["value"].dataType.simpleString() == "string"
     assert [r.value for r in df.collect()] == ["héllo", ""]
+
+
+def write(df: Any, broker: BrokerThread, topic: str) -> None:
+    df.write.format(FMT).option("service.url", broker.service_url).option("topic", topic).mode(
+        "append"
+    ).save()
+
+
+def registered(broker: BrokerThread, topic: str) -> dict[str, Any]:
+    """The topic's latest schema from the admin REST API (Pulsar's path)."""
+    local = topic.rsplit("/", 1)[1]
+    url = f"{broker.http_url}/admin/v2/schemas/public/default/{local}/schema"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return dict(json.load(response))
+
+
+def test_a_typed_dataframe_registers_its_schema_and_reads_back_typed(
+    session: SparkSession, broker: BrokerThread
+) -> None:
+    topic = fresh_topic("typed-sink")
+    df = session.sql(
+        "SELECT 'k1' AS key, named_struct('name', 'ada', 'age', 36, 'tags', array('a', 'b'), "
+        "'counts', map('x', 1L), 'address', named_struct('city', 'London')) AS value "
+        "UNION ALL SELECT 'k2', named_struct('name', 'bob', 'age', CAST(NULL AS INT), "
+        "'tags', array(), 'counts', map(), 'address', CAST(NULL AS STRUCT<city: STRING>))"
+    )
+    write(df, broker, topic)
+    schema = registered(broker, topic)
+    assert schema["type"] == "AVRO"
+    fields = json.loads(schema["data"])["fields"]
+    assert [f["name"] for f in fields] == ["name", "age", "tags", "counts", "address"]
+    back = load(session, broker, topic)
+    typed = back.schema["value"].dataType.simpleString()
+    assert typed == df.schema["value"].dataType.simpleString(), typed
+    assert sorted((r.keyString, r.value.asDict(recursive=True)) for r in back.collect()) == sorted(
+        (r.key, r.value.asDict(recursive=True)) for r in df.collect()
+    )
+    # Without a value column, the columns that are not metadata make the record.
+    flat_topic = fresh_topic("typed-sink-flat")
+    flat = session.sql("SELECT 'carol' AS name, CAST(7 AS INT) AS age, 'k3' AS keyString")
+    write(flat, broker, flat_topic)
+    back = load(session, broker, flat_topic)
+    assert [(r.keyString, r.value.asDict()) for r in back.collect()] == [
+        ("k3", {"name": "carol", "age": 7})
+    ]
+
+
+def test_rows_that_do_not_fit_the_topics_schema_are_refused_with_the_reason(
+    session: SparkSession, broker: BrokerThread
+) -> None:
+    topic = fresh_topic("typed-mismatch")
+    produce(broker, topic, AvroSchema(User), [ADA])
+    df = session.sql("SELECT 42L AS name")  # name is a string in the topic's schema (FULL)
+    with pytest.raises(Exception) as caught:
+        write(df, broker, topic)
+    message = str(caught.value)
+    assert "the DataFrame's columns do not fit the schema of" in message, message
+    assert "field 'name'" in message, message
+    assert registered(broker, topic)["version"] == 0  # nothing registered
+    assert load(session, broker, topic).count() == 1
