@@ -34,6 +34,7 @@ from pulsar_grpc.schema import (
 )
 from tests.e2e.sparkcheck import fresh_topic
 from tests.support import BrokerThread
+from tests.waiting import eventually_sync
 
 FMT = pulsar_grpc_spark.FORMAT
 
@@ -179,3 +180,56 @@ def test_rows_that_do_not_fit_the_topics_schema_are_refused_with_the_reason(
     assert "field 'name'" in message, message
     assert registered(broker, topic)["version"] == 0  # nothing registered
     assert load(session, broker, topic).count() == 1
+
+
+def event_schema(*extra: dict[str, Any]) -> AvroSchema:
+    """Two versions of one record (same name), the second with a field that has a default."""
+    fields = [{"name": "id", "type": "long"}, *extra]
+    return AvroSchema(None, schema_definition={"type": "record", "name": "Event", "fields": fields})
+
+
+V1 = event_schema()
+V2 = event_schema({"name": "source", "type": "string", "default": "legacy"})
+
+
+def stream(session: SparkSession, broker: BrokerThread, topic: str, name: str) -> Any:
+    return (
+        session.readStream.format(FMT)
+        .option("service.url", broker.service_url)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("value.*")
+        .writeStream.format("memory")
+        .queryName(name)
+    )
+
+
+def test_a_stream_keeps_running_across_a_compatible_evolution(
+    session: SparkSession, broker: BrokerThread
+) -> None:
+    topic = fresh_topic("typed-evolution")
+    produce(broker, topic, V1, [{"id": 1}, {"id": 2}])
+    query = (
+        stream(session, broker, topic, "evolving")
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+
+        def ids() -> list[int]:
+            assert query.exception() is None, query.exception()
+            return sorted(r.id for r in session.sql("SELECT * FROM evolving").collect())
+
+        eventually_sync(lambda: ids() == [1, 2], timeout=60, what="v1 rows")
+        produce(broker, topic, V2, [{"id": 3, "source": "app"}])  # the topic now has v2
+        eventually_sync(lambda: ids() == [1, 2, 3], timeout=60, what="a v2 row, v1 columns")
+        assert query.isActive
+        assert session.table("evolving").columns == ["id"]  # the shape it started with
+    finally:
+        query.stop()
+    # A query started now reads every row in v2's shape: old rows take the default.
+    again = stream(session, broker, topic, "evolved").trigger(availableNow=True).start()
+    again.awaitTermination(120)
+    rows = session.sql("SELECT id, source FROM evolved ORDER BY id").collect()
+    assert [tuple(r) for r in rows] == [(1, "legacy"), (2, "legacy"), (3, "app")]
