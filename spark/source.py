@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 
 from ._arrow import arrow_schema
 from ._batch import BatchReader
-from ._options import SourceOptions
+from ._options import OptionError, SourceOptions
 from ._runtime import LoopRunner
 from ._stream import StreamReader
 from ._typed import ValueShape, topic_shape
@@ -55,11 +55,24 @@ class PulsarGrpcDataSource(DataSource):
         arrow = arrow_schema(self.shape().arrow_type(), self.parsed.include_properties)
         return from_arrow_schema(arrow)
 
+    def _checked_shape(self, schema: StructType) -> ValueShape:
+        """The shape, checked against the columns Spark planned with: Spark may call
+        :meth:`schema` and the reader in different worker processes, and the topic's schema
+        may change in between (or the query gave its own schema)."""
+        planned, now = schema.simpleString(), self.schema().simpleString()
+        if planned != now:
+            raise OptionError(
+                f"the query's columns are {planned} but the topic's schema now gives {now}: "
+                "the schema changed while the query was planned (start it again), or the "
+                "schema given to the query does not match the topic's"
+            )
+        return self.shape()
+
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(self.parsed, self.shape())
+        return BatchReader(self.parsed, self._checked_shape(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(self.parsed, self.shape())
+        return StreamReader(self.parsed, self._checked_shape(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         check_save_mode(overwrite)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import json
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -122,6 +123,21 @@ def test_a_string_topic_reads_as_a_string_column(
     assert [r.value for r in df.collect()] == ["héllo", ""]
 
 
+def stream(
+    session: SparkSession, broker: BrokerThread, topic: str, columns: tuple[str, ...] = ("value.*",)
+) -> Any:
+    """A stream of ``topic`` from the earliest message: its writeStream, to finish."""
+    return (
+        session.readStream.format(FMT)
+        .option("service.url", broker.service_url)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select(*columns)
+        .writeStream
+    )
+
+
 def write(df: Any, broker: BrokerThread, topic: str) -> None:
     df.write.format(FMT).option("service.url", broker.service_url).option("topic", topic).mode(
         "append"
@@ -137,7 +153,7 @@ def registered(broker: BrokerThread, topic: str) -> dict[str, Any]:
 
 
 def test_a_typed_dataframe_registers_its_schema_and_reads_back_typed(
-    session: SparkSession, broker: BrokerThread
+    session: SparkSession, broker: BrokerThread, tmp_path: Path
 ) -> None:
     topic = fresh_topic("typed-sink")
     df = session.sql(
@@ -154,9 +170,23 @@ def test_a_typed_dataframe_registers_its_schema_and_reads_back_typed(
     back = load(session, broker, topic)
     typed = back.schema["value"].dataType.simpleString()
     assert typed == df.schema["value"].dataType.simpleString(), typed
-    assert sorted((r.keyString, r.value.asDict(recursive=True)) for r in back.collect()) == sorted(
-        (r.key, r.value.asDict(recursive=True)) for r in df.collect()
+    expected = sorted((r.key, r.value.asDict(recursive=True)) for r in df.collect())
+    assert sorted((r.keyString, r.value.asDict(recursive=True)) for r in back.collect()) == expected
+    # A streaming copy writes the typed rows on, registering the schema on the copy.
+    copy = fresh_topic("typed-sink-copy")
+    query = (
+        stream(session, broker, topic, columns=("keyString", "value"))
+        .format(FMT)
+        .option("service.url", broker.service_url)
+        .option("topic", copy)
+        .option("checkpointLocation", str(tmp_path / "copy-chk"))
+        .trigger(availableNow=True)
+        .start()
     )
+    assert query.awaitTermination(120) and query.exception() is None, query.exception()
+    assert registered(broker, copy)["type"] == "AVRO"
+    rows = load(session, broker, copy).collect()
+    assert sorted((r.keyString, r.value.asDict(recursive=True)) for r in rows) == expected
     # Without a value column, the columns that are not metadata make the record.
     flat_topic = fresh_topic("typed-sink-flat")
     flat = session.sql("SELECT 'carol' AS name, CAST(7 AS INT) AS age, 'k3' AS keyString")
@@ -192,26 +222,15 @@ V1 = event_schema()
 V2 = event_schema({"name": "source", "type": "string", "default": "legacy"})
 
 
-def stream(session: SparkSession, broker: BrokerThread, topic: str, name: str) -> Any:
-    return (
-        session.readStream.format(FMT)
-        .option("service.url", broker.service_url)
-        .option("topic", topic)
-        .option("startingOffsets", "earliest")
-        .load()
-        .select("value.*")
-        .writeStream.format("memory")
-        .queryName(name)
-    )
-
-
 def test_a_stream_keeps_running_across_a_compatible_evolution(
     session: SparkSession, broker: BrokerThread
 ) -> None:
     topic = fresh_topic("typed-evolution")
     produce(broker, topic, V1, [{"id": 1}, {"id": 2}])
     query = (
-        stream(session, broker, topic, "evolving")
+        stream(session, broker, topic)
+        .format("memory")
+        .queryName("evolving")
         .trigger(processingTime="200 milliseconds")
         .start()
     )
@@ -229,7 +248,8 @@ def test_a_stream_keeps_running_across_a_compatible_evolution(
     finally:
         query.stop()
     # A query started now reads every row in v2's shape: old rows take the default.
-    again = stream(session, broker, topic, "evolved").trigger(availableNow=True).start()
+    again = stream(session, broker, topic).format("memory").queryName("evolved")
+    again = again.trigger(availableNow=True).start()
     again.awaitTermination(120)
     rows = session.sql("SELECT id, source FROM evolved ORDER BY id").collect()
     assert [tuple(r) for r in rows] == [(1, "legacy"), (2, "legacy"), (3, "app")]
