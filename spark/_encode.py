@@ -95,6 +95,11 @@ class ValueEncoding:
     columns: tuple[str, ...] = ()
     kind: Callable[[], Schema] | None = None
 
+    @property
+    def typed(self) -> bool:
+        """Whether rows are written with a schema (else the value column's bytes)."""
+        return self.definition_text is not None or self.kind is not None
+
     def schema(self) -> Schema | None:
         """The producer's schema (None: bytes, no schema declared)."""
         if self.kind is not None:

@@ -166,7 +166,7 @@ class ValueDecoder:
             decode = self._by_version.get(message.schema_version(), self._own)
             try:
                 out.append(decode(message.data()))
-            except (ValueError, TypeError, KeyError, IndexError, EOFError) as exc:
+            except (ValueError, TypeError, KeyError, IndexError, EOFError, AttributeError) as exc:
                 raise ValueError(
                     f"message {message.message_id()} does not decode with the topic's "
                     f"{self.reader.type.name} schema ({exc}); read it with valueFormat=binary"

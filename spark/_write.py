@@ -87,7 +87,7 @@ def plan_sink(schema: StructType, options: SourceOptions) -> ValueEncoding:
     reason), instead of from every task at once."""
     check_schema(schema, options)
     raw = plan_encoding(schema, options.avro_schema, None)
-    if raw.schema() is None or options.topic is None:
+    if not raw.typed or options.topic is None:
         return raw
     with LoopRunner(options.client) as runner:
         return runner.run(_declare(runner, schema, options, options.topic))
@@ -159,7 +159,6 @@ async def _send_batch(
 ) -> None:
     columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
     values = encoding.values(columns, batch.num_rows)
-    typed = encoding.schema() is not None
     keys = columns.get("key", columns.get("keyString"))
     props = columns.get("properties")
     event_times = columns.get("eventTime")
@@ -173,7 +172,7 @@ async def _send_batch(
         try:
             producer = await _producer(runner, producers, topic, options, encoding)
             future = await producer.enqueue(
-                value if typed else _as_bytes(value),
+                value if encoding.typed else _as_bytes(value),
                 dict(properties) if properties else None,
                 partition_key=_as_key(keys[i]) if keys is not None else None,
                 event_timestamp=int(event.timestamp() * 1000) if event is not None else None,
