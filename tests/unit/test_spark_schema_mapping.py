@@ -31,6 +31,7 @@ from pyspark.sql.types import (
 
 from pulsar_grpc.schema import SchemaInfo, SchemaType
 from pulsar_grpc.spark._encode import UnsupportedColumn, plan_encoding
+from pulsar_grpc.spark._options import OptionError, SourceOptions
 from pulsar_grpc.spark._typed import UnsupportedSchema, ValueShape, _decoder
 
 
@@ -129,3 +130,15 @@ def test_types_without_a_column_form_are_refused_by_name() -> None:
         plan_encoding(struct(m=MapType(IntegerType(), StringType())), None, None)
     raw = plan_encoding(struct(value=BinaryType(), key=StringType()), None, None)
     assert raw.schema() is None  # bytes, as before: no schema declared
+
+
+def test_the_avro_schema_option_is_checked_at_planning_and_used_as_given() -> None:
+    base = {"service.url": "grpc://127.0.0.1:1", "topic": "t"}
+    with pytest.raises(OptionError, match="avroSchema: expected an Avro schema in JSON"):
+        SourceOptions.parse({**base, "avro.schema": "{not json"})
+    with pytest.raises(OptionError, match="valueFormat: expected typed or binary"):
+        SourceOptions.parse({**base, "valueFormat": "avro"})
+    given = json.dumps({"type": "record", "name": "R", "fields": [{"name": "n", "type": "string"}]})
+    options = SourceOptions.parse({**base, "avroSchema": given})
+    encoding = plan_encoding(struct(n=StringType()), options.avro_schema, None)
+    assert (encoding.definition_text, encoding.columns) == (given, ("n",))
