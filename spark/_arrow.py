@@ -12,13 +12,6 @@ from pulsar_grpc.client import Message
 
 from ._offsets import format_id
 
-SCHEMA_DDL = (
-    "value binary, key binary, keyString string, topic string, partition int, "
-    "messageId string, publishTime timestamp, eventTime timestamp, properties map<string,string>"
-)
-#: Without the properties column (option includeProperties=false, like Kafka's headers).
-SCHEMA_DDL_NO_PROPERTIES = SCHEMA_DDL.removesuffix(", properties map<string,string>")
-
 ARROW_SCHEMA = pa.schema(
     [
         pa.field("value", pa.binary()),
@@ -33,21 +26,35 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
-_NO_PROPERTIES = ARROW_SCHEMA.remove(ARROW_SCHEMA.get_field_index("properties"))
+
+def arrow_schema(value_type: pa.DataType, include_properties: bool) -> pa.Schema:
+    """The rows' Arrow schema: ``value`` holds the payload, or the value decoded with the
+    topic's schema (spark/_typed.py)."""
+    schema = ARROW_SCHEMA.set(0, pa.field("value", value_type))
+    if include_properties:
+        return schema
+    return schema.remove(schema.get_field_index("properties"))
 
 
 def to_record_batch(
-    messages: list[Message], topic: str, partition: int, include_properties: bool = True
+    messages: list[Message],
+    topic: str,
+    partition: int,
+    include_properties: bool = True,
+    values: pa.Array | None = None,
 ) -> pa.RecordBatch:
     """Rows for messages of one partition; empty key and unset event time become null.
 
     ``key`` is binary as in Spark's Kafka source (the UTF-8 bytes of Pulsar's string key),
     ``keyString`` the same key as text, which is what Pulsar users mostly compare against.
+    ``values``: the decoded values (the payloads when None).
     """
     n = len(messages)
     keys = [m.partition_key() or None for m in messages]
+    if values is None:
+        values = pa.array([m.data() for m in messages], pa.binary())
     arrays = [
-        pa.array([m.data() for m in messages], pa.binary()),
+        values,
         pa.array([k.encode() if k is not None else None for k in keys], pa.binary()),
         pa.array(keys, pa.string()),
         pa.array([topic] * n, pa.string()),
@@ -59,8 +66,8 @@ def to_record_batch(
             pa.timestamp("us", tz="UTC"),
         ),
     ]
-    if not include_properties:
-        return pa.RecordBatch.from_arrays(arrays, schema=_NO_PROPERTIES)
-    properties = [list(m.properties().items()) for m in messages]
-    arrays.append(pa.array(properties, pa.map_(pa.string(), pa.string())))
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    schema = arrow_schema(values.type, include_properties)
+    if include_properties:
+        properties = [list(m.properties().items()) for m in messages]
+        arrays.append(pa.array(properties, pa.map_(pa.string(), pa.string())))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -27,6 +27,7 @@ from ._options import SourceOptions
 from ._read import no_data_left, read_range
 from ._runtime import LoopRunner
 from ._topics import resolve_partitions
+from ._typed import ValueShape
 
 
 class RangePartition(InputPartition):
@@ -37,11 +38,13 @@ class RangePartition(InputPartition):
         self.value: Range = value
 
 
-def read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+def read_partition(
+    options: SourceOptions, partition: InputPartition, shape: ValueShape
+) -> Iterator[pa.RecordBatch]:
     """A task's rows. A plan with no range still gets one task from Spark, with its default
     ``InputPartition(None)``: that task reads nothing (an empty DataFrame, full schema)."""
     if isinstance(partition, RangePartition):
-        return read_range(options, partition.value)
+        return read_range(options, partition.value, shape)
     return iter(())
 
 
@@ -101,8 +104,9 @@ async def plan_ranges(client: Client, options: SourceOptions) -> list[Range]:
 class BatchReader(DataSourceReader):
     """``spark.read.format("pulsar-grpc")``: one task per partition range."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, shape: ValueShape) -> None:
         self.options = options
+        self.shape = shape
 
     def partitions(self) -> list[InputPartition]:
         with LoopRunner(self.options.client) as runner:
@@ -110,4 +114,4 @@ class BatchReader(DataSourceReader):
         return [RangePartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.options, partition)
+        return read_partition(self.options, partition, self.shape)

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import fastavro
+
 from pulsar_grpc.client import (
     Authentication,
     AuthenticationToken,
@@ -55,15 +57,17 @@ OPTIONS = (
     "endingOffsets startingTime endingTime failOnDataLoss maxMessagesPerTrigger "
     "maxOffsetsPerTrigger maxBytesPerTrigger minOffsetsPerTrigger maxTriggerDelay "
     "entriesPerSplit minPartitions receiverQueueSize pollTimeoutMs latestIdleMs arrowBatchSize "
-    "includeProperties includeHeaders batchingMaxMessages batchingMaxPublishDelayMs "
-    "maxPendingMessages sendTimeoutMs"
+    "includeProperties includeHeaders valueFormat avroSchema batchingMaxMessages "
+    "batchingMaxPublishDelayMs maxPendingMessages sendTimeoutMs"
 ).split()
 #: Pulsar's Spark connector's names (lowered, as Spark hands them over) -> the option they are.
 ALIASES = {
     "pulsar.client.authpluginclassname": "authPlugin",
     "pulsar.client.authparams": "authParams",
     "pulsar.client.tlstrustcertsfilepath": "tlsTrustCertsFilePath",
+    "avro.schema": "avroSchema",
 }
+VALUE_FORMATS = ("typed", "binary")
 #: Options Spark itself adds to a source's or sink's map.
 SPARK_OWNED = ("path", "checkpointLocation")
 PASS_THROUGH = {
@@ -129,6 +133,28 @@ class _Raw:
         if raw.lower() in ("false", "0", "no"):
             return False
         raise _bad(name, "true or false", raw)
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        if raw.lower() not in choices:
+            raise _bad(name, " or ".join(choices), raw)
+        return raw.lower()
+
+    def avro_schema(self, name: str) -> str | None:
+        """An Avro record definition (JSON text), checked here so a typo fails at planning."""
+        raw = self.text(name)
+        if raw is None:
+            return None
+        try:
+            definition = json.loads(raw)
+            fastavro.parse_schema(definition)
+        except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as exc:
+            raise _bad(name, f"an Avro schema in JSON ({exc})", raw) from None
+        if not isinstance(definition, dict) or definition.get("type") != "record":
+            raise _bad(name, "an Avro record schema in JSON", raw)
+        return raw
 
     def time_ms(self, name: str) -> int | None:
         """A publish time in ms since the epoch, None when unset."""
@@ -288,6 +314,8 @@ class SourceOptions:
     latest_idle_ms: int = 300
     arrow_batch_size: int = 10000
     include_properties: bool = True
+    value_format: str = "typed"  # typed: the topic's schema decides the value column
+    avro_schema: str | None = None  # the sink's Avro record definition (JSON text)
     batching_max_messages: int = 1000
     batching_max_publish_delay_ms: int = 10
     max_pending_messages: int = 10000
@@ -355,6 +383,8 @@ class SourceOptions:
             include_properties=raw.boolean(
                 "includeProperties", raw.boolean("includeHeaders", True)
             ),
+            value_format=raw.choice("valueFormat", VALUE_FORMATS, "typed"),
+            avro_schema=raw.avro_schema("avroSchema"),
             batching_max_messages=raw.integer("batchingMaxMessages", 1000, minimum=1),
             batching_max_publish_delay_ms=raw.integer("batchingMaxPublishDelayMs", 10),
             max_pending_messages=raw.integer("maxPendingMessages", 10000, minimum=1),

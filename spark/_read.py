@@ -19,6 +19,7 @@ from ._offsets import EARLIEST, Range, first_id, key, parse_id, reader_start
 from ._options import SourceOptions
 from ._runtime import LoopRunner
 from ._topics import base_topic, partition_index
+from ._typed import ValueShape
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +28,11 @@ class DataLossError(RuntimeError):
     """Messages the query still had to read were trimmed (see option failOnDataLoss)."""
 
 
-def read_range(options: SourceOptions, part: Range) -> Iterator[pa.RecordBatch]:
-    """The messages of ``part`` in publish order, ``arrow_batch_size`` rows per batch."""
+def read_range(options: SourceOptions, part: Range, shape: ValueShape) -> Iterator[pa.RecordBatch]:
+    """The messages of ``part`` in publish order, ``arrow_batch_size`` rows per batch, their
+    values decoded into ``shape``."""
     topic, partition = base_topic(part.topic), partition_index(part.topic)
+    decoder = shape.decoder()
     with LoopRunner(options.client) as runner:
         reader = runner.run(open_reader(runner.client, part.topic, part.after, options))
         checked = part.after == EARLIEST
@@ -39,7 +42,13 @@ def read_range(options: SourceOptions, part: Range) -> Iterator[pa.RecordBatch]:
                 runner.run(_check_trimmed(runner, part, messages[0].message_id(), options))
                 checked = True
             if messages:
-                yield to_record_batch(messages, topic, partition, options.include_properties)
+                values = None
+                if decoder is not None:
+                    runner.run(decoder.prepare(runner.client, part.topic, messages))
+                    values = decoder.values(messages)
+                yield to_record_batch(
+                    messages, topic, partition, options.include_properties, values
+                )
             if done:
                 return
 

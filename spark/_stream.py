@@ -56,6 +56,7 @@ from ._options import SourceOptions
 from ._read import open_reader
 from ._runtime import LoopRunner
 from ._topics import partition_index, resolve_partitions
+from ._typed import ValueShape
 
 Offsets = dict[str, str]
 
@@ -84,8 +85,9 @@ class _Quota:
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("pulsar-grpc")``."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, shape: ValueShape) -> None:
         self.options = options
+        self.shape = shape
         self._runner: LoopRunner | None = None
         self._tails: dict[str, _Tail] = {}
         self._target: Offsets | None = None
@@ -93,7 +95,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get only the options; the driver's readers stay on the driver.
-        return {"options": self.options, "_runner": None, "_tails": {}, "_target": None}
+        return {
+            "options": self.options,
+            "shape": self.shape,
+            "_runner": None,
+            "_tails": {},
+            "_target": None,
+        }
 
     # ------------------------------------------------------------------ driver side
 
@@ -292,4 +300,4 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ executor side
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.options, partition)
+        return read_partition(self.options, partition, self.shape)
