@@ -351,6 +351,30 @@ class Record(metaclass=RecordMeta):
                 object.__setattr__(self, key, copy.copy(field.default()))
 
     @classmethod
+    def from_decoded(cls, fields: dict[str, Any]) -> Record:
+        """A record from what an Avro decoder read against this class's own schema. Scalar
+        values are taken as they are: the decoder has checked their types, and checking them
+        again through ``__init__`` was most of a decode's cost. Enums, lists, maps and nested
+        records go through the same conversions as in ``__init__``."""
+        record = cls.__new__(cls)
+        object.__setattr__(record, "_default", None)
+        object.__setattr__(record, "_required_default", False)
+        object.__setattr__(record, "_required", False)
+        for key, field in cls._fields.items():
+            value = fields.get(key)
+            if type(field) in _TAKEN_AS_DECODED:
+                if value is None and not field._required:
+                    value = copy.copy(field.default())
+                object.__setattr__(record, key, value)
+            elif isinstance(field, Record) and isinstance(value, dict):
+                object.__setattr__(record, key, type(field).from_decoded(value))
+            elif key in fields:
+                setattr(record, key, value)
+            else:
+                object.__setattr__(record, key, copy.copy(field.default()))
+        return record
+
+    @classmethod
     def schema(cls) -> dict[str, Any]:
         """The Avro record schema of this class, as pulsar-client's ``Record.schema()``."""
         return cls.schema_info(set())
@@ -437,6 +461,8 @@ class Record(metaclass=RecordMeta):
 
 
 def _plain(value: Any) -> Any:
+    if type(value) in _SCALARS:  # most fields: nothing to convert, and the cheapest test
+        return value
     if isinstance(value, Record):
         return value.to_dict()
     if isinstance(value, enum.Enum):
@@ -446,3 +472,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value
+
+
+_SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+# Fields whose decoded Avro value is already what ``__init__`` would store (a str for String,
+# bytes for Bytes, a bool, an int, a float): Record.from_decoded takes them as they are.
+_TAKEN_AS_DECODED = frozenset({Null, Boolean, Integer, Long, Float, Double, Bytes, String})

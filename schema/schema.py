@@ -331,6 +331,13 @@ class AvroSchema(_RecordSchema):
     def decode(self, data: bytes) -> Any:
         return self.make(self._read(data, None))
 
+    def make(self, fields: dict[str, Any]) -> Any:
+        """As :meth:`_RecordSchema.make`, with the decoder's types trusted (fastavro read
+        them against this schema, or resolved them to it)."""
+        if self._record_cls is None:
+            return fields
+        return self._record_cls.from_decoded(fields)
+
     def decoder_for(self, writer: SchemaInfo | None) -> Callable[[bytes], Any]:
         """Bytes written with another version of the schema are resolved to this one (Avro's
         schema resolution: a field this version added takes its default)."""

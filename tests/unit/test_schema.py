@@ -330,3 +330,17 @@ def test_schema_info_wire_form() -> None:
     assert type(info).from_proto(message) == info
     with pytest.raises(ValueError, match="BYTES"):
         BytesSchema().schema_info().to_proto()
+
+
+def test_a_decoded_record_equals_one_built_through_init() -> None:
+    """Avro decoding builds records without re-checking scalar types (from_decoded): the
+    record must be the one ``__init__`` would build, defaults and nested values included."""
+    schema = AvroSchema(Person)
+    for person in (a_person(), Person(name="bare")):
+        fields = schema._read(schema.encode(person), None)
+        fast, slow = Person.from_decoded(fields), Person(**fields)
+        assert fast == slow == person
+        assert {f: getattr(fast, f) for f in Person._fields} == {
+            f: getattr(slow, f) for f in Person._fields
+        }
+        assert type(fast.color) is type(slow.color) and type(fast.home) is type(slow.home)
