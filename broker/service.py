@@ -129,7 +129,7 @@ class BrokerService:
         self.authorization = AuthorizationService.from_config(self.config, permissions)
         self._schemas = TopicSchemas(
             SchemaRegistry(SchemaStorage(metadata)),
-            SchemaPolicies(self.config, metadata, permissions.cache),
+            SchemaPolicies(self.config, permissions),
         )
         producer_names = await DistributedIdGenerator.create(
             metadata, PRODUCER_NAME_PATH, self.config.clusterName

@@ -13,37 +13,29 @@ broker, as every other policy write does.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from typing import Any
 
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
-from pulsar_grpc.broker.errors import MetadataError, NotFoundError
-from pulsar_grpc.broker.metadata import MetadataStore
-from pulsar_grpc.broker.metadata.store import BadVersionError
+from pulsar_grpc.broker.errors import NotFoundError
 from pulsar_grpc.broker.naming import NamespaceName
 from pulsar_grpc.broker.schema.data import CompatibilityStrategy
-from pulsar_grpc.broker.security.permissions import PolicyCache
+from pulsar_grpc.broker.security.permissions import PermissionStore
 
 STRATEGY = "schema_compatibility_strategy"
 AUTO_UPDATE = "is_allow_auto_update_schema"
 VALIDATION_ENFORCED = "schema_validation_enforced"
-_WRITE_ATTEMPTS = 10
 
 
 class SchemaPolicies:
     """The schema fields of namespaces' policies, resolved against the broker's defaults."""
 
-    def __init__(
-        self, config: ServiceConfiguration, store: MetadataStore, cache: PolicyCache
-    ) -> None:
+    def __init__(self, config: ServiceConfiguration, policies: PermissionStore) -> None:
         self._config = config
-        self._store = store
-        self._cache = cache
+        self._policies_store = policies  # the one reader and writer of Policies nodes
 
     async def _policies(self, ns: NamespaceName) -> dict[str, Any]:
-        found = await self._cache.get(f"{POLICIES_ROOT}/{ns}")
+        found = await self._policies_store.cache.get(f"{POLICIES_ROOT}/{ns}")
         if found is None:
             raise NotFoundError(f"Namespace {ns} does not exist")
         return found
@@ -77,27 +69,13 @@ class SchemaPolicies:
     # ------------------------------------------------------------ writes
 
     async def set_strategy(self, ns: NamespaceName, strategy: CompatibilityStrategy) -> None:
-        await self._update(ns, lambda node: node.__setitem__(STRATEGY, strategy.value))
+        await self._set(ns, STRATEGY, strategy.value)
 
     async def set_allow_auto_update(self, ns: NamespaceName, allow: bool) -> None:
-        await self._update(ns, lambda node: node.__setitem__(AUTO_UPDATE, allow))
+        await self._set(ns, AUTO_UPDATE, allow)
 
     async def set_validation_enforced(self, ns: NamespaceName, enforced: bool) -> None:
-        await self._update(ns, lambda node: node.__setitem__(VALIDATION_ENFORCED, enforced))
+        await self._set(ns, VALIDATION_ENFORCED, enforced)
 
-    async def _update(self, ns: NamespaceName, change: Callable[[dict[str, Any]], None]) -> None:
-        """Read, change, write back if nobody wrote meanwhile; else again."""
-        path = f"{POLICIES_ROOT}/{ns}"
-        for _ in range(_WRITE_ATTEMPTS):
-            found = await self._store.get(path)
-            if found is None:
-                raise NotFoundError(f"Namespace {ns} does not exist")
-            node = json.loads(found.value or b"{}")
-            change(node)
-            try:
-                await self._store.put(path, json.dumps(node).encode(), found.version)
-            except BadVersionError:
-                continue
-            self._cache.invalidate(path)  # this broker sees its own write at once
-            return
-        raise MetadataError(f"Namespace {ns}: too many concurrent changes, try again")
+    async def _set(self, ns: NamespaceName, field: str, value: object) -> None:
+        await self._policies_store.update_namespace(ns, lambda node: node.__setitem__(field, value))
