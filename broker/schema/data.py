@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -127,11 +128,23 @@ class SchemaInfo:
         """What makes two schemas the same one (Pulsar's SchemaHash: type and data, not the
         properties): registering it again answers the version it already has. A KEY_VALUE
         schema's parts' types are in its properties, so those count too."""
-        digest = hashlib.sha256(bytes([self.type]) + self.data)
+        digest = hashlib.sha256(bytes([self.type]) + self._canonical_data())
         if self.type is SchemaType.KEY_VALUE:
             for side in ("key", "value"):
                 digest.update(b"\0" + self.properties.get(f"{side}.schema.type", "").encode())
         return digest.hexdigest()
+
+    def _canonical_data(self) -> bytes:
+        """The data with JSON's insignificant differences (spacing, key order) taken out, for
+        the types whose data is JSON text: the same definition sent with another layout is the
+        same schema, not a new version each time."""
+        if self.type not in _JSON_DATA:
+            return self.data
+        try:
+            parsed = json.loads(self.data)
+        except ValueError:  # validation refuses such data before it is registered
+            return self.data
+        return json.dumps(parsed, sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,3 +155,10 @@ class StoredSchema:
     info: SchemaInfo
     deleted: bool
     timestamp_ms: int
+
+
+# The types whose schema data is JSON text (an Avro definition, or Pulsar's
+# ProtobufNativeSchemaData).
+_JSON_DATA = frozenset(
+    {SchemaType.AVRO, SchemaType.JSON, SchemaType.PROTOBUF, SchemaType.PROTOBUF_NATIVE}
+)

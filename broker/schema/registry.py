@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from pulsar_grpc.broker.errors import IncompatibleSchemaError, MetadataError
+from pulsar_grpc.broker.errors import IncompatibleSchemaError, MetadataError, NotAllowedError
 from pulsar_grpc.broker.schema import compatibility
 from pulsar_grpc.broker.schema.data import (
     CompatibilityStrategy,
@@ -22,6 +22,9 @@ from pulsar_grpc.broker.schema.data import (
 from pulsar_grpc.broker.schema.storage import SchemaStorage
 
 _APPEND_ATTEMPTS = 10
+# Versions a topic may have (deletes included). Pulsar sets no bound, but every version costs
+# a metadata node and a read whenever the registry is loaded, and any producer can add them.
+MAX_VERSIONS = 1000
 # The strategies under which a consumer's schema is checked against the latest version with
 # BACKWARD's rule (the consumer reads what was written), as Pulsar's checkConsumerCompatibility.
 _CONSUMER_CHECKS_LATEST = frozenset(
@@ -78,6 +81,11 @@ class SchemaRegistry:
                 return found
             compatibility.check(current, info, strategy)
             version = len(versions)
+            if version >= MAX_VERSIONS:
+                raise NotAllowedError(
+                    f"schema {schema_id} has {version} versions, the most a topic keeps: "
+                    "delete it (force) to start again"
+                )
             record = StoredSchema(version, info, False, _now_ms())
             if await self.storage.append(schema_id, version, record):
                 return version

@@ -15,6 +15,7 @@ until the store reports a change under ``/schemas`` or a session event.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections import OrderedDict
@@ -67,16 +68,16 @@ class SchemaStorage:
         base = self.path(schema_id)
         locator = await self._store.get(base)
         latest = json.loads(locator.value)["latest"] if locator and locator.value else -1
+        # Up to the locator's latest at once; then one by one past it (a writer stopped
+        # between the version and the locator writes leaves versions past it).
+        known = await asyncio.gather(*(self._store.get(f"{base}/{v}") for v in range(latest + 1)))
         versions: list[StoredSchema] = []
-        version = 0
-        while True:
-            found = await self._store.get(f"{base}/{version}")
+        for version, found in enumerate(known):
             if found is None:
-                if version > latest:
-                    break
                 raise MetadataError(f"schema {schema_id}: version {version} is missing")
             versions.append(_decode(version, found.value))
-            version += 1
+        while (found := await self._store.get(f"{base}/{len(versions)}")) is not None:
+            versions.append(_decode(len(versions), found.value))
         return tuple(versions)
 
     async def append(self, schema_id: str, version: int, record: StoredSchema) -> bool:

@@ -13,7 +13,11 @@ import uuid
 import pytest
 from google.protobuf import descriptor_pb2
 
-from pulsar_grpc.broker.errors import IncompatibleSchemaError, InvalidSchemaDataError
+from pulsar_grpc.broker.errors import (
+    IncompatibleSchemaError,
+    InvalidSchemaDataError,
+    NotAllowedError,
+)
 from pulsar_grpc.broker.metadata import MemoryMetadataStore, ZooKeeperMetadataStore
 from pulsar_grpc.broker.schema import (
     CompatibilityStrategy,
@@ -22,6 +26,7 @@ from pulsar_grpc.broker.schema import (
     SchemaType,
     new_schema,
 )
+from pulsar_grpc.broker.schema import registry as registry_module
 from pulsar_grpc.broker.schema.compatibility import check
 from pulsar_grpc.broker.schema.data import StoredSchema
 from tests.waiting import eventually
@@ -245,3 +250,33 @@ def test_each_strategy_against_two_versions(
     else:
         with pytest.raises(IncompatibleSchemaError, match=strategy.value):
             check(existing, candidate, strategy)
+
+
+async def test_the_same_definition_laid_out_differently_is_the_same_version() -> None:
+    """Spacing and key order do not make a new version: a producer cannot grow the registry
+    by sending one definition with ever more spaces."""
+    reg = registry(uuid.uuid4().hex)
+    compact = avro(("x", "int"))
+    spaced = json.dumps(json.loads(compact), indent=4, sort_keys=True).encode() + b"   "
+    assert spaced != compact
+    assert await reg.put_if_absent(ID, new_schema(SchemaType.AVRO, compact), FULL) == 0
+    for _ in range(3):
+        assert await reg.put_if_absent(ID, new_schema(SchemaType.AVRO, spaced), FULL) == 0
+    assert len(await reg.versions(ID)) == 1
+
+
+async def test_a_topic_keeps_a_bounded_number_of_versions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(registry_module, "MAX_VERSIONS", 3)
+    reg = registry(uuid.uuid4().hex)
+    anything = CompatibilityStrategy.ALWAYS_COMPATIBLE
+    for i in range(3):
+        info = new_schema(SchemaType.AVRO, avro((f"f{i}", "int")))
+        assert await reg.put_if_absent(ID, info, anything) == i
+    with pytest.raises(NotAllowedError, match="3 versions, the most a topic keeps"):
+        await reg.put_if_absent(ID, new_schema(SchemaType.AVRO, avro(("g", "int"))), anything)
+    # A schema it holds already is still answered.
+    assert (
+        await reg.put_if_absent(ID, new_schema(SchemaType.AVRO, avro(("f1", "int"))), anything) == 1
+    )
