@@ -84,6 +84,9 @@ def ended_when_revoked(
         task.add_done_callback(checks.discard)
 
     stop = authorization.watch(topic.tenant, changed)
+    # Once more now that the watch is on: a revoke that landed while the stream was opening
+    # (after its first check, before the watch) is seen here, not at some later change.
+    changed()
     try:
         yield
     finally:

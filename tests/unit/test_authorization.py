@@ -4,8 +4,10 @@ proxy rules of PIP-1; and the permission cache seeing a change written behind it
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +18,8 @@ from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.security.authorization import AuthorizationService, Caller
 from pulsar_grpc.broker.security.authorization import TopicOperation as Op
 from pulsar_grpc.broker.security.permissions import PermissionStore, TenantInfo, parse_actions
+from pulsar_grpc.handler.access import ended_when_revoked
+from pulsar_grpc.interceptors.context import CallContext, _current
 from tests.waiting import eventually
 
 NS = NamespaceName.get("acme/ns")
@@ -125,3 +129,15 @@ async def test_the_cache_sees_a_change_written_behind_its_back(
 def test_bad_action_lists_are_refused(body: object) -> None:
     with pytest.raises(InvalidArgumentError):
         parse_actions(body)
+
+
+async def test_a_stream_whose_right_went_while_it_opened_is_ended_without_another_change(
+    service: AuthorizationService,
+) -> None:
+    """The revoke landed after the stream's first check and before its watch was on: the
+    check the watch makes when it starts ends the stream; no later change is needed."""
+    _current.set(CallContext("peer", role="stranger"))
+    broker = SimpleNamespace(authorization=service)
+    ended = asyncio.Event()
+    with ended_when_revoked(broker, TOPIC, Op.PRODUCE, lambda _: ended.set()):  # type: ignore[arg-type]
+        await asyncio.wait_for(ended.wait(), 10)
