@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -65,6 +66,10 @@ class ClientConf:
     tls_allow_insecure_connection: bool | None = None
 
 
+# A line of a Java properties file, as Pulsar's tools read client.conf: the key ends at the
+# first '=', ':' or blank.
+_PROPERTY = re.compile(r"(?P<key>[^=:\s]+)\s*(?:[=:]|\s)(?P<value>.*)")
+
 _KEYS = {
     "webServiceUrl": "web_service_url",
     "brokerServiceUrl": "broker_service_url",
@@ -86,10 +91,10 @@ def read_client_conf(path: Path) -> ClientConf:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key:
+        match = _PROPERTY.match(line)
+        if match is None:
             raise ValueError(f"{path}:{number}: expected <key>=<value>, got {line!r}")
+        key, value = match["key"], match["value"].strip()
         if key not in _KEYS or not value:
             continue  # another client setting, or one left empty as Pulsar's file does
         found[_KEYS[key]] = _value(key, value, f"{path}:{number}")
@@ -103,12 +108,7 @@ def _value(key: str, value: str, where: str) -> object:
         return _BOOLEANS[value.lower()]
     if key == "webServiceUrl" and not value.startswith(("http://", "https://")):
         raise ValueError(f"{where}: {key} must be an http:// or https:// URL, got {value!r}")
-    if key == "brokerServiceUrl" and not value.startswith(("grpc://", "grpc+ssl://")):
-        raise ValueError(
-            f"{where}: {key} must be a grpc:// or grpc+ssl:// URL (this broker speaks gRPC), "
-            f"got {value!r}"
-        )
-    return value
+    return value  # brokerServiceUrl is checked where a command uses it (see resolve)
 
 
 def add_connection_args(parser: argparse.ArgumentParser, urls: Iterable[UrlFlag]) -> None:
@@ -146,7 +146,15 @@ def resolve(args: argparse.Namespace) -> None:
     path = args.conf or (Path(os.environ[CONF_ENV]) if os.environ.get(CONF_ENV) else None)
     conf = read_client_conf(path) if path is not None else ClientConf()
     if hasattr(args, "service_url") and not args.service_url:
-        args.service_url = conf.broker_service_url or default_service_url()
+        url = conf.broker_service_url
+        if url is not None and not url.startswith(("grpc://", "grpc+ssl://")):
+            # A stock Pulsar client.conf says pulsar://: fine for the admin commands, which
+            # only read webServiceUrl, but this command would connect there.
+            raise ValueError(
+                f"client.conf: brokerServiceUrl must be a grpc:// or grpc+ssl:// URL (this "
+                f"broker speaks gRPC), got {url!r}; or give --service-url"
+            )
+        args.service_url = url or default_service_url()
     if hasattr(args, "admin_url") and not args.admin_url:
         args.admin_url = conf.web_service_url or default_admin_url()
     # Each flag overrides its own key, as in Pulsar's pulsar-admin.

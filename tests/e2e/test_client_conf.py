@@ -65,9 +65,13 @@ def test_pulsars_client_conf_is_read(tmp_path: Path) -> None:
         auth_params="token:t",
         tls_allow_insecure_connection=False,
     )
+    # Java properties' other separators, as Pulsar's tools read the file.
+    path.write_text("webServiceUrl: http://h:8080/\nbrokerServiceUrl pulsar://h:6650/\n")
+    assert read_client_conf(path) == ClientConf(
+        web_service_url="http://h:8080/", broker_service_url="pulsar://h:6650/"
+    )
     bad = {
-        "no separator\n": "client.conf:2: expected <key>=<value>",
-        "brokerServiceUrl=pulsar://h:6650\n": "must be a grpc:// or grpc+ssl:// URL",
+        "noseparator\n": "client.conf:2: expected <key>=<value>",
         "webServiceUrl=h:8080\n": "must be an http:// or https:// URL",
         "tlsAllowInsecureConnection=maybe\n": "must be true or false",
     }
@@ -120,11 +124,18 @@ def test_a_conf_that_cannot_be_used_is_a_usage_error(tmp_path: Path) -> None:
         done = cli(command, "--conf", str(missing), *verbs)
         assert done.returncode == 2, (command, done.stderr)
         assert f"client.conf {missing}: cannot be read" in done.stderr
-    bad = tmp_path / "bad.conf"
-    bad.write_text("brokerServiceUrl=pulsar://localhost:6650\n")
-    done = cli("consume", "t", "-s", "s", env={**os.environ, "PULSAR_CLIENT_CONF": str(bad)})
-    assert done.returncode == 2 and f"{bad}:1: brokerServiceUrl" in done.stderr, done.stderr
+    # A stock Pulsar client.conf names a pulsar:// broker URL: a command that would connect
+    # there is a usage error naming it; one that only needs webServiceUrl goes on.
+    stock = tmp_path / "stock.conf"
+    stock.write_text(
+        "webServiceUrl=http://127.0.0.1:1/\nbrokerServiceUrl=pulsar://localhost:6650/\n"
+    )
+    env = {**os.environ, "PULSAR_CLIENT_CONF": str(stock)}
+    done = cli("consume", "t", "-s", "s", env=env)
+    assert done.returncode == 2 and "brokerServiceUrl must be a grpc://" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+    listed = cli("topics", "list", env=env)  # reaches for webServiceUrl: nobody there
+    assert listed.returncode == 1 and "cannot reach http://127.0.0.1:1/" in listed.stderr, listed
 
 
 def test_the_conf_trusts_the_brokers_ca_over_grpc_and_https(
