@@ -82,8 +82,10 @@ class AuthenticationSCRAM(Authentication):
         client = ScramClient([MECHANISM], self._username, self._password)
         challenge = await exchange(f"{MECHANISM} data={_b64(client.get_client_first())}")
         params = _params(_expect(challenge, _CHALLENGE).partition(" ")[2])
+        server_first = _unb64(params.get("data", ""))
+        _check_iterations(server_first)
         try:
-            client.set_server_first(_unb64(params.get("data", "")))
+            client.set_server_first(server_first)
             # PBKDF2 over the password: thousands of HMACs, off the event loop.
             client_final = await asyncio.to_thread(client.get_client_final)
         except ScramException as exc:
@@ -135,3 +137,22 @@ def _unb64(value: str) -> str:
         return base64.b64decode(value, validate=True).decode()
     except (ValueError, UnicodeDecodeError):
         raise AuthenticationError("SCRAM: the broker's answer is not base64 text") from None
+
+
+# The most PBKDF2 iterations a broker may ask for: a genuine one asks 4096 (or a few times
+# that); a fake one asking billions would tie a thread up for hours before its signature, the
+# proof that it knows the user's keys, is ever checked.
+MAX_ITERATIONS = 1_000_000
+
+
+def _check_iterations(server_first: str) -> None:
+    fields = dict(part.split("=", 1) for part in server_first.split(",") if "=" in part)
+    try:
+        iterations = int(fields.get("i", ""))
+    except ValueError:
+        return  # malformed: scramp refuses it with its own message
+    if iterations > MAX_ITERATIONS:
+        raise AuthenticationError(
+            f"SCRAM: the broker asks for {iterations} iterations, more than {MAX_ITERATIONS}: "
+            "refused (not a broker to trust)"
+        )

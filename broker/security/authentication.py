@@ -258,7 +258,7 @@ class ScramProvider(AuthenticationProvider):
         self.scram.use_role_tokens(RoleTokens(metadata, self._lifetime_s))
 
     async def authenticate(self, data: AuthenticationData) -> str:
-        return await self.scram.authenticate(data.authorization or "")
+        return await self.scram.authenticate(data.authorization or "", data.remote_address)
 
     def expires_at(self, data: AuthenticationData) -> float | None:
         """A role token's ``exp``: a stream it opened ends when it does (an exchange step

@@ -28,7 +28,7 @@ import hmac
 import re
 import secrets
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -134,7 +134,22 @@ def parse_params(text: str) -> dict[str, str]:
 class _Pending:
     server: ScramServer
     user: str
+    host: str  # where the client-first came from
     deadline: float  # time.monotonic()
+
+
+# One client address may hold this share of the pending exchanges: the first step needs no
+# credentials, and one host filling the whole pool would lock every user out.
+_HOST_SHARE = 10
+
+
+def host_of(peer: str) -> str:
+    """The address without its port: gRPC's ``ipv4:10.0.0.5:51234`` or
+    ``ipv6:[::1]:51234``, or HTTP's bare address."""
+    for scheme in ("ipv4:", "ipv6:"):
+        if peer.startswith(scheme):
+            return peer.removeprefix(scheme).rpartition(":")[0]
+    return peer
 
 
 class PendingExchanges:
@@ -145,10 +160,12 @@ class PendingExchanges:
         self, limit: int, expiry_s: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._limit = limit
+        self._host_limit = max(1, limit // _HOST_SHARE)
         self._expiry_s = expiry_s
         self._clock = clock
         # Insertion order is deadline order: every exchange lives equally long.
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
+        self._per_host: Counter[str] = Counter()
 
     def __len__(self) -> int:
         self._drop_expired()
@@ -160,16 +177,26 @@ class PendingExchanges:
             first = next(iter(self._pending.values()))
             if first.deadline > now:
                 break
-            self._pending.popitem(last=False)
+            self._release(self._pending.popitem(last=False)[1])
 
-    def add(self, server: ScramServer, user: str) -> str:
+    def _release(self, pending: _Pending) -> None:
+        self._per_host[pending.host] -= 1
+        if not self._per_host[pending.host]:
+            del self._per_host[pending.host]
+
+    def add(self, server: ScramServer, user: str, host: str = "") -> str:
         self._drop_expired()
         if len(self._pending) >= self._limit:
             raise AuthenticationError(
                 "too many SCRAM exchanges in progress on this broker: try again shortly"
             )
+        if self._per_host[host] >= self._host_limit:
+            raise AuthenticationError(
+                "too many SCRAM exchanges in progress from this address: finish them first"
+            )
         state_id = secrets.token_urlsafe(18)
-        self._pending[state_id] = _Pending(server, user, self._clock() + self._expiry_s)
+        self._pending[state_id] = _Pending(server, user, host, self._clock() + self._expiry_s)
+        self._per_host[host] += 1
         return state_id
 
     def take(self, state_id: str) -> _Pending:
@@ -179,6 +206,7 @@ class PendingExchanges:
             raise AuthenticationError(
                 "unknown SCRAM state (expired, already used, or never issued): start again"
             )
+        self._release(pending)
         return pending
 
 
@@ -213,9 +241,10 @@ class ScramAuthenticator:
         salt = hmac.new(self._decoy_secret, user.encode(), hashlib.sha256).digest()[:16]
         return salt, secrets.token_bytes(32), secrets.token_bytes(32), DEFAULT_ITERATIONS
 
-    async def authenticate(self, authorization: str) -> str:
+    async def authenticate(self, authorization: str, peer: str = "") -> str:
         """The role of a RoleToken header; for a SCRAM step, AuthenticationChallenge carrying
-        the next message (or AuthenticationError when the step fails)."""
+        the next message (or AuthenticationError when the step fails). ``peer`` is where the
+        request came from: one address may hold only a share of the pending exchanges."""
         scheme, _, rest = authorization.partition(" ")
         if scheme.lower() == ROLE_TOKEN_SCHEME:
             token = rest.strip()
@@ -226,10 +255,10 @@ class ScramAuthenticator:
         data = _decode(params.get("data"))
         if "sid" in params:
             await self._client_final(params["sid"], data)
-        self._client_first(data)
+        self._client_first(data, host_of(peer))
         raise AssertionError("unreachable: each step raises")
 
-    def _client_first(self, client_first: str) -> None:
+    def _client_first(self, client_first: str, host: str) -> None:
         users: list[str] = []  # the name scramp read from the message, as it read it
 
         def auth_info(user: str) -> tuple[bytes, bytes, bytes, int]:
@@ -242,7 +271,7 @@ class ScramAuthenticator:
             server_first = server.get_server_first()
         except ScramException as exc:
             raise AuthenticationError(f"malformed SCRAM client-first message: {exc}") from None
-        state_id = self.pending.add(server, users[0])
+        state_id = self.pending.add(server, users[0], host)
         raise AuthenticationChallenge(
             "SCRAM challenge: answer with the client-final message in a new call",
             ((H_CHALLENGE, f"{MECHANISM} sid={state_id}, data={_encode(server_first)}"),),

@@ -4,7 +4,9 @@ extension, Pulsar has no such resource):
 - ``GET /admin/v2/role-token-keys``: the keys, current last (ids and times, never secrets);
 - ``POST /admin/v2/role-token-keys/rotate[?revokePrevious=true]``: a new current key for the
   whole cluster; the previous keys keep verifying the tokens they signed until those expire,
-  or, with revokePrevious, stop at once (a leaked key): their holders authenticate again.
+  or, with revokePrevious, stop at once for new calls (a leaked key): their holders
+  authenticate again. Streams opened before end at their token's expiry, not at the
+  revocation (the expiry check compares times, it does not re-verify signatures).
 
 Either answers 412 when the broker does not run the scram provider, and, with
 authorizationEnabled, 403 to anyone but a super-user (the keys are the whole cluster's).

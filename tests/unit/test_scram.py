@@ -9,6 +9,7 @@ import base64
 import time
 import uuid
 
+import grpc
 import jwt
 import pytest
 from scramp import ScramClient
@@ -21,11 +22,14 @@ from pulsar_grpc.broker.security.role_tokens import KEYS_PATH, KeyRing, RoleToke
 from pulsar_grpc.broker.security.scram import (
     PendingExchanges,
     ScramAuthenticator,
+    host_of,
     parse_credentials,
     verifier,
 )
 from pulsar_grpc.cli.auth import authentication_of
 from pulsar_grpc.client import AuthenticationSCRAM
+from pulsar_grpc.client._auth import ExchangeAnswer
+from pulsar_grpc.client.exceptions import AuthenticationError as ClientAuthenticationError
 
 HOUR_MS = 3600 * 1000
 
@@ -56,16 +60,32 @@ def test_pending_exchanges_expire_are_capped_and_are_taken_once():
     clock = Clock()
     pending = PendingExchanges(limit=2, expiry_s=5, clock=clock)
     server = object()
-    first = pending.add(server, "alice")  # type: ignore[arg-type]
-    pending.add(server, "bob")  # type: ignore[arg-type]
+    first = pending.add(server, "alice", "h1")  # type: ignore[arg-type]
+    pending.add(server, "bob", "h2")  # type: ignore[arg-type]
     with pytest.raises(AuthenticationError, match="too many SCRAM exchanges"):
-        pending.add(server, "carol")  # type: ignore[arg-type]
+        pending.add(server, "carol", "h3")  # type: ignore[arg-type]
     assert pending.take(first).user == "alice"
     with pytest.raises(AuthenticationError, match="unknown SCRAM state"):
         pending.take(first)  # a replay
     clock.now += 5
     assert len(pending) == 0  # the other one expired
-    pending.add(server, "carol")  # type: ignore[arg-type]  # room again
+    pending.add(server, "carol", "h3")  # type: ignore[arg-type]  # room again
+
+
+def test_one_address_holds_a_share_of_the_pending_exchanges():
+    """The first step needs no credentials: one host filling the pool would lock everyone
+    out, so it may hold a tenth of it; others still get in, and a taken one frees a place."""
+    pending = PendingExchanges(limit=20, expiry_s=5, clock=Clock())
+    server = object()
+    mine = [pending.add(server, "u", "10.0.0.5") for _ in range(2)]  # type: ignore[arg-type]
+    with pytest.raises(AuthenticationError, match="from this address"):
+        pending.add(server, "u", "10.0.0.5")  # type: ignore[arg-type]
+    pending.add(server, "u", "10.0.0.6")  # type: ignore[arg-type]
+    pending.take(mine[0])
+    pending.add(server, "u", "10.0.0.5")  # type: ignore[arg-type]
+    assert host_of("ipv4:10.0.0.5:51234") == "10.0.0.5"
+    assert host_of("ipv6:[::1]:51234") == "[::1]"
+    assert host_of("127.0.0.1") == "127.0.0.1"
 
 
 async def test_the_exchange_on_the_authenticator_ends_with_a_token_the_ring_verifies():
@@ -149,3 +169,20 @@ def _b64(text: str) -> str:
 
 def _unb64(text: str) -> str:
     return base64.b64decode(text).decode()
+
+
+async def test_the_client_refuses_a_challenge_asking_for_absurd_iterations():
+    """A fake broker cannot make the client spend hours on PBKDF2 before its signature is
+    checked: an iteration count past the bound is refused at once."""
+
+    async def fake_broker(authorization: str) -> ExchangeAnswer:
+        client_first = _unb64(authorization.split("data=", 1)[1])
+        nonce = client_first.split("r=", 1)[1]
+        server_first = f"r={nonce}fake,s={_b64('salt-salt-salt')},i=2000000000"
+        challenge = f"SCRAM-SHA-256 sid=x, data={_b64(server_first)}"
+        return ExchangeAnswer(grpc.StatusCode.UNAUTHENTICATED, "", {"www-authenticate": challenge})
+
+    started = time.monotonic()
+    with pytest.raises(ClientAuthenticationError, match="2000000000 iterations"):
+        await AuthenticationSCRAM("alice", "pw").prepare(fake_broker)
+    assert time.monotonic() - started < 5
