@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from bench.killsoak import Broker
+from bench.sdk_load import produce_then_consume
 from pulsar_grpc.broker.security.scram import verifier
 from pulsar_grpc.broker.security.tokens import create_secret_key, create_token
 from pulsar_grpc.client import (
@@ -42,26 +43,8 @@ PASSWORD = "bench-password"
 
 
 async def throughput(url: str, auth: Authentication | None, messages: int) -> tuple[float, float]:
-    payload = b"x" * 100
     async with Client(url, authentication=auth) as client:
-        consumer = await client.subscribe("bench-auth", "bench", initial_position="Earliest")
-        producer = await client.create_producer(
-            "bench-auth",
-            batching_max_messages=100,
-            max_pending_messages=20_000,
-            block_if_queue_full=True,
-        )
-        started = time.perf_counter()
-        futures = [await producer.enqueue(payload) for _ in range(messages)]
-        await producer.flush()
-        await asyncio.gather(*futures)
-        produce_s = time.perf_counter() - started
-        started = time.perf_counter()
-        for _ in range(messages):
-            message = await consumer.receive(30_000)
-        consume_s = time.perf_counter() - started
-        await consumer.acknowledge_cumulative(message)
-    return messages / produce_s, messages / consume_s
+        return await produce_then_consume(client, "bench-auth", [b"x" * 100] * messages, batch=100)
 
 
 async def first_call_ms(url: str, make_auth: type[AuthenticationSCRAM], tries: int) -> list[float]:

@@ -21,12 +21,12 @@ import os
 import random
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import aiohttp
 
 from bench.killsoak import Broker
+from bench.sdk_load import produce_then_consume
 from pulsar_grpc.client import Client, CompressionType
 
 CODECS = [CompressionType.NONE, CompressionType.LZ4, CompressionType.ZLib]
@@ -70,33 +70,11 @@ async def run_codec(
 ) -> dict[str, float]:
     topic = f"bench-zip-{codec.name.lower()}"
     async with Client(service_url) as client:
-        consumer = await client.subscribe(topic, "bench", initial_position="Earliest")
-        producer = await client.create_producer(
-            topic,
-            compression_type=codec,
-            batching_max_messages=1000,
-            max_pending_messages=20_000,
-            block_if_queue_full=True,
+        produce, consume = await produce_then_consume(
+            client, topic, payloads, batch=1000, compression_type=codec
         )
-        started = time.perf_counter()
-        futures = [await producer.enqueue(p) for p in payloads]
-        await producer.flush()
-        await asyncio.gather(*futures)
-        produce_s = time.perf_counter() - started
-        started = time.perf_counter()
-        for _ in payloads:
-            message = await consumer.receive(30_000)
-            message.data()
-        consume_s = time.perf_counter() - started
-        await consumer.acknowledge_cumulative(message)
-        await producer.close()
-        await consumer.close()
     sizes = await stats(http_url, topic)
-    return {
-        "produce": len(payloads) / produce_s,
-        "consume": len(payloads) / consume_s,
-        **sizes,
-    }
+    return {"produce": produce, "consume": consume, **sizes}
 
 
 async def main(messages: int) -> None:

@@ -21,11 +21,11 @@ import os
 import random
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from bench.killsoak import Broker
+from bench.sdk_load import produce_then_consume
 from pulsar_grpc.client import Client
 from pulsar_grpc.schema import AvroSchema, Double, JsonSchema, Long, Record, Schema, String
 
@@ -59,31 +59,11 @@ def events(count: int, seed: int = 7) -> list[Event]:
 async def run_kind(
     service_url: str, kind: str, schema: Schema | None, values: list[Any]
 ) -> dict[str, float]:
-    topic = f"bench-schema-{kind}"
-    typed: dict[str, Any] = {} if schema is None else {"schema": schema}
     async with Client(service_url) as client:
-        consumer = await client.subscribe(topic, "bench", initial_position="Earliest", **typed)
-        producer = await client.create_producer(
-            topic,
-            batching_max_messages=100,
-            max_pending_messages=20_000,
-            block_if_queue_full=True,
-            **typed,
+        produce, consume = await produce_then_consume(
+            client, f"bench-schema-{kind}", values, batch=100, schema=schema
         )
-        started = time.perf_counter()
-        futures = [await producer.enqueue(v) for v in values]
-        await producer.flush()
-        await asyncio.gather(*futures)
-        produce_s = time.perf_counter() - started
-        started = time.perf_counter()
-        for _ in values:
-            message = await consumer.receive(30_000)
-            message.data() if schema is None else message.value()
-        consume_s = time.perf_counter() - started
-        await consumer.acknowledge_cumulative(message)
-        await producer.close()
-        await consumer.close()
-    return {"produce": len(values) / produce_s, "consume": len(values) / consume_s}
+    return {"produce": produce, "consume": consume}
 
 
 async def main(messages: int) -> None:

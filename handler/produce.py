@@ -17,7 +17,7 @@ from pulsar_grpc.broker.protocol import BrokerContext
 from pulsar_grpc.broker.schema import encode_version
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
-from pulsar_grpc.broker.topics import PersistentTopic, Producer, PublishReceipt
+from pulsar_grpc.broker.topics import Producer, PublishReceipt
 from pulsar_grpc.handler import codec
 from pulsar_grpc.handler.access import authorize_topic, ended_when_revoked
 from pulsar_grpc.handler.errors import abort, owner_trailers
@@ -27,9 +27,6 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 # Batches accepted but not yet durable, per producer. When full, the handler stops reading the
 # stream and gRPC's flow control pushes back on the client: memory stays bounded.
 MAX_PENDING_BATCHES = 1000
-# While held back by a rate limit, the wait is looked at again this often, so that a limit
-# raised (or removed) meanwhile takes effect at once rather than after the old wait.
-RATE_RECHECK_S = 0.05
 
 _END = object()
 
@@ -72,21 +69,6 @@ async def produce(
         await producer.close()
 
 
-async def _hold_back(topic: PersistentTopic) -> None:
-    """Return once the publish rates allow more (at once when they do already)."""
-    wait = topic.publish_delay_s()
-    if wait <= 0:
-        return
-    loop = asyncio.get_running_loop()
-    began = loop.time()
-    try:
-        while wait > 0:
-            await asyncio.sleep(min(wait, RATE_RECHECK_S))
-            wait = topic.publish_delay_s()
-    finally:
-        topic.publish_held(loop.time() - began)
-
-
 async def _serve(
     producer: Producer, requests: AsyncIterator[bytes], context: aio.ServicerContext
 ) -> None:
@@ -107,7 +89,7 @@ async def _serve(
                 pending.put_nowait(
                     producer.publish(raw, request.sequence_id, codec.message_count(request))
                 )
-                await _hold_back(producer.topic)
+                await producer.topic.hold_publish()
         except Exception as exc:
             failure.append(exc)
         finally:

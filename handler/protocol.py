@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from grpc import aio
@@ -147,48 +148,38 @@ class GrpcProtocolHandler(ProtocolHandler):
     # ------------------------------------------------------------ RPCs
 
     def _rpc_handlers(self) -> grpc.GenericRpcHandler:
+        # Requests arrive as bytes (each servicer parses its own, so a bad one is its error);
+        # the streams' responses are serialized by the codec, the unary ones by their type.
+        def stream(method: Any) -> grpc.RpcMethodHandler:
+            return grpc.stream_stream_rpc_method_handler(
+                method,
+                request_deserializer=codec.identity,
+                response_serializer=codec.serialize_response,
+            )
+
+        def unary(method: Any, response: Any) -> grpc.RpcMethodHandler:
+            return grpc.unary_unary_rpc_method_handler(
+                method,
+                request_deserializer=codec.identity,
+                response_serializer=response.SerializeToString,
+            )
+
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
             {
-                "Produce": grpc.stream_stream_rpc_method_handler(
-                    self._produce,
-                    request_deserializer=codec.identity,
-                    response_serializer=codec.serialize_response,
+                "Produce": stream(self._produce),
+                "Consume": stream(self._consume),
+                "Lookup": unary(self._lookup, pb.LookupResponse),
+                "GetLastMessageId": unary(self._last_message_id, pb.GetLastMessageIdResponse),
+                "GetPartitionedTopicMetadata": unary(
+                    self._partitioned_metadata, pb.PartitionedTopicMetadataResponse
                 ),
-                "Consume": grpc.stream_stream_rpc_method_handler(
-                    self._consume,
-                    request_deserializer=codec.identity,
-                    response_serializer=codec.serialize_response,
+                "GetTopicsOfNamespace": unary(
+                    self._topics_of_namespace, pb.GetTopicsOfNamespaceResponse
                 ),
-                "Lookup": grpc.unary_unary_rpc_method_handler(
-                    self._lookup,
-                    request_deserializer=codec.identity,
-                    response_serializer=pb.LookupResponse.SerializeToString,
-                ),
-                "GetLastMessageId": grpc.unary_unary_rpc_method_handler(
-                    self._last_message_id,
-                    request_deserializer=codec.identity,
-                    response_serializer=pb.GetLastMessageIdResponse.SerializeToString,
-                ),
-                "GetPartitionedTopicMetadata": grpc.unary_unary_rpc_method_handler(
-                    self._partitioned_metadata,
-                    request_deserializer=codec.identity,
-                    response_serializer=pb.PartitionedTopicMetadataResponse.SerializeToString,
-                ),
-                "GetTopicsOfNamespace": grpc.unary_unary_rpc_method_handler(
-                    self._topics_of_namespace,
-                    request_deserializer=codec.identity,
-                    response_serializer=pb.GetTopicsOfNamespaceResponse.SerializeToString,
-                ),
-                "GetSchema": grpc.unary_unary_rpc_method_handler(
-                    self._get_schema,
-                    request_deserializer=codec.identity,
-                    response_serializer=pb.GetSchemaResponse.SerializeToString,
-                ),
-                "GetOrCreateSchema": grpc.unary_unary_rpc_method_handler(
-                    self._get_or_create_schema,
-                    request_deserializer=codec.identity,
-                    response_serializer=pb.GetOrCreateSchemaResponse.SerializeToString,
+                "GetSchema": unary(self._get_schema, pb.GetSchemaResponse),
+                "GetOrCreateSchema": unary(
+                    self._get_or_create_schema, pb.GetOrCreateSchemaResponse
                 ),
             },
         )

@@ -9,6 +9,7 @@ again and reach the new owner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from typing import TYPE_CHECKING, Literal
@@ -65,6 +66,8 @@ class PersistentTopic:
         # producers together, the dispatch rate of all subscriptions together, and the limit
         # each subscription gets on its own.
         self.publish_throttle = Throttle(broker_default(self.config, RateKind.PUBLISH))
+        # Set (and replaced) when the limits change: producers held back wake to the new ones.
+        self._limits_changed = asyncio.Event()
         self.dispatch_throttle = Throttle(broker_default(self.config, RateKind.DISPATCH))
         self.subscription_dispatch_limit: RateLimit = broker_default(
             self.config, RateKind.SUBSCRIPTION_DISPATCH
@@ -169,14 +172,32 @@ class PersistentTopic:
         and the broker's, whichever is further over its limit (0: not held back)."""
         return max(self.publish_throttle.delay()[0], self.registry.publish_throttle.delay()[0])
 
-    def publish_held(self, seconds: float) -> None:
-        """A producer's stream was not read for ``seconds`` because of the rate limits."""
-        self.publish_rate_limited_times += 1
-        self.publish_throttled_s += seconds
+    async def hold_publish(self) -> None:
+        """Return once the publish rates allow more (at once when they do already). A
+        protocol handler calls it between a producer's requests and does not read the next
+        one meanwhile, so its transport's flow control holds the client back. Limits changed
+        meanwhile (raised, removed) apply at once: the wait is cut short and measured again."""
+        wait = self.publish_delay_s()
+        if wait <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        try:
+            while wait > 0:
+                changed = self._limits_changed
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await changed.wait()
+                wait = self.publish_delay_s()
+        finally:
+            self.publish_rate_limited_times += 1
+            self.publish_throttled_s += loop.time() - began
 
     def set_rate_limits(self, limits: TopicLimits) -> None:
         """New limits, live: open producers and subscriptions are held to them at once."""
         self.publish_throttle.update(limits.publish)
+        changed, self._limits_changed = self._limits_changed, asyncio.Event()
+        changed.set()
         self.dispatch_throttle.update(limits.dispatch)
         self.subscription_dispatch_limit = limits.subscription_dispatch
         for subscription in self.subscriptions.values():

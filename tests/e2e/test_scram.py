@@ -32,6 +32,7 @@ from tests.e2e.test_tls import produce_and_consume
 from tests.e2e.wire import batch, error_code, stub
 from tests.faultproxy import free_port
 from tests.support import BrokerThread, StandaloneProcess, broker_config
+from tests.waiting import eventually
 
 USERS = {"alice": "wonderland", "bob": "builder"}
 TIMEOUT_S = 15
@@ -81,6 +82,13 @@ async def lookup(broker: BrokerThread, authorization: str) -> grpc.aio.AioRpcErr
         except grpc.aio.AioRpcError as exc:
             return exc
     return None
+
+
+async def refused_lookup(broker: BrokerThread, authorization: str) -> grpc.aio.AioRpcError:
+    """The refusal of a lookup; AssertionError while the broker still answers it."""
+    error = await lookup(broker, authorization)
+    assert error is not None, "the lookup was answered"
+    return error
 
 
 def trailers(error: grpc.aio.AioRpcError) -> dict[str, str]:
@@ -254,10 +262,11 @@ async def test_an_expired_role_token_is_refused_and_the_sdk_renews_it(scram_brok
     async with Client(broker.service_url, authentication=auth) as client:
         assert await produce_and_consume(client, "scram-exp-1", b"1") == b"1"
         first = auth.authorization()
-        deadline = time.monotonic() + TIMEOUT_S
-        while (error := await lookup(broker, f"RoleToken {token}")) is None:
-            assert time.monotonic() < deadline, "the role token never expired"
-            await asyncio.sleep(0.2)
+        error = await eventually(
+            lambda: refused_lookup(broker, f"RoleToken {token}"),
+            TIMEOUT_S,
+            what="the role token expired",
+        )
         assert_refused(error, "role token expired")
         # The SDK's token is as old: its next call runs the exchange again on its own.
         assert await produce_and_consume(client, "scram-exp-2", b"2") == b"2"
@@ -269,10 +278,7 @@ async def test_an_abandoned_exchange_expires(scram_broker_factory):
     client = ScramClient(["SCRAM-SHA-256"], "alice", "wonderland")
     _, final = await client_first(broker, client)
     assert pending(broker) == 1
-    deadline = time.monotonic() + TIMEOUT_S
-    while pending(broker):
-        assert time.monotonic() < deadline, "the abandoned exchange never expired"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: pending(broker) == 0, TIMEOUT_S, what="the abandoned exchange expired")
     assert_refused(await lookup(broker, final), "unknown SCRAM state")
 
 
@@ -375,10 +381,11 @@ async def test_rotation_keeps_old_tokens_until_revoked(scram_broker_factory):
         held = auth.authorization()
         await asyncio.to_thread(rotate, broker, True, new)
         for b in (broker, other):  # revoked everywhere: the store told every broker
-            deadline = time.monotonic() + TIMEOUT_S
-            while (error := await lookup(b, f"RoleToken {new}")) is None:
-                assert time.monotonic() < deadline, "the revoked key still verifies"
-                await asyncio.sleep(0.05)
+            error = await eventually(
+                lambda b=b: refused_lookup(b, f"RoleToken {new}"),
+                TIMEOUT_S,
+                what="the revoked key no longer verifies",
+            )
             assert_refused(error, "does not accept")
         # The SDK's token was revoked too: refused once, it runs the exchange again.
         assert await produce_and_consume(client, "scram-rot-2", b"2") == b"2"
