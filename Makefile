@@ -103,7 +103,7 @@ go-client: go-deps
 ## test: install the runtime and the development extras and run the whole suite (lint, types,
 ## generated code, wire lint, unit and e2e, the Node.js and Go clients)
 test: $(STAMP) node-deps go-client cluster-deps proto-check proto-lint lint typecheck
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=30
 
 ## bench: produce/consume throughput and latency against a fresh standalone broker, in both
 ## durability modes (page cache, then journalSyncData=true), as docs/benchmarks.md records them

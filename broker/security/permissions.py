@@ -19,11 +19,13 @@ delay. A lost session loses its watches, so a session event empties the whole ca
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
@@ -144,6 +146,15 @@ def _auth_section(policies: dict[str, Any]) -> dict[str, Any]:
     return auth
 
 
+@dataclass(frozen=True)
+class _Read:
+    """A metadata read in flight, and the cache epoch it started in (a read that overlapped
+    an invalidation may hold the old value, so a later caller starts a fresh one)."""
+
+    epoch: int
+    task: asyncio.Future[dict[str, Any] | None]
+
+
 class PolicyCache:
     """The tenant and namespace nodes under /admin/policies, as parsed JSON, each kept until
     the store says it changed (see the module docstring)."""
@@ -156,24 +167,43 @@ class PolicyCache:
         self._epoch = 0
         # Called when a tenant's node or one of its namespaces' changes, by tenant.
         self._watchers: dict[str, set[Callable[[], None]]] = {}
+        # The read in flight per node, shared by every caller that missed the cache.
+        self._reading: dict[str, _Read] = {}
         store.register_listener(self._on_notification)
         store.register_session_listener(self._on_session_event)
 
     async def get(self, path: str) -> dict[str, Any] | None:
+        """The node's parsed JSON (None when it does not exist). Callers that miss the cache
+        together share one read: a change notifies every open stream at once, and each of
+        them checking its right again must not become one metadata read per stream."""
         cached = self._nodes.get(path)
         if cached is not None:
             self._nodes.move_to_end(path)
             return cached
-        epoch = self._epoch
+        reading = self._reading.get(path)
+        if reading is None or reading.epoch != self._epoch:
+            reading = _Read(self._epoch, asyncio.ensure_future(self._read(path, self._epoch)))
+            self._reading[path] = reading
+            reading.task.add_done_callback(partial(self._read_done, path, reading))
+        # Shielded: a caller that gives up must not cancel the read the others wait for.
+        return await asyncio.shield(reading.task)
+
+    async def _read(self, path: str, epoch: int) -> dict[str, Any] | None:
         found = await self._store.get(path)
         if found is None:
             return None
-        value = json.loads(found.value or b"{}")
+        value: dict[str, Any] = json.loads(found.value or b"{}")
         if epoch == self._epoch:
             self._nodes[path] = value
             if len(self._nodes) > MAX_CACHED_NODES:
                 self._nodes.popitem(last=False)
         return value
+
+    def _read_done(self, path: str, reading: _Read, task: asyncio.Future[Any]) -> None:
+        if self._reading.get(path) is reading:
+            del self._reading[path]
+        if not task.cancelled():
+            task.exception()  # retrieved here too: every waiter may have given up
 
     def invalidate(self, path: str) -> None:
         self._epoch += 1

@@ -14,6 +14,7 @@ import pytest
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.errors import AuthorizationError, InvalidArgumentError, NotFoundError
 from pulsar_grpc.broker.metadata.memory import MemoryMetadataStore
+from pulsar_grpc.broker.metadata.store import GetResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.security.authorization import AuthorizationService, Caller
 from pulsar_grpc.broker.security.authorization import TopicOperation as Op
@@ -123,6 +124,35 @@ async def test_the_cache_sees_a_change_written_behind_its_back(
     await store.put(f"/admin/policies/{NS}", json.dumps(policies).encode(), found.version)
     # The store notifies on the loop, soon after the write.
     assert await eventually(lambda: allowed(service, "app", Op.PRODUCE), timeout=5)
+
+
+class _CountingStore(MemoryMetadataStore):
+    """Counts reads and holds each one until ``release`` is set, so callers overlap."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.reads = 0
+        self.release = asyncio.Event()
+
+    async def get(self, path: str) -> GetResult | None:
+        self.reads += 1
+        await self.release.wait()
+        return await super().get(path)
+
+
+async def test_callers_that_miss_the_cache_together_share_one_read() -> None:
+    store = _CountingStore(f"authz-{uuid.uuid4().hex}")
+    await store.put(f"/admin/policies/{NS}", b'{"a": 1}')
+    cache = PermissionStore(store).cache
+    path = f"/admin/policies/{NS}"
+    waiters = [asyncio.ensure_future(cache.get(path)) for _ in range(50)]
+    await asyncio.sleep(0)  # every waiter has missed the cache and joined the read
+    waiters[0].cancel()  # one caller giving up does not cancel the others' read
+    store.release.set()
+    results = await asyncio.gather(*waiters[1:])
+    assert results == [{"a": 1}] * 49
+    assert store.reads == 1
+    assert await cache.get(path) == {"a": 1} and store.reads == 1  # cached now
 
 
 @pytest.mark.parametrize("body", [["fly"], "produce", [None], {"a": 1}])
