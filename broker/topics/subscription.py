@@ -80,7 +80,9 @@ class Subscription:
         self.dead_letter_failures = 0  # entries sent back because the dead-letter publish failed
         # This subscription's own dispatch rate (the topic keeps it current); the topic's and
         # the broker's are shared with the other subscriptions.
-        self.dispatch_throttle = Throttle(topic.subscription_dispatch_limit)
+        self.dispatch_throttle = Throttle(
+            topic.subscription_dispatch_limit, publish_rate=topic.rate_in.rates
+        )
         self._throttled_events: Counter[tuple[ThrottleScope, Kind]] = Counter()
         self.rate_out = RateMeter()
 
