@@ -228,15 +228,20 @@ class RatePolicies:
             self._unwatch[tenant] = self._cache.watch(tenant, lambda: self._changed(tenant))
         topic.set_rate_limits(await self.limits_for(topic.topic_name))
 
-    def _changed(self, tenant: str) -> None:
+    def reapply_all(self) -> None:
+        """Resolve every loaded topic's limits again (the broker's defaults changed)."""
+        self._changed(None)
+
+    def _changed(self, tenant: str | None) -> None:
+        """Re-read the limits of ``tenant``'s loaded topics (None: of all)."""
         self._generation += 1
         task = asyncio.get_running_loop().create_task(self._reapply(tenant))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _reapply(self, tenant: str) -> None:
+    async def _reapply(self, tenant: str | None) -> None:
         for topic in self._loaded_topics():
-            if topic.topic_name.tenant != tenant:
+            if tenant is not None and topic.topic_name.tenant != tenant:
                 continue
             try:
                 await self.apply(topic)
