@@ -214,4 +214,6 @@ async def test_a_raised_dispatch_rate_reaches_a_waiting_consumer(
     sub = stats["subscriptions"]["sub"]
     assert sub["dispatchThrottledMsgEventsBySubscriptionLimit"] > 0
     assert sub["dispatchThrottledMsgEventsByTopicLimit"] == 0
+    # Paced for about 4.5 s, the dispatcher spends most of it waiting for the rate.
+    assert 1500 < sub["dispatchThrottledTimeMs"] < 6000, sub["dispatchThrottledTimeMs"]
     assert sub["dispatchRateLimit"]["dispatchThrottlingRateInMsg"] == 1000
