@@ -483,6 +483,20 @@ _AT_LEAST: dict[str, float] = {
 }
 
 
+def parse_checked(name: str, raw: str) -> Any:
+    """The typed value of property ``name`` from ``raw`` with the checks one value gets at load
+    (its type, its minimum): a value changed at run time (broker/dynamic_config.py) is held to
+    the same rules. ValueError says what is wrong."""
+    try:
+        value = parse_value(name, raw)
+    except _BadValue as exc:
+        raise ValueError(f"{name}: {raw.strip()[:40]!r} {exc}") from None
+    minimum = _AT_LEAST.get(name)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name}: {value} is less than the minimum {minimum}")
+    return value
+
+
 def _check_minimums(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
     for name, minimum in _AT_LEAST.items():
         value = getattr(config, name)

@@ -36,6 +36,7 @@ from pulsar_grpc.broker.cluster.ownership import NamespaceEphemeralData
 from pulsar_grpc.broker.cluster.placement import BundlePlacement
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 from pulsar_grpc.broker.data_lock import DataDirectoryLock
+from pulsar_grpc.broker.dynamic_config import DynamicConfig
 from pulsar_grpc.broker.errors import ServiceNotReadyError
 from pulsar_grpc.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from pulsar_grpc.broker.ledger.factory import open_ledger_store
@@ -95,6 +96,8 @@ class BrokerService:
         self._namespaces: NamespaceService | None = None
         self._topics: TopicRegistry | None = None
         self._schemas: TopicSchemas | None = None
+        # The rate properties' overrides from /admin/configuration (Pulsar's dynamic config).
+        self.dynamic_config: DynamicConfig | None = None
         self.web: WebService | None = None
         self.load_reporter: LoadReporter | None = None
         self.election: LeaderElection | None = None
@@ -166,6 +169,10 @@ class BrokerService:
             self.check_open,
             permissions.cache,
         )
+        dynamic = self.dynamic_config = DynamicConfig(
+            self.config, metadata, topics.rate_properties_changed
+        )
+        await dynamic.start()
         await resources.ensure_namespace(NamespaceName.get("public/default"))
         if self.listeners.bind_addresses_for(WEB_SCHEMES):
             web = WebService(self)
@@ -213,6 +220,8 @@ class BrokerService:
             await self.election.close()  # another broker leads at once
         if self.load_reporter is not None:
             await self.load_reporter.close()  # leave the cluster before serving stops
+        if self.dynamic_config is not None:
+            await self.dynamic_config.close()
         if self._topics is not None:
             await self._topics.close_all()
         if self._namespaces is not None:

@@ -10,7 +10,8 @@
     admin topics bundle-range TOPIC
 
 and the tenants and permissions verbs of cli/admin_permissions.py, the schema verbs of
-cli/admin_schemas.py and the rate-limit verbs of cli/admin_rates.py.
+cli/admin_schemas.py, the rate-limit verbs of cli/admin_rates.py and the dynamic-configuration
+verbs of cli/admin_brokers.py.
 
 A request sent to a broker that does not own the bundle is redirected to the owner and followed.
 """
@@ -21,7 +22,7 @@ import argparse
 import json
 
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
-from pulsar_grpc.cli import admin_permissions, admin_rates, admin_schemas
+from pulsar_grpc.cli import admin_brokers, admin_permissions, admin_rates, admin_schemas
 from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
@@ -71,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     owned.add_argument("cluster")
     owned.add_argument("--url", required=True, help="the broker, as `brokers list` names it")
     br_verbs.add_parser("leader-broker", help="the cluster's leader broker")
+    admin_brokers.add_verbs(br_verbs)
 
     tp_verbs = _verbs(groups, "topics", "a topic's permissions and bundle")
     admin_permissions.add_topic_verbs(tp_verbs)
@@ -111,6 +113,8 @@ def _run(args: argparse.Namespace) -> int:
         return admin_schemas.run(args, base)
     if admin_rates.handles(args):
         return admin_rates.run(args, base)
+    if admin_brokers.handles(args):
+        return admin_brokers.run(args, base)
     if args.group == "namespaces":
         ns = NamespaceName.get(args.namespace)
         url = f"{base}/admin/v2/namespaces/{ns}"

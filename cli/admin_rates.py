@@ -5,6 +5,7 @@
     admin namespaces set-dispatch-rate NS [-md|--msg-dispatch-rate N]
                                           [-bd|--byte-dispatch-rate N]
                                           [-dt|--dispatch-rate-period SECONDS]
+                                          [-rp|--relative-to-publish-rate]
     admin namespaces get-dispatch-rate | remove-dispatch-rate NS
     admin namespaces set-subscription-dispatch-rate NS (the same flags)
     admin namespaces get-subscription-dispatch-rate | remove-subscription-dispatch-rate NS
@@ -42,6 +43,12 @@ def add_verbs(verbs: argparse._SubParsersAction, target: str) -> None:  # type: 
             setter.add_argument("-md", "--msg-dispatch-rate", type=int, default=-1)
             setter.add_argument("-bd", "--byte-dispatch-rate", type=int, default=-1)
             setter.add_argument("-dt", "--dispatch-rate-period", type=int, default=1)
+            setter.add_argument(
+                "-rp",
+                "--relative-to-publish-rate",
+                action="store_true",
+                help="allow the topic's current publish rate plus the given rates",
+            )
         getter = verbs.add_parser(f"get-{rate}", help=f"print the {target}'s {rate}")
         getter.add_argument(target)
         if target == "topic":
@@ -68,7 +75,7 @@ def _body(args: argparse.Namespace, rate: str) -> bytes:
             "dispatchThrottlingRateInMsg": args.msg_dispatch_rate,
             "dispatchThrottlingRateInByte": args.byte_dispatch_rate,
             "ratePeriodInSecond": args.dispatch_rate_period,
-            "relativeToPublishRate": False,
+            "relativeToPublishRate": args.relative_to_publish_rate,
         }
     return json.dumps(body).encode()
 

@@ -129,6 +129,7 @@ class Dispatcher(ABC):
         if self._throttle_timer is not None:
             self._throttle_timer.cancel()
             self._throttle_timer = None
+            self.subscription.throttle_ended()
 
     async def close(self) -> None:
         self.detach()
@@ -175,10 +176,12 @@ class Dispatcher(ABC):
     def _read_after(self, wait_s: float) -> None:
         if self._throttle_timer is not None:
             self._throttle_timer.cancel()
+        self.subscription.throttle_began()
         self._throttle_timer = asyncio.get_running_loop().call_later(wait_s, self._rate_refilled)
 
     def _rate_refilled(self) -> None:
         self._throttle_timer = None
+        self.subscription.throttle_ended()
         self.trigger()
 
     def _rate_allowed(self, n: int) -> int:

@@ -11,6 +11,11 @@ Why buckets and not Pulsar's older fixed one-second windows: a bucket refilled c
 gives the precise mode's accuracy (preciseTopicPublishRateLimiterEnable) at no extra cost, and
 a debt carries over, so a large batch taken at once is paid back before anything more. A full
 bucket holds one period's worth: that is the burst an idle producer may send at once.
+
+A dispatch rate may be relative to the publish rate (Pulsar's ``relativeToPublishRate``): its
+throttle then allows, per period, the topic's measured publish rate plus the configured rate
+(Pulsar's DispatchRateLimiter: ``lastUpdatedAvgPublishRateInMsg + dispatchThrottlingRateInMsg``),
+re-measured once a second (the meter's resolution; Pulsar re-reads it every stats interval).
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ Clock = Callable[[], float]
 @dataclass(frozen=True, slots=True)
 class RateLimit:
     """``messages`` and ``bytes`` allowed per ``period_s`` seconds; 0 (or less) = no limit of
-    that kind, as in Pulsar."""
+    that kind, as in Pulsar. ``relative_to_publish``: the topic's current publish rate is
+    added to each limited kind (a dispatch rate that keeps up with the producers)."""
 
     messages: int = 0
     bytes: int = 0
     period_s: int = 1
+    relative_to_publish: bool = False
 
     @property
     def unlimited(self) -> bool:
@@ -85,18 +92,61 @@ class TokenBucket:
         return missing / self.rate if missing > 0 else 0.0
 
 
-class Throttle:
-    """One limit and the buckets that enforce it; :meth:`update` changes it live."""
+# (messages/s, bytes/s) published on a topic now: what a relative limit adds to its own.
+PublishRate = Callable[[], tuple[float, float]]
 
-    def __init__(self, limit: RateLimit = UNLIMITED, clock: Clock = time.monotonic) -> None:
+# How often a relative limit re-reads the publish rate (the meter changes once a second).
+RELATIVE_REFRESH_S = 1.0
+
+
+class Throttle:
+    """One limit and the buckets that enforce it; :meth:`update` changes it live.
+
+    ``publish_rate`` is what a limit relative to the publish rate follows; a throttle without
+    one applies such a limit as it is (the broker-wide rates have no topic to follow)."""
+
+    def __init__(
+        self,
+        limit: RateLimit = UNLIMITED,
+        clock: Clock = time.monotonic,
+        publish_rate: PublishRate | None = None,
+    ) -> None:
         self._clock = clock
+        self._publish_rate = publish_rate
         self.limit = UNLIMITED
         self._buckets: dict[Kind, TokenBucket] = {}
+        self._followed_at = float("-inf")  # when a relative limit last read the publish rate
         self.update(limit)
 
+    @property
+    def _relative(self) -> bool:
+        return self.limit.relative_to_publish and self._publish_rate is not None
+
     def update(self, limit: RateLimit) -> None:
-        now = self._clock()
         self.limit = limit
+        self._retune(self._clock())
+
+    def effective(self) -> RateLimit:
+        """The limit applied now: a relative one with the publish rate added."""
+        limit = self.limit
+        if not self._relative:
+            return limit
+        assert self._publish_rate is not None
+        msg_rate, byte_rate = self._publish_rate()
+        return RateLimit(
+            messages=limit.messages + int(msg_rate) if limit.messages > 0 else 0,
+            bytes=limit.bytes + int(byte_rate) if limit.bytes > 0 else 0,
+            period_s=limit.period_s,
+        )
+
+    def _follow(self, now: float) -> None:
+        """A relative limit re-reads the publish rate once it may have changed."""
+        if self._relative and now - self._followed_at >= RELATIVE_REFRESH_S:
+            self._retune(now)
+
+    def _retune(self, now: float) -> None:
+        limit = self.effective()
+        self._followed_at = now
         for kind, per_period in ((Kind.MESSAGES, limit.messages), (Kind.BYTES, limit.bytes)):
             bucket = self._buckets.get(kind)
             if per_period <= 0:
@@ -110,6 +160,7 @@ class Throttle:
         if not self._buckets:
             return
         now = self._clock()
+        self._follow(now)
         for kind, n in ((Kind.MESSAGES, messages), (Kind.BYTES, nbytes)):
             bucket = self._buckets.get(kind)
             if bucket is not None:
@@ -121,6 +172,7 @@ class Throttle:
         ``need_one``: wait until at least one message's (one byte's) worth is available, which
         is what a reader that takes work in chunks needs; else only until out of debt."""
         now = self._clock()
+        self._follow(now)
         longest, cause = 0.0, None
         for kind, bucket in self._buckets.items():
             wait = bucket.wait_s(now, 1.0 if need_one else 0.0)
@@ -130,8 +182,10 @@ class Throttle:
 
     def available(self, kind: Kind) -> float | None:
         """Tokens of ``kind`` available now; None when that kind is not limited."""
+        now = self._clock()
+        self._follow(now)
         bucket = self._buckets.get(kind)
-        return None if bucket is None else bucket.tokens(self._clock())
+        return None if bucket is None else bucket.tokens(now)
 
 
 class RateMeter:
@@ -139,12 +193,14 @@ class RateMeter:
     ``window_s``): the "current rate" of Pulsar's stats (msgRateIn, msgThroughputOut...).
 
     One slot per whole second, so recording is O(1) on the message path and the memory is
-    ``window_s`` slots."""
+    ``window_s`` slots. A meter that started within the window averages over the time since
+    it started (at least a second), so a topic loaded 2.5 s ago does not count half a second
+    it did not exist as idle."""
 
     def __init__(self, window_s: int = 5, clock: Clock = time.monotonic) -> None:
         self._window_s = window_s
         self._clock = clock
-        self._since = int(clock())
+        self._since = clock()
         self._slots: deque[list[int]] = deque()  # [second, messages, bytes], oldest first
 
     def record(self, messages: int, nbytes: int) -> None:
@@ -161,9 +217,9 @@ class RateMeter:
     def rates(self) -> tuple[float, float]:
         """(messages/s, bytes/s) over the complete seconds of the window; 0 before one."""
         now = int(self._clock())
-        start = max(self._since, now - self._window_s)
+        start = max(self._since, float(now - self._window_s))
         if now <= start:
             return 0.0, 0.0
-        inside = [s for s in self._slots if start <= s[0] < now]
-        span = now - start
+        inside = [s for s in self._slots if start - 1 < s[0] < now]
+        span = max(1.0, now - start)
         return sum(s[1] for s in inside) / span, sum(s[2] for s in inside) / span

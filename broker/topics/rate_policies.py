@@ -67,7 +67,7 @@ class RateKind(enum.Enum):
         return {
             "dispatchThrottlingRateInMsg": messages,
             "dispatchThrottlingRateInByte": nbytes,
-            "relativeToPublishRate": False,
+            "relativeToPublishRate": limit.relative_to_publish,
             "ratePeriodInSecond": limit.period_s,
         }
 
@@ -107,8 +107,8 @@ def parse_publish_rate(body: Any) -> RateLimit:
 
 
 def parse_dispatch_rate(body: Any) -> RateLimit:
-    """Pulsar's DispatchRate. ``relativeToPublishRate`` (a limit that follows the topic's
-    publish rate) is not supported: refused when true rather than silently ignored."""
+    """Pulsar's DispatchRate. ``relativeToPublishRate``: the limit is added to the topic's
+    current publish rate (see :class:`~pulsar_grpc.broker.topics.rate_limit.Throttle`)."""
     body = _object(body, "a DispatchRate")
     known = {
         "dispatchThrottlingRateInMsg",
@@ -122,8 +122,6 @@ def parse_dispatch_rate(body: Any) -> RateLimit:
     relative = body.get("relativeToPublishRate", False)
     if not isinstance(relative, bool):
         raise InvalidArgumentError("relativeToPublishRate must be true or false")
-    if relative:
-        raise InvalidArgumentError("relativeToPublishRate=true is not supported by this broker")
     period = _int_field(body, "ratePeriodInSecond", 1)
     if not 1 <= period <= MAX_PERIOD_S:
         raise InvalidArgumentError(f"ratePeriodInSecond must be 1 to {MAX_PERIOD_S}, got {period}")
@@ -131,6 +129,7 @@ def parse_dispatch_rate(body: Any) -> RateLimit:
         messages=max(0, _int_field(body, "dispatchThrottlingRateInMsg", -1)),
         bytes=max(0, _int_field(body, "dispatchThrottlingRateInByte", -1)),
         period_s=period,
+        relative_to_publish=relative,
     )
 
 
@@ -229,15 +228,20 @@ class RatePolicies:
             self._unwatch[tenant] = self._cache.watch(tenant, lambda: self._changed(tenant))
         topic.set_rate_limits(await self.limits_for(topic.topic_name))
 
-    def _changed(self, tenant: str) -> None:
+    def reapply_all(self) -> None:
+        """Resolve every loaded topic's limits again (the broker's defaults changed)."""
+        self._changed(None)
+
+    def _changed(self, tenant: str | None) -> None:
+        """Re-read the limits of ``tenant``'s loaded topics (None: of all)."""
         self._generation += 1
         task = asyncio.get_running_loop().create_task(self._reapply(tenant))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _reapply(self, tenant: str) -> None:
+    async def _reapply(self, tenant: str | None) -> None:
         for topic in self._loaded_topics():
-            if topic.topic_name.tenant != tenant:
+            if tenant is not None and topic.topic_name.tenant != tenant:
                 continue
             try:
                 await self.apply(topic)

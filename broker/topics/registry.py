@@ -51,16 +51,17 @@ class TopicRegistry:
         self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         # The broker-wide rates, shared by every topic (brokerPublisherThrottlingMax*,
         # dispatchThrottlingRateIn*), and the per-topic ones kept current from the policies.
-        self.publish_throttle = Throttle(
-            RateLimit(
-                config.brokerPublisherThrottlingMaxMessageRate,
-                config.brokerPublisherThrottlingMaxByteRate,
-            )
-        )
-        self.dispatch_throttle = Throttle(
-            RateLimit(config.dispatchThrottlingRateInMsg, config.dispatchThrottlingRateInByte)
-        )
+        self.publish_throttle = Throttle(_broker_publish_rate(config))
+        self.dispatch_throttle = Throttle(_broker_dispatch_rate(config))
         self.rate_policies = RatePolicies(config, policies, self.loaded_topics)
+
+    def rate_properties_changed(self) -> None:
+        """The rate properties changed (dynamic configuration): the broker-wide throttles take
+        the new rates, and every loaded topic's limits are resolved again (the per-topic
+        properties are their defaults), which wakes held-back producers and dispatchers."""
+        self.publish_throttle.update(_broker_publish_rate(self.config))
+        self.dispatch_throttle.update(_broker_dispatch_rate(self.config))
+        self.rate_policies.reapply_all()
 
     async def get_topic(
         self, name: str | TopicName, create: bool = True, explicit: bool = False
@@ -180,3 +181,13 @@ async def _close_when_loaded(futures: list[asyncio.Future[PersistentTopic]]) -> 
     for future in futures:
         if not future.cancelled() and future.exception() is None:
             await future.result().close()
+
+
+def _broker_publish_rate(config: ServiceConfiguration) -> RateLimit:
+    return RateLimit(
+        config.brokerPublisherThrottlingMaxMessageRate, config.brokerPublisherThrottlingMaxByteRate
+    )
+
+
+def _broker_dispatch_rate(config: ServiceConfiguration) -> RateLimit:
+    return RateLimit(config.dispatchThrottlingRateInMsg, config.dispatchThrottlingRateInByte)

@@ -80,8 +80,14 @@ class Subscription:
         self.dead_letter_failures = 0  # entries sent back because the dead-letter publish failed
         # This subscription's own dispatch rate (the topic keeps it current); the topic's and
         # the broker's are shared with the other subscriptions.
-        self.dispatch_throttle = Throttle(topic.subscription_dispatch_limit)
+        self.dispatch_throttle = Throttle(
+            topic.subscription_dispatch_limit, publish_rate=topic.rate_in.rates
+        )
         self._throttled_events: Counter[tuple[ThrottleScope, Kind]] = Counter()
+        # The time its dispatcher waited for a dispatch rate: the waits that ended, and since
+        # when it has been waiting now (None: it is not).
+        self._throttled_s = 0.0
+        self._throttled_since: float | None = None
         self.rate_out = RateMeter()
 
     def __repr__(self) -> str:
@@ -285,18 +291,35 @@ class Subscription:
                 longest = max(longest, wait)
         return longest
 
+    def throttle_began(self) -> None:
+        """The dispatcher waits for a dispatch rate (again: a wait re-armed goes on)."""
+        if self._throttled_since is None:
+            self._throttled_since = time.monotonic()
+
+    def throttle_ended(self) -> None:
+        if self._throttled_since is not None:
+            self._throttled_s += time.monotonic() - self._throttled_since
+            self._throttled_since = None
+
     def dispatch_allowance(self, kind: Kind) -> float | None:
         """Messages (or bytes) the dispatch rates allow now; None when none limits them."""
         found = [a for _, t in self._dispatch_throttles() if (a := t.available(kind)) is not None]
         return min(found) if found else None
 
     def throttle_stats(self) -> dict[str, int]:
-        """Pulsar's SubscriptionStats dispatchThrottled*Events* counters."""
+        """Pulsar's SubscriptionStats dispatchThrottled*Events* counters, and the time the
+        dispatcher waited for a dispatch rate (ours, as the topic's publishThrottledTimeMs)."""
+        waited = self._throttled_s
+        if self._throttled_since is not None:
+            waited += time.monotonic() - self._throttled_since
         return {
-            f"dispatchThrottled{'Msg' if kind is Kind.MESSAGES else 'Bytes'}EventsBy"
-            f"{scope.value}Limit": self._throttled_events[(scope, kind)]
-            for scope in ThrottleScope
-            for kind in Kind
+            **{
+                f"dispatchThrottled{'Msg' if kind is Kind.MESSAGES else 'Bytes'}EventsBy"
+                f"{scope.value}Limit": self._throttled_events[(scope, kind)]
+                for scope in ThrottleScope
+                for kind in Kind
+            },
+            "dispatchThrottledTimeMs": int(waited * 1000),
         }
 
     def negative_acknowledge(self, consumer: Consumer, positions: Iterable[Position]) -> None:

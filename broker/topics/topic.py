@@ -65,14 +65,16 @@ class PersistentTopic:
         # Rate limits (rate_policies.RatePolicies keeps them current): the publish rate of all
         # producers together, the dispatch rate of all subscriptions together, and the limit
         # each subscription gets on its own.
+        self.rate_in = RateMeter()  # what a dispatch rate relative to the publish rate follows
         self.publish_throttle = Throttle(broker_default(self.config, RateKind.PUBLISH))
         # Set (and replaced) when the limits change: producers held back wake to the new ones.
         self._limits_changed = asyncio.Event()
-        self.dispatch_throttle = Throttle(broker_default(self.config, RateKind.DISPATCH))
+        self.dispatch_throttle = Throttle(
+            broker_default(self.config, RateKind.DISPATCH), publish_rate=self.rate_in.rates
+        )
         self.subscription_dispatch_limit: RateLimit = broker_default(
             self.config, RateKind.SUBSCRIPTION_DISPATCH
         )
-        self.rate_in = RateMeter()
         self.publish_rate_limited_times = 0  # Pulsar's publishRateLimitedTimes
         self.publish_throttled_s = 0.0  # time producers' streams were not read, in total
 

@@ -27,6 +27,7 @@ from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.tls import server_ssl_context
 from pulsar_grpc.broker.web.access import AdminAccess, remember_role
 from pulsar_grpc.broker.web.broker_client import BrokerClient
+from pulsar_grpc.broker.web.brokers_config_admin import BrokersConfigAdmin
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.metrics import BrokerCollector
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
@@ -122,6 +123,7 @@ class WebService:
             metrics_open = not self.service.config.authenticateMetricsEndpoint
             middlewares.append(_authenticating(authentication, metrics_open))
         app = web.Application(middlewares=middlewares)
+        BrokersConfigAdmin(self.service, self.access).add_routes(app)  # before brokers/{cluster}
         base = "/admin/v2/persistent/{tenant}/{namespace}"
         app.add_routes(
             [

@@ -1,5 +1,6 @@
 """Helpers for the rate-limit tests: a raw producer that floods a topic as fast as gRPC lets
-it, a raw consumer that timestamps what arrives, and the rate seen in a measured window.
+it (or writes at a steady pace), a raw consumer that timestamps what arrives, and the rate
+seen in a measured window.
 
 The windows start after the first second: a token bucket starts full (one period's worth, the
 burst an idle producer may send), so the steady rate is what follows it.
@@ -46,10 +47,16 @@ class Flood:
     ``write`` wait when the broker stops reading), ``receipts`` what the broker stored."""
 
     def __init__(
-        self, channel: grpc.aio.Channel, topic: str, per_request: int = 1, size: int = 10
+        self,
+        channel: grpc.aio.Channel,
+        topic: str,
+        per_request: int = 1,
+        size: int = 10,
+        pace: float | None = None,
     ) -> None:
         self.call = stub(channel).Produce(metadata=(("x-pulsar-topic", topic),))
         self.per_request = per_request
+        self.pace = pace  # messages per second the writer keeps to; None: as fast as it can
         self.payload = b"x" * size
         self.written = 0
         self.receipts = Arrivals()
@@ -65,7 +72,10 @@ class Flood:
 
     async def _write(self) -> None:
         seq = 0
+        began = time.monotonic()
         while True:
+            if self.pace is not None:  # on a schedule, so a late wake-up catches up
+                await asyncio.sleep(max(0.0, began + seq / self.pace - time.monotonic()))
             await self.call.write(batch(seq, [self.payload] * self.per_request))
             seq += self.per_request
             self.written += self.per_request

@@ -58,3 +58,29 @@ async def test_a_rate_set_on_another_broker_reaches_the_owners_open_stream(
         await flood.stop()
     assert within(before, 500), before
     assert within(after, 2000), after
+
+
+async def test_a_dynamic_config_change_made_on_one_broker_applies_on_the_owner(
+    cluster: list[BrokerMember],
+) -> None:
+    """Pulsar's dynamic configuration: /admin/configuration in ZooKeeper, watched by every
+    broker; the owner of the topic applies a per-topic default changed through another."""
+    topic = TopicName.get("dynamic-rated")
+    owner = await place(cluster, cluster[0].service_url, topic)
+    other = next(m for m in cluster if m is not owner)
+    config = "/admin/v2/brokers/configuration/maxPublishRatePerTopicInMessages"
+    async with grpc.aio.insecure_channel(owner.grpc("internal")) as channel:
+        flood = await Flood(channel, topic.full_name, per_request=10, size=400).start()
+        await flood.receipts.wait_until(1.0)
+        free = flood.receipts.rate(0.5, 1.0)
+        status, answer = await asyncio.to_thread(http, other.broker, "POST", f"{config}/500", None)
+        assert status == 204, answer
+        await flood.receipts.wait_until(3.5)
+        held = flood.receipts.rate(2.0, 3.5)
+        await flood.stop()
+    assert free > 2000, free
+    assert within(held, 500), held
+    status, runtime = await asyncio.to_thread(
+        http, owner.broker, "GET", "/admin/v2/brokers/configuration/runtime", None
+    )
+    assert status == 200 and runtime["maxPublishRatePerTopicInMessages"] == "500"

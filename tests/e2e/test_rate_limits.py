@@ -21,6 +21,7 @@ import pytest
 
 from pulsar_grpc.client import Client, InitialPosition
 from tests.e2e.ratelimit_support import Drain, Flood, within
+from tests.e2e.test_authorization import http
 from tests.support import BrokerThread
 
 LIMIT = 1000
@@ -107,6 +108,8 @@ async def _backlog(channel: grpc.aio.Channel, topic: str, messages: int) -> None
     [
         ("Shared", {"dispatchThrottlingRatePerSubscriptionInMsg": LIMIT}),
         ("Exclusive", {"dispatchThrottlingRatePerTopicInMsg": LIMIT}),
+        ("Key_Shared", {"dispatchThrottlingRatePerTopicInMsg": LIMIT}),
+        ("Failover", {"dispatchThrottlingRatePerSubscriptionInMsg": LIMIT}),
     ],
 )
 async def test_a_dispatch_rate_paces_a_consumer_with_a_backlog(
@@ -120,6 +123,30 @@ async def test_a_dispatch_rate_paces_a_consumer_with_a_backlog(
         await drain.stop()
     rate = drain.arrivals.rate(START, END)
     assert within(rate, LIMIT), rate
+
+
+async def test_a_dispatch_rate_relative_to_the_publish_rate_adds_the_publish_rate(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    """Pulsar's relativeToPublishRate: the subscription may take the topic's current publish
+    rate plus its configured rate, so a consumer with a backlog catches up at that pace."""
+    publish, extra = 300, 100
+    broker = broker_factory()
+    body = {"dispatchThrottlingRateInMsg": extra, "relativeToPublishRate": True}
+    path = "/admin/v2/namespaces/public/default/subscriptionDispatchRate"
+    status, answer = await asyncio.to_thread(http, broker, "POST", path, None, body)
+    assert status == 204, answer
+    async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
+        flood = await Flood(channel, "relative", per_request=10, pace=publish).start()
+        # A backlog that outlasts the measured window: the bucket's first burst (one period
+        # at publish + extra) and 3.5 s of catching up at ``extra`` a second.
+        await flood.until_stored(publish + extra + 4 * extra)
+        drain = await Drain(channel, "relative", "Shared").start(permits=100_000)
+        await drain.arrivals.wait_until(END)
+        await drain.stop()
+        await flood.stop()
+    rate = drain.arrivals.rate(START, END)
+    assert within(rate, publish + extra), rate
 
 
 async def test_a_dispatch_byte_rate_paces_large_entries(

@@ -106,13 +106,16 @@ def test_dispatch_rate_bodies_are_checked() -> None:
     )
     bad_bodies: list[object] = [
         {"ratePeriodInSecond": 0},
-        {"relativeToPublishRate": True},
+        {"relativeToPublishRate": 1},
         {"x": 1},
         [],
     ]
     for bad in bad_bodies:
         with pytest.raises(InvalidArgumentError):
             kind.parse(bad)
+    relative = kind.parse({"dispatchThrottlingRateInMsg": 5, "relativeToPublishRate": True})
+    assert relative == RateLimit(messages=5, relative_to_publish=True)
+    assert kind.as_json(relative)["relativeToPublishRate"] is True
     stored = kind.normalize({"dispatchThrottlingRateInByte": 10})
     assert stored == {
         "dispatchThrottlingRateInMsg": -1,
@@ -120,3 +123,36 @@ def test_dispatch_rate_bodies_are_checked() -> None:
         "relativeToPublishRate": False,
         "ratePeriodInSecond": 1,
     }
+
+
+def test_a_relative_limit_adds_the_publish_rate_and_follows_it_each_second() -> None:
+    clock = Clock()
+    published = [200.0, 5000.0]  # messages/s, bytes/s
+
+    def publish_rate() -> tuple[float, float]:
+        return published[0], published[1]
+
+    limit = RateLimit(messages=100, relative_to_publish=True)
+    throttle = Throttle(limit, clock, publish_rate=publish_rate)
+    assert throttle.effective() == RateLimit(messages=300)  # bytes stay unlimited
+    throttle.consume(300 + 150, 0)  # the burst and 150 more: half a second at 300/s
+    assert throttle.delay()[0] == pytest.approx(0.5)
+    published[0] = 500.0
+    clock.now += 0.5  # not re-read yet: paid back at 300/s
+    assert throttle.delay() == (0.0, None)
+    throttle.consume(300, 0)
+    clock.now += 0.5  # a second since the last read: 600/s from now on
+    assert throttle.delay()[0] == pytest.approx((300 - 150) / 600)
+    # Without a publish rate to follow (the broker-wide throttle) the limit holds as set.
+    assert Throttle(limit, clock).effective() == limit
+
+
+def test_a_new_meter_averages_over_the_time_it_has_existed() -> None:
+    clock = Clock()
+    clock.now = 100.5
+    meter = RateMeter(window_s=5, clock=clock)
+    meter.record(50, 500)  # half a second of 100 messages a second
+    clock.now = 101.0
+    meter.record(100, 1000)
+    clock.now = 102.0
+    assert meter.rates() == (100.0, 1000.0)

@@ -1,0 +1,93 @@
+"""Dynamic configuration: which names and values are taken, and how overrides in the metadata
+store reach the broker's configuration (two brokers' views of one in-memory store); the REST
+paths and live limits are in tests/e2e/test_dynamic_config.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from pulsar_grpc.broker.config import load_config
+from pulsar_grpc.broker.dynamic_config import (
+    DYNAMIC_CONFIG_PATH,
+    MASK,
+    DynamicConfig,
+    check_dynamic,
+    parse_node,
+)
+from pulsar_grpc.broker.errors import PreconditionFailedError
+from pulsar_grpc.broker.metadata.memory import MemoryMetadataStore
+from tests.waiting import eventually
+
+RATE = "brokerPublisherThrottlingMaxMessageRate"
+
+
+def test_only_dynamic_properties_with_valid_values_are_taken() -> None:
+    assert check_dynamic(RATE, "1000") == 1000
+    assert check_dynamic("dispatchThrottlingRateInByte", " 0 ") == 0
+    refused = {
+        ("clusterName", "x"): "Can't update non-dynamic configuration",
+        ("noSuchProperty", "1"): "is not a dynamic property",
+        (RATE, "fast"): "Invalid dynamic-config value: brokerPublisherThrottlingMaxMessageRate: "
+        "'fast' is not an integer",
+        (RATE, "1.5"): "is not an integer",
+        (RATE, "-1"): "-1 is less than the minimum 0",
+    }
+    for (name, value), reason in refused.items():
+        with pytest.raises(PreconditionFailedError, match=reason):
+            check_dynamic(name, value)
+
+
+def test_a_node_written_by_another_tool_is_read_as_far_as_it_makes_sense() -> None:
+    assert parse_node(b'{"a": "1", "b": 2}') == {"a": "1"}
+    assert parse_node(b"[1]") == {}
+    assert parse_node(b"not json") == {}
+    assert parse_node(b"") == {}
+
+
+async def test_overrides_reach_every_broker_and_a_removal_restores_the_file_value() -> None:
+    name = f"dyn-{uuid.uuid4().hex}"
+    configs = [load_config(None, {}, {RATE: "7"}) for _ in range(2)]
+    stores = [MemoryMetadataStore(name) for _ in range(2)]
+    calls = [0, 0]
+
+    def counter(i: int) -> Callable[[], None]:
+        def changed() -> None:
+            calls[i] += 1
+
+        return changed
+
+    brokers = [DynamicConfig(configs[i], stores[i], counter(i)) for i in range(2)]
+    for broker in brokers:
+        await broker.start()
+    assert calls == [0, 0]  # nothing stored: broker.conf's values hold
+    await brokers[0].update(RATE, "500")
+    assert configs[0].brokerPublisherThrottlingMaxMessageRate == 500  # applied before answering
+
+    async def sees(i: int, value: int) -> None:
+        await eventually(lambda: configs[i].brokerPublisherThrottlingMaxMessageRate == value)
+
+    await sees(1, 500)
+    assert brokers[1].overrides == {RATE: "500"}
+    assert await brokers[1].stored() == {RATE: "500"}
+    assert brokers[1].runtime()[RATE] == "500"
+    assert brokers[1].runtime()["tokenSecretKey"] == MASK
+    await brokers[1].delete(RATE)
+    assert configs[1].brokerPublisherThrottlingMaxMessageRate == 7  # applied before answering
+    await sees(0, 7)
+    assert calls[0] >= 2 and calls[1] >= 2
+    # A bad value written by another tool is ignored (logged), the others applied.
+    await stores[0].put(
+        DYNAMIC_CONFIG_PATH,
+        json.dumps({RATE: "lots", "dispatchThrottlingRateInMsg": "9"}).encode(),
+        (await stores[0].get(DYNAMIC_CONFIG_PATH)).version,  # type: ignore[union-attr]
+    )
+    await eventually(lambda: configs[1].dispatchThrottlingRateInMsg == 9)
+    assert configs[1].brokerPublisherThrottlingMaxMessageRate == 7
+    assert brokers[1].overrides == {"dispatchThrottlingRateInMsg": "9"}
+    for i in range(2):
+        await brokers[i].close()
+        await stores[i].close()
