@@ -1,0 +1,228 @@
+"""The PIP-1 proxy in front of two brokers on ZooKeeper: clients reach only the proxy, which
+answers lookups itself (its own address, proxy_through_service_url, the owner broker's URL) and
+forwards each stream byte for byte to the broker owning the topic. The SDK produces and consumes
+through it (topics on both brokers, a partitioned topic), a raw client with no proxy header
+works, a forged broker URL is refused, the metrics move."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+import pytest
+
+from pulsar_grpc.client import Client
+from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.cluster import one_topic_per_bundle
+from tests.e2e.messaging import receive_n
+from tests.e2e.test_partitioned_and_dedup import create_partitioned
+from tests.e2e.wire import batch, error_code, stub
+from tests.proxy_support import ProxyThread, proxy_config, proxy_factory
+from tests.support import BrokerThread, broker_config
+from tests.waiting import eventually
+from tests.zookeeper import ZooKeeperServer, zookeeper
+
+__all__ = ["proxy_factory", "zookeeper"]  # fixtures, imported to be found
+
+TIMEOUT_S = 30
+
+
+@dataclass
+class ProxiedCluster:
+    brokers: list[BrokerThread]
+    proxy: ProxyThread
+    store_url: str
+
+    def owner_of(self, url: str) -> BrokerThread:
+        (owner,) = [b for b in self.brokers if b.service_url == url]
+        return owner
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProxiedCluster]:
+    """Two brokers on one ZooKeeper chroot and a proxy discovering them there, shared by the
+    module's tests (each uses topics of its own)."""
+    store_url = f"zk:{zookeeper.hosts}/proxy-{id(tmp_path_factory)}"
+    brokers: list[BrokerThread] = []
+    proxy: ProxyThread | None = None
+    try:
+        for i in range(2):
+            data = tmp_path_factory.mktemp(f"proxied-broker-{i}")
+            config = broker_config(
+                data,
+                metadataStoreUrl=store_url,
+                loadBalancerBrokerOverloadedThresholdPercentage=100,
+            )
+            brokers.append(BrokerThread(config).start())
+        proxy = ProxyThread(proxy_config(metadataStoreUrl=store_url)).start()
+        yield ProxiedCluster(brokers, proxy, store_url)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        for broker in brokers:
+            broker.stop()
+
+
+async def raw_lookup(address: str, topic: str) -> pb.LookupResponse:
+    async with grpc.aio.insecure_channel(address) as channel:
+        response: pb.LookupResponse = await stub(channel).Lookup(
+            pb.LookupRequest(topic=topic), timeout=TIMEOUT_S
+        )
+        return response
+
+
+async def test_a_lookup_through_the_proxy_answers_the_proxy_and_the_owner(
+    cluster: ProxiedCluster,
+) -> None:
+    topics = one_topic_per_bundle("proxy-lookup")
+    owners = set()
+    for topic in topics:
+        answer = await raw_lookup(cluster.proxy.grpc_address, topic.full_name)
+        assert answer.response == pb.LookupResponse.Connect
+        assert answer.grpc_url == cluster.proxy.service_url
+        assert answer.proxy_through_service_url
+        owners.add(cluster.owner_of(answer.proxy_to_broker_url).service_url)
+        # The broker's own answer names the same owner.
+        direct = await raw_lookup(cluster.brokers[0].grpc_address, topic.full_name)
+        assert not direct.proxy_through_service_url
+        if direct.response == pb.LookupResponse.Connect:
+            assert direct.grpc_url == answer.proxy_to_broker_url
+    assert owners == {b.service_url for b in cluster.brokers}, "4 bundles on 2 idle brokers"
+
+
+async def test_the_sdk_produces_and_consumes_through_the_proxy_on_both_brokers(
+    cluster: ProxiedCluster,
+) -> None:
+    topics = one_topic_per_bundle("proxy-sdk")
+    async with Client(cluster.proxy.service_url, operation_timeout_ms=TIMEOUT_S * 1000) as client:
+        for topic in topics:
+            consumer = await client.subscribe(topic.full_name, "s", initial_position="earliest")
+            producer = await client.create_producer(topic.full_name)
+            sent = [f"{topic.local_name}-{i}".encode() for i in range(20)]
+            await asyncio.gather(*(producer.send(payload) for payload in sent))
+            received = await receive_n(consumer, len(sent))
+            assert [m.data() for m in received] == sent
+            for message in received:
+                await consumer.acknowledge(message)
+            assert (await client.get_last_message_id(topic.full_name)) is not None
+        # Every stream went to the proxy: the client opened no channel to a broker.
+        assert {target for target, _ in client._pool.addresses} == {cluster.proxy.grpc_address}
+    served = {
+        b.service_url: {t.name for t in b.service.topics.loaded_topics()}  # type: ignore[union-attr]
+        for b in cluster.brokers
+    }
+    assert all(any(t.full_name in names for t in topics) for names in served.values())
+
+
+async def test_a_partitioned_topic_through_the_proxy(cluster: ProxiedCluster) -> None:
+    topic = "proxy-partitioned"
+    await create_partitioned(cluster.brokers[0].http_url, topic, 4)
+    async with Client(cluster.proxy.service_url, operation_timeout_ms=TIMEOUT_S * 1000) as client:
+        assert len(await client.get_partitions_for_topic(topic)) == 4
+        consumer = await client.subscribe(topic, "s", initial_position="earliest")
+        producer = await client.create_producer(topic)
+        sent = {f"m-{i}".encode() for i in range(40)}
+        await asyncio.gather(*(producer.send(p, partition_key=p.decode()) for p in sent))
+        received = await receive_n(consumer, len(sent))
+        assert {m.data() for m in received} == sent
+
+
+async def test_a_client_without_the_proxy_header_is_routed_by_the_proxy(
+    cluster: ProxiedCluster,
+) -> None:
+    """A raw client that connects to the proxy and produces, as to a standalone broker: the
+    proxy looks the topic up itself."""
+    topics = one_topic_per_bundle("proxy-naive")
+    async with grpc.aio.insecure_channel(cluster.proxy.grpc_address) as channel:
+        for topic in topics:
+            call = stub(channel).Produce(metadata=(("x-pulsar-topic", topic.full_name),))
+            ready = await asyncio.wait_for(call.read(), TIMEOUT_S)
+            assert ready.HasField("ready")
+            await call.write(batch(0, [b"a", b"b"]))
+            receipt = await asyncio.wait_for(call.read(), TIMEOUT_S)
+            assert receipt.receipt.batch_size == 2
+            await call.done_writing()
+            assert await call.code() == grpc.StatusCode.OK
+            last = await stub(channel).GetLastMessageId(
+                pb.GetLastMessageIdRequest(topic=topic.full_name), timeout=TIMEOUT_S
+            )
+            assert last.last_message_id.entry_id == receipt.receipt.entry_id
+
+
+async def test_a_forged_broker_url_is_refused(cluster: ProxiedCluster) -> None:
+    async with grpc.aio.insecure_channel(cluster.proxy.grpc_address) as channel:
+        for forged in ("grpc://127.0.0.1:1", "grpc://example.com:443", "not a url"):
+            metadata = (
+                ("x-pulsar-topic", "proxy-forged"),
+                ("x-pulsar-proxy-to-broker-url", forged),
+            )
+            call = stub(channel).Produce(metadata=metadata)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await asyncio.wait_for(call.read(), TIMEOUT_S)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "is not a broker of this cluster" in (refused.value.details() or "")
+        # A live broker's URL is forwarded to. The owner serves the producer; the other broker
+        # refuses, and its status, message and trailers reach the client unchanged.
+        topic = "proxy-forged"
+        owner = (await raw_lookup(cluster.proxy.grpc_address, topic)).proxy_to_broker_url
+        (other,) = [b.service_url for b in cluster.brokers if b.service_url != owner]
+
+        def produce(url: str) -> grpc.aio.StreamStreamCall:
+            metadata = (("x-pulsar-topic", topic), ("x-pulsar-proxy-to-broker-url", url))
+            return stub(channel).Produce(metadata=metadata)
+
+        served = produce(owner)
+        assert (await asyncio.wait_for(served.read(), TIMEOUT_S)).HasField("ready")
+        served.cancel()
+        with pytest.raises(grpc.aio.AioRpcError) as moved:
+            await asyncio.wait_for(produce(other).read(), TIMEOUT_S)
+        assert moved.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert f"is owned by {owner}" in (moved.value.details() or "")
+        assert error_code(moved.value) == pb.ServiceNotReady
+        assert ("pulsar-owner-url", owner) in tuple(moved.value.trailing_metadata() or ())
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+        assert response.status == 200
+        return str(response.read().decode())
+
+
+def metric(text: str, name: str, labels: str = "") -> float:
+    prefix = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(prefix + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{prefix} not in the metrics")
+
+
+async def test_metrics_move_and_health_answers(cluster: ProxiedCluster) -> None:
+    web = cluster.proxy.web_url
+    assert (await asyncio.to_thread(scrape, web + "/status.html")) == "OK"
+    before = await asyncio.to_thread(scrape, web + "/metrics")
+    async with Client(cluster.proxy.service_url, operation_timeout_ms=TIMEOUT_S * 1000) as client:
+        producer = await client.create_producer("proxy-metrics")
+        for _ in range(10):
+            await producer.send(b"x" * 1000)
+        during = await asyncio.to_thread(scrape, web + "/metrics")
+        assert metric(during, "pulsar_proxy_active_streams", 'method="Produce"') >= 1
+    after = await asyncio.to_thread(scrape, web + "/metrics")
+    up = 'direction="client_to_broker"'
+    grown = metric(after, "pulsar_proxy_binary_bytes_total", up) - metric(
+        before, "pulsar_proxy_binary_bytes_total", up
+    )
+    assert grown >= 10 * 1000
+    assert metric(after, "pulsar_proxy_lookup_requests_total", 'kind="lookup"') > metric(
+        before, "pulsar_proxy_lookup_requests_total", 'kind="lookup"'
+    )
+    await eventually(
+        lambda: (
+            metric(scrape(web + "/metrics"), "pulsar_proxy_active_streams", 'method="Produce"') == 0
+        ),
+        timeout=TIMEOUT_S,
+    )
