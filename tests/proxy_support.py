@@ -23,6 +23,7 @@ import pytest
 
 from pulsar_grpc.proxy import ProxyConfiguration, ProxyService, load_proxy_config
 from tests.escaped import LoopErrors, fail_if_any
+from tests.support import _drain_and_close
 
 T = TypeVar("T")
 
@@ -155,7 +156,7 @@ class ProxyProcess:
             raise RuntimeError("the proxy did not start:\n" + "".join(lines))
         # Same port on a restart: clients reconnect to the address they have.
         self.properties["grpcServicePort"] = self.service_url.rsplit(":", 1)[1]
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        threading.Thread(target=_drain_and_close, args=(self.proc.stdout,), daemon=True).start()
         return self
 
     def kill9(self) -> None:

@@ -2,25 +2,37 @@
 answers lookups itself (its own address, proxy_through_service_url, the owner broker's URL) and
 forwards each stream byte for byte to the broker owning the topic. The SDK produces and consumes
 through it (topics on both brokers, a partitioned topic), a raw client with no proxy header
-works, a forged broker URL is refused, the metrics move."""
+works, a forged broker URL is refused, two proxies serve one cluster, a consumer that reads
+nothing costs the proxy bounded memory, the metrics move."""
 
 from __future__ import annotations
 
 import asyncio
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
+import psutil
 import pytest
 
 from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.cluster import one_topic_per_bundle
 from tests.e2e.messaging import receive_n
+from tests.e2e.test_outbound_bound import (
+    ENTRY_MESSAGES,
+    MAX_PERMITS,
+    consume_metadata,
+    msg_out,
+    produce_backlog,
+    read_all,
+    settled,
+)
 from tests.e2e.test_partitioned_and_dedup import create_partitioned
 from tests.e2e.wire import batch, error_code, stub
-from tests.proxy_support import ProxyThread, proxy_config, proxy_factory
+from tests.proxy_support import ProxyProcess, ProxyThread, proxy_config, proxy_factory
 from tests.support import BrokerThread, broker_config
 from tests.waiting import eventually
 from tests.zookeeper import ZooKeeperServer, zookeeper
@@ -226,3 +238,58 @@ async def test_metrics_move_and_health_answers(cluster: ProxiedCluster) -> None:
         ),
         timeout=TIMEOUT_S,
     )
+
+
+async def test_two_proxies_serve_the_same_cluster(
+    cluster: ProxiedCluster, proxy_factory: Callable[..., ProxyThread]
+) -> None:
+    """Stateless: what one proxy's client produced, another proxy's client consumes."""
+    second = proxy_factory(metadataStoreUrl=cluster.store_url)
+    topics = one_topic_per_bundle("proxy-pair")
+    timeout_ms = TIMEOUT_S * 1000
+    async with (
+        Client(cluster.proxy.service_url, operation_timeout_ms=timeout_ms) as first_client,
+        Client(second.service_url, operation_timeout_ms=timeout_ms) as second_client,
+    ):
+        for topic in topics:
+            name = topic.full_name
+            consumer = await second_client.subscribe(name, "s", initial_position="earliest")
+            producer = await first_client.create_producer(name)
+            await asyncio.gather(*(producer.send(b"%d" % i) for i in range(10)))
+            received = await receive_n(consumer, 10)
+            assert [m.data() for m in received] == [b"%d" % i for i in range(10)]
+            lookups = [await raw_lookup(p.grpc_address, name) for p in (cluster.proxy, second)]
+            assert lookups[0].proxy_to_broker_url == lookups[1].proxy_to_broker_url
+            assert [r.grpc_url for r in lookups] == [cluster.proxy.service_url, second.service_url]
+
+
+async def test_a_consumer_that_reads_nothing_costs_the_proxy_bounded_memory(
+    broker_factory: Callable[..., BrokerThread], tmp_path: Path
+) -> None:
+    """The broker pushes an 80 MB backlog to a consumer that grants every permit and does not
+    read: the proxy (a process of its own, measured) holds only what flow control lets through,
+    and once the consumer reads, every message arrives in order through it."""
+    broker = broker_factory(managedLedgerCacheSizeMB=16)
+    proxy = ProxyProcess(tmp_path / "proxy.conf", brokerServiceURL=broker.service_url).start()
+    try:
+        assert proxy.proc is not None
+        process = psutil.Process(proxy.proc.pid)
+        address = proxy.service_url.removeprefix("grpc://")
+        topic = "proxy-stalled-reader"
+        entries = 800  # 100 KB each
+        await produce_backlog(address, topic, entries)  # through the proxy too
+        rss_before = process.memory_info().rss / 2**20
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = stub(channel).Consume(metadata=consume_metadata(topic))
+            assert (await call.read()).HasField("subscribed")
+            await call.write(pb.ConsumeRequest(flow=pb.Flow(permits=MAX_PERMITS)))
+            dispatched = await settled(lambda: msg_out(broker.http_url, topic))
+            growth = process.memory_info().rss / 2**20 - rss_before
+            total = entries * ENTRY_MESSAGES
+            print(f"\n{dispatched} of {total} messages dispatched; proxy +{growth:.0f} MB")
+            assert dispatched < total // 2, "the broker's dispatch did not wait for the client"
+            assert growth < 40, f"proxy RSS grew {growth:.0f} MB for a consumer reading nothing"
+            assert await read_all(call, total) == list(range(total))
+            call.cancel()
+    finally:
+        assert proxy.stop() == 0
