@@ -78,6 +78,9 @@ class ProxyConfiguration:
     tokenAuthClaim: str = "sub"
     tokenAudienceClaim: str | None = None
     tokenAudience: str | None = None
+    # A client's stream is ended when its credentials expire, checked this often (the broker
+    # checks the proxy's own credentials, so the proxy checks the client's).
+    authenticationRefreshCheckSeconds: int = 60
     # TLS toward clients: the proxy's own certificate.
     tlsCertificateFilePath: str | None = None
     tlsKeyFilePath: str | None = None
@@ -175,6 +178,7 @@ def _check_minimums(config: ProxyConfiguration) -> Iterator[tuple[str, str]]:
         "keepAliveIntervalSeconds",
         "maxMessageSize",
         "metadataStoreSessionTimeoutMillis",
+        "authenticationRefreshCheckSeconds",
     ):
         if getattr(config, name) < 1:
             yield name, f"{getattr(config, name)} is less than the minimum 1"

@@ -28,6 +28,7 @@ from pulsar_grpc.broker.metadata.factory import (
 )
 from pulsar_grpc.broker.metadata.store import MetadataStore
 from pulsar_grpc.broker.security.authentication import AuthenticationService
+from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
 from pulsar_grpc.broker.tls import read_tls_files
 from pulsar_grpc.client._auth import AuthenticationTLS
 from pulsar_grpc.client._auth_params import authentication_from
@@ -72,6 +73,8 @@ class ProxyService:
         self._servers: list[aio.Server] = []
         self._health = health.aio.HealthServicer()
         self._web: ProxyWeb | None = None
+        # Ends client streams whose credentials expire (none do while authentication is off).
+        self._expiry = CredentialExpiryCheck(config.authenticationRefreshCheckSeconds)
         self.grpc_port: int | None = None
         self.grpc_port_tls: int | None = None
 
@@ -135,6 +138,7 @@ class ProxyService:
                 self._authentication is not None,
                 self.own_address,
                 config.maxConcurrentLookupRequests,
+                self._expiry,
                 self.stats,
             )
             await self._start_servers(servicer.handler())
@@ -216,6 +220,7 @@ class ProxyService:
         await self._health.enter_graceful_shutdown()
         servers, self._servers = self._servers, []
         await asyncio.gather(*(s.stop(grace=_STOP_GRACE_S) for s in servers))
+        await self._expiry.close()
         if self._channels is not None:
             await self._channels.close()
             self._channels = None

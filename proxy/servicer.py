@@ -14,6 +14,7 @@ The client's listener header and any original principal it sent are never passed
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -22,8 +23,14 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from pulsar_grpc.broker.errors import BrokerError, InvalidTopicNameError, ServiceNotReadyError
+from pulsar_grpc.broker.errors import (
+    AuthenticationError,
+    BrokerError,
+    InvalidTopicNameError,
+    ServiceNotReadyError,
+)
 from pulsar_grpc.broker.errors import ServerError as Code
+from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
 from pulsar_grpc.client._auth import Authentication
 from pulsar_grpc.client._channels import H_PROXY_TO_BROKER_URL
 from pulsar_grpc.handler.errors import abort
@@ -91,6 +98,7 @@ class ProxyServicer:
         authenticating: bool,
         own: Callable[[], OwnAddress],
         max_lookups: int,
+        expiry: CredentialExpiryCheck,
         stats: ProxyStats,
     ) -> None:
         self._brokers = brokers
@@ -101,6 +109,7 @@ class ProxyServicer:
         self._own = own
         self._max_lookups = max_lookups
         self._lookups_in_flight = 0
+        self._expiry = expiry
         self.stats = stats
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -189,9 +198,28 @@ class ProxyServicer:
         stats = self.stats
         stats.streams[method] += 1
         stats.active_streams[method] += 1
+        # The client's credentials expiring end the stream, as on a broker (which sees only
+        # the proxy's): the relay is cancelled (and with it the broker call), then the
+        # client is told why.
+        relay = asyncio.current_task()
+        assert relay is not None
+        expired: list[AuthenticationError] = []
+
+        def end(error: AuthenticationError) -> None:
+            expired.append(error)
+            relay.cancel()
+
+        ctx = current_or_none()
+        unwatch = self._expiry.watch(ctx.auth_expires_at if ctx else None, end)
         try:
             code = await relay_stream(context, call, stats)
+        except asyncio.CancelledError:
+            if not expired:
+                raise
+            relay.uncancel()
+            await abort(context, expired[0])
         finally:
+            unwatch()
             stats.active_streams[method] -= 1
         if cached and topic and code == grpc.StatusCode.UNAVAILABLE:
             self._lookups.forget(topic)

@@ -8,6 +8,7 @@ clients is the proxy's own: it terminates there (plain to the brokers) or is re-
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
+from pulsar_grpc.broker.security.tokens import create_token
 from pulsar_grpc.client import (
     AuthenticationError,
     AuthenticationToken,
@@ -24,12 +26,13 @@ from pulsar_grpc.client import (
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.cluster import one_topic_per_bundle
 from tests.e2e.messaging import receive_n
-from tests.e2e.test_authorization import AUTHZ, PROXY, SUPER, grant, token
+from tests.e2e.test_authorization import AUTHZ, KEY, PROXY, SUPER, grant, token
 from tests.e2e.test_tls import tls_config
 from tests.e2e.wire import error_code, stub
 from tests.proxy_support import ProxyThread, proxy_config
 from tests.support import BrokerThread, broker_config
 from tests.tls import TlsFiles, make_tls_files
+from tests.waiting import eventually
 from tests.zookeeper import ZooKeeperServer, zookeeper
 
 __all__ = ["zookeeper"]  # fixtures, imported to be found
@@ -41,6 +44,7 @@ CLIENT_AUTH = {
     "authenticationProviders": "token",
     "tokenSecretKey": AUTHZ["tokenSecretKey"],
     "brokerClientAuthenticationPlugin": "token",
+    "authenticationRefreshCheckSeconds": "1",
 }
 
 
@@ -192,3 +196,20 @@ async def test_plaintext_clients_reach_the_proxy_too(secure: SecureCluster) -> N
     ) as client:
         await produce_consume(client, "proxy-plaintext")
         assert (await client.lookup("proxy-plaintext")).grpc_url == (secure.terminating.service_url)
+
+
+async def test_a_stream_ends_when_the_clients_token_expires(secure: SecureCluster) -> None:
+    """The brokers see the proxy's credentials, which do not expire with the client's: the
+    proxy ends the client's stream itself, UNAUTHENTICATED, and the broker's stream with it."""
+    await grant(secure.brokers[0], "app", ["produce"])
+    short = create_token(KEY, "app", expires_at=int(time.time()) + 3)
+    async with grpc.aio.insecure_channel(secure.terminating.grpc_address) as channel:
+        metadata = (("authorization", f"Bearer {short}"), ("x-pulsar-topic", "proxy-expiring"))
+        call = stub(channel).Produce(metadata=metadata)
+        assert (await asyncio.wait_for(call.read(), TIMEOUT_MS / 1000)).HasField("ready")
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await asyncio.wait_for(call.read(), 15)
+        assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "expired" in (ended.value.details() or "")
+    stats = secure.terminating.proxy.stats
+    await eventually(lambda: stats.active_streams["Produce"] == 0, timeout=10)
