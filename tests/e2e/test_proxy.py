@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import psutil
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -216,6 +217,12 @@ def metric(text: str, name: str, labels: str = "") -> float:
 async def test_metrics_move_and_health_answers(cluster: ProxiedCluster) -> None:
     web = cluster.proxy.web_url
     assert (await asyncio.to_thread(scrape, web + "/status.html")) == "OK"
+    async with grpc.aio.insecure_channel(cluster.proxy.grpc_address) as channel:
+        for service in ("", "pulsargrpc.v1.PulsarService"):
+            health = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT_S
+            )
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
     before = await asyncio.to_thread(scrape, web + "/metrics")
     async with Client(cluster.proxy.service_url, operation_timeout_ms=TIMEOUT_S * 1000) as client:
         producer = await client.create_producer("proxy-metrics")
