@@ -6,9 +6,10 @@
   the call names in x-pulsar-proxy-to-broker-url (checked to be a live broker), or to the
   topic's owner as the proxy looks it up.
 
-Every call to a broker carries the proxy's own credentials and, when clients authenticate at
-the proxy, the client's role as x-pulsar-original-principal: the broker authorizes the client.
-Without credentials of its own the proxy passes the client's ``authorization`` on unchanged.
+Every call to a broker carries the proxy's own credentials (brokerClientAuthentication*) and,
+when clients authenticate at the proxy, the client's role as x-pulsar-original-principal: the
+broker authorizes the client. Without credentials of its own the proxy passes the client's
+``authorization`` on unchanged, and the broker authenticates the client itself.
 The client's listener header and any original principal it sent are never passed on.
 """
 
@@ -21,11 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc import aio
 
 from pulsar_grpc.broker.errors import (
     AuthenticationError,
     BrokerError,
+    InvalidArgumentError,
     InvalidTopicNameError,
     ServiceNotReadyError,
 )
@@ -168,9 +171,12 @@ class ProxyServicer:
                 forwarded.append((H_AUTHORIZATION, authorization))
         else:
             forwarded += [(k, v) for k, v in incoming if k == H_AUTHORIZATION]
+        # The client's role, for the broker to authorize, when the proxy calls as itself (a
+        # broker believes an original principal only from a proxy role).
         ctx = current_or_none()
-        if self._authenticating and ctx is not None and ctx.role is not None:
-            forwarded.append((H_ORIGINAL_PRINCIPAL, ctx.role))
+        acting_for = ctx.role if self._authenticating and ctx is not None else None
+        if self._credentials is not None and acting_for is not None:
+            forwarded.append((H_ORIGINAL_PRINCIPAL, acting_for))
         return forwarded
 
     async def _target(
@@ -234,9 +240,10 @@ class ProxyServicer:
         except aio.AioRpcError as exc:
             await end_as(context, exc.code(), exc.details(), exc.trailing_metadata())
             raise AssertionError("unreachable") from None
-        except Exception as exc:  # a body that does not parse is the client's error
-            error = exc if isinstance(exc, BrokerError) else InvalidTopicNameError(str(exc))
-            await abort(context, error, topic)
+        except DecodeError as exc:
+            await abort(context, InvalidArgumentError(f"not a {method} request: {exc}"))
+        except BrokerError as exc:
+            await abort(context, exc, topic)
         self.stats.unary_calls[method] += 1
         try:
             return await relay_unary(
@@ -289,8 +296,8 @@ class ProxyServicer:
             self._admit_lookup(LookupKind.LOOKUP)
         except BrokerError as exc:
             await abort(context, exc, request.topic)
-        except Exception as exc:  # protobuf's DecodeError
-            await abort(context, InvalidTopicNameError(f"not a LookupRequest: {exc}"))
+        except DecodeError as exc:
+            await abort(context, InvalidArgumentError(f"not a LookupRequest: {exc}"))
         self._lookups_in_flight += 1
         try:
             owner = await self._lookups.lookup(request.topic, self._metadata(context))

@@ -179,6 +179,12 @@ async def test_a_forged_broker_url_is_refused(cluster: ProxiedCluster) -> None:
                 await asyncio.wait_for(call.read(), TIMEOUT_S)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "is not a broker of this cluster" in (refused.value.details() or "")
+        # A request that does not parse is the client's error, said as such.
+        for method in ("Lookup", "GetLastMessageId"):
+            call = channel.unary_unary(f"/pulsargrpc.v1.PulsarService/{method}")
+            with pytest.raises(grpc.aio.AioRpcError) as garbled:
+                await call(b"\xff\xff\xff", timeout=TIMEOUT_S)
+            assert garbled.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
         # A live broker's URL is forwarded to. The owner serves the producer; the other broker
         # refuses, and its status, message and trailers reach the client unchanged.
         topic = "proxy-forged"
