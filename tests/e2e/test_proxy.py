@@ -18,10 +18,12 @@ import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles
 from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.cluster import one_topic_per_bundle
 from tests.e2e.messaging import receive_n
+from tests.e2e.steady_load import SteadyLoad
 from tests.e2e.test_outbound_bound import (
     ENTRY_MESSAGES,
     MAX_PERMITS,
@@ -33,12 +35,13 @@ from tests.e2e.test_outbound_bound import (
 )
 from tests.e2e.test_partitioned_and_dedup import create_partitioned
 from tests.e2e.wire import batch, error_code, stub
+from tests.postgres import PostgresServer, postgres_server
 from tests.proxy_support import ProxyProcess, ProxyThread, proxy_config, proxy_factory
 from tests.support import BrokerThread, broker_config
 from tests.waiting import eventually
 from tests.zookeeper import ZooKeeperServer, zookeeper
 
-__all__ = ["proxy_factory", "zookeeper"]  # fixtures, imported to be found
+__all__ = ["postgres_server", "proxy_factory", "zookeeper"]  # fixtures, imported to be found
 
 TIMEOUT_S = 30
 
@@ -56,11 +59,15 @@ class ProxiedCluster:
 
 @pytest.fixture(scope="module")
 def cluster(
-    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+    zookeeper: ZooKeeperServer,
+    postgres_server: PostgresServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ProxiedCluster]:
-    """Two brokers on one ZooKeeper chroot and a proxy discovering them there, shared by the
-    module's tests (each uses topics of its own)."""
+    """Two brokers on one ZooKeeper chroot and one PostgreSQL database (so a bundle can move
+    between them), and a proxy discovering them in ZooKeeper; shared by the module's tests
+    (each uses topics of its own)."""
     store_url = f"zk:{zookeeper.hosts}/proxy-{id(tmp_path_factory)}"
+    ledgers = postgres_server.create_database(f"proxy_{id(tmp_path_factory)}")
     brokers: list[BrokerThread] = []
     proxy: ProxyThread | None = None
     try:
@@ -69,6 +76,7 @@ def cluster(
             config = broker_config(
                 data,
                 metadataStoreUrl=store_url,
+                ledgerStorageUrl=ledgers,
                 loadBalancerBrokerOverloadedThresholdPercentage=100,
             )
             brokers.append(BrokerThread(config).start())
@@ -306,3 +314,25 @@ async def test_a_consumer_that_reads_nothing_costs_the_proxy_bounded_memory(
             call.cancel()
     finally:
         assert proxy.stop() == 0
+
+
+async def test_an_unloaded_bundle_loses_nothing_through_the_proxy(cluster: ProxiedCluster) -> None:
+    """The owner closes the bundle's topics: their streams end UNAVAILABLE at the broker, the
+    proxy passes that on, and the SDK looks the topics up again through the proxy and carries
+    on; every receipted message is consumed."""
+    topics = one_topic_per_bundle("proxy-unload")
+    async with Client(cluster.proxy.service_url, operation_timeout_ms=TIMEOUT_S * 1000) as client:
+        load = await SteadyLoad(client, [t.full_name for t in topics]).start()
+        await load.receipts(100)
+        answer = await raw_lookup(cluster.proxy.grpc_address, topics[1].full_name)
+        owner = cluster.owner_of(answer.proxy_to_broker_url)
+        bundle = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4).bundles[1]
+        assert bundle.includes(topics[1])
+        path = f"/admin/v2/namespaces/public/default/{bundle.range_str}/unload"
+        request = urllib.request.Request(owner.http_url + path, method="PUT")
+        with await asyncio.to_thread(urllib.request.urlopen, request, timeout=TIMEOUT_S) as done:
+            assert done.status == 204
+        streams = cluster.proxy.proxy.stats.streams.total()
+        await load.receipts(200)
+        assert cluster.proxy.proxy.stats.streams.total() > streams, "no stream was reopened"
+        await load.finish()
