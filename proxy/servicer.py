@@ -161,9 +161,7 @@ class ProxyServicer:
         """The headers a call to a broker carries for this client call."""
         incoming = tuple(context.invocation_metadata() or ())
         forwarded: list[tuple[str, str | bytes]] = [
-            (k, v)
-            for k, v in incoming
-            if k not in _NOT_FORWARDED and not k.startswith(("grpc-", ":"))
+            (k, v) for k, v in incoming if k not in _NOT_FORWARDED and not k.startswith(_RESERVED)
         ]
         if self._credentials is not None:
             authorization = self._credentials.authorization()
