@@ -16,8 +16,9 @@ The client's listener header and any original principal it sent are never passed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -258,7 +259,10 @@ class ProxyServicer:
 
     # ------------------------------------------------------------ answered by the proxy
 
-    def _admit_lookup(self, kind: LookupKind) -> None:
+    @contextlib.contextmanager
+    def _admitted(self, kind: LookupKind) -> Iterator[None]:
+        """Count one call answered by the proxy while it runs; TooManyLookupsError when
+        maxConcurrentLookupRequests are running already."""
         if self._lookups_in_flight >= self._max_lookups:
             self.stats.rejected_lookups += 1
             raise TooManyLookupsError(
@@ -266,46 +270,41 @@ class ProxyServicer:
                 f"{self._max_lookups}): try again"
             )
         self.stats.lookups[kind] += 1
+        self._lookups_in_flight += 1
+        try:
+            yield
+        finally:
+            self._lookups_in_flight -= 1
 
     async def _any_broker(
         self, method: str, kind: LookupKind, raw: bytes, context: aio.ServicerContext
     ) -> bytes:
         try:
-            self._admit_lookup(kind)
-            url = await self._brokers.service_url()
+            with self._admitted(kind):
+                url = await self._brokers.service_url()
+                return await relay_unary(
+                    context,
+                    self._channels.channel(url).unary_unary(_PREFIX + method),
+                    raw,
+                    self._metadata(context),
+                    context.time_remaining(),
+                )
         except BrokerError as exc:
             await abort(context, exc)
-        self._lookups_in_flight += 1
-        try:
-            return await relay_unary(
-                context,
-                self._channels.channel(url).unary_unary(_PREFIX + method),
-                raw,
-                self._metadata(context),
-                context.time_remaining(),
-            )
-        finally:
-            self._lookups_in_flight -= 1
 
     async def _lookup(self, raw: bytes, context: aio.ServicerContext) -> bytes:
         request = pb.LookupRequest()
         try:
             request.ParseFromString(raw)
-            self._admit_lookup(LookupKind.LOOKUP)
-        except BrokerError as exc:
-            await abort(context, exc, request.topic)
+            with self._admitted(LookupKind.LOOKUP):
+                owner = await self._lookups.lookup(request.topic, self._metadata(context))
         except DecodeError as exc:
             await abort(context, InvalidArgumentError(f"not a LookupRequest: {exc}"))
-        self._lookups_in_flight += 1
-        try:
-            owner = await self._lookups.lookup(request.topic, self._metadata(context))
-        except aio.AioRpcError as exc:
+        except aio.AioRpcError as exc:  # the broker's answer to the proxy's lookup
             await end_as(context, exc.code(), exc.details(), exc.trailing_metadata())
             raise AssertionError("unreachable") from None
         except BrokerError as exc:
             await abort(context, exc, request.topic)
-        finally:
-            self._lookups_in_flight -= 1
         own = self._own()
         response = pb.LookupResponse(
             response=pb.LookupResponse.Connect,

@@ -336,3 +336,24 @@ async def test_an_unloaded_bundle_loses_nothing_through_the_proxy(cluster: Proxi
         await load.receipts(200)
         assert cluster.proxy.proxy.stats.streams.total() > streams, "no stream was reopened"
         await load.finish()
+
+
+async def test_lookups_over_the_limit_are_refused_as_retryable(
+    cluster: ProxiedCluster, proxy_factory: Callable[..., ProxyThread]
+) -> None:
+    """maxConcurrentLookupRequests: what is over it ends UNAVAILABLE with Pulsar's
+    TooManyRequests (the SDK retries it), and is counted."""
+    narrow = proxy_factory(metadataStoreUrl=cluster.store_url, maxConcurrentLookupRequests=1)
+    async with grpc.aio.insecure_channel(narrow.grpc_address) as channel:
+        lookups = [
+            stub(channel).Lookup(pb.LookupRequest(topic=f"proxy-many-{i}"), timeout=TIMEOUT_S)
+            for i in range(100)
+        ]
+        results = await asyncio.gather(*lookups, return_exceptions=True)
+    refused = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
+    assert refused, "100 lookups at once, none over a limit of 1"
+    assert len(refused) < len(results)
+    for error in refused:
+        assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+        assert error_code(error) == pb.TooManyRequests
+    assert narrow.proxy.stats.rejected_lookups == len(refused)
