@@ -200,9 +200,8 @@ class ProxyServicer:
         except BrokerError as exc:
             await abort(context, exc, topic)
         call = self._channels.channel(url).stream_stream(_PREFIX + method)(metadata=metadata)
-        stats = self.stats
-        stats.streams[method] += 1
-        stats.active_streams[method] += 1
+        stats, peer = self.stats, context.peer()
+        stats.stream_opened(method, peer)
         # The client's credentials expiring end the stream, as on a broker (which sees only
         # the proxy's): the relay is cancelled (and with it the broker call), then the
         # client is told why.
@@ -225,7 +224,7 @@ class ProxyServicer:
             await abort(context, expired[0])
         finally:
             unwatch()
-            stats.active_streams[method] -= 1
+            stats.stream_closed(method, peer)
         if cached and topic and code == grpc.StatusCode.UNAVAILABLE:
             self._lookups.forget(topic)
 

@@ -244,6 +244,7 @@ async def test_metrics_move_and_health_answers(cluster: ProxiedCluster) -> None:
             await producer.send(b"x" * 1000)
         during = await asyncio.to_thread(scrape, web + "/metrics")
         assert metric(during, "pulsar_proxy_active_streams", 'method="Produce"') >= 1
+        assert metric(during, "pulsar_proxy_active_connections") >= 1
     after = await asyncio.to_thread(scrape, web + "/metrics")
     up = 'direction="client_to_broker"'
     grown = metric(after, "pulsar_proxy_binary_bytes_total", up) - metric(
