@@ -29,6 +29,13 @@ class LookupKind(enum.Enum):
     TOPICS_OF_NAMESPACE = "topics_of_namespace"
 
 
+class Route(enum.Enum):
+    """How the proxy knew where to forward a call."""
+
+    NAMED = "header"  # the client named the broker (x-pulsar-proxy-to-broker-url)
+    LOOKED_UP = "lookup"  # the proxy looked the topic up (a client knowing nothing of proxies)
+
+
 class ProxyStats:
     """Counters of everything the proxy forwarded and answered; one owner: the proxy server."""
 
@@ -41,6 +48,7 @@ class ProxyStats:
         self.bytes: Counter[Direction] = Counter()
         self.messages: Counter[Direction] = Counter()
         self.lookups: Counter[LookupKind] = Counter()
+        self.routes: Counter[Route] = Counter()
         self.rejected_lookups = 0
 
     def stream_opened(self, method: str, peer: str) -> None:
@@ -101,9 +109,26 @@ class ProxyCollector(Collector):
         )
         for kind in LookupKind:
             lookups.add_metric([kind.value], stats.lookups[kind])
+        routed = CounterMetricFamily(
+            "pulsar_proxy_routed_calls",
+            "Calls forwarded, by how the proxy knew the broker",
+            labels=["by"],
+        )
+        for route in Route:
+            routed.add_metric([route.value], stats.routes[route])
         rejected = CounterMetricFamily(
             "pulsar_proxy_rejected_lookup_requests",
             "Lookups refused over maxConcurrentLookupRequests",
         )
         rejected.add_metric([], stats.rejected_lookups)
-        yield from (active, opened, connections, unary, binary_bytes, binary_ops, lookups, rejected)
+        yield from (
+            active,
+            opened,
+            connections,
+            unary,
+            binary_bytes,
+            binary_ops,
+            lookups,
+            routed,
+            rejected,
+        )

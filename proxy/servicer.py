@@ -45,7 +45,7 @@ from pulsar_grpc.proxy.brokers import BrokerDirectory
 from pulsar_grpc.proxy.forwarding.pool import BrokerChannels
 from pulsar_grpc.proxy.forwarding.relay import Metadata, end_as, relay_stream, relay_unary
 from pulsar_grpc.proxy.lookup import BrokerLookups
-from pulsar_grpc.proxy.metrics import LookupKind, ProxyStats
+from pulsar_grpc.proxy.metrics import LookupKind, ProxyStats, Route
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -180,20 +180,23 @@ class ProxyServicer:
 
     async def _target(
         self, context: aio.ServicerContext, topic: str | None, metadata: Metadata
-    ) -> tuple[str, bool]:
-        """The broker to forward to, and whether it came from the owner cache."""
+    ) -> tuple[str, Route]:
+        """The broker to forward to, and how the proxy knows it."""
         named = _header(context, H_PROXY_TO_BROKER_URL)
         if named is not None:
-            return await self._brokers.check(named), False
-        if not topic:
+            url, route = await self._brokers.check(named), Route.NAMED
+        elif not topic:
             raise InvalidTopicNameError(f"missing call parameter {H_TOPIC}")
-        return await self._lookups.owner(topic, metadata), True
+        else:
+            url, route = await self._lookups.owner(topic, metadata), Route.LOOKED_UP
+        self.stats.routes[route] += 1
+        return url, route
 
     async def _stream(self, method: str, context: aio.ServicerContext) -> None:
         topic = _header(context, H_TOPIC)
         metadata = self._metadata(context)
         try:
-            url, cached = await self._target(context, topic, metadata)
+            url, route = await self._target(context, topic, metadata)
         except aio.AioRpcError as exc:  # the proxy's lookup failed at the broker
             await end_as(context, exc.code(), exc.details(), exc.trailing_metadata())
             return
@@ -225,7 +228,7 @@ class ProxyServicer:
         finally:
             unwatch()
             stats.stream_closed(method, peer)
-        if cached and topic and code == grpc.StatusCode.UNAVAILABLE:
+        if route is Route.LOOKED_UP and topic and code == grpc.StatusCode.UNAVAILABLE:
             self._lookups.forget(topic)
 
     async def _topic_unary(self, method: str, raw: bytes, context: aio.ServicerContext) -> bytes:
@@ -234,7 +237,7 @@ class ProxyServicer:
         try:
             if not topic:
                 topic = _TOPIC_CALLS[method].FromString(raw).topic or None
-            url, cached = await self._target(context, topic, metadata)
+            url, route = await self._target(context, topic, metadata)
         except aio.AioRpcError as exc:
             await end_as(context, exc.code(), exc.details(), exc.trailing_metadata())
             raise AssertionError("unreachable") from None
@@ -252,7 +255,7 @@ class ProxyServicer:
                 context.time_remaining(),
             )
         except aio.AbortError:
-            if cached and topic:
+            if route is Route.LOOKED_UP and topic:
                 self._lookups.forget(topic)  # cheap: the next call looks up again
             raise
 

@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles
 from pulsar_grpc.client import Client
+from pulsar_grpc.proxy.metrics import Route
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.cluster import one_topic_per_bundle
 from tests.e2e.messaging import receive_n
@@ -120,6 +121,8 @@ async def test_the_sdk_produces_and_consumes_through_the_proxy_on_both_brokers(
     cluster: ProxiedCluster,
 ) -> None:
     topics = one_topic_per_bundle("proxy-sdk")
+    routes = cluster.proxy.proxy.stats.routes
+    named, looked_up = routes[Route.NAMED], routes[Route.LOOKED_UP]
     async with Client(cluster.proxy.service_url, operation_timeout_ms=TIMEOUT_S * 1000) as client:
         for topic in topics:
             consumer = await client.subscribe(topic.full_name, "s", initial_position="earliest")
@@ -131,8 +134,11 @@ async def test_the_sdk_produces_and_consumes_through_the_proxy_on_both_brokers(
             for message in received:
                 await consumer.acknowledge(message)
             assert (await client.get_last_message_id(topic.full_name)) is not None
-        # Every stream went to the proxy: the client opened no channel to a broker.
+        # Every stream went to the proxy: the client opened no channel to a broker. It named
+        # the broker on each call, so the proxy looked nothing up for it.
         assert {target for target, _ in client._pool.addresses} == {cluster.proxy.grpc_address}
+    assert routes[Route.NAMED] - named == 3 * len(topics)  # producer, consumer, last id
+    assert routes[Route.LOOKED_UP] == looked_up
     served = {
         b.service_url: {t.name for t in b.service.topics.loaded_topics()}  # type: ignore[union-attr]
         for b in cluster.brokers
@@ -159,6 +165,8 @@ async def test_a_client_without_the_proxy_header_is_routed_by_the_proxy(
     """A raw client that connects to the proxy and produces, as to a standalone broker: the
     proxy looks the topic up itself."""
     topics = one_topic_per_bundle("proxy-naive")
+    routes = cluster.proxy.proxy.stats.routes
+    looked_up = routes[Route.LOOKED_UP]
     async with grpc.aio.insecure_channel(cluster.proxy.grpc_address) as channel:
         for topic in topics:
             call = stub(channel).Produce(metadata=(("x-pulsar-topic", topic.full_name),))
@@ -173,6 +181,7 @@ async def test_a_client_without_the_proxy_header_is_routed_by_the_proxy(
                 pb.GetLastMessageIdRequest(topic=topic.full_name), timeout=TIMEOUT_S
             )
             assert last.last_message_id.entry_id == receipt.receipt.entry_id
+    assert routes[Route.LOOKED_UP] - looked_up == 2 * len(topics)
 
 
 async def test_a_forged_broker_url_is_refused(cluster: ProxiedCluster) -> None:
