@@ -106,7 +106,8 @@ class BrokerDirectory:
         await self._refresh(REFRESH_S)
         urls = self._service_urls or [u for u in self._static if _is_tls(u) is self._tls]
         if not urls:
-            raise ServiceNotReadyError("the proxy knows no live broker")
+            scheme = "grpc+ssl" if self._tls else "grpc"
+            raise ServiceNotReadyError(f"the proxy knows no live broker with a {scheme} address")
         return urls[next(self._turn) % len(urls)]
 
     async def check(self, url: str) -> str:
