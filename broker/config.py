@@ -16,10 +16,10 @@ import difflib
 import math
 import re
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from pulsar_grpc.broker.cluster import is_cluster_store
 from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
@@ -263,8 +263,14 @@ class ConfigError(ValueError):
 
 
 PROPERTY_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ServiceConfiguration))
-_TYPES: dict[str, Any] = get_type_hints(ServiceConfiguration)
 _INT = re.compile(r"[+-]?[0-9]+")
+# Settings classes loaded here: the broker's, and others in its style (the proxy's).
+S = TypeVar("S")
+
+
+def _types(settings: type) -> dict[str, Any]:
+    """The property types of a settings dataclass, by property name."""
+    return get_type_hints(settings)
 
 
 # --- parsing -------------------------------------------------------------------------------
@@ -313,22 +319,22 @@ def _parse_scalar(tp: Any, raw: str) -> Any:
     raise TypeError(f"unsupported property type {tp!r}")
 
 
-def parse_value(name: str, raw: str) -> Any:
+def parse_value(name: str, raw: str, settings: type = ServiceConfiguration) -> Any:
     """The typed value of property ``name`` from its text, as broker.conf would give it.
 
     Empty text means None for optional properties (that is how ``grpcServicePort=`` turns a
     listener off, as in Pulsar) and the default for the others.
     """
-    tp = _TYPES[name]
+    tp = _types(settings)[name]
     raw = raw.strip()
     inner = _optional_inner(tp)
     if raw == "":
-        return None if inner is not None else getattr(ServiceConfiguration(), name)
+        return None if inner is not None else getattr(settings(), name)
     return _parse_scalar(inner if inner is not None else tp, raw)
 
 
-def _suggest(name: str) -> str:
-    by_lower = {p.lower(): p for p in PROPERTY_NAMES}
+def _suggest(name: str, names: Iterable[str]) -> str:
+    by_lower = {p.lower(): p for p in names}
     if name.lower() in by_lower:
         return f" (did you mean {by_lower[name.lower()]}?)"
     close = difflib.get_close_matches(name.lower(), by_lower, n=1, cutoff=0.6)
@@ -395,6 +401,8 @@ def parse_set_flags(flags: Iterable[str]) -> dict[str, str]:
 
 # A rule yields (property, problem) pairs; the problem text follows "<property>: ".
 Rule = Callable[[ServiceConfiguration], Iterator[tuple[str, str]]]
+# The same for any settings class (the proxy's rules take its configuration).
+SettingsRule = Callable[[S], Iterator[tuple[str, str]]]
 
 _PORTS = ("grpcServicePort", "grpcServicePortTls", "webServicePort", "webServicePortTls")
 
@@ -584,19 +592,22 @@ RULES: list[Rule] = [
 
 
 def validate(
-    config: ServiceConfiguration,
+    config: S,
     sources: Mapping[str, str] | None = None,
     skip: Iterable[str] = (),
+    rules: Sequence[SettingsRule[S]] | None = None,
 ) -> list[str]:
     """All problems of ``config``; each line names where the property was set, if known.
 
     ``skip`` names properties already reported as unparsable, whose default stands in for the
-    value and would only yield confusing follow-up problems.
+    value and would only yield confusing follow-up problems. ``rules``: the broker's RULES
+    unless given.
     """
     sources = sources or {}
     skipped = set(skip)
     problems = []
-    for rule in RULES:
+    checks: Sequence[SettingsRule[Any]] = rules if rules is not None else RULES
+    for rule in checks:
         for name, problem in rule(config):
             if name in skipped:
                 continue
@@ -616,6 +627,19 @@ def load_config(
     Raises :class:`ConfigError` listing every problem: unreadable or malformed lines, unknown
     properties, values of the wrong type, and failed validation rules.
     """
+    return load_settings(ServiceConfiguration, RULES, path, env, overrides)  # type: ignore[arg-type]
+
+
+def load_settings(
+    settings_type: type[S],
+    rules: Sequence[SettingsRule[S]],
+    path: Path | None,
+    env: Mapping[str, str],
+    overrides: Mapping[str, str],
+) -> S:
+    """:func:`load_config` for any settings dataclass in the broker's style (Pulsar property
+    names, the same sources in the same order, every problem reported at once)."""
+    types_ = _types(settings_type)
     settings: list[_Setting] = []
     errors: list[str] = []
     if path is not None:
@@ -626,13 +650,14 @@ def load_config(
     sources: dict[str, str] = {}
     unparsable: set[str] = set()
     for setting in settings:
-        if setting.name not in _TYPES:
+        if setting.name not in types_:
             errors.append(
-                f"{setting.source}: unknown property {setting.name!r}{_suggest(setting.name)}"
+                f"{setting.source}: unknown property {setting.name!r}"
+                f"{_suggest(setting.name, types_)}"
             )
             continue
         try:
-            values[setting.name] = parse_value(setting.name, setting.raw)
+            values[setting.name] = parse_value(setting.name, setting.raw, settings_type)
         except _BadValue as e:
             errors.append(f"{setting.source}: {setting.name}: {setting.raw.strip()!r} {e}")
             unparsable.add(setting.name)
@@ -641,8 +666,8 @@ def load_config(
         unparsable.discard(setting.name)
         sources[setting.name] = setting.source
 
-    config = ServiceConfiguration(**values)
-    errors += validate(config, sources, skip=unparsable)
+    config = settings_type(**values)
+    errors += validate(config, sources, skip=unparsable, rules=rules)
     if errors:
         raise ConfigError(errors)
     return config

@@ -11,6 +11,7 @@ from pulsar_grpc.cli import (
     clients,
     cluster,
     perf,
+    proxy,
     scram,
     standalone,
     tokens,
@@ -25,7 +26,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="A Pulsar-model message broker whose client protocol is gRPC.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (standalone, broker, cluster, clients, topics, admin, perf, tokens, scram):
+    for command in (
+        standalone,
+        broker,
+        cluster,
+        proxy,
+        clients,
+        topics,
+        admin,
+        perf,
+        tokens,
+        scram,
+    ):
         command.add_parser(sub)
     return parser
 

@@ -77,7 +77,7 @@ def run_broker(
         check(config)
         broker = BrokerService(config)
     except ConfigError as exc:
-        print(_invalid(command, exc), file=sys.stderr)
+        print(invalid_configuration(command, exc), file=sys.stderr)
         return 2
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -111,7 +111,7 @@ def run_broker(
 
         uvloop.run(main())
     except ConfigError as exc:
-        print(_invalid(command, exc), file=sys.stderr)
+        print(invalid_configuration(command, exc), file=sys.stderr)
         return 2
     except DataDirectoryInUseError as exc:
         print(f"pulsar-grpc {command}: cannot start: {exc}", file=sys.stderr)
@@ -124,7 +124,7 @@ def run_broker(
     return 0
 
 
-def _invalid(command: str, exc: ConfigError) -> str:
+def invalid_configuration(command: str, exc: ConfigError) -> str:
     """One line for one problem (what scripts grep), else a header and a line each."""
     separator = " " if len(exc.errors) == 1 else "\n"
     return f"pulsar-grpc {command}: invalid configuration:{separator}{exc}"

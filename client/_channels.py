@@ -17,6 +17,9 @@ from ._errors import LookupFailed
 from ._wire import serialize as serialize_produce_request
 
 _SCHEMES = {"grpc": False, "grpc+ssl": True}
+# PIP-1: on calls through a proxy, the broker the proxy should forward them to (as the proxy's
+# lookup answered it), so that the proxy need not look the topic up itself.
+H_PROXY_TO_BROKER_URL = "x-pulsar-proxy-to-broker-url"
 
 _MAX_CHANNEL_BACKOFF_MS = 1000
 # Keepalive pings on channels with calls open: Pulsar's keepAliveIntervalSeconds. The broker
@@ -39,6 +42,21 @@ class LookupResult:
     authoritative: bool
     redirect: bool
     listener_name: str
+    # PIP-1: answered by a proxy; the grpc URLs are then the proxy's, and the calls about the
+    # topic name the owner broker (proxy_to_broker_url) for the proxy to forward them to.
+    proxy_through_service_url: bool = False
+    proxy_to_broker_url: str = ""
+
+    def route(self) -> dict[str, str]:
+        """The header that sends calls through a proxy to the topic's broker; none when the
+        answer came from a broker itself.
+
+        >>> LookupResult("grpc://p:1", "", "", "", True, False, "", True, "grpc://b:2").route()
+        {'x-pulsar-proxy-to-broker-url': 'grpc://b:2'}
+        """
+        if not self.proxy_through_service_url or not self.proxy_to_broker_url:
+            return {}
+        return {H_PROXY_TO_BROKER_URL: self.proxy_to_broker_url}
 
     def grpc_address(self, tls: bool) -> tuple[str, bool]:
         """The (``host:port``, tls) to connect to: ``grpc_url_tls`` when ``tls`` is preferred,

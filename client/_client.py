@@ -8,7 +8,7 @@ import itertools
 import re
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
@@ -474,9 +474,11 @@ class Client:
         return bytes(response.schema_version)
 
     async def _at_owner(self, topic: str, method: str, request: Any) -> Any:
-        """A unary call about ``topic``, made at the broker that owns it."""
-        _, (target, tls) = await self._lookup(topic)
-        return await self._unary(getattr(self._stub(target, tls), method), request, topic)
+        """A unary call about ``topic``, made at the broker that owns it (through the proxy
+        that answered the lookup, when one did)."""
+        result, (target, tls) = await self._lookup(topic)
+        stub = self._stub(target, tls)
+        return await self._unary(getattr(stub, method), request, topic, result.route())
 
     async def get_topics_of_namespace(self, namespace: str) -> list[str]:
         """Full names of a namespace's persistent topics (a partitioned topic under its own
@@ -590,6 +592,8 @@ class Client:
                 authoritative=response.authoritative,
                 redirect=response.response == pb.LookupResponse.Redirect,
                 listener_name=response.listener_name,
+                proxy_through_service_url=response.proxy_through_service_url,
+                proxy_to_broker_url=response.proxy_to_broker_url,
             )
             try:
                 address = result.grpc_address(self._tls)
@@ -614,18 +618,24 @@ class Client:
         return call_metadata({**base, **params})
 
     async def _unary(
-        self, method: Callable[..., Awaitable[Any]], request: Any, topic: str | None
+        self,
+        method: Callable[..., Awaitable[Any]],
+        request: Any,
+        topic: str | None,
+        route: Mapping[str, str] | None = None,
     ) -> Any:
         """One unary call (see :meth:`_call`), after a two-way authentication's exchange
         when one is due. A call refused because the broker no longer takes the role token it
         carried (expired early, its key revoked) runs the exchange again and is tried once
-        more; a wrong password fails the exchange itself with AuthenticationError."""
+        more; a wrong password fails the exchange itself with AuthenticationError.
+        ``route``: the headers that send it through a proxy (:meth:`LookupResult.route`)."""
         auth = self._authentication
-        exchange = self._exchange_on(method, request, topic)
+        route = route or {}
+        exchange = self._exchange_on(method, request, topic, route)
         try:
             if auth is not None:
                 await auth.prepare(exchange)
-            metadata = self._metadata(topic, {})
+            metadata = self._metadata(topic, {**route})
             try:
                 return await self._call(method, request, metadata)
             except grpc.aio.AioRpcError as exc:
@@ -635,7 +645,7 @@ class Client:
                 if not auth.refused(sent if isinstance(sent, str) else None):
                     raise
                 await auth.prepare(exchange)
-            return await self._call(method, request, self._metadata(topic, {}))
+            return await self._call(method, request, self._metadata(topic, {**route}))
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
 
@@ -654,14 +664,18 @@ class Client:
         return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
 
     def _exchange_on(
-        self, method: Callable[..., Awaitable[Any]], request: Any, topic: str | None
+        self,
+        method: Callable[..., Awaitable[Any]],
+        request: Any,
+        topic: str | None,
+        route: Mapping[str, str],
     ) -> Exchange:
         """A two-way authentication's steps ride on the call about to be made (PIP-59): each
         ends UNAUTHENTICATED with the broker's answer before the broker does anything for it.
         Any other failure (the broker unreachable) is the call's own, raised as it would be."""
 
         async def exchange(authorization: str) -> ExchangeAnswer:
-            metadata = self._metadata(topic, {"authorization": authorization})
+            metadata = self._metadata(topic, {**route, "authorization": authorization})
             try:
                 await self._call(method, request, metadata)
             except grpc.aio.AioRpcError as exc:
@@ -772,9 +786,9 @@ class Client:
         params = {**params, **await schema_params(schema, partial(self._register_schema, topic))}
 
         async def connect(overrides: Params) -> StreamCall:
-            _, (target, tls) = await self._lookup(topic)
+            result, (target, tls) = await self._lookup(topic)
             call: StreamCall = getattr(self._stub(target, tls), method)(
-                metadata=self._metadata(topic, {**params, **overrides})
+                metadata=self._metadata(topic, {**params, **overrides, **result.route()})
             )
             return call
 

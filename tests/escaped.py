@@ -19,7 +19,12 @@ from typing import Any
 import pytest
 
 # Loggers of the broker side; errors logged by the SDK (client) are for its application.
-BROKER_LOGGERS = ("pulsar_grpc.broker", "pulsar_grpc.handler", "pulsar_grpc.interceptors")
+BROKER_LOGGERS = (
+    "pulsar_grpc.broker",
+    "pulsar_grpc.handler",
+    "pulsar_grpc.interceptors",
+    "pulsar_grpc.proxy",
+)
 
 # Errors that reached a loop after its test was checked (typically "Task exception was never
 # retrieved" for a task the garbage collector freed later); reported at the end of the session.

@@ -1,6 +1,7 @@
 """The layering the architecture depends on (ARCHITECTURE.md): checked on every import line.
 
-protos <- client <- (spark, proxy); protos <- handler -> broker <- interceptors. The broker core
+protos <- client <- (spark, proxy); protos <- handler -> broker <- interceptors; the proxy
+also uses interceptors and the broker's security, metadata and cluster discovery. The broker core
 must stay protocol-neutral (PIP-59) so another transport can be added as one more handler, and a
 handler sees the broker only through broker.protocol's BrokerContext, never broker.service or
 the parts it holds.
@@ -44,6 +45,20 @@ FORBIDDEN = {
         "broker.topics.registry",
         "broker.web",
     },
+    # The proxy (PIP-1) stands on the client's pieces, the protos, the interceptors and the
+    # broker's security, metadata and cluster discovery: never on what serves topics.
+    "proxy": {
+        "handler",
+        "cli",
+        "spark",
+        "broker.service",
+        "broker.resources",
+        "broker.namespace_service",
+        "broker.topics",
+        "broker.ledger",
+        "broker.schema",
+        "broker.web",
+    },
 }
 # Narrow exceptions to FORBIDDEN, each with its reason (a name here also allows what is under it).
 ALLOWED = {
@@ -51,6 +66,13 @@ ALLOWED = {
     # is made by the client's Authentication classes, as Pulsar's broker uses its client
     # library's AuthenticationFactory: one parser of plugin and params, not two.
     "broker": {"client._auth", "client._auth_params"},
+    "proxy": {
+        # A call the proxy refuses ends exactly as one a broker refused: one table from errors
+        # to gRPC status and Pulsar code, not two.
+        "handler.errors",
+        # The checks of the proxy's own broker credentials are the broker's, not a copy.
+        "broker.web.broker_client",
+    },
 }
 PACKAGE = "pulsar_grpc."
 

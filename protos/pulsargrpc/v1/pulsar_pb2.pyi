@@ -10,6 +10,9 @@ Producer and consumer parameters travel in call metadata (PIP-59), not in the st
   every call      x-pulsar-topic              topic name ("my-topic" = persistent://public/default/my-topic)
                   x-pulsar-listenername       listener to answer lookups for (optional)
                   x-pulsar-original-principal  a proxy's client (PIP-1): only from a proxyRoles role
+                  x-pulsar-proxy-to-broker-url  to a proxy (PIP-1): the broker to forward the call
+                                              to, as a proxy's LookupResponse.proxy_to_broker_url
+                                              answered it; a proxy never passes it on
   Produce, Consume x-pulsar-schema-bin        the schema the client declares: a serialized Schema
                                               (binary header); absent = bytes, no schema
                   x-pulsar-schema-version-bin instead of x-pulsar-schema-bin, for a definition too
@@ -1244,6 +1247,8 @@ class LookupResponse(_message.Message):
     HTTP_URL_FIELD_NUMBER: _builtins.int
     HTTP_URL_TLS_FIELD_NUMBER: _builtins.int
     LISTENER_NAME_FIELD_NUMBER: _builtins.int
+    PROXY_THROUGH_SERVICE_URL_FIELD_NUMBER: _builtins.int
+    PROXY_TO_BROKER_URL_FIELD_NUMBER: _builtins.int
     response: Global___LookupResponse.LookupType.ValueType
     authoritative: _builtins.bool
     grpc_url: _builtins.str
@@ -1253,6 +1258,16 @@ class LookupResponse(_message.Message):
     http_url: _builtins.str
     http_url_tls: _builtins.str
     listener_name: _builtins.str
+    proxy_through_service_url: _builtins.bool
+    """PIP-1: answered by a proxy. grpc_url / grpc_url_tls are then the proxy's own address (a
+    client that just connects there works), and the client keeps connecting through the
+    proxy rather than to the broker (Pulsar's proxy_through_service_url).
+    """
+    proxy_to_broker_url: _builtins.str
+    """With proxy_through_service_url: the owner broker's gRPC URL as the proxy reaches it. A
+    proxy-aware client sends it back on its calls about the topic in the header
+    x-pulsar-proxy-to-broker-url, so the proxy forwards without a lookup of its own.
+    """
     def __init__(
         self,
         *,
@@ -1263,10 +1278,12 @@ class LookupResponse(_message.Message):
         http_url: _builtins.str = ...,
         http_url_tls: _builtins.str = ...,
         listener_name: _builtins.str = ...,
+        proxy_through_service_url: _builtins.bool = ...,
+        proxy_to_broker_url: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["authoritative", b"authoritative", "grpc_url", b"grpc_url", "grpc_url_tls", b"grpc_url_tls", "http_url", b"http_url", "http_url_tls", b"http_url_tls", "listener_name", b"listener_name", "response", b"response"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["authoritative", b"authoritative", "grpc_url", b"grpc_url", "grpc_url_tls", b"grpc_url_tls", "http_url", b"http_url", "http_url_tls", b"http_url_tls", "listener_name", b"listener_name", "proxy_through_service_url", b"proxy_through_service_url", "proxy_to_broker_url", b"proxy_to_broker_url", "response", b"response"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,92 @@
+"""`pulsar-grpc proxy`: the PIP-1 proxy in front of a cluster's brokers, until SIGINT or SIGTERM.
+
+    pulsar-grpc proxy --config proxy.conf [--set PROPERTY=VALUE ...]
+
+proxy.conf uses Pulsar's property names (metadataStoreUrl or brokerServiceURL, grpcServicePort,
+webServicePort, authenticationEnabled, tlsEnabledWithBroker, ...; proxy/config.py lists them);
+``PULSAR_PREFIX_<property>`` variables and ``--set`` override the file. Exit codes: 2 invalid
+configuration, 1 cannot start (a port taken, ZooKeeper unreachable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from pulsar_grpc.broker.config import ConfigError, parse_set_flags
+from pulsar_grpc.broker.errors import MetadataError
+from pulsar_grpc.cli.standalone import invalid_configuration
+
+log = logging.getLogger("pulsar_grpc.proxy")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "proxy",
+        help="run the stateless proxy in front of a cluster's brokers (PIP-1)",
+        description="Run a proxy: clients connect only to it; it answers lookups with its own "
+        "address and forwards each stream to the broker that owns the topic.",
+    )
+    p.add_argument("--config", "-c", type=Path, help="proxy.conf-style file (Pulsar names)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PROPERTY=VALUE",
+        help="override one property, e.g. --set grpcServicePort=6650 (repeatable)",
+    )
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pulsar_grpc.proxy import ProxyService, load_proxy_config
+
+    try:
+        if args.config is not None and not args.config.is_file():
+            raise ConfigError([f"--config: {args.config}: no such file"])
+        config = load_proxy_config(args.config, os.environ, parse_set_flags(args.overrides))
+        proxy = ProxyService(config)
+    except ConfigError as exc:
+        print(invalid_configuration("proxy", exc), file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await proxy.start()
+        own = proxy.own_address()
+        # One parseable line: tests and scripts wait for it to know the proxy is up.
+        print(
+            f"pulsar-grpc proxy ready grpc={own.grpc_url or own.grpc_url_tls} "
+            f"http={proxy.web_url or ''}",
+            flush=True,
+        )
+        try:
+            await stop.wait()
+        finally:
+            log.info("shutting down")
+            await proxy.close()
+
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ConfigError as exc:
+        print(invalid_configuration("proxy", exc), file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError, MetadataError) as exc:
+        print(f"pulsar-grpc proxy: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
