@@ -9,8 +9,9 @@
     admin brokers leader-broker
     admin topics bundle-range TOPIC
 
-and the tenants and permissions verbs of cli/admin_permissions.py, the schema verbs of
-cli/admin_schemas.py and the rate-limit verbs of cli/admin_rates.py.
+and the tenants and permissions verbs of cli/admin_permissions.py, the namespace verbs of
+cli/admin_namespaces.py, the topic and subscription verbs of cli/admin_topics.py, the schema
+verbs of cli/admin_schemas.py and the rate-limit verbs of cli/admin_rates.py.
 
 A request sent to a broker that does not own the bundle is redirected to the owner and followed.
 """
@@ -21,7 +22,13 @@ import argparse
 import json
 
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
-from pulsar_grpc.cli import admin_permissions, admin_rates, admin_schemas
+from pulsar_grpc.cli import (
+    admin_namespaces,
+    admin_permissions,
+    admin_rates,
+    admin_schemas,
+    admin_topics,
+)
 from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
@@ -41,7 +48,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP")
 
     admin_permissions.add_tenant_verbs(_verbs(groups, "tenants", "tenants and their admins"))
-    ns_verbs = _verbs(groups, "namespaces", "a namespace's permissions, schema policies, bundles")
+    ns_verbs = _verbs(
+        groups, "namespaces", "namespaces, their policies, permissions, schema policies, bundles"
+    )
+    admin_namespaces.add_verbs(ns_verbs)
     admin_permissions.add_namespace_verbs(ns_verbs)
     admin_schemas.add_namespace_verbs(ns_verbs)
     admin_rates.add_verbs(ns_verbs, "namespace")
@@ -72,7 +82,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     owned.add_argument("--url", required=True, help="the broker, as `brokers list` names it")
     br_verbs.add_parser("leader-broker", help="the cluster's leader broker")
 
-    tp_verbs = _verbs(groups, "topics", "a topic's permissions and bundle")
+    tp_verbs = _verbs(groups, "topics", "topics, subscriptions, stats, permissions, bundle")
+    admin_topics.add_verbs(tp_verbs)
     admin_permissions.add_topic_verbs(tp_verbs)
     admin_rates.add_verbs(tp_verbs, "topic")
     bundle_range = tp_verbs.add_parser("bundle-range", help="the bundle a topic belongs to")
@@ -111,6 +122,10 @@ def _run(args: argparse.Namespace) -> int:
         return admin_schemas.run(args, base)
     if admin_rates.handles(args):
         return admin_rates.run(args, base)
+    if admin_namespaces.handles(args):
+        return admin_namespaces.run(args, base)
+    if admin_topics.handles(args):
+        return admin_topics.run(args, base)
     if args.group == "namespaces":
         ns = NamespaceName.get(args.namespace)
         url = f"{base}/admin/v2/namespaces/{ns}"
