@@ -11,7 +11,8 @@ partitioned topic, unload, the last message id and the managed ledger's internal
   partitioned topic is never auto-created);
 - ``DELETE .../{topic}[?force=true]``: 412 "Topic has active producers/subscriptions" while
   clients are connected, unless forced (they are then disconnected);
-- ``PUT .../{topic}/unload``, ``GET .../{topic}/lastMessageId``, ``GET .../{topic}/internalStats``.
+- ``PUT .../{topic}/unload``, ``GET .../{topic}/lastMessageId``, ``GET .../{topic}/internalStats``;
+- ``GET .../{topic}/partitioned-stats?perPartition=``: the partitions' stats summed.
 
 Changes need a tenant admin; reads a role that may look the topic up. A request about a topic
 that another broker serves is redirected there (307), as Pulsar's validateTopicOwnership.
