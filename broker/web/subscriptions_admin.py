@@ -22,7 +22,9 @@ every partition; peeking, skipping, examining and resetting to a message id are 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -31,6 +33,7 @@ from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.broker.topics.cursor_admin import CursorAdmin, Force, From, Start, entry_headers
 from pulsar_grpc.broker.topics.topic import PersistentTopic
+from pulsar_grpc.broker.web.partition_fanout import PartitionCall, on_each_partition
 from pulsar_grpc.broker.web.topics_admin import TOPIC, Right, TopicsAdmin, forced, topic_of
 
 if TYPE_CHECKING:
@@ -67,17 +70,27 @@ class SubscriptionsAdmin:
 
     # ------------------------------------------------------------ which topics
 
-    async def _each(self, request: web.Request, right: Right) -> list[PersistentTopic]:
-        """The topic the path names, or each partition of a partitioned one."""
+    async def _apply(
+        self,
+        request: web.Request,
+        right: Right,
+        call: PartitionCall,
+        local: Callable[[PersistentTopic], Awaitable[Any]],
+    ) -> list[Any]:
+        """``local`` on the topic the path names, or on each partition of a partitioned one
+        (``call`` made to the partition's owner where another broker serves it)."""
         topic = topic_of(request)
         partitions = await self._partitions(topic)
         if not partitions:
-            return [await self.topics.loaded(request, right)]
+            return [await local(await self.topics.loaded(request, right))]
         await self.topics.check(request, topic, right)
-        return [
-            await self.topics.loaded(request, right, topic.get_partition(i))
-            for i in range(partitions)
-        ]
+
+        async def loaded(partition: TopicName) -> Any:
+            return await local(await self.service.topics.get_topic(partition, create=False))
+
+        return await on_each_partition(
+            self.service, self.topics.broker_client, topic, partitions, call, loaded
+        )
 
     async def _one(self, request: web.Request, right: Right, what: str) -> PersistentTopic:
         """The topic the path names; a partitioned one is refused (405, as Pulsar)."""
@@ -99,34 +112,43 @@ class SubscriptionsAdmin:
     # ------------------------------------------------------------ routes
 
     async def list(self, request: web.Request) -> web.Response:
-        names: set[str] = set()
-        for topic in await self._each(request, Right.LOOKUP):
-            names.update(CursorAdmin(topic).names())
-        return web.json_response(sorted(names))
+        async def names(topic: PersistentTopic) -> list[str]:
+            return CursorAdmin(topic).names()
+
+        answers = await self._apply(
+            request, Right.LOOKUP, PartitionCall("GET", "/subscriptions"), names
+        )
+        return web.json_response(sorted({n for answer in answers for n in answer}))
 
     async def create(self, request: web.Request) -> web.Response:
-        start = _start(await _json_body(request))
+        body = await request.read()
+        start = _start(_json(body))
         name = request.match_info["subscription"]
-        for topic in await self._each(request, Right.TENANT_ADMIN):
+
+        async def create(topic: PersistentTopic) -> None:
             await CursorAdmin(topic).create(name, start)
+
+        await self._apply(request, Right.TENANT_ADMIN, _call("PUT", name, "", body), create)
         return web.Response(status=204)
 
     async def delete(self, request: web.Request) -> web.Response:
         force = Force.DISCONNECT if forced(request) else Force.REFUSE_IF_CONNECTED
         name = request.match_info["subscription"]
-        topics = await self._each(request, Right.TENANT_ADMIN)
-        admins = [CursorAdmin(t) for t in topics]
-        for admin in admins:  # every partition is checked before any is changed
-            subscription = admin.subscription(name)
-            if subscription.consumers and force is Force.REFUSE_IF_CONNECTED:
-                raise e.PreconditionFailedError("Subscription has active connected consumers")
-        for admin in admins:
-            await admin.delete(name, force)
+
+        async def delete(topic: PersistentTopic) -> None:
+            await CursorAdmin(topic).delete(name, force)
+
+        call = _call("DELETE", name, "", query={"force": str(forced(request)).lower()})
+        await self._apply(request, Right.TENANT_ADMIN, call, delete)
         return web.Response(status=204)
 
     async def clear_backlog(self, request: web.Request) -> web.Response:
-        for topic in await self._each(request, Right.TENANT_ADMIN):
-            await CursorAdmin(topic).clear_backlog(request.match_info["subscription"])
+        name = request.match_info["subscription"]
+
+        async def clear(topic: PersistentTopic) -> None:
+            await CursorAdmin(topic).clear_backlog(name)
+
+        await self._apply(request, Right.TENANT_ADMIN, _call("POST", name, "/skip_all"), clear)
         return web.Response(status=204)
 
     async def skip(self, request: web.Request) -> web.Response:
@@ -137,12 +159,17 @@ class SubscriptionsAdmin:
 
     async def reset_to_time(self, request: web.Request) -> web.Response:
         timestamp = _number(request.match_info["timestamp"], "timestamp")
-        for topic in await self._each(request, Right.TENANT_ADMIN):
-            await CursorAdmin(topic).reset_to_time(request.match_info["subscription"], timestamp)
+        name = request.match_info["subscription"]
+
+        async def reset(topic: PersistentTopic) -> None:
+            await CursorAdmin(topic).reset_to_time(name, timestamp)
+
+        call = _call("POST", name, f"/resetcursor/{timestamp}")
+        await self._apply(request, Right.TENANT_ADMIN, call, reset)
         return web.Response(status=204)
 
     async def reset_to_message_id(self, request: web.Request) -> web.Response:
-        body = await _json_body(request)
+        body = _json(await request.read())
         if not isinstance(body, dict):
             raise e.InvalidArgumentError("the body must be a JSON ResetCursorData object")
         position = _position(body)
@@ -190,8 +217,20 @@ def _entry_response(topic: PersistentTopic, entry: Any) -> web.Response:
     return web.Response(body=body, headers=headers, content_type=content_type)
 
 
-async def _json_body(request: web.Request) -> Any:
-    text = (await request.text()).strip()
+def _call(
+    method: str,
+    subscription: str,
+    suffix: str,
+    body: bytes | None = None,
+    query: dict[str, str] | None = None,
+) -> PartitionCall:
+    """The call on a subscription as a partition's owner is asked it."""
+    path = f"/subscription/{quote(subscription, safe='')}{suffix}"
+    return PartitionCall(method, path, query or {}, body)
+
+
+def _json(body: bytes) -> Any:
+    text = body.decode(errors="replace").strip()
     if not text:
         return None
     try:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -36,6 +36,7 @@ from pulsar_grpc.broker.topics.cursor_admin import CursorAdmin
 from pulsar_grpc.broker.topics.topic import PersistentTopic
 from pulsar_grpc.broker.web.access import AdminAccess
 from pulsar_grpc.broker.web.broker_client import BrokerClient
+from pulsar_grpc.broker.web.partition_fanout import Absent, PartitionCall, on_each_partition
 from pulsar_grpc.broker.web.partitioned_stats import aggregated, partitioned_stats
 
 if TYPE_CHECKING:
@@ -140,21 +141,24 @@ class TopicsAdmin:
         return web.Response(status=204)
 
     async def delete_partitioned(self, topic: TopicName, force: bool) -> None:
-        """Every partition and the metadata (404 when it is not partitioned)."""
+        """Every partition, each where it is served, after the metadata (so that nothing
+        recreates one); 404 when it is not partitioned, 412 while any partition has clients
+        unless ``force``."""
         resources = self.service.resources
         partitions = await resources.get_partitioned_metadata(topic.full_name, auto_create=False)
         if not partitions:
             raise e.TopicNotFoundError(f"Partitioned topic {topic} does not exist")
-        names = [topic.get_partition(i) for i in range(partitions)]
         if not force:
-            for name in names:
-                self._refuse_if_active(name)
+            gathered = await partitioned_stats(self.service, self.broker_client, topic, partitions)
+            if any(_has_clients(stats) for stats in gathered["partitions"].values()):
+                raise e.PreconditionFailedError("Topic has active producers/subscriptions")
         await resources.delete_partitioned_metadata(topic.full_name)
-        for name in names:
-            try:
-                await self.service.topics.delete_topic(name.full_name)
-            except e.TopicNotFoundError:
-                pass  # a partition nobody wrote to has no ledger
+
+        async def delete(partition: TopicName) -> None:
+            await self.delete_plain(partition, force=True)
+
+        call = PartitionCall("DELETE", "", {"force": "true"}, absent=Absent.IGNORED)
+        await on_each_partition(self.service, self.broker_client, topic, partitions, call, delete)
         await self.service.schemas.registry.delete_all(schema_id(topic))
 
     # ------------------------------------------------------------ plain topics
@@ -174,16 +178,11 @@ class TopicsAdmin:
             # As Pulsar: a deleted topic's schema history is meaningless, so it goes too.
             await self.service.schemas.registry.delete_all(schema_id(topic))
 
-    def _loaded(self, topic: TopicName) -> PersistentTopic | None:
-        return next(
+    def _refuse_if_active(self, topic: TopicName) -> None:
+        loaded = next(
             (t for t in self.service.topics.loaded_topics() if t.name == topic.full_name), None
         )
-
-    def _refuse_if_active(self, topic: TopicName) -> None:
-        loaded = self._loaded(topic)
-        if loaded is not None and (
-            loaded.producers or any(s.consumers for s in loaded.subscriptions.values())
-        ):
+        if loaded is not None and _has_clients(loaded.stats()):
             raise e.PreconditionFailedError("Topic has active producers/subscriptions")
 
     # ------------------------------------------------------------ one topic
@@ -196,8 +195,14 @@ class TopicsAdmin:
         resources = self.service.resources
         partitions = await resources.get_partitioned_metadata(topic.full_name, auto_create=False)
         if partitions:
-            for i in range(partitions):
-                await self.service.topics.unload_topic(topic.get_partition(i).full_name)
+
+            async def unload(partition: TopicName) -> None:
+                await self.service.topics.unload_topic(partition.full_name)
+
+            call = PartitionCall("PUT", "/unload", absent=Absent.IGNORED)
+            await on_each_partition(
+                self.service, self.broker_client, topic, partitions, call, unload
+            )
             return web.Response(status=204)
         await self.served_here(request, topic)
         unloaded = await self.service.topics.unload_topic(topic.full_name)
@@ -231,3 +236,9 @@ class TopicsAdmin:
     async def internal_stats(self, request: web.Request) -> web.Response:
         topic = await self.loaded(request, Right.LOOKUP)
         return web.json_response(CursorAdmin(topic).internal_stats())
+
+
+def _has_clients(stats: dict[str, Any]) -> bool:
+    """Whether a topic's stats (TopicStats) show a producer or a consumer."""
+    subscriptions = stats.get("subscriptions") or {}
+    return bool(stats.get("publishers")) or any(s.get("consumers") for s in subscriptions.values())
