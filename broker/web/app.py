@@ -143,11 +143,12 @@ class WebService:
                 web.get(base + "/{topic}/stats", self.stats),
             ]
         )
-        BundlesAdmin(self.service, self.access, self.broker_client).add_routes(app)
+        bundles = BundlesAdmin(self.service, self.access, self.broker_client)
+        bundles.add_routes(app)
         topics = TopicsAdmin(self.service, self.access, self._served_here, self.broker_client)
         topics.add_routes(app)
         SubscriptionsAdmin(self.service, topics).add_routes(app)
-        NamespacesAdmin(self.service, self.access, topics).add_routes(app)
+        NamespacesAdmin(self.service, self.access, topics, bundles).add_routes(app)
         PermissionsAdmin(self.service, self.access).add_routes(app)
         SchemasAdmin(self.service, self.access).add_routes(app)
         RateAdmin(self.service, self.access).add_routes(app)

@@ -10,7 +10,8 @@ namespace's Policies, creating one with its bundles, deleting namespaces and ten
   (BundlesData: ``numBundles``, or ``boundaries``) and ``replication_clusters`` are used: 409
   when it exists, 404 when its tenant does not, 412 for bad bundles or an unknown cluster;
 - ``DELETE /admin/v2/namespaces/{t}/{ns}[?force=true]``: 409 "Cannot delete non empty
-  namespace" while it has topics, unless forced (its topics are deleted first).
+  namespace" while it has topics, unless forced (its topics are deleted first, each where it
+  is served); its bundles are unloaded before its policies go.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
 from pulsar_grpc.broker.web.access import AdminAccess
+from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
+from pulsar_grpc.broker.web.partition_fanout import Absent, PartitionCall, on_each_topic
 from pulsar_grpc.broker.web.topics_admin import TopicsAdmin, forced
 
 if TYPE_CHECKING:
@@ -59,10 +62,17 @@ _POLICIES_DEFAULTS: dict[str, Any] = {
 class NamespacesAdmin:
     """The routes; ``add_routes`` registers them on the web application."""
 
-    def __init__(self, service: BrokerService, access: AdminAccess, topics: TopicsAdmin) -> None:
+    def __init__(
+        self,
+        service: BrokerService,
+        access: AdminAccess,
+        topics: TopicsAdmin,
+        bundles: BundlesAdmin,
+    ) -> None:
         self.service = service
         self.access = access
         self.topics = topics
+        self.bundles = bundles
 
     def add_routes(self, app: web.Application) -> None:
         app.add_routes(
@@ -121,31 +131,36 @@ class NamespacesAdmin:
         return web.Response(status=204)
 
     async def delete(self, request: web.Request) -> web.Response:
+        """Refused (409) while it has topics unless forced: then each partitioned topic and
+        each other topic is deleted where it is served; its bundles are unloaded (their
+        ownership let go), then its policies removed."""
         ns = await self._namespace(request)
         resources = self.service.resources
         await resources.check_namespace(ns)
         partitioned = await resources.list_partitioned_topics(ns)
-        plain = [t for t in await resources.list_topics(str(ns)) if t not in set(partitioned)]
+        plain = _outside(await resources.list_topics(str(ns)), set(partitioned))
         if partitioned or plain:
             if not forced(request):
                 raise e.NotAllowedError("Cannot delete non empty namespace")
             for name in partitioned:
                 await self.topics.delete_partitioned(TopicName.get(name), force=True)
-            for name in plain:
-                topic = TopicName.get(name)
-                if not topic.is_partitioned or topic.partitioned_topic_name not in partitioned:
-                    await _gone_ok(self.topics.delete_plain(topic, force=True))
+
+            async def delete(topic: TopicName) -> None:
+                await self.topics.delete_plain(topic, force=True)
+
+            call = PartitionCall("DELETE", "", {"force": "true"}, absent=Absent.IGNORED)
+            await on_each_topic(self.service, self.topics.broker_client, plain, call, delete)
+        await self.bundles.unload_all(ns)
         await resources.delete_namespace(ns)
         self.service.permissions.cache.invalidate(f"{POLICIES_ROOT}/{ns}")
         return web.Response(status=204)
 
 
-async def _gone_ok(deletion: Any) -> None:
-    """A topic deleted meanwhile (or a partition never written) is fine."""
-    try:
-        await deletion
-    except e.TopicNotFoundError:
-        pass
+def _outside(names: list[str], partitioned: set[str]) -> list[TopicName]:
+    """The topics of ``names`` that are neither one of the partitioned topics nor a partition
+    of one (a non-partitioned topic may end in -partition-N too: its own ledger)."""
+    topics = [TopicName.get(n) for n in names if n not in partitioned]
+    return [t for t in topics if not (t.is_partitioned and t.partitioned_topic_name in partitioned)]
 
 
 async def _policies_body(request: web.Request) -> dict[str, Any]:

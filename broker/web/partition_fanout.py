@@ -1,5 +1,6 @@
 """An admin call on a partitioned topic applied to each partition where it is served (Pulsar's
-PersistentTopicsBase forwards a partitioned topic's calls to each partition the same way).
+PersistentTopicsBase forwards a partitioned topic's calls to each partition the same way), or
+on each topic of a namespace being deleted.
 
 Each partition is looked up on the internal listener, as :mod:`.partitioned_stats` does: served
 here, the call runs locally on the loaded partition; served elsewhere, the same call (method,
@@ -28,7 +29,7 @@ from pulsar_grpc.broker.web.partitioned_stats import names_this_broker
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
 
-__all__ = ["Absent", "PartitionCall", "on_each_partition"]
+__all__ = ["Absent", "PartitionCall", "on_each_partition", "on_each_topic"]
 
 # One partition's call on another broker, redirects included (an unload closes a topic).
 OWNER_TIMEOUT_S = 60.0
@@ -72,13 +73,24 @@ async def on_each_partition(
     """Each partition's answer: ``local``'s (given the partition) where it is served here, the
     owner's JSON answer (None when empty) elsewhere; None for an absent partition that
     ``call`` ignores."""
+    names = [topic.get_partition(i) for i in range(partitions)]
+    return await on_each_topic(service, broker_client, names, call, local)
+
+
+async def on_each_topic(
+    service: BrokerService,
+    broker_client: BrokerClient,
+    topics: list[TopicName],
+    call: PartitionCall,
+    local: Callable[[TopicName], Awaitable[Any]],
+) -> list[Any]:
+    """:func:`on_each_partition` for any topics (a namespace's, when it is deleted)."""
     answers: list[Any] = []
     timeout = aiohttp.ClientTimeout(total=OWNER_TIMEOUT_S)
     async with broker_client.session(timeout) as http:
-        for i in range(partitions):
-            partition = topic.get_partition(i)
+        for topic in topics:
             try:
-                answers.append(await _one(service, broker_client, http, partition, call, local))
+                answers.append(await _one(service, broker_client, http, topic, call, local))
             except e.NotFoundError:
                 if call.absent is Absent.FAILS:
                     raise

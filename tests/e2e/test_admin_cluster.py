@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.client import Client
 from tests.cluster import topic_over_every_bundle
 from tests.e2e.test_cluster_bundles import cluster, http, placed, service
@@ -83,3 +84,30 @@ async def test_partitioned_subscriptions_and_delete_reach_every_owner(
             assert str(partition) not in {t.name for t in service(broker).topics.loaded_topics()}
         exists = service(cluster[0]).ledgers.exists(partition.persistence_naming_encoding)
         assert not await cluster[0].call(exists), partition
+
+
+async def test_a_namespace_is_deleted_on_every_broker(
+    cluster: list[BrokerThread], http: aiohttp.ClientSession
+) -> None:
+    ns = f"public/{uuid.uuid4().hex[:8]}"
+    assert await call(http, cluster[0], "PUT", f"/admin/v2/namespaces/{ns}") == (204, None)
+    topics = [TopicName.get(f"persistent://{ns}/t-{i}") for i in range(8)]
+    owners = [await placed(cluster, t) for t in topics]
+    assert len({id(o) for o in owners}) >= 2, "placement put every topic on one broker"
+    async with Client(cluster[0].service_url) as client:
+        for topic in topics:
+            async with await client.create_producer(topic.full_name) as producer:
+                await producer.send(b"x")
+    assert await call(http, cluster[1], "DELETE", f"/admin/v2/namespaces/{ns}") == (
+        409,
+        {"reason": "Cannot delete non empty namespace"},
+    )
+    path = f"/admin/v2/namespaces/{ns}?force=true"
+    assert await call(http, cluster[1], "DELETE", path) == (204, None)
+    for broker in cluster:
+        assert not [t for t in service(broker).topics.loaded_topics() if ns in t.name]
+        assert not [b for b in service(broker).namespaces.owned_bundles() if ns in str(b)]
+    for topic in topics:
+        exists = service(cluster[0]).ledgers.exists(topic.persistence_naming_encoding)
+        assert not await cluster[0].call(exists), topic
+    assert (await call(http, cluster[2], "GET", f"/admin/v2/namespaces/{ns}"))[0] == 404
