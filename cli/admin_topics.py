@@ -20,7 +20,7 @@ import base64
 import json
 import re
 import time
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
@@ -278,8 +278,8 @@ def _print_message(answer: tuple[dict[str, str], bytes], most: int = 1 << 31) ->
     most ``most`` of them. Returns how many messages it printed."""
     headers, body = answer
     entry_id = headers.get("X-Pulsar-Message-ID", "?")
-    metadata = {
-        k.removeprefix("X-Pulsar-"): v
+    metadata = {  # the broker percent-encodes what a header cannot hold as is
+        unquote(k.removeprefix("X-Pulsar-")): unquote(v)
         for k, v in headers.items()
         if k.startswith("X-Pulsar-") and k != "X-Pulsar-Message-ID"
     }

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import quote
 
 from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.errors import (
@@ -303,7 +305,7 @@ def entry_headers(entry: Entry, partition: int) -> tuple[dict[str, str], bytes]:
     headers = {
         "X-Pulsar-Message-ID": f"{entry.position}",
         "X-Pulsar-publish-time": _iso_ms(info.publish_time),
-        "X-Pulsar-producer-name": info.producer_name,
+        "X-Pulsar-producer-name": _header_text(info.producer_name, _VISIBLE),
         "X-Pulsar-sequence-id": str(info.sequence_id),
     }
     if partition >= 0:
@@ -314,13 +316,25 @@ def entry_headers(entry: Entry, partition: int) -> tuple[dict[str, str], bytes]:
         return headers, entry.data
     message = stored.messages[0]
     if message.key:
-        headers["X-Pulsar-partitionKey"] = message.key
+        headers["X-Pulsar-partitionKey"] = _header_text(message.key, _VISIBLE)
     if message.event_time:
         headers["X-Pulsar-event-time"] = _iso_ms(message.event_time)
     for key, value in message.properties.items():
-        headers[f"X-Pulsar-PROPERTY-{key}"] = value
+        headers[f"X-Pulsar-PROPERTY-{_header_text(key, _TOKEN)}"] = _header_text(value, _VISIBLE)
     headers["Content-Type"] = "application/octet-stream"
     return headers, message.payload
+
+
+# What may stand in an HTTP header as is: a name's token characters (RFC 9110), a value's
+# visible ASCII and space. Anything else in a client's key, value or name is percent-encoded,
+# and so is %, so that a reader can always decode.
+_TOKEN = frozenset(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~")
+_VISIBLE = frozenset(chr(c) for c in range(0x20, 0x7F))
+
+
+def _header_text(text: str, allowed: frozenset[str]) -> str:
+    """``text`` with every character not ``allowed``, and every %, percent-encoded (UTF-8)."""
+    return "".join(c if c in allowed and c != "%" else quote(c, safe="") for c in text)
 
 
 def _iso_ms(ms: int) -> str:

@@ -29,7 +29,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from pulsar_grpc.broker import errors as e
-from pulsar_grpc.broker.ledger import Position
+from pulsar_grpc.broker.ledger import Entry, Position
 from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.broker.topics.cursor_admin import CursorAdmin, Force, From, Start, entry_headers
 from pulsar_grpc.broker.topics.topic import PersistentTopic
@@ -211,7 +211,7 @@ class SubscriptionsAdmin:
         return _entry_response(topic, entry)
 
 
-def _entry_response(topic: PersistentTopic, entry: Any) -> web.Response:
+def _entry_response(topic: PersistentTopic, entry: Entry) -> web.Response:
     headers, body = entry_headers(entry, topic.partition)
     content_type = headers.pop("Content-Type")
     return web.Response(body=body, headers=headers, content_type=content_type)

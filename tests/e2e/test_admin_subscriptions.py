@@ -95,6 +95,7 @@ async def test_skip_clear_peek_examine_and_internal_stats(shared_broker: BrokerT
         async with http.get(f"{examine}?initialPosition=latest&messagePosition=1") as response:
             assert await response.read() == b"m4"
     assert (await call(b, "GET", f"{sub}/position/4"))[0] == 404
+    await check_odd_properties(b)
     assert (await call(b, "GET", f"{sub}/position/0"))[0] == 400
     assert (await call(b, "POST", f"{sub}/skip/x"))[0] == 400
 
@@ -172,3 +173,19 @@ async def test_partitioned_subscriptions_unload_and_health(shared_broker: Broker
 
 def aiohttp_session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+
+
+async def check_odd_properties(broker: BrokerThread) -> None:
+    """A property whose key or value cannot stand in an HTTP header as is (a client chose it)
+    is percent-encoded in the peek's headers, not a failed answer."""
+    name = unique("odd")
+    sub = f"{BASE}/{name}/subscription/s"
+    async with Client(broker.service_url) as client:
+        producer = await client.create_producer(f"persistent://public/default/{name}")
+        assert await call(broker, "PUT", sub, EARLIEST) == (204, None)
+        await producer.send(b"x", {"sp ace": "naïve\r\nX-Injected: 1", "k": "50%"})
+    async with aiohttp_session() as http, http.get(f"{broker.http_url}{sub}/position/1") as r:
+        assert r.status == 200
+        assert r.headers["X-Pulsar-PROPERTY-sp%20ace"] == "na%C3%AFve%0D%0AX-Injected: 1"
+        assert r.headers["X-Pulsar-PROPERTY-k"] == "50%25"
+        assert "X-Injected" not in r.headers
