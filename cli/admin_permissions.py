@@ -43,7 +43,7 @@ def add_tenant_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore
         "tenant"
     )
     deleting = verbs.add_parser("delete", help="delete a tenant (refused while it has namespaces)")
-    deleting.add_argument("tenant")
+    deleting.add_argument("tenant", help="the tenant, once its namespaces are deleted")
     for verb in ("create", "update"):
         p = verbs.add_parser(verb, help=f"{verb} a tenant")
         p.add_argument("tenant")
