@@ -48,7 +48,13 @@ class NamespaceResources:
             await self.store.put(tenant_path, json.dumps(tenant_info).encode())
         await self.create_namespace(ns, exist_ok=True)
 
-    async def create_namespace(self, ns: NamespaceName, exist_ok: bool = False) -> None:
+    async def create_namespace(
+        self,
+        ns: NamespaceName,
+        exist_ok: bool = False,
+        bundles: NamespaceBundles | None = None,
+    ) -> None:
+        """Create ``ns`` with ``bundles`` (defaultNumberOfNamespaceBundles when None)."""
         if not await self.store.exists(f"{POLICIES_ROOT}/{ns.tenant}"):
             raise NotFoundError(f"tenant {ns.tenant} does not exist")
         path = f"{POLICIES_ROOT}/{ns}"
@@ -56,9 +62,19 @@ class NamespaceResources:
             if exist_ok:
                 return
             raise NotAllowedError(f"namespace {ns} already exists")
-        bundles = NamespaceBundles.with_count(ns, self.config.defaultNumberOfNamespaceBundles)
+        if bundles is None:
+            bundles = NamespaceBundles.with_count(ns, self.config.defaultNumberOfNamespaceBundles)
         policies = {"bundles": {"boundaries": bundles.boundary_strings, "numBundles": len(bundles)}}
         await self.store.put(path, json.dumps(policies).encode())
+
+    async def delete_namespace(self, ns: NamespaceName) -> None:
+        """Remove the namespace's policies and its (empty) partitioned-topic folder; its
+        topics must be gone already (the caller refuses or deletes them)."""
+        path = f"{POLICIES_ROOT}/{ns}"
+        if not await self.store.exists(path):
+            raise NotFoundError(f"Namespace {ns} does not exist")
+        await self.store.delete_recursive(f"{PARTITIONED_ROOT}/{ns}")
+        await self.store.delete_recursive(path)
 
     async def get_bundles(self, ns: NamespaceName) -> tuple[NamespaceBundles, int]:
         """The namespace's bundles (its policies' BundlesData) and the policies' version, for
@@ -117,6 +133,12 @@ class NamespaceResources:
 
     # ------------------------------------------------------------ partitioned topics
 
+    async def list_partitioned_topics(self, namespace: NamespaceName) -> list[str]:
+        """The namespace's partitioned topics (their metadata), full names, sorted."""
+        await self.check_namespace(namespace)
+        found = await self.store.get_children(f"{PARTITIONED_ROOT}/{namespace}/persistent")
+        return sorted(f"persistent://{namespace}/{unquote(n)}" for n in found)
+
     def _partitioned_path(self, topic: TopicName) -> str:
         return f"{PARTITIONED_ROOT}/{topic.persistence_naming_encoding}"
 
@@ -154,3 +176,28 @@ class NamespaceResources:
         if await self.store.exists(path):
             raise NotAllowedError(f"partitioned topic {topic} already exists")
         await self.store.put(path, json.dumps({"partitions": partitions}).encode())
+
+    async def update_partitioned_topic(self, name: str, partitions: int) -> None:
+        """More partitions for a partitioned topic (compare-and-set): Pulsar's 409 when it is
+        not partitioned or the count does not grow."""
+        topic = TopicName.get(name)
+        path = self._partitioned_path(topic)
+        found = await self.store.get(path)
+        if found is None:
+            raise NotAllowedError(f"Topic {topic} is not partitioned topic")
+        current = int(json.loads(found.value)["partitions"])
+        if partitions <= current:
+            raise NotAllowedError(f"number of partitions must be more than existing {current}")
+        try:
+            await self.store.put(
+                path, json.dumps({"partitions": partitions}).encode(), found.version
+            )
+        except BadVersionError:
+            raise NotAllowedError(f"partitioned topic {topic} changed meanwhile: retry") from None
+
+    async def delete_partitioned_metadata(self, name: str) -> None:
+        """Forget that ``name`` is partitioned (its partitions are the caller's to delete)."""
+        path = self._partitioned_path(TopicName.get(name))
+        if not await self.store.exists(path):
+            raise TopicNotFoundError(f"Partitioned topic {name} does not exist")
+        await self.store.delete(path)

@@ -9,9 +9,10 @@
     admin brokers leader-broker
     admin topics bundle-range TOPIC
 
-and the tenants and permissions verbs of cli/admin_permissions.py, the schema verbs of
-cli/admin_schemas.py, the rate-limit verbs of cli/admin_rates.py and the dynamic-configuration
-verbs of cli/admin_brokers.py.
+and the tenants and permissions verbs of cli/admin_permissions.py, the namespace verbs of
+cli/admin_namespaces.py, the topic and subscription verbs of cli/admin_topics.py, the schema
+verbs of cli/admin_schemas.py, the rate-limit verbs of cli/admin_rates.py and the
+dynamic-configuration verbs of cli/admin_brokers.py.
 
 A request sent to a broker that does not own the bundle is redirected to the owner and followed.
 """
@@ -22,7 +23,14 @@ import argparse
 import json
 
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
-from pulsar_grpc.cli import admin_brokers, admin_permissions, admin_rates, admin_schemas
+from pulsar_grpc.cli import (
+    admin_brokers,
+    admin_namespaces,
+    admin_permissions,
+    admin_rates,
+    admin_schemas,
+    admin_topics,
+)
 from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
@@ -42,7 +50,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP")
 
     admin_permissions.add_tenant_verbs(_verbs(groups, "tenants", "tenants and their admins"))
-    ns_verbs = _verbs(groups, "namespaces", "a namespace's permissions, schema policies, bundles")
+    ns_verbs = _verbs(
+        groups, "namespaces", "namespaces, their policies, permissions, schema policies, bundles"
+    )
+    admin_namespaces.add_verbs(ns_verbs)
     admin_permissions.add_namespace_verbs(ns_verbs)
     admin_schemas.add_namespace_verbs(ns_verbs)
     admin_rates.add_verbs(ns_verbs, "namespace")
@@ -74,7 +85,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     br_verbs.add_parser("leader-broker", help="the cluster's leader broker")
     admin_brokers.add_verbs(br_verbs)
 
-    tp_verbs = _verbs(groups, "topics", "a topic's permissions and bundle")
+    tp_verbs = _verbs(groups, "topics", "topics, subscriptions, stats, permissions, bundle")
+    admin_topics.add_verbs(tp_verbs)
     admin_permissions.add_topic_verbs(tp_verbs)
     admin_rates.add_verbs(tp_verbs, "topic")
     bundle_range = tp_verbs.add_parser("bundle-range", help="the bundle a topic belongs to")
@@ -115,6 +127,10 @@ def _run(args: argparse.Namespace) -> int:
         return admin_rates.run(args, base)
     if admin_brokers.handles(args):
         return admin_brokers.run(args, base)
+    if admin_namespaces.handles(args):
+        return admin_namespaces.run(args, base)
+    if admin_topics.handles(args):
+        return admin_topics.run(args, base)
     if args.group == "namespaces":
         ns = NamespaceName.get(args.namespace)
         url = f"{base}/admin/v2/namespaces/{ns}"

@@ -1,6 +1,6 @@
 """`pulsar-grpc admin` verbs for tenants and permissions, with pulsar-admin's names and flags:
 
-    admin tenants list | get TENANT
+    admin tenants list | get TENANT | delete TENANT
     admin tenants create|update TENANT [-r|--admin-roles a,b] [-c|--allowed-clusters c]
     admin namespaces permissions NS
     admin namespaces grant-permission NS --role R --actions produce,consume
@@ -42,6 +42,8 @@ def add_tenant_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore
     verbs.add_parser("get", help="a tenant's admin roles and allowed clusters").add_argument(
         "tenant"
     )
+    deleting = verbs.add_parser("delete", help="delete a tenant (refused while it has namespaces)")
+    deleting.add_argument("tenant", help="the tenant, once its namespaces are deleted")
     for verb in ("create", "update"):
         p = verbs.add_parser(verb, help=f"{verb} a tenant")
         p.add_argument("tenant")
@@ -113,6 +115,9 @@ def _tenants(args: argparse.Namespace, url: str) -> None:
     url = f"{url}/{quote(args.tenant, safe='')}"
     if args.verb == "get":
         print(json.dumps(request("GET", url), indent=2))
+        return
+    if args.verb == "delete":
+        request("DELETE", url)
         return
     info: dict[str, object] = {"adminRoles": [], "allowedClusters": []}
     if args.verb == "update":

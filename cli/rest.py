@@ -23,7 +23,7 @@ from pulsar_grpc.cli.auth import authentication_of
 from pulsar_grpc.client import Authentication, AuthenticationTLS
 from pulsar_grpc.client._auth import Exchange, ExchangeAnswer
 
-__all__ = ["AdminRequestError", "print_lines", "reporting_errors", "request"]
+__all__ = ["AdminRequestError", "print_lines", "reporting_errors", "request", "request_raw"]
 
 # Pulsar's brokers redirect a bundle or broker request to its owner: one hop, maybe two.
 _MAX_REDIRECTS = 5
@@ -55,6 +55,19 @@ _connection = _Connection()
 def request(method: str, url: str, body: bytes | None = None) -> object:
     """The response's JSON (a text body as a string; None when empty); AdminRequestError
     with the status and the broker's reason otherwise."""
+    _, data = request_raw(method, url, body)
+    raw = data.decode(errors="replace")
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def request_raw(method: str, url: str, body: bytes | None = None) -> tuple[dict[str, str], bytes]:
+    """The response's headers and body as sent (a peeked message's payload and its
+    X-Pulsar-* headers); AdminRequestError as :func:`request`."""
     for _ in range(_MAX_REDIRECTS):
         req = urllib.request.Request(url, data=body, method=method)
         if body is not None:
@@ -67,7 +80,7 @@ def request(method: str, url: str, body: bytes | None = None) -> object:
             req.add_header("Authorization", authorization)
         try:
             with _connection.opener.open(req, timeout=30) as resp:
-                raw = resp.read().decode()
+                return dict(resp.headers.items()), resp.read()
         except urllib.error.HTTPError as exc:
             location = exc.headers.get("Location")
             if exc.code in (307, 308) and location:
@@ -78,12 +91,6 @@ def request(method: str, url: str, body: bytes | None = None) -> object:
             raise AdminRequestError(f"cannot reach {url}: {exc.reason}") from None
         except (OSError, http.client.HTTPException) as exc:  # a read timeout, a cut answer
             raise AdminRequestError(f"no answer from {url}: {exc!r}") from None
-        if not raw:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
     raise AdminRequestError(f"too many redirects, the last to {url}")
 
 

@@ -104,6 +104,10 @@ class TopicRegistry:
                     f"{topic}: partitioned topic {base} has only {partitions} partitions"
                 )
             known = partitions > 0
+            if not known and not explicit:
+                # A partition of no partitioned topic (deleted, say) is not created again
+                # behind the user's back by a client still reconnecting to it.
+                create = False
         else:
             partitions = await self.resources.get_partitioned_metadata(
                 str(topic), auto_create=False
@@ -140,6 +144,15 @@ class TopicRegistry:
         if not await self.ledgers.exists(topic.persistence_naming_encoding):
             raise TopicNotFoundError(f"topic {topic} does not exist")
         await self.ledgers.delete(topic.persistence_naming_encoding)
+
+    async def unload_topic(self, name: str) -> bool:
+        """Close ``name`` if loaded here (Pulsar's topic unload): its clients reconnect and
+        load it again, wherever its bundle is owned then. False when it was not loaded."""
+        future = self._topics.pop(TopicName.get(name).full_name, None)
+        if future is None:
+            return False
+        await _close_when_loaded([future])
+        return True
 
     def forget(self, topic: PersistentTopic) -> None:
         """Drop ``topic`` if it is still the loaded one (its ledger was fenced: another broker

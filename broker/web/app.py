@@ -18,10 +18,10 @@ from yarl import URL
 
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.cluster.leader import LeaderBroker
+from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.listeners import WEB_SCHEMES
 from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
-from pulsar_grpc.broker.schema import schema_id
 from pulsar_grpc.broker.security.authentication import AuthenticationData, AuthenticationService
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.tls import server_ssl_context
@@ -30,11 +30,14 @@ from pulsar_grpc.broker.web.broker_client import BrokerClient
 from pulsar_grpc.broker.web.brokers_config_admin import BrokersConfigAdmin
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.metrics import BrokerCollector
+from pulsar_grpc.broker.web.namespaces_admin import NamespacesAdmin
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
 from pulsar_grpc.broker.web.permissions_admin import PermissionsAdmin
 from pulsar_grpc.broker.web.rate_admin import RateAdmin
 from pulsar_grpc.broker.web.role_tokens_admin import add_role_token_routes
 from pulsar_grpc.broker.web.schemas_admin import SchemasAdmin
+from pulsar_grpc.broker.web.subscriptions_admin import SubscriptionsAdmin
+from pulsar_grpc.broker.web.topics_admin import TopicsAdmin
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
@@ -132,18 +135,22 @@ class WebService:
                 web.get("/admin/v2/clusters", self.clusters),
                 # leaderBroker before {cluster}: the first matching route answers
                 web.get("/admin/v2/brokers/leaderBroker", self.leader_broker),
+                web.get("/admin/v2/brokers/health", self.health),
                 web.get("/admin/v2/brokers/{cluster}", self.active_brokers),
                 web.get("/admin/v2/namespaces/{tenant}", self.list_namespaces),
-                web.put("/admin/v2/namespaces/{tenant}/{namespace}", self.create_namespace),
                 web.get(base, self.list_topics),
                 web.put(base + "/{topic}", self.create_topic),
-                web.delete(base + "/{topic}", self.delete_topic),
                 web.put(base + "/{topic}/partitions", self.create_partitioned),
                 web.get(base + "/{topic}/partitions", self.partitions),
                 web.get(base + "/{topic}/stats", self.stats),
             ]
         )
-        BundlesAdmin(self.service, self.access, self.broker_client).add_routes(app)
+        bundles = BundlesAdmin(self.service, self.access, self.broker_client)
+        bundles.add_routes(app)
+        topics = TopicsAdmin(self.service, self.access, self._served_here, self.broker_client)
+        topics.add_routes(app)
+        SubscriptionsAdmin(self.service, topics).add_routes(app)
+        NamespacesAdmin(self.service, self.access, topics, bundles).add_routes(app)
         PermissionsAdmin(self.service, self.access).add_routes(app)
         SchemasAdmin(self.service, self.access).add_routes(app)
         RateAdmin(self.service, self.access).add_routes(app)
@@ -248,6 +255,18 @@ class WebService:
             raise e.NotFoundError("Couldn't find leader broker")
         return web.json_response(leader.as_json())
 
+    async def health(self, request: web.Request) -> web.Response:
+        """Pulsar's GET /admin/v2/brokers/health: "ok" once this broker serves and its
+        metadata and ledger stores answer; 503 otherwise (a super-user's call, as Pulsar)."""
+        self.access.super_user(request, "checking the broker's health")
+        self.service.check_open()
+        try:
+            await self.service.store.exists(POLICIES_ROOT)
+            await self.service.ledgers.exists("health/check")
+        except Exception as exc:
+            raise e.ServiceNotReadyError(f"the broker's stores do not answer: {exc!r}") from None
+        return web.Response(text="ok")
+
     async def active_brokers(self, request: web.Request) -> web.Response:
         """Pulsar's GET /admin/v2/brokers/{cluster}: the active brokers, as host:webport
         (sorted: the store lists children in no set order)."""
@@ -264,12 +283,6 @@ class WebService:
         return web.json_response(
             await self.service.resources.list_namespaces(request.match_info["tenant"])
         )
-
-    async def create_namespace(self, request: web.Request) -> web.Response:
-        ns = NamespaceName.get(f"{request.match_info['tenant']}/{request.match_info['namespace']}")
-        await self.access.tenant_admin(request, ns.tenant)
-        await self.service.resources.create_namespace(ns)
-        return web.Response(status=204)
 
     async def list_topics(self, request: web.Request) -> web.Response:
         ns = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
@@ -289,16 +302,6 @@ class WebService:
         if await self.service.ledgers.exists(TopicName.get(name).persistence_naming_encoding):
             raise e.NotAllowedError(f"topic {name} already exists")
         await self.service.topics.get_topic(name, explicit=True)
-        return web.Response(status=204)
-
-    async def delete_topic(self, request: web.Request) -> web.Response:
-        name = self._topic(request)
-        await self.access.tenant_admin(request, TopicName.get(name).tenant)
-        await self._served_here(request, TopicName.get(name))
-        await self.service.topics.delete_topic(name)
-        if not TopicName.get(name).is_partitioned:  # a partition shares its topic's schema
-            # As Pulsar: a deleted topic's schema history is meaningless, so it goes too.
-            await self.service.schemas.registry.delete_all(schema_id(TopicName.get(name)))
         return web.Response(status=204)
 
     async def create_partitioned(self, request: web.Request) -> web.Response:

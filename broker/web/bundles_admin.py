@@ -98,7 +98,12 @@ class BundlesAdmin:
 
     async def unload_namespace(self, request: web.Request) -> web.Response:
         """Every bundle, each on its owner (Pulsar sends the others theirs as admin requests)."""
-        ns = await self._namespace(request)
+        await self.unload_all(await self._namespace(request))
+        return web.Response(status=204)
+
+    async def unload_all(self, ns: NamespaceName) -> None:
+        """Unload each of the namespace's owned bundles on its owner (a namespace's delete
+        lets its bundles go this way too)."""
         bundles, _ = await self.service.resources.get_bundles(ns)
         for bundle in bundles:
             owner = await self.bundles.owner(bundle, take=False)
@@ -106,7 +111,6 @@ class BundlesAdmin:
                 await self.bundles.unload(bundle)
             elif owner.kind is BundleOwner.OTHER_BROKER:
                 await self._unload_on(owner, bundle)
-        return web.Response(status=204)
 
     async def split_bundle(self, request: web.Request) -> web.Response:
         """PUT .../{bundle}/split?unload=&splitAlgorithmName= with an optional JSON body: the

@@ -30,7 +30,7 @@ from pulsar_grpc.broker.web.broker_client import REASON_CHARS, BrokerClient, ref
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
 
-__all__ = ["PartitionStatsError", "names_this_broker", "partitioned_stats"]
+__all__ = ["PartitionStatsError", "aggregated", "names_this_broker", "partitioned_stats"]
 
 # At most this many partitions are being fetched at once (a topic may have thousands).
 CONCURRENT_PARTITIONS = 16
@@ -124,3 +124,32 @@ async def _stats_from(
     if not isinstance(stats, dict):
         raise e.ServiceNotReadyError(f"its owner answered no stats: {text[:REASON_CHARS]!r}")
     return stats
+
+
+def aggregated(gathered: dict[str, Any], per_partition: bool) -> dict[str, Any]:
+    """Pulsar's PartitionedTopicStats from :func:`partitioned_stats`' answer: the partitions'
+    stats added up (counters and rates summed, subscriptions merged by name, publishers and
+    consumers listed together; the per-partition rate limits left out), with ``metadata`` and,
+    when ``per_partition``, ``partitions``."""
+    total: dict[str, Any] = {}
+    for stats in gathered["partitions"].values():
+        total = _added(total, {k: v for k, v in stats.items() if not k.endswith("RateLimit")})
+    total["metadata"] = gathered["metadata"]
+    total["partitions"] = gathered["partitions"] if per_partition else {}
+    return total
+
+
+def _added(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(into)
+    for key, value in more.items():
+        if key not in merged:
+            merged[key] = value
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, int | float) and isinstance(merged[key], int | float):
+            merged[key] = merged[key] + value
+        elif isinstance(value, list) and isinstance(merged[key], list):
+            merged[key] = merged[key] + value
+        elif isinstance(value, dict) and isinstance(merged[key], dict):
+            merged[key] = _added(merged[key], value)
+    return merged

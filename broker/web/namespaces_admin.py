@@ -1,0 +1,206 @@
+"""The life of tenants and namespaces in Pulsar's admin API v2 (Tenants and Namespaces): the
+namespace's Policies, creating one with its bundles, deleting namespaces and tenants.
+
+- ``DELETE /admin/v2/tenants/{tenant}``: a super-user's; 409 "The tenant still has active
+  namespaces"; ``force=true`` is refused 405 as by a Pulsar broker whose
+  forceDeleteTenantAllowed is false;
+- ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies JSON (the fields Pulsar always
+  writes, with what is stored: bundles, permissions, rate limits);
+- ``PUT /admin/v2/namespaces/{t}/{ns}`` with an optional Policies body, of which ``bundles``
+  (BundlesData: ``numBundles``, or ``boundaries``) and ``replication_clusters`` are used: 409
+  when it exists, 404 when its tenant does not, 412 for bad bundles or an unknown cluster;
+- ``DELETE /admin/v2/namespaces/{t}/{ns}[?force=true]``: 409 "Cannot delete non empty
+  namespace" while it has topics, unless forced (its topics are deleted first, each where it
+  is served); its bundles are unloaded before its policies go.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from pulsar_grpc.broker import errors as e
+from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
+from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
+from pulsar_grpc.broker.web.access import AdminAccess
+from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
+from pulsar_grpc.broker.web.partition_fanout import Absent, PartitionCall, on_each_topic
+from pulsar_grpc.broker.web.topics_admin import TopicsAdmin, forced
+
+if TYPE_CHECKING:
+    from pulsar_grpc.broker.service import BrokerService
+
+__all__ = ["NamespacesAdmin"]
+
+NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
+
+# What Pulsar's Policies serializes whether set or not (its defaults), under the stored node.
+_POLICIES_DEFAULTS: dict[str, Any] = {
+    "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
+    "replication_clusters": [],
+    "backlog_quota_map": {},
+    "clusterDispatchRate": {},
+    "topicDispatchRate": {},
+    "subscriptionDispatchRate": {},
+    "replicatorDispatchRate": {},
+    "clusterSubscribeRate": {},
+    "publishMaxMessageRate": {},
+    "latency_stats_sample_rate": {},
+    "deleted": False,
+    "encryption_required": False,
+    "subscription_auth_mode": "None",
+    "schema_validation_enforced": False,
+    "is_allow_auto_update_schema": True,
+    "properties": {},
+}
+
+
+class NamespacesAdmin:
+    """The routes; ``add_routes`` registers them on the web application."""
+
+    def __init__(
+        self,
+        service: BrokerService,
+        access: AdminAccess,
+        topics: TopicsAdmin,
+        bundles: BundlesAdmin,
+    ) -> None:
+        self.service = service
+        self.access = access
+        self.topics = topics
+        self.bundles = bundles
+
+    def add_routes(self, app: web.Application) -> None:
+        app.add_routes(
+            [
+                web.delete("/admin/v2/tenants/{tenant}", self.delete_tenant),
+                web.get(NAMESPACE, self.policies),
+                web.put(NAMESPACE, self.create),
+                web.delete(NAMESPACE, self.delete),
+            ]
+        )
+
+    # ------------------------------------------------------------ tenants
+
+    async def delete_tenant(self, request: web.Request) -> web.Response:
+        self.access.super_user(request, "deleting a tenant")
+        tenant = request.match_info["tenant"]
+        if forced(request):
+            return web.json_response(
+                {"reason": "Broker doesn't allow forced deletion of tenants"}, status=405
+            )
+        path = f"{POLICIES_ROOT}/{tenant}"
+        if not await self.service.store.exists(path):
+            raise e.NotFoundError(f"Tenant {tenant} does not exist")
+        if await self.service.resources.list_namespaces(tenant):
+            raise e.NotAllowedError("The tenant still has active namespaces")
+        await self.service.store.delete(path)
+        self.service.permissions.cache.invalidate(path)
+        return web.Response(status=204)
+
+    # ------------------------------------------------------------ namespaces
+
+    async def _namespace(self, request: web.Request) -> NamespaceName:
+        ns = NamespaceName.get(f"{request.match_info['tenant']}/{request.match_info['namespace']}")
+        await self.access.tenant_admin(request, ns.tenant)
+        return ns
+
+    async def policies(self, request: web.Request) -> web.Response:
+        ns = await self._namespace(request)
+        found = await self.service.store.get(f"{POLICIES_ROOT}/{ns}")
+        if found is None:
+            raise e.NotFoundError(f"Namespace {ns} does not exist")
+        policies = copy.deepcopy(_POLICIES_DEFAULTS)
+        policies["replication_clusters"] = [self.service.config.clusterName]
+        policies.update(json.loads(found.value or b"{}"))
+        return web.json_response(policies)
+
+    async def create(self, request: web.Request) -> web.Response:
+        ns = await self._namespace(request)
+        body = await _policies_body(request)
+        clusters = body.get("replication_clusters") or []
+        unknown = sorted(set(clusters) - {self.service.config.clusterName})
+        if unknown:
+            raise e.PreconditionFailedError(f"Invalid cluster(s): {', '.join(map(str, unknown))}")
+        bundles = _bundles(ns, body.get("bundles"), self.service.config)
+        await self.service.resources.create_namespace(ns, bundles=bundles)
+        return web.Response(status=204)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        """Refused (409) while it has topics unless forced: then each partitioned topic and
+        each other topic is deleted where it is served; its bundles are unloaded (their
+        ownership let go), then its policies removed."""
+        ns = await self._namespace(request)
+        resources = self.service.resources
+        await resources.check_namespace(ns)
+        partitioned = await resources.list_partitioned_topics(ns)
+        plain = _outside(await resources.list_topics(str(ns)), set(partitioned))
+        if partitioned or plain:
+            if not forced(request):
+                raise e.NotAllowedError("Cannot delete non empty namespace")
+            for name in partitioned:
+                await self.topics.delete_partitioned(TopicName.get(name), force=True)
+
+            async def delete(topic: TopicName) -> None:
+                await self.topics.delete_plain(topic, force=True)
+
+            call = PartitionCall("DELETE", "", {"force": "true"}, absent=Absent.IGNORED)
+            await on_each_topic(self.service, self.topics.broker_client, plain, call, delete)
+        await self.bundles.unload_all(ns)
+        await resources.delete_namespace(ns)
+        self.service.permissions.cache.invalidate(f"{POLICIES_ROOT}/{ns}")
+        return web.Response(status=204)
+
+
+def _outside(names: list[str], partitioned: set[str]) -> list[TopicName]:
+    """The topics of ``names`` that are neither one of the partitioned topics nor a partition
+    of one (a non-partitioned topic may end in -partition-N too: its own ledger)."""
+    topics = [TopicName.get(n) for n in names if n not in partitioned]
+    return [t for t in topics if not (t.is_partitioned and t.partitioned_topic_name in partitioned)]
+
+
+async def _policies_body(request: web.Request) -> dict[str, Any]:
+    text = (await request.text()).strip()
+    if not text:
+        return {}
+    try:
+        body = json.loads(text)
+    except ValueError:
+        raise e.InvalidArgumentError(f"the body is not JSON: {text[:60]!r}") from None
+    if not isinstance(body, dict):
+        raise e.InvalidArgumentError("the body must be a JSON Policies object")
+    return body
+
+
+def _bundles(ns: NamespaceName, data: Any, config: ServiceConfiguration) -> NamespaceBundles | None:
+    """BundlesData: its ``boundaries`` when given, else ``numBundles`` even bundles (412 for
+    either when invalid, as Pulsar's validateBundlesData)."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise e.PreconditionFailedError("bundles must be a BundlesData object")
+    try:
+        boundaries = data.get("boundaries")
+        if boundaries:
+            if not isinstance(boundaries, list) or not all(isinstance(b, str) for b in boundaries):
+                raise e.InvalidArgumentError("boundaries must be a list of 0x%08x strings")
+            return NamespaceBundles.parse(ns, boundaries)
+        count = data.get("numBundles")
+        if count is None:
+            return None
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise e.InvalidArgumentError(f"numBundles must be a number, got {count!r}")
+        if count > config.loadBalancerNamespaceMaximumBundles:
+            raise e.InvalidArgumentError(
+                f"numBundles {count} is over loadBalancerNamespaceMaximumBundles "
+                f"{config.loadBalancerNamespaceMaximumBundles}"
+            )
+        return NamespaceBundles.with_count(ns, count)
+    except e.InvalidArgumentError as exc:
+        raise e.PreconditionFailedError(f"Invalid bundles: {exc.message}") from None
+    except ValueError as exc:  # a boundary that is not a number
+        raise e.PreconditionFailedError(f"Invalid bundles: {exc}") from None

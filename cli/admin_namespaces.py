@@ -1,0 +1,69 @@
+"""`pulsar-grpc admin namespaces` verbs for a namespace's life, with pulsar-admin's names and
+flags (CmdNamespaces):
+
+    admin namespaces list TENANT
+    admin namespaces policies NS
+    admin namespaces create NS [-b|--bundles N] [-c|--clusters c]
+    admin namespaces delete NS [-f|--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from urllib.parse import quote
+
+from pulsar_grpc.broker.naming import NamespaceName
+from pulsar_grpc.cli.rest import print_lines, request
+
+VERBS = ("list", "policies", "create", "delete")
+
+
+def add_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    verbs.add_parser("list", help="the namespaces of a tenant").add_argument(
+        "tenant", help="the tenant"
+    )
+    verbs.add_parser("policies", help="the namespace's policies as JSON").add_argument(
+        "namespace", help="tenant/namespace"
+    )
+    create = verbs.add_parser("create", help="create a namespace")
+    create.add_argument("namespace", help="tenant/namespace")
+    create.add_argument(
+        "-b", "--bundles", type=int, help="how many bundles (default: the broker's default)"
+    )
+    create.add_argument(
+        "-c", "--clusters", help="comma-separated replication clusters (this cluster only)"
+    )
+    delete = verbs.add_parser("delete", help="delete a namespace")
+    delete.add_argument("namespace", help="tenant/namespace")
+    delete.add_argument(
+        "-f", "--force", action="store_true", help="delete its topics too (else refused)"
+    )
+
+
+def handles(args: argparse.Namespace) -> bool:
+    return args.group == "namespaces" and args.verb in VERBS
+
+
+def run(args: argparse.Namespace, base: str) -> int:
+    if args.verb == "list":
+        print_lines(request("GET", f"{base}/admin/v2/namespaces/{quote(args.tenant, safe='')}"))
+        return 0
+    ns = NamespaceName.get(args.namespace)
+    url = f"{base}/admin/v2/namespaces/{ns}"
+    if args.verb == "policies":
+        print(json.dumps(request("GET", url), indent=2))
+    elif args.verb == "create":
+        policies: dict[str, object] = {}
+        if args.bundles is not None:
+            policies["bundles"] = {"numBundles": args.bundles}
+        if args.clusters:
+            policies["replication_clusters"] = [
+                c.strip() for c in args.clusters.split(",") if c.strip()
+            ]
+        request("PUT", url, json.dumps(policies).encode())
+        print(f"created {ns}")
+    else:
+        request("DELETE", f"{url}?force={str(args.force).lower()}")
+        print(f"deleted {ns}")
+    return 0
