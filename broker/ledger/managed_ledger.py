@@ -382,13 +382,15 @@ class ManagedLedger:
             for ledger_id, entry_id, data in stored:
                 found[Position(ledger_id, entry_id)] = data
         out: list[Entry] = []
+        nbytes = 0
         for span in spans:
             for entry_id in range(span.first_entry, span.last_entry + 1):
                 pos = Position(span.ledger_id, entry_id)
                 data = found.get(pos)
                 if data is not None:
                     out.append(Entry(pos, data))
-        self.stats.read.record(len(out), sum(len(e.data) for e in out))
+                    nbytes += len(data)
+        self.stats.read.record(len(out), nbytes)
         return out
 
     async def find_newest_matching(self, predicate: Callable[[bytes], bool]) -> Position | None:

@@ -100,7 +100,7 @@ async def test_metrics_count_messages_storage_and_backlog_per_subscription(
     )
     assert samples[("pulsar_msg_backlog", labels)] == 6
 
-    # The rate is computed between scrapes at least a second apart.
+    # The rate moves once a stats interval (1 s in tests) with the message in it has ended.
     async def rate_is_positive() -> None:
         _, later = await scrape(http)
         assert later[("pulsar_rate_in", labels)] > 0
