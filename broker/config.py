@@ -61,6 +61,10 @@ class ServiceConfiguration:
     # does not answer within as long again, so a vanished client's consumers are removed and
     # their unacked messages go to the others.
     keepAliveIntervalSeconds: int = 30
+    # Pulsar's name and default: the stats' rates (msgRateIn, msgThroughputOut...), the write
+    # latency and entry size buckets and the pulsar_ml_* figures are those of the last interval
+    # this long, computed once per interval for every topic (TopicStats and /metrics read them).
+    statsUpdateFrequencyInSecs: int = 60
 
     # --- storage ---
     # Embedded metadata and ledger data for standalone (Pulsar standalone uses data/).
@@ -442,6 +446,7 @@ def _check_grpc_listener(config: ServiceConfiguration) -> Iterator[tuple[str, st
 _AT_LEAST: dict[str, float] = {
     "maxMessageSize": 1,
     "keepAliveIntervalSeconds": 1,
+    "statsUpdateFrequencyInSecs": 1,
     "authenticationRefreshCheckSeconds": 1,
     "defaultNumPartitions": 1,
     "defaultNumberOfNamespaceBundles": 1,

@@ -104,6 +104,11 @@ class ProtocolHandler(ABC):
     async def start(self, context: BrokerContext) -> None:
         """Open the handler's servers on the running broker."""
 
+    async def drain(self) -> None:
+        """The broker began shutting down: tell health checks at once, before any stream is
+        ended, so that load balancers send new calls elsewhere (nothing to do by default)."""
+        return
+
     @abstractmethod
     async def close(self) -> None:
         """Stop accepting, end open streams, release ports."""

@@ -55,6 +55,7 @@ from pulsar_grpc.broker.security.permissions import PermissionStore
 from pulsar_grpc.broker.tls import read_tls_files
 from pulsar_grpc.broker.topics import PersistentTopic
 from pulsar_grpc.broker.topics.registry import TopicRegistry
+from pulsar_grpc.broker.topics.stats_task import StatsTask
 from pulsar_grpc.broker.web.app import WebService
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ class BrokerService:
         self.dynamic_config: DynamicConfig | None = None
         self.web: WebService | None = None
         self.load_reporter: LoadReporter | None = None
+        self.stats_task: StatsTask | None = None
         self.election: LeaderElection | None = None
         self._lock = DataDirectoryLock(Path(config.dataDirectory))
         self.state = ServiceState.OPEN
@@ -169,6 +171,8 @@ class BrokerService:
             self.check_open,
             permissions.cache,
         )
+        self.stats_task = StatsTask(topics, self.config.statsUpdateFrequencyInSecs)
+        self.stats_task.start()
         dynamic = self.dynamic_config = DynamicConfig(
             self.config, metadata, topics.rate_properties_changed
         )
@@ -216,12 +220,16 @@ class BrokerService:
         if self.state is ServiceState.CLOSING:
             return
         self.state = ServiceState.CLOSING
+        for handler in self.handlers:
+            await handler.drain()  # load balancers stop sending new calls before any ends
         if self.election is not None:
             await self.election.close()  # another broker leads at once
         if self.load_reporter is not None:
             await self.load_reporter.close()  # leave the cluster before serving stops
         if self.dynamic_config is not None:
             await self.dynamic_config.close()
+        if self.stats_task is not None:
+            await self.stats_task.close()
         if self._topics is not None:
             await self._topics.close_all()
         if self._namespaces is not None:

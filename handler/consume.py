@@ -174,6 +174,7 @@ async def consume(
             start_inclusive=params.start_inclusive,
             start_batch_index=params.start_batch_index,
             client_address=ctx.peer,
+            client_version=ctx.client_version,
         )
     except Exception as exc:
         await abort(context, exc, trailers=owner_trailers(broker, exc))

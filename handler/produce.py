@@ -49,6 +49,7 @@ async def produce(
             ctx.producer.producer_name,
             ctx.peer,
             b"" if version is None else encode_version(version),
+            ctx.client_version,
         )
     except Exception as exc:
         await abort(context, exc, trailers=owner_trailers(broker, exc))

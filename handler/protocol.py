@@ -50,6 +50,8 @@ class GrpcProtocolHandler(ProtocolHandler):
         self.listeners: ListenerConfig | None = None
         self.broker: BrokerContext | None = None
         self.servers: list[aio.Server] = []
+        # Shared by every server: "" and the service report SERVING until drain().
+        self.health: health.aio.HealthServicer | None = None
         # Ends streams whose credentials expire (none expire while authentication is off).
         self.expiry: CredentialExpiryCheck | None = None
         self._advertised = ""
@@ -72,7 +74,7 @@ class GrpcProtocolHandler(ProtocolHandler):
         self.expiry = CredentialExpiryCheck(self.config.authenticationRefreshCheckSeconds)
         binds = self.listeners.bind_addresses_for(GRPC_SCHEMES)
         tls = read_tls_files(self.config) if any(b.tls for b in binds) else None
-        health_servicer = health.aio.HealthServicer()
+        health_servicer = self.health = health.aio.HealthServicer()
         try:
             for bind in binds:
                 server = self._server(bind.listener, health_servicer)
@@ -135,6 +137,12 @@ class GrpcProtocolHandler(ProtocolHandler):
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         enable_reflection(server, (SERVICE_NAME, health.SERVICE_NAME))
         return server
+
+    async def drain(self) -> None:
+        """NOT_SERVING for "" and the service, to every Check and Watch, from now on (later
+        sets are ignored): balancers stop routing new streams here while the broker closes."""
+        if self.health is not None:
+            await self.health.enter_graceful_shutdown()
 
     async def close(self) -> None:
         """Stop the servers. The broker has closed its topics first, so every Produce and

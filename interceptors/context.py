@@ -64,6 +64,8 @@ class CallContext:
     # The client a proxy role acts for (x-pulsar-original-principal, PIP-1); authorization
     # decides whether the caller may name one.
     original_principal: str | None = None
+    # The client library as its user-agent names it (stats' clientVersion), cut to a bound.
+    client_version: str = ""
 
 
 _current: ContextVar[CallContext] = ContextVar("pulsar_grpc_call_context")

@@ -85,6 +85,10 @@ class ParametersInterceptor(PreparingInterceptor):
         return _preparer(method[len(SERVICE) :], headers, binary)
 
 
+# A client controls its user-agent: what the stats keep of it is bounded.
+_MAX_CLIENT_VERSION = 256
+
+
 def _preparer(method: str, headers: Mapping[str, str], binary: Mapping[str, bytes]) -> Prepare:
     """Parse now (once per call), fill the context when the call runs."""
     try:
@@ -100,8 +104,11 @@ def _preparer(method: str, headers: Mapping[str, str], binary: Mapping[str, byte
 
         return refuse
 
+    client_version = headers.get("user-agent", "")[:_MAX_CLIENT_VERSION]
+
     async def fill(ctx: CallContext, _: aio.ServicerContext) -> None:
         ctx.topic, ctx.producer, ctx.consumer = topic, producer, consumer
+        ctx.client_version = client_version
 
     return fill
 

@@ -36,6 +36,8 @@ def broker_config(data_dir: Path, **overrides: Any) -> ServiceConfiguration:
         "dataDirectory": str(data_dir),
         "grpcServicePort": "0",
         "webServicePort": "0",
+        # Rates over one-second stats intervals: tests wait for them, not a minute.
+        "statsUpdateFrequencyInSecs": "1",
         **{k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in overrides.items()},
     }
     return load_config(None, {}, values)

@@ -38,7 +38,6 @@ from pulsar_grpc.broker.metadata import (
     SessionEvent,
 )
 from pulsar_grpc.broker.naming import NamespaceBundle
-from pulsar_grpc.broker.web.metrics import RateTracker
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
@@ -181,8 +180,6 @@ class LoadReporter:
         self.path = f"{LOADBALANCE_BROKERS_ROOT}/{self.broker_id}"
         self._static = self._identity()
         self._system = SystemUsage()
-        self._rates = RateTracker()
-        self._bundle_rates = RateTracker()  # keyed by bundle
         self._last: LoadSample | None = None
         self._last_write = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -213,10 +210,7 @@ class LoadReporter:
         """The current LocalBrokerData JSON (lastUpdate: now) and its sample for the rule."""
         topics = self.service.topics.loaded_topics()
         subscriptions = [s for t in topics for s in t.subscriptions.values()]
-        # Counters of an unloaded topic leave the sums: never report a negative rate.
-        rate_in, rate_out, tp_in, tp_out = (
-            max(r, 0.0) for r in self._rates.rates("", _counters(topics))
-        )
+        rate_in, rate_out, tp_in, tp_out = _rates(topics)
         usage = self._system.sample()
         bundles = self.bundles()
         last_stats = self._bundle_stats(topics, bundles)
@@ -246,8 +240,8 @@ class LoadReporter:
     def _bundle_stats(
         self, topics: list[PersistentTopic], bundles: list[NamespaceBundle]
     ) -> dict[str, dict[str, float]]:
-        """Pulsar's NamespaceBundleStats of each owned bundle, from its loaded topics' counters
-        (rates per bundle, so a topic moving between bundles never makes one negative)."""
+        """Pulsar's NamespaceBundleStats of each owned bundle, from its loaded topics' rates
+        (those of the last stats interval)."""
         members: dict[str, list[PersistentTopic]] = {str(b): [] for b in bundles}
         for topic in topics:
             bundle = _bundle_of(topic, bundles)
@@ -256,9 +250,7 @@ class LoadReporter:
         stats = {}
         for name, group in members.items():
             subscriptions = [s for t in group for s in t.subscriptions.values()]
-            rate_in, rate_out, tp_in, tp_out = (
-                max(r, 0.0) for r in self._bundle_rates.rates(name, _counters(group))
-            )
+            rate_in, rate_out, tp_in, tp_out = _rates(group)
             stats[name] = {
                 "msgRateIn": rate_in,
                 "msgRateOut": rate_out,
@@ -270,7 +262,6 @@ class LoadReporter:
                 # The entry cache is the broker's, not a bundle's: nothing to attribute here.
                 "cacheSize": 0,
             }
-        self._bundle_rates.keep(members)
         return stats
 
     async def start(self) -> None:
@@ -345,14 +336,15 @@ class LoadReporter:
             pass  # gone already, or the session is: either way the node goes with it
 
 
-def _counters(topics: list[PersistentTopic]) -> tuple[int, int, int, int]:
-    """Messages in, out, bytes in, out, summed over ``topics`` and their subscriptions."""
-    subscriptions = [s for t in topics for s in t.subscriptions.values()]
+def _rates(topics: list[PersistentTopic]) -> tuple[float, float, float, float]:
+    """Messages/s in, out, bytes/s in, out of ``topics`` over the last stats interval, as
+    Pulsar's load report sums its topics' stats."""
+    outs = [t.rates_out() for t in topics]
     return (
-        sum(t.msg_in_counter for t in topics),
-        sum(s.msg_out_counter for s in subscriptions),
-        sum(t.bytes_in_counter for t in topics),
-        sum(s.bytes_out_counter for s in subscriptions),
+        sum(t.rate_in.msg_rate for t in topics),
+        sum(r for r, _ in outs),
+        sum(t.rate_in.byte_rate for t in topics),
+        sum(b for _, b in outs),
     )
 
 

@@ -276,6 +276,7 @@ class ManagedCursor:
         self.individually_deleted.remove_up_to(position)
         position = self.individually_deleted.advance(position, self._ledger.next_position)
         self.mark_delete_position = position
+        self._ledger.stats.mark_deletes.record(1)
         if self.batch_deleted:
             for p in [p for p in self.batch_deleted if p <= position]:
                 del self.batch_deleted[p]

@@ -50,6 +50,7 @@ from pulsar_grpc.broker.ledger.info import (
     ledger_path,
 )
 from pulsar_grpc.broker.ledger.position import Entry, Position
+from pulsar_grpc.broker.ledger.stats import LedgerStats
 from pulsar_grpc.broker.ledger.store import EntrySpan, EntryWrite, LedgerOwner, LedgerStore
 from pulsar_grpc.broker.metadata.store import (
     MetadataNotFoundError,
@@ -83,6 +84,7 @@ class _PendingAdd:
     position: Position
     data: bytes
     future: asyncio.Future[Position]
+    added_at: float  # time.monotonic() of add_entry: the write latency is measured from it
     committed: bool = False
 
 
@@ -152,6 +154,7 @@ class ManagedLedger:
         self.number_of_entries = sum(i.entries for i in ledgers)
         self.total_size = sum(i.size for i in ledgers)
         self.entries_added_counter = 0
+        self.stats = LedgerStats()
 
     def __repr__(self) -> str:
         return f"ManagedLedger({self.name!r}, last_confirmed={self.last_confirmed_entry})"
@@ -176,7 +179,10 @@ class ManagedLedger:
             return fut
         if self._needs_rollover:
             self._rollover()
-        pending = _PendingAdd(Position(self.current_ledger_id, self._cur_entries), data, fut)
+        pending = _PendingAdd(
+            Position(self.current_ledger_id, self._cur_entries), data, fut, time.monotonic()
+        )
+        self.stats.entry_size.add(len(data))
         self._cur_entries += 1
         self._cur_bytes += len(data)
         self._pending.append(pending)
@@ -223,6 +229,8 @@ class ManagedLedger:
         pending = self._pending
         cache = self._shared.cache
         added = False
+        now = time.monotonic()
+        stats = self.stats
         while pending and pending[0].committed:
             p = pending[0]
             if p.position.ledger_id in self._unregistered:
@@ -234,6 +242,8 @@ class ManagedLedger:
             self.number_of_entries += 1
             self.total_size += len(p.data)
             self.entries_added_counter += 1
+            stats.added.record(1, len(p.data))
+            stats.add_latency_ms.add((now - p.added_at) * 1000)
             self.last_confirmed_entry = p.position
             cache.put(p.position, p.data)
             if not p.future.done():
@@ -268,6 +278,7 @@ class ManagedLedger:
     def _fail_pending(self, error: BaseException) -> None:
         """Fail every unconfirmed add and move to a new ledger, so no ledger has a gap."""
         exc = error if isinstance(error, BrokerError) else PersistenceError(str(error))
+        self.stats.add_errors.record(len(self._pending))
         for p in self._pending:
             if not p.future.done():
                 p.future.set_exception(exc)
@@ -363,15 +374,23 @@ class ManagedLedger:
             if run_start is not None:
                 missing.append(EntrySpan(span.ledger_id, run_start, span.last_entry))
         if missing:
-            for ledger_id, entry_id, data in await self.store.read_entries(missing):
+            try:
+                stored = await self.store.read_entries(missing)
+            except Exception:
+                self.stats.read_errors.record(1)
+                raise
+            for ledger_id, entry_id, data in stored:
                 found[Position(ledger_id, entry_id)] = data
         out: list[Entry] = []
+        nbytes = 0
         for span in spans:
             for entry_id in range(span.first_entry, span.last_entry + 1):
                 pos = Position(span.ledger_id, entry_id)
                 data = found.get(pos)
                 if data is not None:
                     out.append(Entry(pos, data))
+                    nbytes += len(data)
+        self.stats.read.record(len(out), nbytes)
         return out
 
     async def find_newest_matching(self, predicate: Callable[[bytes], bool]) -> Position | None:
@@ -446,6 +465,18 @@ class ManagedLedger:
         and start positions past it land on it (Pulsar clamps them the same way)."""
         lac = self.last_confirmed_entry
         return self.next_position(lac) if lac is not None else self.first_position()
+
+    def estimated_size_after(self, position: Position) -> int:
+        """Bytes of the durable entries after ``position`` (Pulsar's estimated backlog size):
+        the ledgers after its own whole, its own at its average entry size, O(ledgers)."""
+        total = 0
+        for info in self._ledgers:
+            if info.ledger_id > position.ledger_id:
+                total += info.size
+            elif info.ledger_id == position.ledger_id and info.entries > 0:
+                after = info.entries - (position.entry_id + 1)
+                total += info.size * max(after, 0) // info.entries
+        return total
 
     def count_entries(self, after: Position, upto: Position) -> int:
         """Durable entries p with after < p <= upto, O(ledgers)."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pulsar_grpc.broker.ledger import Position
+from pulsar_grpc.broker.meters import RateMeter
 from pulsar_grpc.broker.topics.transport import ConsumerTransport
 
 if TYPE_CHECKING:
@@ -51,9 +52,14 @@ class Consumer:
     permits: int = 0
     unacked_messages: int = 0
     pending: dict[Position, PendingEntry] = field(default_factory=dict)
-    msg_out_counter: int = 0
-    bytes_out_counter: int = 0
+    client_version: str = ""  # the call's user-agent (Pulsar's clientVersion)
     connected_since: float = field(default_factory=time.time)
+    # Delivered to it (msgOutCounter, bytesOutCounter, msgRateOut...) and taken back from it
+    # for redelivery (msgRateRedeliver); epoch ms of its last delivery and its last ack.
+    rate_out: RateMeter = field(default_factory=RateMeter)
+    redelivered: RateMeter = field(default_factory=RateMeter)
+    last_consumed_ms: int = 0
+    last_acked_ms: int = 0
 
     @property
     def name(self) -> str:

@@ -244,9 +244,7 @@ class Dispatcher(ABC):
                 )
             else:
                 consumer.permits -= delivery.num_messages
-            consumer.msg_out_counter += delivery.num_messages
-            consumer.bytes_out_counter += len(delivery.data)
-        self.subscription.on_dispatched(batch)
+        self.subscription.on_dispatched(consumer, batch)
         consumer.transport.send_messages(batch)
 
     @abstractmethod

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.errors import BrokerError
 from pulsar_grpc.broker.ledger import Position
+from pulsar_grpc.broker.meters import RateMeter
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.topics.topic import PersistentTopic
@@ -36,9 +37,11 @@ class Producer:
     # The version of the producer's schema (Pulsar's 8 bytes), carried by each of its entries;
     # empty without a schema.
     schema_version: bytes = b""
+    # The client library's name and version (Pulsar's clientVersion): the call's user-agent.
+    client_version: str = ""
     connected_since: float = field(default_factory=time.time)
-    msg_in_counter: int = 0
-    bytes_in_counter: int = 0
+    # What this producer published: msgInCounter, bytesInCounter and their rates.
+    rate_in: RateMeter = field(default_factory=RateMeter)
     _fields: bytes = b""
     # Resolved when the broker ends this producer (its topic unloaded): the protocol handler
     # stops reading the stream, writes the receipts still due, then ends it with this error.
@@ -59,8 +62,7 @@ class Producer:
         """
         now_ms = time.time_ns() // 1_000_000
         data = entry_format.seal(batch, now_ms, self._fields)
-        self.msg_in_counter += num_messages
-        self.bytes_in_counter += len(data)
+        self.rate_in.record(num_messages, len(data))
         return self.topic.publish(self, data, sequence_id, num_messages)
 
     def end(self, error: BrokerError) -> None:

@@ -15,14 +15,13 @@ bucket holds one period's worth: that is the burst an idle producer may send at 
 A dispatch rate may be relative to the publish rate (Pulsar's ``relativeToPublishRate``): its
 throttle then allows, per period, the topic's measured publish rate plus the configured rate
 (Pulsar's DispatchRateLimiter: ``lastUpdatedAvgPublishRateInMsg + dispatchThrottlingRateInMsg``),
-re-measured once a second (the meter's resolution; Pulsar re-reads it every stats interval).
+re-measured every stats interval (statsUpdateFrequencyInSecs), as Pulsar re-reads it.
 """
 
 from __future__ import annotations
 
 import enum
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -186,40 +185,3 @@ class Throttle:
         self._follow(now)
         bucket = self._buckets.get(kind)
         return None if bucket is None else bucket.tokens(now)
-
-
-class RateMeter:
-    """Messages and bytes per second, averaged over the last complete seconds (at most
-    ``window_s``): the "current rate" of Pulsar's stats (msgRateIn, msgThroughputOut...).
-
-    One slot per whole second, so recording is O(1) on the message path and the memory is
-    ``window_s`` slots. A meter that started within the window averages over the time since
-    it started (at least a second), so a topic loaded 2.5 s ago does not count half a second
-    it did not exist as idle."""
-
-    def __init__(self, window_s: int = 5, clock: Clock = time.monotonic) -> None:
-        self._window_s = window_s
-        self._clock = clock
-        self._since = clock()
-        self._slots: deque[list[int]] = deque()  # [second, messages, bytes], oldest first
-
-    def record(self, messages: int, nbytes: int) -> None:
-        second = int(self._clock())
-        slots = self._slots
-        if slots and slots[-1][0] == second:
-            slots[-1][1] += messages
-            slots[-1][2] += nbytes
-            return
-        slots.append([second, messages, nbytes])
-        while slots[0][0] < second - self._window_s:
-            slots.popleft()
-
-    def rates(self) -> tuple[float, float]:
-        """(messages/s, bytes/s) over the complete seconds of the window; 0 before one."""
-        now = int(self._clock())
-        start = max(self._since, float(now - self._window_s))
-        if now <= start:
-            return 0.0, 0.0
-        inside = [s for s in self._slots if start - 1 < s[0] < now]
-        span = max(1.0, now - start)
-        return sum(s[1] for s in inside) / span, sum(s[2] for s in inside) / span

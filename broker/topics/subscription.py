@@ -14,6 +14,7 @@ from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.errors import ConsumerBusyError, InvalidArgumentError, NotAllowedError
 from pulsar_grpc.broker.ledger import ManagedCursor, Position
+from pulsar_grpc.broker.meters import RateMeter, iso_utc
 from pulsar_grpc.broker.topics.consumer import Consumer
 from pulsar_grpc.broker.topics.dispatcher import (
     Dispatcher,
@@ -21,7 +22,8 @@ from pulsar_grpc.broker.topics.dispatcher import (
     SingleActiveConsumerDispatcher,
 )
 from pulsar_grpc.broker.topics.key_shared import KeySharedDispatcher
-from pulsar_grpc.broker.topics.rate_limit import Kind, RateMeter, Throttle
+from pulsar_grpc.broker.topics.rate_limit import Kind, Throttle
+from pulsar_grpc.broker.topics.rate_policies import RateKind
 from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
@@ -74,9 +76,12 @@ class Subscription:
         self._redeliveries: dict[Position, int] = {}
         self._timers: set[asyncio.TimerHandle] = set()
         self._ack_timeout_task: asyncio.Task[None] | None = None
-        self.msg_out_counter = 0
-        self.bytes_out_counter = 0
-        self.msg_redeliver_counter = 0
+        # Delivered (msgOutCounter, bytesOutCounter, msgRateOut...), redelivered
+        # (msgRedeliverCounter, msgRateRedeliver); epoch ms of the last delivery and ack.
+        self.rate_out = RateMeter()
+        self.redelivered = RateMeter()
+        self.last_consumed_ms = 0
+        self.last_acked_ms = 0
         self.dead_letter_failures = 0  # entries sent back because the dead-letter publish failed
         # This subscription's own dispatch rate (the topic keeps it current); the topic's and
         # the broker's are shared with the other subscriptions.
@@ -88,7 +93,6 @@ class Subscription:
         # when it has been waiting now (None: it is not).
         self._throttled_s = 0.0
         self._throttled_since: float | None = None
-        self.rate_out = RateMeter()
 
     def __repr__(self) -> str:
         return f"{self.topic.name}/{self.name}"
@@ -180,6 +184,7 @@ class Subscription:
                 raise InvalidArgumentError(
                     f"batch index {batch_index} of {position} is outside its batch of {size}"
                 )
+        consumer.last_acked_ms = self.last_acked_ms = time.time_ns() // 1_000_000
         if cumulative:
             return self._ack_cumulative(consumer, max(ids), sizes)
         futures: list[asyncio.Future[None]] = []
@@ -262,12 +267,13 @@ class Subscription:
     def redelivery_count(self, position: Position) -> int:
         return self._redeliveries.get(position, 0)
 
-    def on_dispatched(self, deliveries: list[Delivery]) -> None:
+    def on_dispatched(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
+        """Count what a dispatcher just sent ``consumer``, against the dispatch rates too."""
         messages = sum(d.num_messages for d in deliveries)
         nbytes = sum(len(d.data) for d in deliveries)
-        self.msg_out_counter += messages
-        self.bytes_out_counter += nbytes
+        consumer.rate_out.record(messages, nbytes)
         self.rate_out.record(messages, nbytes)
+        consumer.last_consumed_ms = self.last_consumed_ms = time.time_ns() // 1_000_000
         for _, throttle in self._dispatch_throttles():
             throttle.consume(messages, nbytes)
 
@@ -353,7 +359,8 @@ class Subscription:
                 dead.append((position, pending.sticky_hash))
                 continue
             self._redeliveries[position] = count + 1
-            self.msg_redeliver_counter += pending.num_messages
+            self.redelivered.record(pending.num_messages)
+            consumer.redelivered.record(pending.num_messages)
             back.append((position, pending.sticky_hash))
         if back and self.dispatcher is not None:
             self.dispatcher.redeliver(back)
@@ -498,6 +505,57 @@ class Subscription:
 
     def backlog(self) -> int:
         return self.cursor.get_number_of_entries_in_backlog()
+
+    # ------------------------------------------------------------ stats
+
+    def update_stats(self) -> None:
+        """The stats task's tick, for this subscription and its consumers."""
+        self.rate_out.update()
+        self.redelivered.update()
+        for consumer in self.consumers:
+            consumer.rate_out.update()
+            consumer.redelivered.update()
+
+    def stats(self) -> dict[str, object]:
+        """Pulsar's SubscriptionStats fields where they apply, its consumers' included."""
+        return {
+            "type": self.type.value if self.type else None,
+            "msgBacklog": self.backlog(),
+            "backlogSize": self.topic.ledger.estimated_size_after(self.cursor.mark_delete_position),
+            "msgRateOut": self.rate_out.msg_rate,
+            "msgThroughputOut": self.rate_out.byte_rate,
+            "msgRateRedeliver": self.redelivered.msg_rate,
+            "msgOutCounter": self.rate_out.messages,
+            "bytesOutCounter": self.rate_out.bytes,
+            "msgRedeliverCounter": self.redelivered.messages,
+            "lastConsumedTimestamp": self.last_consumed_ms,
+            "lastAckedTimestamp": self.last_acked_ms,
+            "deadLetterPublishFailures": self.dead_letter_failures,
+            **self.throttle_stats(),
+            "dispatchRateLimit": RateKind.SUBSCRIPTION_DISPATCH.as_json(
+                self.dispatch_throttle.limit
+            ),
+            "isDurable": self.durable,
+            "unackedMessages": sum(c.unacked_messages for c in self.consumers),
+            "consumers": [
+                {
+                    "consumerName": c.name,
+                    "address": c.client_address,
+                    "clientVersion": c.client_version,
+                    "connectedSince": iso_utc(c.connected_since),
+                    "availablePermits": c.permits,
+                    "unackedMessages": c.unacked_messages,
+                    "msgRateOut": c.rate_out.msg_rate,
+                    "msgThroughputOut": c.rate_out.byte_rate,
+                    "msgRateRedeliver": c.redelivered.msg_rate,
+                    "msgOutCounter": c.rate_out.messages,
+                    "bytesOutCounter": c.rate_out.bytes,
+                    "lastConsumedTimestamp": c.last_consumed_ms,
+                    "lastAckedTimestamp": c.last_acked_ms,
+                }
+                for c in self.consumers
+            ],
+        }
 
 
 def dead_letter_topic_name(subscription: Subscription) -> str:

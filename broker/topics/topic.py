@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import time
 from typing import TYPE_CHECKING, Literal
 
 from pulsar_grpc.broker import entry_format
@@ -25,11 +24,12 @@ from pulsar_grpc.broker.errors import (
     TooLargeError,
 )
 from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, Position
+from pulsar_grpc.broker.meters import RateMeter, iso_utc
 from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, TopicName
 from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.dedup import Deduplication
 from pulsar_grpc.broker.topics.producer import Producer, PublishReceipt
-from pulsar_grpc.broker.topics.rate_limit import RateLimit, RateMeter, Throttle
+from pulsar_grpc.broker.topics.rate_limit import RateLimit, Throttle
 from pulsar_grpc.broker.topics.rate_policies import RateKind, TopicLimits, broker_default
 from pulsar_grpc.broker.topics.subscription import Subscription, SubType
 from pulsar_grpc.broker.topics.transport import ConsumerTransport
@@ -60,12 +60,11 @@ class PersistentTopic:
         self._system_producer = Producer(self, "pulsar.system")
         self._closed = False
         self._fencing: asyncio.Task[None] | None = None  # the close after a fence, kept alive
-        self.msg_in_counter = 0
-        self.bytes_in_counter = 0
         # Rate limits (rate_policies.RatePolicies keeps them current): the publish rate of all
         # producers together, the dispatch rate of all subscriptions together, and the limit
         # each subscription gets on its own.
-        self.rate_in = RateMeter()  # what a dispatch rate relative to the publish rate follows
+        # What was published (msgInCounter, msgRateIn...): a relative dispatch rate follows it.
+        self.rate_in = RateMeter()
         self.publish_throttle = Throttle(broker_default(self.config, RateKind.PUBLISH))
         # Set (and replaced) when the limits change: producers held back wake to the new ones.
         self._limits_changed = asyncio.Event()
@@ -103,7 +102,11 @@ class PersistentTopic:
     # ------------------------------------------------------------ producers
 
     def add_producer(
-        self, name: str | None, client_address: str = "", schema_version: bytes = b""
+        self,
+        name: str | None,
+        client_address: str = "",
+        schema_version: bytes = b"",
+        client_version: str = "",
     ) -> Producer:
         self._check_open()
         if name is None:
@@ -113,7 +116,12 @@ class PersistentTopic:
                 f"producer with name '{name}' is already connected to topic {self.name}"
             )
         producer = Producer(
-            self, name, client_address, producer_id=next(_ids), schema_version=schema_version
+            self,
+            name,
+            client_address,
+            producer_id=next(_ids),
+            schema_version=schema_version,
+            client_version=client_version,
         )
         self.producers[name] = producer
         return producer
@@ -140,8 +148,6 @@ class PersistentTopic:
                 dedup.original_stored(producer.name, sequence_id),
                 PublishReceipt(sequence_id, highest, None, num_messages),
             )
-        self.msg_in_counter += num_messages
-        self.bytes_in_counter += len(data)
         self.rate_in.record(num_messages, len(data))
         self.publish_throttle.consume(num_messages, len(data))
         self.registry.publish_throttle.consume(num_messages, len(data))
@@ -240,6 +246,7 @@ class PersistentTopic:
         start_inclusive: bool = False,
         start_batch_index: int = -1,
         client_address: str = "",
+        client_version: str = "",
     ) -> Consumer:
         self._check_open()
         if options.dead_letter_topic is not None:
@@ -260,7 +267,12 @@ class PersistentTopic:
             self.subscriptions[subscription_name] = subscription
         self._check_open()  # again: the topic may have begun closing while this waited
         consumer = Consumer(
-            subscription, options, transport, client_address, consumer_id=next(_ids)
+            subscription,
+            options,
+            transport,
+            client_address,
+            consumer_id=next(_ids),
+            client_version=client_version,
         )
         subscription.add_consumer(consumer, sub_type)
         return consumer
@@ -346,21 +358,47 @@ class PersistentTopic:
 
     # ------------------------------------------------------------ stats
 
+    def update_stats(self) -> None:
+        """The stats task's tick (every statsUpdateFrequencyInSecs): the rates and buckets of
+        the interval that ends now, for the topic, its producers, subscriptions, consumers and
+        managed ledger."""
+        self.rate_in.update()
+        for producer in self.producers.values():
+            producer.rate_in.update()
+        for subscription in self.subscriptions.values():
+            subscription.update_stats()
+        self.ledger.stats.update()
+
+    def rates_out(self) -> tuple[float, float]:
+        """(msgRateOut, msgThroughputOut): the subscriptions' together, last interval."""
+        rates = [s.rate_out.rates() for s in self.subscriptions.values()]
+        return sum(r for r, _ in rates), sum(t for _, t in rates)
+
+    def backlog_size(self) -> int:
+        """Bytes not yet acked by the slowest durable subscription (Pulsar's backlogSize)."""
+        cursors = [s.cursor for s in self.subscriptions.values() if s.durable]
+        if not cursors:
+            return 0
+        slowest = min(c.mark_delete_position for c in cursors)
+        return self.ledger.estimated_size_after(slowest)
+
     def stats(self) -> dict[str, object]:
-        """Pulsar's TopicStats fields where they apply (the rates are over the last seconds),
-        and the rate limits in effect."""
-        rate_in, throughput_in = self.rate_in.rates()
-        rates_out = {name: s.rate_out.rates() for name, s in self.subscriptions.items()}
+        """Pulsar's TopicStats fields where they apply (the rates are those of the last stats
+        interval, statsUpdateFrequencyInSecs), and the rate limits in effect."""
+        rate_in = self.rate_in
+        rate_out, throughput_out = self.rates_out()
         return {
-            "msgRateIn": rate_in,
-            "msgThroughputIn": throughput_in,
-            "msgRateOut": sum(r for r, _ in rates_out.values()),
-            "msgThroughputOut": sum(t for _, t in rates_out.values()),
-            "msgInCounter": self.msg_in_counter,
-            "bytesInCounter": self.bytes_in_counter,
-            "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
-            "bytesOutCounter": sum(s.bytes_out_counter for s in self.subscriptions.values()),
+            "msgRateIn": rate_in.msg_rate,
+            "msgThroughputIn": rate_in.byte_rate,
+            "msgRateOut": rate_out,
+            "msgThroughputOut": throughput_out,
+            "averageMsgSize": rate_in.average_size,
+            "msgInCounter": rate_in.messages,
+            "bytesInCounter": rate_in.bytes,
+            "msgOutCounter": sum(s.rate_out.messages for s in self.subscriptions.values()),
+            "bytesOutCounter": sum(s.rate_out.bytes for s in self.subscriptions.values()),
             "storageSize": self.ledger.total_size,
+            "backlogSize": self.backlog_size(),
             "publishRateLimitedTimes": self.publish_rate_limited_times,
             "publishThrottledTimeMs": int(self.publish_throttled_s * 1000),
             "publishRateLimit": RateKind.PUBLISH.as_json(self.publish_throttle.limit),
@@ -370,43 +408,17 @@ class PersistentTopic:
                     "producerName": p.name,
                     "producerId": p.producer_id,
                     "address": p.client_address,
-                    "connectedSince": _iso(p.connected_since),
-                    "msgInCounter": p.msg_in_counter,
-                    "bytesInCounter": p.bytes_in_counter,
+                    "clientVersion": p.client_version,
+                    "connectedSince": iso_utc(p.connected_since),
+                    "msgRateIn": p.rate_in.msg_rate,
+                    "msgThroughputIn": p.rate_in.byte_rate,
+                    "averageMsgSize": p.rate_in.average_size,
+                    "msgInCounter": p.rate_in.messages,
+                    "bytesInCounter": p.rate_in.bytes,
                 }
                 for p in self.producers.values()
             ],
-            "subscriptions": {
-                name: {
-                    "type": s.type.value if s.type else None,
-                    "msgBacklog": s.backlog(),
-                    "msgRateOut": rates_out[name][0],
-                    "msgThroughputOut": rates_out[name][1],
-                    "msgOutCounter": s.msg_out_counter,
-                    "bytesOutCounter": s.bytes_out_counter,
-                    "msgRedeliverCounter": s.msg_redeliver_counter,
-                    "deadLetterPublishFailures": s.dead_letter_failures,
-                    **s.throttle_stats(),
-                    "dispatchRateLimit": RateKind.SUBSCRIPTION_DISPATCH.as_json(
-                        s.dispatch_throttle.limit
-                    ),
-                    "isDurable": s.durable,
-                    "unackedMessages": sum(c.unacked_messages for c in s.consumers),
-                    "consumers": [
-                        {
-                            "consumerName": c.name,
-                            "address": c.client_address,
-                            "connectedSince": _iso(c.connected_since),
-                            "availablePermits": c.permits,
-                            "unackedMessages": c.unacked_messages,
-                            "msgOutCounter": c.msg_out_counter,
-                            "bytesOutCounter": c.bytes_out_counter,
-                        }
-                        for c in s.consumers
-                    ],
-                }
-                for name, s in self.subscriptions.items()
-            },
+            "subscriptions": {name: s.stats() for name, s in self.subscriptions.items()},
         }
 
 
@@ -432,7 +444,3 @@ def _duplicate_receipt(
 
     original.add_done_callback(follow)
     return answer
-
-
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

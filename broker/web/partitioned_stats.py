@@ -30,7 +30,7 @@ from pulsar_grpc.broker.web.broker_client import REASON_CHARS, BrokerClient, ref
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
 
-__all__ = ["PartitionStatsError", "aggregated", "names_this_broker", "partitioned_stats"]
+__all__ = ["PartitionStatsError", "aggregate", "names_this_broker", "partitioned_stats"]
 
 # At most this many partitions are being fetched at once (a topic may have thousands).
 CONCURRENT_PARTITIONS = 16
@@ -78,10 +78,63 @@ async def partitioned_stats(
             f"stats of {len(failed)} of {partitions} partitions of {topic} failed: "
             + "; ".join(failed)
         )
+    parts = {str(p): a for p, a in zip(names, answers, strict=True) if isinstance(a, dict)}
     return {
+        **aggregate(list(parts.values())),
         "metadata": {"partitions": partitions},
-        "partitions": {str(p): a for p, a in zip(names, answers, strict=True)},
+        "partitions": parts,
     }
+
+
+# Summed over the partitions (Pulsar's PartitionedTopicStatsImpl.add), topic and subscription.
+_TOPIC_SUMS = (
+    "msgRateIn",
+    "msgThroughputIn",
+    "msgRateOut",
+    "msgThroughputOut",
+    "msgInCounter",
+    "bytesInCounter",
+    "msgOutCounter",
+    "bytesOutCounter",
+    "storageSize",
+    "backlogSize",
+)
+_SUBSCRIPTION_SUMS = (
+    "msgBacklog",
+    "backlogSize",
+    "msgRateOut",
+    "msgThroughputOut",
+    "msgRateRedeliver",
+    "msgOutCounter",
+    "bytesOutCounter",
+    "msgRedeliverCounter",
+    "unackedMessages",
+)
+_SUBSCRIPTION_LATEST = ("lastConsumedTimestamp", "lastAckedTimestamp")
+
+
+def aggregate(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The partitioned topic's own TopicStats: rates, counters and sizes summed over its
+    partitions, averageMsgSize over the sums, every publisher, and each subscription summed
+    over its partitions (its consumers listed, its timestamps the latest)."""
+    totals: dict[str, Any] = {k: sum(p.get(k, 0) for p in parts) for k in _TOPIC_SUMS}
+    rate_in = totals["msgRateIn"]
+    totals["averageMsgSize"] = totals["msgThroughputIn"] / rate_in if rate_in > 0 else 0.0
+    totals["publishers"] = [pub for p in parts for pub in p.get("publishers", [])]
+    subscriptions: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for name, sub in part.get("subscriptions", {}).items():
+            into = subscriptions.get(name)
+            if into is None:
+                subscriptions[name] = {**sub, "consumers": list(sub.get("consumers", []))}
+                continue
+            for key in _SUBSCRIPTION_SUMS:
+                into[key] = into.get(key, 0) + sub.get(key, 0)
+            for key in _SUBSCRIPTION_LATEST:
+                into[key] = max(into.get(key, 0), sub.get(key, 0))
+            into["consumers"].extend(sub.get("consumers", []))
+    totals["subscriptions"] = subscriptions
+    return totals
 
 
 async def _partition_stats(
@@ -124,32 +177,3 @@ async def _stats_from(
     if not isinstance(stats, dict):
         raise e.ServiceNotReadyError(f"its owner answered no stats: {text[:REASON_CHARS]!r}")
     return stats
-
-
-def aggregated(gathered: dict[str, Any], per_partition: bool) -> dict[str, Any]:
-    """Pulsar's PartitionedTopicStats from :func:`partitioned_stats`' answer: the partitions'
-    stats added up (counters and rates summed, subscriptions merged by name, publishers and
-    consumers listed together; the per-partition rate limits left out), with ``metadata`` and,
-    when ``per_partition``, ``partitions``."""
-    total: dict[str, Any] = {}
-    for stats in gathered["partitions"].values():
-        total = _added(total, {k: v for k, v in stats.items() if not k.endswith("RateLimit")})
-    total["metadata"] = gathered["metadata"]
-    total["partitions"] = gathered["partitions"] if per_partition else {}
-    return total
-
-
-def _added(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(into)
-    for key, value in more.items():
-        if key not in merged:
-            merged[key] = value
-        elif isinstance(value, bool) or value is None:
-            continue
-        elif isinstance(value, int | float) and isinstance(merged[key], int | float):
-            merged[key] = merged[key] + value
-        elif isinstance(value, list) and isinstance(merged[key], list):
-            merged[key] = merged[key] + value
-        elif isinstance(value, dict) and isinstance(merged[key], dict):
-            merged[key] = _added(merged[key], value)
-    return merged

@@ -37,7 +37,7 @@ from pulsar_grpc.broker.topics.topic import PersistentTopic
 from pulsar_grpc.broker.web.access import AdminAccess
 from pulsar_grpc.broker.web.broker_client import BrokerClient
 from pulsar_grpc.broker.web.partition_fanout import Absent, PartitionCall, on_each_partition
-from pulsar_grpc.broker.web.partitioned_stats import aggregated, partitioned_stats
+from pulsar_grpc.broker.web.partitioned_stats import partitioned_stats
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
@@ -116,8 +116,9 @@ class TopicsAdmin:
         if not partitions:
             raise e.TopicNotFoundError(f"Partitioned topic {topic} does not exist")
         gathered = await partitioned_stats(self.service, self.broker_client, topic, partitions)
-        per_partition = request.query.get("perPartition", "true").lower() == "true"
-        return web.json_response(aggregated(gathered, per_partition))
+        if request.query.get("perPartition", "true").lower() != "true":
+            gathered["partitions"] = {}
+        return web.json_response(gathered)
 
     async def update_partitions(self, request: web.Request) -> web.Response:
         topic = topic_of(request)

@@ -100,7 +100,7 @@ async def test_metrics_count_messages_storage_and_backlog_per_subscription(
     )
     assert samples[("pulsar_msg_backlog", labels)] == 6
 
-    # The rate is computed between scrapes at least a second apart.
+    # The rate moves once a stats interval (1 s in tests) with the message in it has ended.
     async def rate_is_positive() -> None:
         _, later = await scrape(http)
         assert later[("pulsar_rate_in", labels)] > 0
@@ -199,18 +199,35 @@ async def test_partitioned_topic_creation_partitions_and_stats(
     assert await pulsar.get_partitions_for_topic(name) == [
         f"persistent://public/default/{name}-partition-{i}" for i in range(4)
     ]
+    consumer = await pulsar.subscribe(name, "agg", initial_position="earliest")
     producer = await pulsar.create_producer(name)
     for i in range(8):
         await producer.send(f"m{i}".encode())
+    stats: dict[str, Any] = {}
+
+    async def rates_aggregated() -> None:
+        nonlocal stats
+        async with http.get(f"{base}/stats") as resp:
+            assert resp.status == 200
+            stats = await resp.json()
+        assert stats["msgRateIn"] > 0  # once a stats interval (1 s in tests) has ended
+
+    await eventually(rates_aggregated, timeout=10, interval=0.2)
     await producer.close()
-    async with http.get(f"{base}/stats") as resp:
-        assert resp.status == 200
-        stats = await resp.json()
     assert stats["metadata"] == {"partitions": 4}
-    assert sorted(stats["partitions"]) == [
-        f"persistent://public/default/{name}-partition-{i}" for i in range(4)
-    ]
-    assert sum(p["msgInCounter"] for p in stats["partitions"].values()) == 8
+    parts = stats["partitions"]
+    assert sorted(parts) == [f"persistent://public/default/{name}-partition-{i}" for i in range(4)]
+    # The topic's own fields sum its partitions' (Pulsar's PartitionedTopicStats).
+    assert stats["msgInCounter"] == sum(p["msgInCounter"] for p in parts.values()) == 8
+    assert stats["storageSize"] == sum(p["storageSize"] for p in parts.values()) > 0
+    assert stats["msgRateIn"] == pytest.approx(sum(p["msgRateIn"] for p in parts.values()))
+    assert len(stats["publishers"]) == 4  # one producer per partition
+    agg = stats["subscriptions"]["agg"]
+    assert len(agg["consumers"]) == 4
+    assert agg["msgOutCounter"] == sum(
+        p["subscriptions"]["agg"]["msgOutCounter"] for p in parts.values()
+    )
+    await consumer.close()
 
 
 async def test_non_partitioned_topic_reports_zero_partitions(http: aiohttp.ClientSession) -> None:

@@ -450,3 +450,20 @@ async def test_trim_waits_for_mark_delete_to_be_durable(env: Env) -> None:
     assert cursor.persisted_mark_delete == positions[-1]
     await ml.trim()
     assert [i.ledger_id for i in ml.ledgers] == [ml.current_ledger_id]
+
+
+async def test_estimated_size_after_a_position_and_the_ledger_stats(env: Env) -> None:
+    """Pulsar's estimated backlog size: whole ledgers after the position, its own ledger at its
+    average entry size; and what the ledger counts for the stats task."""
+    ml = await env.factory.open(NAME)
+    positions = await add_all(ml, [b"x" * 10] * 7)  # 5 entries per ledger: 5 + 2
+    first, second = positions[0].ledger_id, positions[5].ledger_id
+    assert ml.estimated_size_after(P(first, -1)) == 70  # nothing consumed: everything
+    assert ml.estimated_size_after(P(first, 2)) == 20 + 20  # 2 left in the first, the second
+    assert ml.estimated_size_after(P(second, 1)) == 0
+    await ml.read_entry(positions[0])
+    ml.stats.update()
+    assert ml.stats.added.interval_messages == 7 and ml.stats.added.bytes == 70
+    assert ml.stats.entry_size.interval == [7, 0, 0, 0, 0, 0, 0, 0, 0]
+    assert ml.stats.add_latency_ms.interval_count == 7
+    assert ml.stats.read.interval_messages == 1

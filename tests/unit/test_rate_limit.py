@@ -7,8 +7,9 @@ import pytest
 
 from pulsar_grpc.broker.config import load_config
 from pulsar_grpc.broker.errors import InvalidArgumentError
+from pulsar_grpc.broker.meters import RateMeter
 from pulsar_grpc.broker.naming import TopicName
-from pulsar_grpc.broker.topics.rate_limit import Kind, RateLimit, RateMeter, Throttle
+from pulsar_grpc.broker.topics.rate_limit import Kind, RateLimit, Throttle
 from pulsar_grpc.broker.topics.rate_policies import RateKind, resolve
 
 
@@ -61,16 +62,24 @@ def test_a_period_spreads_the_allowance() -> None:
     assert throttle.delay()[0] == pytest.approx(1.0)
 
 
-def test_the_rate_meter_averages_the_last_complete_seconds() -> None:
+def test_the_rate_meter_reports_the_last_stats_interval_until_the_next_tick() -> None:
     clock = Clock()
-    meter = RateMeter(window_s=5, clock=clock)
-    assert meter.rates() == (0.0, 0.0)
-    for _ in range(10):  # 10 seconds of 100 messages of 10 bytes
-        meter.record(100, 1000)
-        clock.now += 1
-    assert meter.rates() == (100.0, 1000.0)
-    clock.now += 3  # three idle seconds: two of the five still had traffic
-    assert meter.rates() == (40.0, 400.0)
+    meter = RateMeter(clock=clock)
+    meter.record(10, 100)
+    assert meter.rates() == (0.0, 0.0)  # no tick yet
+    clock.now += 2
+    meter.update()
+    assert meter.rates() == (5.0, 50.0) and meter.average_size == 10.0
+    meter.record(1000, 1000)  # counted, but the rates move only at the next tick
+    clock.now += 0.5
+    assert meter.rates() == (5.0, 50.0)
+    clock.now += 0.5
+    meter.update()
+    assert meter.rates() == (1000.0, 1000.0)
+    assert (meter.messages, meter.bytes) == (1010, 1100)
+    clock.now += 1
+    meter.update()
+    assert meter.rates() == (0.0, 0.0) and meter.average_size == 0.0
 
 
 def test_topic_policy_beats_namespace_policy_beats_broker_default() -> None:
@@ -147,12 +156,11 @@ def test_a_relative_limit_adds_the_publish_rate_and_follows_it_each_second() -> 
     assert Throttle(limit, clock).effective() == limit
 
 
-def test_a_new_meter_averages_over_the_time_it_has_existed() -> None:
+def test_a_new_meter_measures_its_first_interval_from_when_it_was_made() -> None:
     clock = Clock()
     clock.now = 100.5
-    meter = RateMeter(window_s=5, clock=clock)
+    meter = RateMeter(clock=clock)
     meter.record(50, 500)  # half a second of 100 messages a second
     clock.now = 101.0
-    meter.record(100, 1000)
-    clock.now = 102.0
+    meter.update()
     assert meter.rates() == (100.0, 1000.0)
