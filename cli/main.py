@@ -16,7 +16,7 @@ from pulsar_grpc.cli import (
     tokens,
     topics,
 )
-from pulsar_grpc.cli.client_conf import resolve
+from pulsar_grpc.cli.client_conf import add_global_connection_args, resolve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (standalone, broker, cluster, clients, topics, admin, perf, tokens, scram):
         command.add_parser(sub)
+    add_global_connection_args(parser)  # --url, --admin-url, --conf, ... before or after verbs
     return parser
 
 
