@@ -51,7 +51,10 @@ def add_broker_options(p: argparse.ArgumentParser) -> None:
         help="override one property, e.g. --set grpcServicePort=6650 (repeatable)",
     )
     p.add_argument("--data", help="shortcut for --set dataDirectory=DIR")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the least severe log records printed (default INFO)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,20 +10,28 @@ from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
+TOPIC_HELP = "topic name, e.g. my-topic or persistent://tenant/namespace/topic"
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("topics", help="create, list, delete and inspect topics")
     add_connection_args(p, [UrlFlag.ADMIN])
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     create = verbs.add_parser("create", help="create a topic (partitioned with -p N)")
-    create.add_argument("topic")
-    create.add_argument("-p", "--partitions", type=int, default=0)
+    create.add_argument("topic", help=TOPIC_HELP)
+    create.add_argument(
+        "-p", "--partitions", type=int, default=0,
+        help="create a partitioned topic of N partitions (default 0: not partitioned)",
+    )  # fmt: skip
     listing = verbs.add_parser("list", help="list the topics of a namespace")
-    listing.add_argument("namespace", nargs="?", default="public/default")
+    listing.add_argument(
+        "namespace", nargs="?", default="public/default",
+        help="tenant/namespace (default public/default)",
+    )  # fmt: skip
     stats = verbs.add_parser("stats", help="print a topic's stats as JSON")
-    stats.add_argument("topic")
+    stats.add_argument("topic", help=TOPIC_HELP)
     delete = verbs.add_parser("delete", help="delete a non-partitioned topic")
-    delete.add_argument("topic")
+    delete.add_argument("topic", help=TOPIC_HELP)
     p.set_defaults(run=run)
 
 

@@ -117,14 +117,19 @@ def _add_load_flags(p: argparse.ArgumentParser, topic: bool) -> None:
 
 
 def _add_consumer_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--subscription", "-s", default="perf-sub")
+    p.add_argument(
+        "--subscription", "-s", default="perf-sub", help="subscription name (default perf-sub)"
+    )
     p.add_argument(
         "--subscription-type",
         choices=SUBSCRIPTION_TYPES,
         help="default: Exclusive with one consumer per topic, Shared with more",
     )
     p.add_argument("--consumers", "-c", type=int, default=1, help="consumers per topic")
-    p.add_argument("--receiver-queue", type=int, default=10_000)
+    p.add_argument(
+        "--receiver-queue", type=int, default=10_000,
+        help="messages each consumer prefetches (default 10000)",
+    )  # fmt: skip
     p.add_argument(
         "--idle-timeout", type=float, default=10.0, help="stop after this long without a message"
     )
