@@ -2,8 +2,10 @@
 
 Operators coming from Pulsar can reuse their ``broker.conf`` lines and the docker image's
 ``PULSAR_PREFIX_<property>`` environment variables, so the field names are Pulsar's (camelCase on
-purpose). Unlike Pulsar, an unknown property is an error with a "did you mean" hint: a silently
-ignored typo is worse than a refused start.
+purpose). A property of Pulsar's standalone.conf that this broker has no use for (BookKeeper,
+transactions, WebSocket, ...) is ignored, and named once in a warning, so Pulsar's own file
+loads; any other unknown property is an error with a "did you mean" hint: a silently ignored typo
+is worse than a refused start.
 
 Sources, later ones winning: defaults, the file, ``PULSAR_PREFIX_*`` variables, ``--set`` flags.
 Every problem found is reported at once, each naming the property, the value and its source.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import math
 import re
 import types
@@ -25,10 +28,13 @@ from pulsar_grpc.broker.cluster import is_cluster_store
 from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
 from pulsar_grpc.broker.metadata.factory import parse_metadata_store_url
+from pulsar_grpc.broker.pulsar_properties import PULSAR_STANDALONE_PROPERTIES
 from pulsar_grpc.broker.security.tokens import config_problems as token_config_problems
 from pulsar_grpc.broker.web.broker_client import config_problems as broker_client_problems
 
 ENV_PREFIX = "PULSAR_PREFIX_"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -327,12 +333,20 @@ def parse_value(name: str, raw: str) -> Any:
     return _parse_scalar(inner if inner is not None else tp, raw)
 
 
+# Pulsar's properties this broker has no use for: accepted, and named in one warning.
+IGNORED_PULSAR_PROPERTIES: frozenset[str] = PULSAR_STANDALONE_PROPERTIES - set(PROPERTY_NAMES)
+
+
 def _suggest(name: str) -> str:
-    by_lower = {p.lower(): p for p in PROPERTY_NAMES}
-    if name.lower() in by_lower:
-        return f" (did you mean {by_lower[name.lower()]}?)"
-    close = difflib.get_close_matches(name.lower(), by_lower, n=1, cutoff=0.6)
-    return f" (did you mean {by_lower[close[0]]}?)" if close else ""
+    """A did-you-mean for an unknown name: the closest of this broker's properties and the
+    Pulsar properties it ignores (said so, lest the fix look like it would take effect)."""
+    by_lower = {p.lower(): p for p in (*IGNORED_PULSAR_PROPERTIES, *PROPERTY_NAMES)}
+    close = [name.lower()] if name.lower() in by_lower else []
+    close = close or difflib.get_close_matches(name.lower(), by_lower, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    match = by_lower[close[0]]
+    return f" (did you mean {match}{', which is ignored' if match not in _TYPES else ''}?)"
 
 
 # --- sources -------------------------------------------------------------------------------
@@ -594,13 +608,42 @@ def validate(
 # --- loading -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A configuration and the Pulsar properties its sources set that it ignores."""
+
+    config: ServiceConfiguration
+    ignored: tuple[str, ...] = ()
+
+    def ignored_warning(self) -> str:
+        """One line naming every ignored property ('' when none was)."""
+        if not self.ignored:
+            return ""
+        return (
+            f"ignoring {len(self.ignored)} Pulsar properties of features this broker does not "
+            f"have: {', '.join(self.ignored)}"
+        )
+
+
 def load_config(
     path: Path | None, env: Mapping[str, str], overrides: Mapping[str, str]
 ) -> ServiceConfiguration:
+    """:func:`read_config`'s configuration; the ignored Pulsar properties, if any, are logged
+    as one warning."""
+    loaded = read_config(path, env, overrides)
+    if loaded.ignored:
+        log.warning("%s", loaded.ignored_warning())
+    return loaded.config
+
+
+def read_config(
+    path: Path | None, env: Mapping[str, str], overrides: Mapping[str, str]
+) -> LoadedConfig:
     """Defaults, then ``path``, then ``PULSAR_PREFIX_*`` in ``env``, then ``overrides``.
 
     Raises :class:`ConfigError` listing every problem: unreadable or malformed lines, unknown
-    properties, values of the wrong type, and failed validation rules.
+    properties, values of the wrong type, and failed validation rules. Properties of Pulsar's
+    standalone.conf that this broker does not have are no problem: the result names them.
     """
     settings: list[_Setting] = []
     errors: list[str] = []
@@ -611,7 +654,12 @@ def load_config(
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     unparsable: set[str] = set()
+    ignored: dict[str, None] = {}  # in the order first set
     for setting in settings:
+        if setting.name in IGNORED_PULSAR_PROPERTIES:
+            if setting.raw.strip():  # empty is unset, in Pulsar too: nothing to warn of
+                ignored[setting.name] = None
+            continue
         if setting.name not in _TYPES:
             errors.append(
                 f"{setting.source}: unknown property {setting.name!r}{_suggest(setting.name)}"
@@ -631,4 +679,4 @@ def load_config(
     errors += validate(config, sources, skip=unparsable)
     if errors:
         raise ConfigError(errors)
-    return config
+    return LoadedConfig(config, tuple(ignored))
