@@ -23,7 +23,7 @@ from pulsar_grpc.cli.auth import authentication_of
 from pulsar_grpc.client import Authentication, AuthenticationTLS
 from pulsar_grpc.client._auth import Exchange, ExchangeAnswer
 
-__all__ = ["AdminRequestError", "print_lines", "reporting_errors", "request"]
+__all__ = ["AdminRequestError", "no_http_answer", "print_lines", "reporting_errors", "request"]
 
 # Pulsar's brokers redirect a bundle or broker request to its owner: one hop, maybe two.
 _MAX_REDIRECTS = 5
@@ -77,7 +77,7 @@ def request(method: str, url: str, body: bytes | None = None) -> object:
         except urllib.error.URLError as exc:
             raise AdminRequestError(f"cannot reach {url}: {exc.reason}") from None
         except (OSError, http.client.HTTPException) as exc:  # a read timeout, a cut answer
-            raise AdminRequestError(_no_http_answer(url, exc)) from None
+            raise AdminRequestError(no_http_answer(url, exc)) from None
         if not raw:
             return None
         try:
@@ -102,7 +102,7 @@ def _http_exchange(url: str) -> Exchange:
             headers = {k.lower(): v for k, v in exc.headers.items()}
             return ExchangeAnswer(grpc.StatusCode.UNAUTHENTICATED, _reason(exc), headers)
         except (OSError, http.client.HTTPException) as exc:
-            raise AdminRequestError(_no_http_answer(url, exc)) from None
+            raise AdminRequestError(no_http_answer(url, exc)) from None
 
     async def exchange(authorization: str) -> ExchangeAnswer:
         return await asyncio.to_thread(get, authorization)
@@ -110,7 +110,7 @@ def _http_exchange(url: str) -> Exchange:
     return exchange
 
 
-def _no_http_answer(url: str, exc: Exception) -> str:
+def no_http_answer(url: str, exc: Exception) -> str:
     """Why ``url`` gave no HTTP answer, naming the likely mistake: a gRPC port (its HTTP/2
     frames start with a zero length prefix, which http.client reads as a bad status line) or
     another server that does not speak HTTP."""

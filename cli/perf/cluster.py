@@ -161,19 +161,20 @@ def _load(
     meanwhile (what a 2-core machine runs out of)."""
     owners = placed_topic(service_urls[0], admin_url, topic, args.partitions)
     common = [
-        "-t", topic, "--partitions", str(args.partitions), "--admin-url", admin_url,
-        "--size", str(args.size), "--batch", str(args.batch), "--duration", str(args.duration),
+        topic, "-np", str(args.partitions), "--admin-url", admin_url, "--size", str(args.size),
         "--interval", str(args.interval or args.duration), "--json",
     ]  # fmt: skip
+    # As fast as it goes (pulsar-perf's default is 100 msg/s).
+    produce = ["-r", "0", "-bm", str(args.batch), "-time", str(args.duration)]
     # Consumers start first and may run a little longer: their clock stops at their last
     # message once the producers are done.
     consume = [
-        "-s", SUBSCRIPTION, "--subscription-type", "Shared", "--idle-timeout", "5",
-        "--duration", str(args.duration + CONSUME_EXTRA_S),
+        "-s", SUBSCRIPTION, "-st", "Shared", "-sp", "Earliest", "--idle-timeout", "5",
+        "-q", "10000", "-time", str(args.duration + CONSUME_EXTRA_S),
     ]  # fmt: skip
     commands = [
         [verb, "-u", service_urls[i % len(service_urls)], *common, *extra]
-        for verb, extra in (("consume", consume), ("produce", []))
+        for verb, extra in (("consume", consume), ("produce", produce))
         for i in range(args.load_processes)
     ]
     brokers_cpu = sum(_cpu_s(pid) for pid in broker_pids)
