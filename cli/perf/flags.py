@@ -155,20 +155,42 @@ def _consumer_flags(p: argparse.ArgumentParser, verb: Verb) -> None:
 
 def add_benchmark_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``ceiling`` and ``all``: the benchmark's own (docs/benchmarks.md)."""
-    p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
-    p.add_argument("--batch", type=int, default=100, help="messages per batch (default 100)")
+    p.add_argument("--size", type=positive_int, default=100, help="payload bytes (default 100)")
+    p.add_argument(
+        "--batch", type=positive_int, default=100, help="messages per batch (default 100)"
+    )
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--messages", "-m", type=int, default=0, help="messages per run")
-    budget.add_argument("--duration", "-d", type=float, default=0, help="seconds per run")
-    p.add_argument("--producers", "-p", type=int, default=1, help="producers per topic")
+    budget.add_argument(
+        "--messages", "-m", type=non_negative_int, default=0, help="messages per run"
+    )
+    budget.add_argument(
+        "--duration", "-d", type=non_negative_float, default=0, help="seconds per run"
+    )
+    p.add_argument("--producers", "-p", type=positive_int, default=1, help="producers per topic")
     p.add_argument(
-        "--max-pending", type=int, default=10_000, help="messages in flight per producer"
+        "--max-pending", type=positive_int, default=10_000, help="messages in flight per producer"
     )
     p.add_argument(
-        "--batch-delay-ms", type=float, default=1.0, help="SDK batching_max_publish_delay_ms"
+        "--batch-delay-ms",
+        type=non_negative_float,
+        default=1.0,
+        help="SDK batching_max_publish_delay_ms",
     )
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between stats lines")
+    p.add_argument(
+        "--interval", type=positive_float, default=2.0, help="seconds between stats lines"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def positive_ints(text: str) -> list[int]:
+    """A comma list of counts, e.g. ``1,2,4``."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of integers: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return values
 
 
 def topics_of(args: argparse.Namespace) -> tuple[str, ...]:

@@ -183,23 +183,35 @@ def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -
 _POSITIONAL = {"namespace": "public/default", "tenant": "public", "cluster": "standalone"}
 _OPTION = {"--actions": "produce", "-b": "0x00000000_0xffffffff", "--url": "127.0.0.1:8080",
            "-c": "FULL", "-f": "/nonexistent/schema.json", "--messages": "1"}  # fmt: skip
+# Names the naming rules refuse, for the sweep with the right addresses.
+_BAD_NAMES = {
+    "namespace": "no-tenant",
+    "topic": "persistent://a/b",
+    "topic_names": "persistent://a/b",
+}
 
 
 def _argv(
-    path: tuple[str, ...], parser: argparse.ArgumentParser, grpc: str, http: str
+    path: tuple[str, ...],
+    parser: argparse.ArgumentParser,
+    admin_at: str,
+    service_at: str,
+    names: dict[str, str] = _POSITIONAL,
 ) -> list[str]:
+    """The command line of one verb: its required arguments filled in from ``names`` (else
+    plausible values), --admin-url http://ADMIN_AT and --service-url grpc://SERVICE_AT."""
     argv = list(path)
     for action in parser._actions:
         if not action.option_strings and action.dest != "help":
-            argv.append(_POSITIONAL.get(action.dest, "sweep-topic"))
+            argv.append(names.get(action.dest, _POSITIONAL.get(action.dest, "sweep-topic")))
         elif action.required:
             flag = action.option_strings[0]
             argv += [flag, _OPTION.get(flag, "x")]
     options = parser._option_string_actions
-    if "--admin-url" in options:  # the gRPC port where HTTP is expected
-        argv += ["--admin-url", f"http://{grpc}"]
-    if "--service-url" in options:  # and the HTTP port where gRPC is
-        argv += ["--service-url", f"grpc://{http}"]
+    if "--admin-url" in options:
+        argv += ["--admin-url", f"http://{admin_at}"]
+    if "--service-url" in options:
+        argv += ["--service-url", f"grpc://{service_at}"]
     if "--operation-timeout-ms" in options:
         argv += ["--operation-timeout-ms", "3000"]
     return argv
@@ -214,16 +226,11 @@ def connecting_commands() -> list[tuple[tuple[str, ...], argparse.ArgumentParser
     return found
 
 
-def test_every_connecting_verb_fails_in_one_line_on_wrong_ports(
-    broker: BrokerThread, capsys: pytest.CaptureFixture[str]
-) -> None:
-    grpc = broker.service_url.removeprefix("grpc://")
-    http = broker.http_url.removeprefix("http://")
-    commands = connecting_commands()
-    assert len(commands) > 20  # produce, consume, read, topics, admin, perf, scram
+def sweep(capsys: pytest.CaptureFixture[str], argvs: list[list[str]]) -> list[str]:
+    """Run each command line in this process: those that did not fail with one clear line
+    (argparse's usage lines aside) and a non-zero exit code, or that raised, as problems."""
     problems = []
-    for path, parser in commands:
-        argv = _argv(path, parser, grpc, http)
+    for argv in argvs:
         capsys.readouterr()
         try:
             code = main(argv)
@@ -233,6 +240,55 @@ def test_every_connecting_verb_fails_in_one_line_on_wrong_ports(
         lines = [ln for ln in err.strip().splitlines() if not ln.startswith(("usage:", " "))]
         if code == 0 or "Traceback" in err or len(lines) != 1:
             problems.append(f"{' '.join(argv)}: exit {code}, stderr {err!r}")
+    return problems
+
+
+def test_every_connecting_verb_fails_in_one_line_on_wrong_ports(
+    broker: BrokerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grpc = broker.service_url.removeprefix("grpc://")
+    http = broker.http_url.removeprefix("http://")
+    commands = connecting_commands()
+    assert len(commands) > 20  # produce, consume, read, topics, admin, perf, scram
+    # The ports swapped: the gRPC port as the admin URL, the HTTP port as the service URL.
+    problems = sweep(capsys, [_argv(path, parser, grpc, http) for path, parser in commands])
+    assert not problems, "\n".join(problems)
+
+
+def test_every_verb_taking_a_name_fails_in_one_line_on_a_bad_one(
+    broker: BrokerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grpc = broker.service_url.removeprefix("grpc://")
+    http = broker.http_url.removeprefix("http://")
+    named = [
+        (path, parser)
+        for path, parser in connecting_commands()
+        if any(a.dest in _BAD_NAMES for a in parser._actions if not a.option_strings)
+    ]
+    assert len(named) > 20
+    # The right addresses this time: what is wrong is the topic or namespace name.
+    argvs = [_argv(path, parser, http, grpc, _BAD_NAMES) for path, parser in named]
+    problems = sweep(capsys, argvs)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("tokens", "show", "garbage"),
+        ("tokens", "create-secret-key", "--output", "/nonexistent/dir/key"),
+        ("scram", "add-user", "u", "--credentials-file", "/nonexistent/f", "--password", "p"),
+        ("perf", "ceiling", "--size", "0"),
+        ("perf", "all", "--messages", "-5"),
+        ("perf", "cluster", "--brokers", "x"),
+        ("broker", "--data", "/nonexistent/data"),
+        ("standalone", "--config", "/nonexistent/standalone.conf"),
+    ],
+)
+def test_verbs_that_connect_nowhere_fail_in_one_line_on_bad_input(
+    argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    problems = sweep(capsys, [list(argv)])
     assert not problems, "\n".join(problems)
 
 
