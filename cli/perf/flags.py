@@ -2,10 +2,8 @@
 argument, pulsar-perf's flag names and defaults where the setting is the same (``-r`` 100 msg/s,
 ``-s`` 1024 bytes, ``-n``, ``-m``, ``-time``, ``-b``, ``-bm`` 1000, ``-o``, ``-np``, ``-q``,
 ``-st``, ``-sp``, ``--histogram-file``); the longer names this tool had before stay as aliases.
-``ceiling`` and ``all`` (the benchmark that runs its own broker) keep their own flags.
-
-One difference, said in the help: with neither ``-m`` nor ``-time`` a run lasts 10 s, where
-pulsar-perf runs until Ctrl-C.
+With neither ``-m`` nor ``-time`` a run goes on until Ctrl-C, as pulsar-perf's. ``ceiling`` and
+``all`` (the benchmark that runs its own broker) keep their own flags, and 10 s runs.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ PULSAR_PERF_BATCH_MAX_MESSAGES = 1000
 PULSAR_PERF_RECEIVER_QUEUE = 1000
 PULSAR_PERF_SUBSCRIBER = "sub"
 PULSAR_PERF_INTERVAL_S = 10.0  # pulsar-perf prints its throughput line every 10 s
-DEFAULT_RUN_S = 10.0  # with neither -m nor -time (pulsar-perf: until Ctrl-C)
+DEFAULT_RUN_S = 10.0  # ceiling and all, with neither --messages nor --duration
 
 
 class Verb(StrEnum):
@@ -64,8 +62,7 @@ def add_pulsar_perf_flags(p: argparse.ArgumentParser, verb: Verb) -> None:
     p.add_argument(
         "-time", "--test-duration", "--duration", dest="duration", type=non_negative_float,
         default=0,
-        help=f"seconds; 0 = until -m (default 0; with -m 0 too, {DEFAULT_RUN_S:g} s, where "
-        "pulsar-perf runs until Ctrl-C)",
+        help="seconds; 0 = until -m (default 0; with -m 0 too, until Ctrl-C, as pulsar-perf)",
     )  # fmt: skip
     if verb is Verb.CONSUME:
         p.add_argument(

@@ -5,7 +5,11 @@ log format."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -129,3 +133,26 @@ def test_e2e_prints_both_of_pulsar_perfs_lines(
     lines = err.splitlines()
     assert any(PRODUCED_LINE.fullmatch(line) for line in lines), err
     assert any(RECEIVED_LINE.fullmatch(line) for line in lines), err
+
+
+def test_without_a_budget_it_runs_until_ctrl_c_then_reports(broker: BrokerThread) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pulsar_grpc.cli.main", "perf", "produce", "until-ctrl-c",
+         "-u", broker.service_url, "-r", "500", "--interval", "0.3", "--json"],
+        env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # running: its first throughput line
+            if PRODUCED_LINE.fullmatch(line.strip()):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert re.search(r"Aggregated throughput stats --- \d+ records sent", err), err
+    assert json.loads(out)["messages"] > 0
