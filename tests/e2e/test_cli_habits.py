@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,6 +108,29 @@ def test_read_from_earliest_latest_and_a_message_id(broker: BrokerThread) -> Non
     assert f"message id: {ids[1]}" in inclusive.stdout
     latest = cli("read", topic, "-n", "0", "--timeout", "1", "--url", url)
     assert latest.returncode == 0 and blocks(latest.stdout) == [], latest
+
+
+def test_consume_and_read_rate_limit_what_they_print(
+    broker: BrokerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = unique("slow")
+    url = broker.service_url
+    assert main(["produce", topic, "-m", "a,b,c,d,e,f", "--url", url]) == 0
+
+    def seconds(*argv: str) -> float:
+        began = time.monotonic()
+        assert main([*argv, "-n", "6", "--url", url]) == 0
+        return time.monotonic() - began
+
+    for verb, first, second in (
+        ("read", ["-m", "earliest"], ["-m", "earliest"]),
+        ("consume", ["-s", "fast", "-p", "Earliest"], ["-s", "slow", "-p", "Earliest"]),
+    ):
+        fast = seconds(verb, topic, *first)
+        slow = seconds(verb, topic, *second, "-r", "10")
+        # 6 messages at 10 a second: 5 gaps of 0.1 s at least.
+        assert slow - fast >= 0.45, (verb, fast, slow)
+        assert capsys.readouterr().out.count("got message") == 12
 
 
 # ------------------------------------------------------------------------------- global flags
