@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,6 +178,45 @@ def test_urls_pointed_at_the_wrong_port_say_so_in_one_line(broker: BrokerThread)
     assert service.returncode == 1
     line = one_line(service.stderr)
     assert "HTTP/1.x server" in line and "gRPC URL" in line, line
+
+
+@pytest.fixture
+def not_http() -> Iterator[str]:
+    """host:port of a server that answers every connection with a line that is not HTTP (nor
+    HTTP/2), as an SSH server or a database would."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def test_urls_pointed_at_a_server_that_is_neither_say_so_in_one_line(not_http: str) -> None:
+    admin = cli("topics", "list", "--admin-url", f"http://{not_http}")
+    assert admin.returncode == 1
+    line = one_line(admin.stderr)
+    assert "does not answer in HTTP" in line and "--admin-url" in line, line
+    service = cli("produce", "t", "-m", "x", "--url", f"grpc://{not_http}",
+                  "--operation-timeout-ms", "3000")  # fmt: skip
+    assert service.returncode == 1
+    line = one_line(service.stderr)
+    assert "does not speak gRPC" in line, line
 
 
 def one_line(stderr: str) -> str:
