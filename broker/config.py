@@ -2,8 +2,10 @@
 
 Operators coming from Pulsar can reuse their ``broker.conf`` lines and the docker image's
 ``PULSAR_PREFIX_<property>`` environment variables, so the field names are Pulsar's (camelCase on
-purpose). Unlike Pulsar, an unknown property is an error with a "did you mean" hint: a silently
-ignored typo is worse than a refused start.
+purpose). A property of Pulsar's standalone.conf that this broker has no use for (BookKeeper,
+transactions, WebSocket, ...) is ignored, and named once in a warning, so Pulsar's own file
+loads; any other unknown property is an error with a "did you mean" hint: a silently ignored typo
+is worse than a refused start.
 
 Sources, later ones winning: defaults, the file, ``PULSAR_PREFIX_*`` variables, ``--set`` flags.
 Every problem found is reported at once, each naming the property, the value and its source.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import math
 import re
 import types
@@ -25,10 +28,13 @@ from pulsar_grpc.broker.cluster import is_cluster_store
 from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
 from pulsar_grpc.broker.metadata.factory import parse_metadata_store_url
+from pulsar_grpc.broker.pulsar_properties import PULSAR_STANDALONE_PROPERTIES
 from pulsar_grpc.broker.security.tokens import config_problems as token_config_problems
 from pulsar_grpc.broker.web.broker_client import config_problems as broker_client_problems
 
 ENV_PREFIX = "PULSAR_PREFIX_"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -337,12 +343,21 @@ def parse_value(name: str, raw: str, settings: type = ServiceConfiguration) -> A
     return _parse_scalar(inner if inner is not None else tp, raw)
 
 
-def _suggest(name: str, names: Iterable[str]) -> str:
-    by_lower = {p.lower(): p for p in names}
-    if name.lower() in by_lower:
-        return f" (did you mean {by_lower[name.lower()]}?)"
-    close = difflib.get_close_matches(name.lower(), by_lower, n=1, cutoff=0.6)
-    return f" (did you mean {by_lower[close[0]]}?)" if close else ""
+# Pulsar's properties this broker has no use for: accepted, and named in one warning.
+IGNORED_PULSAR_PROPERTIES: frozenset[str] = PULSAR_STANDALONE_PROPERTIES - set(PROPERTY_NAMES)
+
+
+def _suggest(name: str, names: Iterable[str], ignorable: frozenset[str] = frozenset()) -> str:
+    """A did-you-mean for an unknown name: the closest of ``names`` and the Pulsar properties
+    these settings ignore (said so, lest the fix look like it would take effect)."""
+    known = set(names)
+    by_lower = {p.lower(): p for p in (*ignorable, *known)}
+    close = [name.lower()] if name.lower() in by_lower else []
+    close = close or difflib.get_close_matches(name.lower(), by_lower, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    match = by_lower[close[0]]
+    return f" (did you mean {match}{', which is ignored' if match not in known else ''}?)"
 
 
 # --- sources -------------------------------------------------------------------------------
@@ -624,15 +639,52 @@ def validate(
 # --- loading -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A configuration and the Pulsar properties its sources set that it ignores."""
+
+    config: ServiceConfiguration
+    ignored: tuple[str, ...] = ()
+
+    def ignored_warning(self) -> str:
+        """One line naming every ignored property ('' when none was)."""
+        if not self.ignored:
+            return ""
+        return (
+            f"ignoring {len(self.ignored)} Pulsar properties of features this broker does not "
+            f"have: {', '.join(self.ignored)}"
+        )
+
+
 def load_config(
     path: Path | None, env: Mapping[str, str], overrides: Mapping[str, str]
 ) -> ServiceConfiguration:
+    """:func:`read_config`'s configuration; the ignored Pulsar properties, if any, are logged
+    as one warning."""
+    loaded = read_config(path, env, overrides)
+    if loaded.ignored:
+        log.warning("%s", loaded.ignored_warning())
+    return loaded.config
+
+
+def read_config(
+    path: Path | None, env: Mapping[str, str], overrides: Mapping[str, str]
+) -> LoadedConfig:
     """Defaults, then ``path``, then ``PULSAR_PREFIX_*`` in ``env``, then ``overrides``.
 
     Raises :class:`ConfigError` listing every problem: unreadable or malformed lines, unknown
-    properties, values of the wrong type, and failed validation rules.
+    properties, values of the wrong type, and failed validation rules. Properties of Pulsar's
+    standalone.conf that this broker does not have are no problem: the result names them.
     """
-    return load_settings(ServiceConfiguration, RULES, path, env, overrides)  # type: ignore[arg-type]
+    config, ignored = _read_settings(
+        ServiceConfiguration,
+        RULES,  # type: ignore[arg-type]
+        path,
+        env,
+        overrides,
+        IGNORED_PULSAR_PROPERTIES,
+    )
+    return LoadedConfig(config, ignored)
 
 
 def load_settings(
@@ -644,6 +696,18 @@ def load_settings(
 ) -> S:
     """:func:`load_config` for any settings dataclass in the broker's style (Pulsar property
     names, the same sources in the same order, every problem reported at once)."""
+    return _read_settings(settings_type, rules, path, env, overrides, frozenset())[0]
+
+
+def _read_settings(
+    settings_type: type[S],
+    rules: Sequence[SettingsRule[S]],
+    path: Path | None,
+    env: Mapping[str, str],
+    overrides: Mapping[str, str],
+    ignorable: frozenset[str],
+) -> tuple[S, tuple[str, ...]]:
+    """The settings, and the ``ignorable`` properties the sources set (ignored)."""
     types_ = _types(settings_type)
     settings: list[_Setting] = []
     errors: list[str] = []
@@ -654,11 +718,16 @@ def load_settings(
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     unparsable: set[str] = set()
+    ignored: dict[str, None] = {}  # in the order first set
     for setting in settings:
+        if setting.name in ignorable:
+            if setting.raw.strip():  # empty is unset, in Pulsar too: nothing to warn of
+                ignored[setting.name] = None
+            continue
         if setting.name not in types_:
             errors.append(
                 f"{setting.source}: unknown property {setting.name!r}"
-                f"{_suggest(setting.name, types_)}"
+                f"{_suggest(setting.name, types_, ignorable)}"
             )
             continue
         try:
@@ -675,4 +744,4 @@ def load_settings(
     errors += validate(config, sources, skip=unparsable, rules=rules)
     if errors:
         raise ConfigError(errors)
-    return config
+    return config, tuple(ignored)

@@ -18,16 +18,19 @@ import argparse
 from pulsar_grpc.client import Authentication, authentication_from
 
 
-def add_auth_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--auth-plugin", metavar="PLUGIN",
-        help="token, basic, tls or scram (or Pulsar's class name): Pulsar's authPlugin",
-    )  # fmt: skip
-    parser.add_argument(
-        "--auth-params", metavar="PARAMS", default="",
-        help="the plugin's parameters (Pulsar's authParams), e.g. token:XYZ, "
-        '{"userId":"u","password":"p"}, tlsCertFile:c.pem,tlsKeyFile:k.pem',
-    )  # fmt: skip
+def auth_flags() -> list[tuple[tuple[str, ...], dict[str, object]]]:
+    """The two flags, as (option strings, add_argument keywords) for the connection flags."""
+    return [
+        (("--auth-plugin",), {
+            "metavar": "PLUGIN",
+            "help": "token, basic, tls or scram (or Pulsar's class name): Pulsar's authPlugin",
+        }),
+        (("--auth-params",), {
+            "metavar": "PARAMS",
+            "help": "the plugin's parameters (Pulsar's authParams), e.g. token:XYZ, "
+            '{"userId":"u","password":"p"}, tlsCertFile:c.pem,tlsKeyFile:k.pem',
+        }),
+    ]  # fmt: skip
 
 
 def authentication_of(args: argparse.Namespace) -> Authentication | None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from pulsar_grpc.cli.auth import add_auth_args
+from pulsar_grpc.cli.auth import auth_flags
 from pulsar_grpc.cli.endpoints import (
     ADMIN_URL_HELP,
     SERVICE_URL_HELP,
@@ -39,6 +39,7 @@ __all__ = [
     "ClientConf",
     "UrlFlag",
     "add_connection_args",
+    "add_global_connection_args",
     "read_client_conf",
     "resolve",
 ]
@@ -112,40 +113,106 @@ def _value(key: str, value: str, where: str) -> object:
 
 
 def add_connection_args(parser: argparse.ArgumentParser, urls: Iterable[UrlFlag]) -> None:
-    """The flags of a command that connects: its URLs, --conf, credentials and TLS trust."""
-    for url in urls:
-        if url is UrlFlag.SERVICE:
-            parser.add_argument(
-                "--service-url", "-u",
-                help=f"grpc:// or grpc+ssl:// {SERVICE_URL_HELP}; client.conf's brokerServiceUrl",
-            )  # fmt: skip
-        else:
-            parser.add_argument(
-                "--admin-url", help=f"{ADMIN_URL_HELP}; client.conf's webServiceUrl"
-            )
-    parser.add_argument(
-        "--conf", type=Path, metavar="FILE",
-        help=f"a client.conf in Pulsar's format (default ${CONF_ENV}); flags override it",
-    )  # fmt: skip
-    add_auth_args(parser)
-    parser.add_argument(
-        "--tls-trust-cert-path", metavar="PEM",
-        help="the CA certificates to trust (client.conf's tlsTrustCertsFilePath)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--tls-allow-insecure", action="store_const", const=True, default=None,
-        help="do not verify the admin API's https certificate (tlsAllowInsecureConnection)",
-    )  # fmt: skip
+    """The flags of a command that connects: its URLs, --conf, credentials and TLS trust.
+
+    They are accepted before the command too (``pulsar-grpc --url U produce ...``, see
+    :func:`add_global_connection_args`) and after each of its verbs; every one defaults to
+    "not given" (argparse.SUPPRESS), so a flag given at one level is not reset by another's
+    default, and :func:`resolve` fills in what none gave."""
+    wanted = tuple(urls)
+    parser.set_defaults(connection_urls=wanted)
+    _add_flags(parser, wanted)
+
+
+def add_global_connection_args(root: argparse.ArgumentParser) -> None:
+    """Every connection flag before the command (``pulsar-grpc --admin-url U topics list``),
+    and each command's own flags after any of its verbs (``topics list --admin-url U``), as
+    pulsar-admin and pulsar-client take them. Call once the whole parser is built."""
+    _add_flags(root, tuple(UrlFlag))
+    for command in _children(root):
+        _spread(command, command.get_default("connection_urls"))
+
+
+def _spread(parser: argparse.ArgumentParser, urls: tuple[UrlFlag, ...] | None) -> None:
+    """Give the flags of a connecting command to each verb below it (nested groups too)."""
+    for child in _children(parser):
+        child_urls = child.get_default("connection_urls") or urls
+        if child_urls is not None:
+            _add_flags(child, child_urls)
+        _spread(child, child_urls)
+
+
+def _children(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found: dict[int, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found.setdefault(id(child), child)  # an alias names the same parser
+    return list(found.values())
+
+
+def _add_flags(parser: argparse.ArgumentParser, urls: tuple[UrlFlag, ...]) -> None:
+    flags: list[tuple[tuple[str, ...], dict[str, object]]] = []
+    if UrlFlag.SERVICE in urls:
+        flags.append((
+            ("--service-url", "--url", "-u"),
+            {"help": f"grpc:// or grpc+ssl:// {SERVICE_URL_HELP}; client.conf's brokerServiceUrl"},
+        ))  # fmt: skip
+    if UrlFlag.ADMIN in urls:
+        flags.append((("--admin-url",), {"help": f"{ADMIN_URL_HELP}; client.conf's webServiceUrl"}))
+    flags += [
+        (("--conf",), {
+            "type": Path, "metavar": "FILE",
+            "help": f"a client.conf in Pulsar's format (default ${CONF_ENV}); flags override it",
+        }),
+        *auth_flags(),
+        (("--tls-trust-cert-path",), {
+            "metavar": "PEM",
+            "help": "the CA certificates to trust (client.conf's tlsTrustCertsFilePath)",
+        }),
+        (("--tls-allow-insecure",), {
+            "action": "store_const", "const": True,
+            "help": "do not verify the admin API's https certificate (tlsAllowInsecureConnection)",
+        }),
+    ]  # fmt: skip
+    taken = parser._option_string_actions
+    for names, options in flags:
+        free = [name for name in names if name not in taken]  # admin's own --url stays its own
+        if free:
+            parser.add_argument(*free, default=argparse.SUPPRESS, **options)  # type: ignore[arg-type]
+
+
+# What resolve() sets a flag to when neither a flag nor client.conf gave it.
+_UNSET: dict[str, object] = {
+    "conf": None,
+    "auth_plugin": None,
+    "auth_params": "",
+    "tls_trust_cert_path": None,
+    "tls_allow_insecure": None,
+}
+_URL_DESTS = {UrlFlag.SERVICE: "service_url", UrlFlag.ADMIN: "admin_url"}
 
 
 def resolve(args: argparse.Namespace) -> None:
     """Fill in what the flags left out from the client.conf, then the defaults; ValueError
-    (a usage error) for a client.conf that cannot be used. Commands without --conf: as given."""
-    if not hasattr(args, "conf"):
+    (a usage error) for a client.conf that cannot be used, or for connection flags given to a
+    command that connects nowhere."""
+    urls: tuple[UrlFlag, ...] | None = getattr(args, "connection_urls", None)
+    given = sorted(k for k in (*_UNSET, *_URL_DESTS.values()) if k in vars(args))
+    if urls is None:
+        if given:
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise ValueError(f"{flags}: this command connects to no broker")
         return
+    for dest, unset in _UNSET.items():
+        if dest not in vars(args):
+            setattr(args, dest, unset)
+    for flag, dest in _URL_DESTS.items():
+        if dest not in vars(args) and flag in urls:
+            setattr(args, dest, None)
     path = args.conf or (Path(os.environ[CONF_ENV]) if os.environ.get(CONF_ENV) else None)
     conf = read_client_conf(path) if path is not None else ClientConf()
-    if hasattr(args, "service_url") and not args.service_url:
+    if UrlFlag.SERVICE in urls and not args.service_url:
         url = conf.broker_service_url
         if url is not None and not url.startswith(("grpc://", "grpc+ssl://")):
             # A stock Pulsar client.conf says pulsar://: fine for the admin commands, which
@@ -155,7 +222,7 @@ def resolve(args: argparse.Namespace) -> None:
                 f"broker speaks gRPC), got {url!r}; or give --service-url"
             )
         args.service_url = url or default_service_url()
-    if hasattr(args, "admin_url") and not args.admin_url:
+    if UrlFlag.ADMIN in urls and not args.admin_url:
         args.admin_url = conf.web_service_url or default_admin_url()
     # Each flag overrides its own key, as in Pulsar's pulsar-admin.
     args.auth_plugin = args.auth_plugin or conf.auth_plugin

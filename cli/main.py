@@ -17,7 +17,7 @@ from pulsar_grpc.cli import (
     tokens,
     topics,
 )
-from pulsar_grpc.cli.client_conf import resolve
+from pulsar_grpc.cli.client_conf import add_global_connection_args, resolve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         scram,
     ):
         command.add_parser(sub)
+    add_global_connection_args(parser)  # --url, --admin-url, --conf, ... before or after verbs
     return parser
 
 

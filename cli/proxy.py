@@ -41,7 +41,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         metavar="PROPERTY=VALUE",
         help="override one property, e.g. --set grpcServicePort=6650 (repeatable)",
     )
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the least severe log level printed",
+    )
     p.set_defaults(run=run)
 
 

@@ -23,7 +23,14 @@ from pulsar_grpc.cli.auth import authentication_of
 from pulsar_grpc.client import Authentication, AuthenticationTLS
 from pulsar_grpc.client._auth import Exchange, ExchangeAnswer
 
-__all__ = ["AdminRequestError", "print_lines", "reporting_errors", "request", "request_raw"]
+__all__ = [
+    "AdminRequestError",
+    "no_http_answer",
+    "print_lines",
+    "reporting_errors",
+    "request",
+    "request_raw",
+]
 
 # Pulsar's brokers redirect a bundle or broker request to its owner: one hop, maybe two.
 _MAX_REDIRECTS = 5
@@ -90,7 +97,7 @@ def request_raw(method: str, url: str, body: bytes | None = None) -> tuple[dict[
         except urllib.error.URLError as exc:
             raise AdminRequestError(f"cannot reach {url}: {exc.reason}") from None
         except (OSError, http.client.HTTPException) as exc:  # a read timeout, a cut answer
-            raise AdminRequestError(f"no answer from {url}: {exc!r}") from None
+            raise AdminRequestError(no_http_answer(url, exc)) from None
     raise AdminRequestError(f"too many redirects, the last to {url}")
 
 
@@ -109,12 +116,30 @@ def _http_exchange(url: str) -> Exchange:
             headers = {k.lower(): v for k, v in exc.headers.items()}
             return ExchangeAnswer(grpc.StatusCode.UNAUTHENTICATED, _reason(exc), headers)
         except (OSError, http.client.HTTPException) as exc:
-            raise AdminRequestError(f"cannot reach {url}: {exc!r}") from None
+            raise AdminRequestError(no_http_answer(url, exc)) from None
 
     async def exchange(authorization: str) -> ExchangeAnswer:
         return await asyncio.to_thread(get, authorization)
 
     return exchange
+
+
+def no_http_answer(url: str, exc: Exception) -> str:
+    """Why ``url`` gave no HTTP answer, naming the likely mistake: a gRPC port (its HTTP/2
+    frames start with a zero length prefix, which http.client reads as a bad status line) or
+    another server that does not speak HTTP."""
+    where = url.split("/admin/", 1)[0].split("/lookup/", 1)[0]
+    if isinstance(exc, http.client.BadStatusLine):
+        line = str(exc.args[0] if exc.args else "")
+        if line.startswith("\x00") or "PRI * HTTP/2" in line:
+            return (
+                f"{where} answered in HTTP/2 (gRPC?), not HTTP/1.1: --admin-url takes the "
+                "broker's web service URL (webServicePort, default 8080), not its gRPC port"
+            )
+        return f"{where} does not answer in HTTP: is --admin-url the broker's web service URL?"
+    if isinstance(exc, TimeoutError):
+        return f"no answer from {where} within 30 s"
+    return f"no HTTP answer from {where}: {exc}"
 
 
 def print_lines(answer: object) -> None:

@@ -31,12 +31,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     add = verbs.add_parser("add-user", help="add or replace a user in a SCRAM credentials file")
-    add.add_argument("user")
+    add.add_argument("user", help="the user name (the userId of --auth-params)")
     add.add_argument(
         "--credentials-file", required=True, metavar="FILE", help="the broker's scramAuthConf"
     )
     add.add_argument("--password", help="the password (default: read from stdin)")
-    add.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
+    add.add_argument(
+        "--iterations", type=int, default=DEFAULT_ITERATIONS,
+        help=f"PBKDF2 iterations of the stored key (default and least {DEFAULT_ITERATIONS})",
+    )  # fmt: skip
 
     for verb, help in (
         ("role-token-keys", "list the cluster's role-token signing keys"),

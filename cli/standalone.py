@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -14,10 +15,10 @@ from pathlib import Path
 from pulsar_grpc.broker.config import (
     ConfigError,
     ServiceConfiguration,
-    load_config,
     parse_set_flags,
+    read_config,
 )
-from pulsar_grpc.broker.data_lock import DataDirectoryInUseError
+from pulsar_grpc.broker.data_lock import LOCK_FILE, DataDirectoryInUseError, DataDirectoryLock
 from pulsar_grpc.broker.errors import MetadataError, PersistenceError
 
 log = logging.getLogger("pulsar_grpc.standalone")
@@ -34,14 +35,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "127.0.0.1:50051, HTTP on 127.0.0.1:8080 unless configured otherwise.",
     )
     add_broker_options(p)
+    p.add_argument(
+        "--wipe-data", action="store_true",
+        help="delete everything in the data directory first, as Pulsar's standalone does "
+        "(refused while a broker runs on it, or when the metadata or ledgers live elsewhere)",
+    )  # fmt: skip
     p.set_defaults(run=run)
 
 
 def add_broker_options(p: argparse.ArgumentParser) -> None:
     """The options `standalone` and `broker` share."""
     p.add_argument(
-        "--config", "-c", type=Path, help="broker.conf-style file (Pulsar property names)"
-    )
+        "--config", "-c", type=Path,
+        help="broker.conf or standalone.conf (Pulsar property names; Pulsar's properties of "
+        "features this broker lacks are named in one warning and ignored)",
+    )  # fmt: skip
     p.add_argument(
         "--set",
         dest="overrides",
@@ -51,17 +59,56 @@ def add_broker_options(p: argparse.ArgumentParser) -> None:
         help="override one property, e.g. --set grpcServicePort=6650 (repeatable)",
     )
     p.add_argument("--data", help="shortcut for --set dataDirectory=DIR")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the least severe log records printed (default INFO)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_broker(args, "standalone")
+    return run_broker(args, "standalone", wipe_data_directory if args.wipe_data else _no_check)
+
+
+def _no_check(config: ServiceConfiguration) -> None:
+    """No requirement beyond the configuration's own validation."""
+
+
+def wipe_data_directory(config: ServiceConfiguration) -> None:
+    """``--wipe-data``: empty the data directory, holding its lock meanwhile so a broker that
+    runs on it is never wiped under (DataDirectoryInUseError). Only the embedded stores live
+    there: with an external metadata store or ledger storage, wiping half the state would
+    leave the other half pointing at nothing, so that is refused."""
+    external = [name for name in ("metadataStoreUrl", "ledgerStorageUrl") if getattr(config, name)]
+    if external:
+        raise ConfigError([
+            f"--wipe-data: {' and '.join(external)} name stores outside the data directory; "
+            "wipe them with their own tools"
+        ])  # fmt: skip
+    data = Path(config.dataDirectory)
+    if not data.is_dir():
+        return
+    lock = DataDirectoryLock(data)
+    try:
+        lock.acquire()
+        try:
+            for entry in data.iterdir():
+                if entry.name == LOCK_FILE:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        finally:
+            lock.release()
+    except OSError as exc:  # files it may not delete: nothing starts on half a wipe
+        raise ConfigError([f"--wipe-data: {exc}"]) from None
+    print(f"pulsar-grpc standalone: wiped data directory {data}", file=sys.stderr)
 
 
 def run_broker(
     args: argparse.Namespace,
     command: str,
-    check: Callable[[ServiceConfiguration], None] = lambda config: None,
+    check: Callable[[ServiceConfiguration], None] = _no_check,
 ) -> int:
     """Load the configuration, run `check` on it (a ConfigError refuses the start), then run
     the broker until SIGINT or SIGTERM; the exit codes are the module docstring's."""
@@ -73,12 +120,19 @@ def run_broker(
             overrides["dataDirectory"] = args.data
         if args.config is not None and not args.config.is_file():
             raise ConfigError([f"--config: {args.config}: no such file"])
-        config = load_config(args.config, os.environ, overrides)
+        loaded = read_config(args.config, os.environ, overrides)
+        if loaded.ignored:  # once, before anything else is logged
+            print(f"pulsar-grpc {command}: warning: {loaded.ignored_warning()}", file=sys.stderr)
+        config = loaded.config
         check(config)
         broker = BrokerService(config)
     except ConfigError as exc:
         print(invalid_configuration(command, exc), file=sys.stderr)
         return 2
+    except DataDirectoryInUseError as exc:  # --wipe-data on a directory a broker runs on
+        print(f"pulsar-grpc {command}: cannot start: {exc}", file=sys.stderr)
+        return EXIT_DATA_DIRECTORY_IN_USE
+
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -56,14 +56,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     secret = verbs.add_parser("create-secret-key", help="create a new secret key")
-    secret.add_argument("-a", "--signature-algorithm", choices=HMAC_ALGORITHMS, default="HS256")
+    secret.add_argument(
+        "-a", "--signature-algorithm", choices=HMAC_ALGORITHMS, default="HS256",
+        help="the HMAC algorithm the key is for (default HS256)",
+    )  # fmt: skip
     secret.add_argument("-o", "--output", help="write the key to this file instead of stdout")
     secret.add_argument("-b", "--base64", action="store_true", help="encode the key in base64")
 
     pair = verbs.add_parser("create-key-pair", help="create a new private/public key pair (DER)")
-    pair.add_argument("-a", "--signature-algorithm", choices=ASYMMETRIC_ALGORITHMS, default="RS256")
-    pair.add_argument("--output-private-key", required=True, metavar="FILE")
-    pair.add_argument("--output-public-key", required=True, metavar="FILE")
+    pair.add_argument(
+        "-a", "--signature-algorithm", choices=ASYMMETRIC_ALGORITHMS, default="RS256",
+        help="the key pair's algorithm (default RS256)",
+    )  # fmt: skip
+    pair.add_argument(
+        "--output-private-key", required=True, metavar="FILE",
+        help="where to write the private key (it signs tokens: keep it secret)",
+    )  # fmt: skip
+    pair.add_argument(
+        "--output-public-key", required=True, metavar="FILE",
+        help="where to write the public key (the brokers' tokenPublicKey)",
+    )  # fmt: skip
 
     create = verbs.add_parser("create", help="create a new token")
     create.add_argument(

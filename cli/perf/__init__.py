@@ -17,6 +17,7 @@ Modules: ``spec`` (settings), ``stats`` (recorder, HDR histograms, budget, pacin
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import sys
@@ -28,14 +29,22 @@ from dataclasses import replace
 from typing import Any
 
 import grpc
+from hdrh.log import HistogramLogWriter
 
-from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
+from pulsar_grpc.cli.perf.flags import (
+    DEFAULT_RUN_S,
+    Verb,
+    add_benchmark_flags,
+    add_pulsar_perf_flags,
+    topics_of,
+)
 from pulsar_grpc.cli.perf.load import STAMP_BYTES, consume_sdk, e2e, produce_sdk
 from pulsar_grpc.cli.perf.procs import ceiling_server, standalone
 from pulsar_grpc.cli.perf.raw import consume_raw, produce_raw
 from pulsar_grpc.cli.perf.report import machine, plot, table
-from pulsar_grpc.cli.perf.spec import LoadSpec
-from pulsar_grpc.cli.perf.stats import Recorder
+from pulsar_grpc.cli.perf.spec import ConsumerLatency, LoadSpec
+from pulsar_grpc.cli.perf.stats import LineStyle, Recorder, open_histogram_log
+from pulsar_grpc.cli.rest import no_http_answer
 from pulsar_grpc.client.exceptions import PulsarException
 
 Runner = Callable[[LoadSpec, Recorder], Coroutine[Any, Any, None]]
@@ -43,34 +52,24 @@ MODES: dict[str, tuple[str, ...]] = {
     "page-cache": (),
     "fsync": ("--set", "journalSyncData=true"),
 }
-SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("perf", help="measure throughput and latency (like pulsar-perf)")
+    p = sub.add_parser("perf", help="measure throughput and latency (pulsar-perf's flags)")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
-    produce = verbs.add_parser("produce", help="produce to a running broker")
-    _add_load_flags(produce, topic=True)
-    produce.add_argument(
-        "--raw", action="store_true", help="hand-built ProduceRequests, one stream each, no SDK"
-    )
-    consume = verbs.add_parser("consume", help="consume (and ack) from a running broker")
-    _add_load_flags(consume, topic=True)
-    _add_consumer_flags(consume)
-    consume.add_argument(
-        "--raw", action="store_true", help="hand-driven Consume streams (permits, acks), no SDK"
-    )
-    both = verbs.add_parser(
-        "e2e", help="producers and consumers at once; end-to-end latency publish -> receive"
-    )
-    _add_load_flags(both, topic=True)
-    _add_consumer_flags(both)
+    for verb, help in (
+        (Verb.PRODUCE, "produce to a running broker (pulsar-perf produce)"),
+        (Verb.CONSUME, "consume (and ack) from a running broker (pulsar-perf consume); "
+         "end-to-end latency from each message's publish time"),
+        (Verb.E2E, "producers and consumers at once; end-to-end latency publish -> receive"),
+    ):  # fmt: skip
+        add_pulsar_perf_flags(verbs.add_parser(verb.value, help=help), verb)
     ceiling = verbs.add_parser("ceiling", help="a bare grpc.aio stream, same batching, no broker")
-    _add_load_flags(ceiling, topic=False)
+    add_benchmark_flags(ceiling)
     everything = verbs.add_parser(
         "all", help="start a standalone broker; ceiling, produce, consume, latency; one table"
     )
-    _add_load_flags(everything, topic=False)
+    add_benchmark_flags(everything)
     everything.add_argument(
         "--latency-rate", type=float, default=50_000, help="msg/s of the fixed-rate latency run"
     )
@@ -81,53 +80,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     cluster.add_parser(verbs)
     p.set_defaults(run=run)
-
-
-def _add_load_flags(p: argparse.ArgumentParser, topic: bool) -> None:
-    if topic:
-        add_connection_args(p, [UrlFlag.SERVICE, UrlFlag.ADMIN])
-        p.add_argument("--topic", "-t", default="perf", help="a topic, or the base of --topics N")
-        p.add_argument(
-            "--topics",
-            metavar="N|T1,T2",
-            help="N topics named <topic>-0..N-1, or a comma list of topics",
-        )
-        p.add_argument(
-            "--partitions",
-            type=int,
-            default=0,
-            help="create each topic with N partitions first (admin HTTP); 0 = as it is",
-        )
-        p.add_argument("--rate", "-r", type=float, default=0, help="msg/s, 0 = as fast as possible")
-        p.add_argument("--plot", metavar="FILE.png", help="draw throughput and latency over time")
-    p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
-    p.add_argument("--batch", type=int, default=100, help="messages per batch (default 100)")
-    budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--messages", "-m", type=int, default=0, help="messages per run")
-    budget.add_argument("--duration", "-d", type=float, default=0, help="seconds per run")
-    p.add_argument("--producers", "-p", type=int, default=1, help="producers per topic")
-    p.add_argument(
-        "--max-pending", type=int, default=10_000, help="messages in flight per producer"
-    )
-    p.add_argument(
-        "--batch-delay-ms", type=float, default=1.0, help="SDK batching_max_publish_delay_ms"
-    )
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between stats lines")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-
-
-def _add_consumer_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--subscription", "-s", default="perf-sub")
-    p.add_argument(
-        "--subscription-type",
-        choices=SUBSCRIPTION_TYPES,
-        help="default: Exclusive with one consumer per topic, Shared with more",
-    )
-    p.add_argument("--consumers", "-c", type=int, default=1, help="consumers per topic")
-    p.add_argument("--receiver-queue", type=int, default=10_000)
-    p.add_argument(
-        "--idle-timeout", type=float, default=10.0, help="stop after this long without a message"
-    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,16 +111,36 @@ def _run_load(args: argparse.Namespace) -> int:
             result, rec = _measure("ceiling", produce_raw, replace(spec, service_url=url))
         return _finish(args, [result], [rec], ok=_ok(result))
     try:
-        spec = _credentials(args, _spec(args, args.service_url, _topics(args)))
-    except ValueError as exc:  # --auth-params (or the client.conf's) that do not parse
+        spec = _credentials(args, _spec(args, args.service_url, topics_of(args)))
+    except ValueError as exc:  # -t against the topics given; --auth-params that do not parse
         print(f"pulsar-grpc perf: {exc}", file=sys.stderr)
         return 2
     if args.partitions:
         authorization = dict(spec.authorization()).get("authorization")
-        for topic in spec.topics:
-            create_partitioned_topic(args.admin_url, topic, args.partitions, authorization)
-    if args.verb == "e2e":
-        return _run_e2e(args, spec)
+        try:
+            for topic in spec.topics:
+                create_partitioned_topic(args.admin_url, topic, args.partitions, authorization)
+        except (RuntimeError, OSError, http.client.HTTPException) as exc:
+            url = args.admin_url
+            problem = str(exc) if isinstance(exc, RuntimeError) else no_http_answer(url, exc)
+            print(f"pulsar-grpc perf: creating the topics: {problem}", file=sys.stderr)
+            return 1
+    try:
+        log = open_histogram_log(args.histogram_file) if args.histogram_file else None
+    except OSError as exc:
+        print(f"pulsar-grpc perf: --histogram-file: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run_verb(args, spec, log[0] if log else None)
+    finally:
+        if log:
+            log[1].close()
+
+
+def _run_verb(args: argparse.Namespace, spec: LoadSpec, log: HistogramLogWriter | None) -> int:
+    """produce, consume or e2e, each with pulsar-perf's throughput lines."""
+    if args.verb == Verb.E2E:
+        return _run_e2e(args, spec, log)
     raw = "raw" if args.raw else ""
     runners: dict[tuple[str, str], Runner] = {
         ("produce", ""): produce_sdk,
@@ -176,55 +148,56 @@ def _run_load(args: argparse.Namespace) -> int:
         ("consume", ""): consume_sdk,
         ("consume", "raw"): consume_raw,
     }
-    result, rec = _measure(f"{args.verb} {raw}".strip(), runners[args.verb, raw], spec)
+    style = LineStyle.PRODUCED if args.verb == Verb.PRODUCE else LineStyle.RECEIVED
+    label = f"{args.verb} {raw}".strip()
+    rec = Recorder(label, spec.size, style, log)
+    result, rec = _measure(label, runners[args.verb, raw], spec, rec)
+    print(rec.aggregated(), file=sys.stderr)
     return _finish(args, [result], [rec], ok=_ok(result))
 
 
 def _check(args: argparse.Namespace) -> str:
     """What is wrong with the flags, or ''."""
-    if args.size < 1 or args.batch < 1 or args.producers < 1 or args.max_pending < args.batch:
-        return "--size, --batch, --producers must be >= 1 and --max-pending >= --batch"
-    if getattr(args, "consumers", 1) < 1 or getattr(args, "partitions", 0) < 0:
-        return "--consumers must be >= 1 and --partitions >= 0"
+    if args.verb in ("ceiling", "all") and min(args.size, args.batch, args.producers) < 1:
+        return "--size, --batch, --producers must be >= 1"
+    if getattr(args, "max_pending", 0) < getattr(args, "batch", 0):
+        return "-o/--max-outstanding must be at least -bm/--batch-max-messages"
     if getattr(args, "raw", False) and args.partitions:
-        return "--raw streams go to one topic each: list the partitions with --topics instead"
+        return (
+            "--raw streams go to one topic each: give the partitions (T-partition-0 ...) as topics"
+        )
     if args.verb == "e2e" and args.size < STAMP_BYTES:
-        return f"e2e payloads carry an {STAMP_BYTES}-byte send time: --size must be >= 8"
+        return f"e2e payloads carry an {STAMP_BYTES}-byte send time: -s/--size must be >= 8"
     if getattr(args, "subscription_type", None) == "Exclusive" and args.consumers > 1:
         return "an Exclusive subscription takes one consumer per topic"
     return ""
 
 
-def _topics(args: argparse.Namespace) -> tuple[str, ...]:
-    if args.topics is None:
-        return (args.topic,)
-    if args.topics.isdigit():
-        return tuple(f"{args.topic}-{i}" for i in range(int(args.topics)))
-    return tuple(t.strip() for t in args.topics.split(",") if t.strip())
-
-
 def _spec(args: argparse.Namespace, service_url: str, topics: tuple[str, ...]) -> LoadSpec:
-    """The run's settings; with no budget at all, 10 s."""
-    consumers = getattr(args, "consumers", 1)
+    """The run's settings (a verb's missing flags: LoadSpec's defaults); with no budget at
+    all: until Ctrl-C for pulsar-perf's verbs, 10 s for ceiling and all."""
+    given = {
+        name: getattr(args, name)
+        for name in (
+            "size", "batch", "messages", "rate", "producers", "consumers", "partitions",
+            "max_pending", "batch_delay_ms", "subscription", "receiver_queue", "idle_timeout",
+            "interval", "initial_position",
+        )
+        if getattr(args, name, None) is not None
+    }  # fmt: skip
+    consumers = given.get("consumers", 1)
     return LoadSpec(
         service_url=service_url,
         topics=topics,
-        size=args.size,
-        batch=args.batch,
-        messages=args.messages,
-        duration=args.duration or (0 if args.messages else 10.0),
-        rate=getattr(args, "rate", 0),
-        producers=args.producers,
-        consumers=consumers,
-        partitions=getattr(args, "partitions", 0),
-        max_pending=args.max_pending,
-        batch_delay_ms=args.batch_delay_ms,
-        subscription=getattr(args, "subscription", "perf-sub"),
+        **given,
+        duration=args.duration
+        or (0 if args.messages or args.verb in tuple(Verb) else DEFAULT_RUN_S),
         subscription_type=getattr(args, "subscription_type", None)
         or ("Exclusive" if consumers == 1 else "Shared"),
-        receiver_queue=getattr(args, "receiver_queue", 10_000),
-        idle_timeout=getattr(args, "idle_timeout", 10.0),
-        interval=args.interval,
+        # pulsar-perf consume's latency: publish time -> receive, per message.
+        consumer_latency=ConsumerLatency.FROM_PUBLISH_TIME
+        if args.verb == Verb.CONSUME
+        else ConsumerLatency.NONE,
     )
 
 
@@ -274,12 +247,18 @@ def create_partitioned_topic(
         raise RuntimeError(f"{full} exists with {existing} partitions, not {partitions}")
 
 
-def _measure(label: str, runner: Runner, spec: LoadSpec) -> tuple[dict[str, Any], Recorder]:
-    """Run one load on a fresh uvloop and return its summary (and recorder, for a plot)."""
+def _measure(
+    label: str, runner: Runner, spec: LoadSpec, recorder: Recorder | None = None
+) -> tuple[dict[str, Any], Recorder]:
+    """Run one load on a fresh uvloop and return its summary (and recorder, for a plot);
+    ``recorder`` prints pulsar-perf's lines or logs histograms, the default this tool's lines."""
     import uvloop
 
-    rec = Recorder(label, spec.size)
-    uvloop.run(runner(spec, rec))
+    rec = recorder or Recorder(label, spec.size)
+    try:
+        uvloop.run(runner(spec, rec))
+    except KeyboardInterrupt:  # Ctrl-C ends a run without a budget, as it ends pulsar-perf's
+        rec.finish()
     return _result(label, spec, rec), rec
 
 
@@ -315,17 +294,26 @@ def _finish(
     return 0 if ok else 1
 
 
-def _run_e2e(args: argparse.Namespace, spec: LoadSpec) -> int:
+def _run_e2e(args: argparse.Namespace, spec: LoadSpec, log: HistogramLogWriter | None) -> int:
+    """Both sides; --histogram-file logs the end-to-end latency."""
     import uvloop
 
-    produced = Recorder("e2e publish", spec.size)
-    received = Recorder("e2e receive", spec.size)
-    counts = uvloop.run(e2e(spec, produced, received))
+    produced = Recorder("e2e publish", spec.size, LineStyle.PRODUCED)
+    received = Recorder("e2e receive", spec.size, LineStyle.RECEIVED, log)
+    try:
+        counts = uvloop.run(e2e(spec, produced, received))
+        lost = counts["sent"] - counts["received"]
+    except KeyboardInterrupt:  # Ctrl-C: what was sent by then; some was still in flight
+        produced.finish()
+        received.finish()
+        counts = {"sent": produced.count, "received": received.count, "stale": 0}
+        lost = 0
     publish = _result("e2e publish", spec, produced)
     end_to_end = _result("e2e receive", spec, received)
+    print(produced.aggregated(), received.aggregated(), sep="\n", file=sys.stderr)
     report = {"run": "e2e", "topic": publish["topic"], **counts}
     report.update(publish=publish, end_to_end=end_to_end)
-    ok = counts["sent"] > 0 and counts["sent"] == counts["received"] and not publish["errors"]
+    ok = counts["sent"] > 0 and not lost and not publish["errors"]
     if not ok:
         print(f"pulsar-grpc perf e2e: sent {counts['sent']}, received {counts['received']}, "
               f"errors {publish['errors']}", file=sys.stderr)  # fmt: skip

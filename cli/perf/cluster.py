@@ -33,6 +33,7 @@ from pulsar_grpc.cli.perf.blocked import (
     Disruption,
     blocked_runs,
 )
+from pulsar_grpc.cli.perf.flags import positive_ints
 from pulsar_grpc.cli.perf.procs import standalone
 from pulsar_grpc.cli.perf.report import machine
 from pulsar_grpc.cli.perf.servers import DEFAULT_SESSION_MS, Servers, placed_topic, servers
@@ -57,7 +58,10 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="start ZooKeeper, PostgreSQL and 1, 2, 4 brokers; throughput per broker count, "
         "and how long clients are blocked by an unload and a kill -9",
     )
-    p.add_argument("--brokers", default="1,2,4", help="broker counts to measure (default 1,2,4)")
+    p.add_argument(
+        "--brokers", type=positive_ints, default=[1, 2, 4],
+        help="broker counts to measure (default 1,2,4)",
+    )  # fmt: skip
     p.add_argument("--partitions", type=int, default=16, help="of the topic (default 16)")
     p.add_argument(
         "--load-processes", "-k", type=int, default=2,
@@ -72,7 +76,7 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="also measure how long producers are blocked by a bundle unload and/or a kill -9",
     )  # fmt: skip
     p.add_argument(
-        "--session-timeouts", default=f"{DEFAULT_SESSION_MS},5000",
+        "--session-timeouts", type=positive_ints, default=[DEFAULT_SESSION_MS, 5000],
         help="metadataStoreSessionTimeoutMillis values for the kill runs (default 30000,5000)",
     )  # fmt: skip
     p.add_argument("--repeat", type=int, default=3, help="repetitions of each disruption")
@@ -88,15 +92,15 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 def run(args: argparse.Namespace) -> int:
-    counts = [int(n) for n in args.brokers.split(",") if n.strip()]
-    if not counts or min(counts) < 1 or args.partitions < 1 or args.load_processes < 1:
-        print("pulsar-grpc perf cluster: --brokers, --partitions, -k must be >= 1", file=sys.stderr)
+    counts: list[int] = args.brokers
+    if args.partitions < 1 or args.load_processes < 1:
+        print("pulsar-grpc perf cluster: --partitions, -k must be >= 1", file=sys.stderr)
         return 2
     report: dict[str, Any] = {"machine": machine(), "settings": _settings(args)}
     try:
         with servers() as run_servers:
             report["throughput"] = _throughput(args, run_servers, counts)
-            timeouts = tuple(int(t) for t in args.session_timeouts.split(",") if t.strip())
+            timeouts = tuple(args.session_timeouts)
             spec = BlockedSpec(args.partitions, args.repeat, timeouts, args.max_backoff_ms)
             report["blocked"] = blocked_runs(run_servers, DISRUPTIONS[args.blocked], spec)
     except ServerNotInstalledError as exc:
@@ -161,19 +165,20 @@ def _load(
     meanwhile (what a 2-core machine runs out of)."""
     owners = placed_topic(service_urls[0], admin_url, topic, args.partitions)
     common = [
-        "-t", topic, "--partitions", str(args.partitions), "--admin-url", admin_url,
-        "--size", str(args.size), "--batch", str(args.batch), "--duration", str(args.duration),
+        topic, "-np", str(args.partitions), "--admin-url", admin_url, "--size", str(args.size),
         "--interval", str(args.interval or args.duration), "--json",
     ]  # fmt: skip
+    # As fast as it goes (pulsar-perf's default is 100 msg/s).
+    produce = ["-r", "0", "-bm", str(args.batch), "-time", str(args.duration)]
     # Consumers start first and may run a little longer: their clock stops at their last
     # message once the producers are done.
     consume = [
-        "-s", SUBSCRIPTION, "--subscription-type", "Shared", "--idle-timeout", "5",
-        "--duration", str(args.duration + CONSUME_EXTRA_S),
+        "-s", SUBSCRIPTION, "-st", "Shared", "-sp", "Earliest", "--idle-timeout", "5",
+        "-q", "10000", "-time", str(args.duration + CONSUME_EXTRA_S),
     ]  # fmt: skip
     commands = [
         [verb, "-u", service_urls[i % len(service_urls)], *common, *extra]
-        for verb, extra in (("consume", consume), ("produce", []))
+        for verb, extra in (("consume", consume), ("produce", produce))
         for i in range(args.load_processes)
     ]
     brokers_cpu = sum(_cpu_s(pid) for pid in broker_pids)

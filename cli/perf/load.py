@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pulsar_grpc.cli.perf.spec import LoadSpec, chunk_of, payload_of
+from pulsar_grpc.cli.perf.spec import ConsumerLatency, LoadSpec, chunk_of, payload_of
 from pulsar_grpc.cli.perf.stats import Budget, Pacer, Recorder, now_us, wall_us, with_reporters
 from pulsar_grpc.client import AlreadyClosed, Client, Consumer, InitialPosition, Producer
 
@@ -29,10 +29,13 @@ async def produce_sdk(spec: LoadSpec, rec: Recorder) -> None:
 
 
 async def consume_sdk(spec: LoadSpec, rec: Recorder) -> None:
-    """The SDK consumers, from the earliest message, so they drain what a produce run left.
-    Stop at ``spec.messages``, at the deadline, or after ``idle_timeout`` without a message."""
+    """The SDK consumers, a new subscription starting at ``spec.initial_position`` (perf all:
+    the earliest message, to drain what a produce run left). Stop at ``spec.messages``, at the
+    deadline, or after ``idle_timeout`` without a message. With ``FROM_PUBLISH_TIME``, each
+    message's latency is now - its publish time, as pulsar-perf consume measures it."""
     async with spec.client() as client:
-        group = await _ConsumerGroup.subscribe(client, spec, rec, InitialPosition.Earliest, None)
+        position = InitialPosition(spec.initial_position)
+        group = await _ConsumerGroup.subscribe(client, spec, rec, position, None)
         await with_reporters([rec], spec.interval, [group.run(spec.duration)])
 
 
@@ -216,13 +219,17 @@ class _ConsumerGroup:
         """receive() without a timeout, as an application would call it: a timeout costs
         the SDK a timer per message."""
         rec, since = self.rec, self.since_us
+        publish_time = self.spec.consumer_latency is ConsumerLatency.FROM_PUBLISH_TIME
         try:
             while self.expected is None or rec.count < self.expected:
                 message = await consumer.receive()
                 await consumer.acknowledge(message)
                 self.last = time.perf_counter()
                 if since is None:
-                    rec.count += 1
+                    if publish_time:
+                        rec.add(wall_us() - message.publish_timestamp() * 1000)
+                    else:
+                        rec.count += 1
                     continue
                 sent = int.from_bytes(message.data()[:STAMP_BYTES], "big")
                 if sent < since:

@@ -103,7 +103,7 @@ async def consume_raw(spec: LoadSpec, rec: Recorder) -> None:
             metadata = (
                 ("x-pulsar-topic", topic),
                 ("x-pulsar-subscription", spec.subscription),
-                ("x-pulsar-initial-position", "Earliest"),
+                ("x-pulsar-initial-position", spec.initial_position),
                 *spec.authorization(),
             )
             call = stub.Consume(metadata=metadata)

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from enum import StrEnum
 
 from pulsar_grpc.client import Client, authentication_from
+
+
+class ConsumerLatency(StrEnum):
+    """What an SDK consumer's latency figures measure."""
+
+    NONE = "none"  # counts only: a backlog drained long after it was written (perf all)
+    FROM_PUBLISH_TIME = "publish-time"  # now - the message's publish time (pulsar-perf's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +36,8 @@ class LoadSpec:
     subscription_type: str = "Exclusive"
     receiver_queue: int = 10_000
     idle_timeout: float = 10.0  # a consumer stops after this long without a message
+    initial_position: str = "Earliest"  # of a new subscription (perf all drains a backlog)
+    consumer_latency: ConsumerLatency = ConsumerLatency.NONE
     interval: float = 2.0  # seconds between stats lines
     # The credentials and TLS trust of --auth-plugin/--auth-params/--tls-trust-cert-path (or
     # the client.conf), as text: they are parsed where a client is made.

@@ -12,9 +12,11 @@ import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogWriter
 
 # Latencies are recorded in µs, up to 10 minutes, with 3 significant digits.
 _HDR_MAX_US = 600_000_000
@@ -39,13 +41,25 @@ def _bucket(us: int) -> int:
     return us if shift <= 0 else (us >> shift) << shift
 
 
+class LineStyle(StrEnum):
+    """The shape of the stats line: this tool's own (``perf all``, ``ceiling``), or
+    pulsar-perf's throughput line, whose first words say which side it measures."""
+
+    OWN = ""
+    PRODUCED = "produced"
+    RECEIVED = "received"
+
+
 @dataclass(slots=True)
 class Recorder:
     """Counts completed messages and their latencies; prints a stats line per interval and
-    keeps each interval's figures (``series``) for ``--plot`` and ``--json``."""
+    keeps each interval's figures (``series``) for ``--plot`` and ``--json``; with
+    ``histogram_log``, writes each interval's latency histogram there (``--histogram-file``)."""
 
     label: str
     size: int
+    style: LineStyle = LineStyle.OWN
+    histogram_log: HistogramLogWriter | None = None
     count: int = 0
     errors: int = 0
     pending: dict[int, int] = field(default_factory=dict)  # latency µs -> count, not yet folded
@@ -54,6 +68,7 @@ class Recorder:
     started: float = field(default_factory=time.perf_counter)
     finished: float = 0.0
     _last_count: int = 0
+    _last_errors: int = 0
     _last_time: float = 0.0
 
     def add(self, latency_us: int, n: int = 1) -> None:
@@ -92,13 +107,23 @@ class Recorder:
         # Not past the end of the run, nor before the previous line (a consumer's clock may
         # stop at its last message, before the line that follows it).
         now = max(self._last_time, min(time.perf_counter(), self.finished or float("inf")))
-        rate = (self.count - self._last_count) / max(now - self._last_time, 1e-9)
-        self._last_count, self._last_time = self.count, now
+        elapsed = max(now - self._last_time, 1e-9)
+        rate = (self.count - self._last_count) / elapsed
+        failures = (self.errors - self._last_errors) / elapsed
+        self._last_count, self._last_errors, self._last_time = self.count, self.errors, now
+        if self.histogram_log is not None:
+            ended = time.time()
+            # Interval_Max in ms (hdrh floors it: the default ratio, to seconds, would print 0)
+            self.histogram_log.output_interval_histogram(interval, ended - elapsed, ended, 1000.0)
         lat = latency_ms(interval) if interval.get_total_count() else None
         point = {"t": round(now - self.started, 3), "msg_per_s": round(rate, 1)}
         self.series.append(
             {**point, "mb_per_s": round(rate * self.size / 1e6, 3), "latency_ms": lat}
         )
+        if self.style is not LineStyle.OWN:
+            return pulsar_perf_line(
+                self.style, self.count, rate, rate * self.size, failures, interval
+            )
         text = (
             f"{self.label:<12} {now - self.started:6.1f}s  {rate:>11,.0f} msg/s "
             f"{rate * self.size / 1e6:7.1f} MB/s"
@@ -122,6 +147,29 @@ class Recorder:
             "series": self.series,
         }
 
+    def aggregated(self) -> str:
+        """pulsar-perf's two closing lines: the whole run's throughput and latency (after
+        :meth:`summary`, which folds the last interval in)."""
+        elapsed = max((self.finished or time.perf_counter()) - self.started, 1e-9)
+        rate = self.count / elapsed
+        verb = "sent" if self.style is LineStyle.PRODUCED else "received"
+        h, empty = self.total, not self.total.get_total_count()
+
+        def ms(us: float) -> str:
+            return f"{0.0 if empty else us / 1000:.3f}"
+
+        percentiles = " - ".join(
+            f"{name}: {ms(h.get_value_at_percentile(p))}"
+            for name, p in (("med", 50), ("95pct", 95), ("99pct", 99), ("99.9pct", 99.9),
+                            ("99.99pct", 99.99), ("99.999pct", 99.999))
+        )  # fmt: skip
+        return (
+            f"Aggregated throughput stats --- {self.count} records {verb} --- {rate:.3f} msg/s "
+            f"--- {rate * self.size * 8 / 1024 / 1024:.3f} Mbit/s\n"
+            f"Aggregated latency stats --- Latency: mean: {ms(h.get_mean_value())} ms - "
+            f"{percentiles} - Max: {ms(h.get_max_value())}"
+        )
+
     async def report_every(self, seconds: float) -> None:
         """Print a stats line every ``seconds`` until cancelled."""
         while True:
@@ -136,6 +184,41 @@ def latency_ms(h: HdrHistogram) -> dict[str, float]:
         out[f"p{p:g}"] = round(h.get_value_at_percentile(p) / 1000, 3)
     out["max"] = round(h.get_max_value() / 1000, 3)
     return out
+
+
+def pulsar_perf_line(
+    style: LineStyle, total: int, rate: float, bytes_rate: float, failures: float, h: HdrHistogram
+) -> str:
+    """pulsar-perf's interval line (PerformanceProducer / PerformanceConsumer): the running
+    total, msg/s, Mbit/s, failures (producers), and the interval's latency in ms."""
+    empty = not h.get_total_count()
+
+    def ms(us: float) -> str:
+        return f"{0.0 if empty else us / 1000:.3f}"
+
+    line = f"Throughput {style.value}: {total:,} msg --- {rate:.1f} msg/s --- "
+    line += f"{bytes_rate * 8 / 1024 / 1024:.3f} Mbit/s"
+    if style is LineStyle.PRODUCED:
+        line += f" --- failure {failures:.1f} msg/s"
+    percentiles = " - ".join(
+        f"{name}: {ms(h.get_value_at_percentile(p))}"
+        for name, p in (("med", 50), ("95pct", 95), ("99pct", 99), ("99.9pct", 99.9),
+                        ("99.99pct", 99.99))
+    )  # fmt: skip
+    return (
+        f"{line} --- Latency: mean: {ms(h.get_mean_value())} ms - {percentiles} - "
+        f"Max: {ms(h.get_max_value())}"
+    )
+
+
+def open_histogram_log(path: str) -> tuple[HistogramLogWriter, Any]:
+    """A writer of HdrHistogram's log format on ``path`` with pulsar-perf's header (format
+    version, legend), and the file to close at the end; OSError if it cannot be created."""
+    out = open(path, "w")
+    writer = HistogramLogWriter(out)
+    writer.output_log_format_version()
+    writer.output_legend()
+    return writer, out
 
 
 def format_latency(lat: dict[str, float]) -> str:

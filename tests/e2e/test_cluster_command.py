@@ -87,7 +87,7 @@ def test_cluster_serves_until_sigint_then_stops_everything(tmp_path: Path) -> No
                 "--service-url", f"grpc://{INTERNAL_HOST}:{grpc + 1}")  # fmt: skip
         consumed = run_cli("consume", "t", "-s", "s", "-p", "earliest", "-n", "3",
                            "--service-url", f"grpc://{EXTERNAL_HOST}:{grpc + 2}")  # fmt: skip
-        assert consumed.count("content: hello") == 3, consumed
+        assert consumed.count("content:hello") == 3, consumed
 
         process.send_signal(signal.SIGINT)
         assert process.wait(START_TIMEOUT_S) == 0, "".join(lines)

@@ -430,7 +430,8 @@ class Lines:
         self._thread.join(10)
 
     def contents(self) -> list[str]:
-        return [line.removeprefix("content: ") for line in self.lines if line.startswith("content")]
+        # pulsar-client's line: key:[...], properties:[...], content:<payload>
+        return [line.partition(", content:")[2] for line in self.lines if line.startswith("key:[")]
 
 
 async def test_cli_consume_keeps_going_across_a_broker_kill_9_and_restart(

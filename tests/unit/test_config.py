@@ -14,6 +14,7 @@ from pulsar_grpc.broker.config import (
     ServiceConfiguration,
     load_config,
     parse_set_flags,
+    read_config,
     validate,
 )
 
@@ -205,12 +206,34 @@ def test_unreadable_file(tmp_path: Path) -> None:
         ("grpcServicePrt", " (did you mean grpcServicePort?)"),
         ("grpcserviceport", " (did you mean grpcServicePort?)"),
         ("maxMesageSize", " (did you mean maxMessageSize?)"),
-        ("brokerServicePort", " (did you mean webServicePort?)"),
+        ("webServicePortTsl", " (did you mean webServicePortTls?)"),
+        (
+            "transactionCoordinatorEnable",
+            " (did you mean transactionCoordinatorEnabled, which is ignored?)",
+        ),
         ("zzz", ""),
     ],
 )
 def test_unknown_property_suggests(name: str, hint: str) -> None:
     assert load_errors(overrides={name: "1"}) == [f"--set {name}: unknown property {name!r}{hint}"]
+
+
+def test_pulsars_properties_of_features_it_lacks_are_ignored_and_named() -> None:
+    loaded = read_config(
+        None,
+        {f"{ENV_PREFIX}brokerServicePort": "6650"},
+        {
+            "bookkeeperClientTimeoutInSeconds": "30",
+            "metadataStoreConfigPath": "",
+            "clusterName": "c",
+        },
+    )
+    assert loaded.config.clusterName == "c"
+    # Empty is unset (as in Pulsar): nothing to warn of.
+    assert loaded.ignored == ("brokerServicePort", "bookkeeperClientTimeoutInSeconds")
+    warning = loaded.ignored_warning()
+    assert warning.startswith("ignoring 2 Pulsar properties of features this broker does not")
+    assert warning.endswith(": brokerServicePort, bookkeeperClientTimeoutInSeconds")
 
 
 def test_all_errors_reported_together(tmp_path: Path) -> None:
