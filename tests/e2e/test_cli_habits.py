@@ -124,15 +124,14 @@ def test_consume_and_read_rate_limit_what_they_print(
         assert main([*argv, "-n", "6", "--url", url]) == 0
         return time.monotonic() - began
 
-    for verb, first, second in (
-        ("read", ["-m", "earliest"], ["-m", "earliest"]),
-        ("consume", ["-s", "fast", "-p", "Earliest"], ["-s", "slow", "-p", "Earliest"]),
+    for verb, position in (
+        ("read", ["-m", "earliest"]),
+        ("consume", ["-s", "paced", "-p", "Earliest"]),
     ):
-        fast = seconds(verb, topic, *first)
-        slow = seconds(verb, topic, *second, "-r", "10")
-        # 6 messages at 10 a second: 5 gaps of 0.1 s at least.
-        assert slow - fast >= 0.45, (verb, fast, slow)
-        assert capsys.readouterr().out.count("got message") == 12
+        # 6 messages at 10 a second: 5 gaps of 0.1 s at least. A lower bound only, so a loaded
+        # machine cannot fail it (unpaced, the 6 messages arrive together after the connect).
+        assert seconds(verb, topic, *position, "-r", "10") >= 0.45, verb
+        assert capsys.readouterr().out.count("got message") == 6
 
 
 # ------------------------------------------------------------------------------- global flags
