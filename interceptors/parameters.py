@@ -61,6 +61,7 @@ KNOWN_PARAMETERS = frozenset(
         "x-pulsar-max-redeliver-count",
         "x-pulsar-dead-letter-topic",
         "x-pulsar-original-principal",  # read by the authentication interceptor
+        "x-pulsar-proxy-to-broker-url",  # for a proxy (PIP-1); a broker has nothing to do with it
         H_SCHEMA,
         H_SCHEMA_VERSION,
     }

@@ -27,7 +27,7 @@ from pulsar_grpc.broker.cluster import LISTENER_FIELDS
 from pulsar_grpc.broker.cluster.load_report import LOADBALANCE_BROKERS_ROOT
 from pulsar_grpc.broker.errors import InvalidArgumentError, ServiceNotReadyError
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES
-from pulsar_grpc.broker.metadata.store import MetadataStore
+from pulsar_grpc.broker.metadata.store import MetadataStore, MetadataStoreError
 
 log = logging.getLogger(__name__)
 
@@ -63,40 +63,51 @@ class BrokerDirectory:
         return urls | set(self._static) | set(self._learned)
 
     async def _refresh(self, max_age: float) -> None:
+        """Read the member list again if it is older than ``max_age``. While the store cannot
+        be read (ZooKeeper away for a moment), the last list stands and is not asked for again
+        before ``max_age``; with no list at all, calls fail as retryable."""
         if self._store is None:
             return
         async with self._refreshing:
             if time.monotonic() - self._read_at < max_age:
                 return  # another call read it meanwhile
-            store = self._store
-            names = await store.get_children(LOADBALANCE_BROKERS_ROOT)
-            found = await asyncio.gather(
-                *(store.get(f"{LOADBALANCE_BROKERS_ROOT}/{n}") for n in names)
-            )
-            members: dict[str, frozenset[str]] = {}
-            service_urls: list[str] = []
-            for name, node in zip(names, found, strict=True):
-                if node is None:
-                    continue  # gone between the listing and the read
-                try:
-                    report = json.loads(node.value)
-                    urls = _grpc_urls(report)
-                except (ValueError, TypeError, AttributeError):
-                    log.warning("ignoring the unreadable load report of broker %s", name)
-                    continue
-                members[name] = urls
-                internal = report.get("pulsarServiceUrlTls" if self._tls else "pulsarServiceUrl")
-                if internal:
-                    service_urls.append(internal)
-            self._members, self._service_urls = members, sorted(service_urls)
+            try:
+                self._members, self._service_urls = await self._read(self._store)
+            except MetadataStoreError as exc:
+                if not self._members:
+                    raise ServiceNotReadyError(f"cannot read the brokers' list: {exc}") from None
+                log.warning("keeping the last list of brokers: cannot read it again: %s", exc)
             self._read_at = time.monotonic()
+
+    async def _read(self, store: MetadataStore) -> tuple[dict[str, frozenset[str]], list[str]]:
+        """Every live broker's gRPC URLs, by broker id; the URLs to ask first, sorted."""
+        names = await store.get_children(LOADBALANCE_BROKERS_ROOT)
+        paths = [f"{LOADBALANCE_BROKERS_ROOT}/{n}" for n in names]
+        found = await asyncio.gather(*(store.get(path) for path in paths))
+        members: dict[str, frozenset[str]] = {}
+        service_urls: list[str] = []
+        for name, node in zip(names, found, strict=True):
+            if node is None:
+                continue  # gone between the listing and the read
+            try:
+                report = json.loads(node.value)
+                urls = _grpc_urls(report)
+            except (ValueError, TypeError, AttributeError):
+                log.warning("ignoring the unreadable load report of broker %s", name)
+                continue
+            members[name] = urls
+            internal = report.get("pulsarServiceUrlTls" if self._tls else "pulsarServiceUrl")
+            if internal:
+                service_urls.append(internal)
+        return members, sorted(service_urls)
 
     async def service_url(self) -> str:
         """A broker to ask (lookups, metadata): each live one in turn."""
         await self._refresh(REFRESH_S)
         urls = self._service_urls or [u for u in self._static if _is_tls(u) is self._tls]
         if not urls:
-            raise ServiceNotReadyError("the proxy knows no live broker")
+            scheme = "grpc+ssl" if self._tls else "grpc"
+            raise ServiceNotReadyError(f"the proxy knows no live broker with a {scheme} address")
         return urls[next(self._turn) % len(urls)]
 
     async def check(self, url: str) -> str:

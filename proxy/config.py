@@ -64,7 +64,9 @@ class ProxyConfiguration:
     grpcServicePortTls: int | None = None
     # /metrics and /status.html; None: no web port.
     webServicePort: int | None = 8081
+    # As the broker's: clients' connections are pinged this often (and dropped when silent).
     keepAliveIntervalSeconds: int = 30
+    # The brokers' maxMessageSize: the proxy passes messages up to it (plus framing) both ways.
     maxMessageSize: int = 5 * 1024 * 1024
 
     # --- clients' authentication at the proxy (the broker's names and meaning) ---

@@ -29,17 +29,38 @@ class LookupKind(enum.Enum):
     TOPICS_OF_NAMESPACE = "topics_of_namespace"
 
 
+class Route(enum.Enum):
+    """How the proxy knew where to forward a call."""
+
+    NAMED = "header"  # the client named the broker (x-pulsar-proxy-to-broker-url)
+    LOOKED_UP = "lookup"  # the proxy looked the topic up (a client knowing nothing of proxies)
+
+
 class ProxyStats:
     """Counters of everything the proxy forwarded and answered; one owner: the proxy server."""
 
     def __init__(self) -> None:
         self.active_streams: Counter[str] = Counter()  # by method
+        # Client connections (gRPC peers) with a stream open: forgotten at their last stream.
+        self.peers: Counter[str] = Counter()
         self.streams: Counter[str] = Counter()  # opened, by method
         self.unary_calls: Counter[str] = Counter()  # forwarded, by method
         self.bytes: Counter[Direction] = Counter()
         self.messages: Counter[Direction] = Counter()
         self.lookups: Counter[LookupKind] = Counter()
+        self.routes: Counter[Route] = Counter()
         self.rejected_lookups = 0
+
+    def stream_opened(self, method: str, peer: str) -> None:
+        self.streams[method] += 1
+        self.active_streams[method] += 1
+        self.peers[peer] += 1
+
+    def stream_closed(self, method: str, peer: str) -> None:
+        self.active_streams[method] -= 1
+        self.peers[peer] -= 1
+        if self.peers[peer] <= 0:
+            del self.peers[peer]
 
     def forwarded(self, direction: Direction, size: int) -> None:
         self.bytes[direction] += size
@@ -63,6 +84,10 @@ class ProxyCollector(Collector):
         for method in sorted(set(stats.streams) | set(stats.active_streams)):
             active.add_metric([method], stats.active_streams[method])
             opened.add_metric([method], stats.streams[method])
+        connections = GaugeMetricFamily(
+            "pulsar_proxy_active_connections", "Client connections with a stream open"
+        )
+        connections.add_metric([], len(stats.peers))
         unary = CounterMetricFamily(
             "pulsar_proxy_unary_calls", "Unary calls forwarded to a broker", labels=["method"]
         )
@@ -84,9 +109,26 @@ class ProxyCollector(Collector):
         )
         for kind in LookupKind:
             lookups.add_metric([kind.value], stats.lookups[kind])
+        routed = CounterMetricFamily(
+            "pulsar_proxy_routed_calls",
+            "Calls forwarded, by how the proxy knew the broker",
+            labels=["by"],
+        )
+        for route in Route:
+            routed.add_metric([route.value], stats.routes[route])
         rejected = CounterMetricFamily(
             "pulsar_proxy_rejected_lookup_requests",
             "Lookups refused over maxConcurrentLookupRequests",
         )
         rejected.add_metric([], stats.rejected_lookups)
-        yield from (active, opened, unary, binary_bytes, binary_ops, lookups, rejected)
+        yield from (
+            active,
+            opened,
+            connections,
+            unary,
+            binary_bytes,
+            binary_ops,
+            lookups,
+            routed,
+            rejected,
+        )

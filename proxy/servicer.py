@@ -6,26 +6,30 @@
   the call names in x-pulsar-proxy-to-broker-url (checked to be a live broker), or to the
   topic's owner as the proxy looks it up.
 
-Every call to a broker carries the proxy's own credentials and, when clients authenticate at
-the proxy, the client's role as x-pulsar-original-principal: the broker authorizes the client.
-Without credentials of its own the proxy passes the client's ``authorization`` on unchanged.
+Every call to a broker carries the proxy's own credentials (brokerClientAuthentication*) and,
+when clients authenticate at the proxy, the client's role as x-pulsar-original-principal: the
+broker authorizes the client. Without credentials of its own the proxy passes the client's
+``authorization`` on unchanged, and the broker authenticates the client itself.
 The client's listener header and any original principal it sent are never passed on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc import aio
 
 from pulsar_grpc.broker.errors import (
     AuthenticationError,
     BrokerError,
+    InvalidArgumentError,
     InvalidTopicNameError,
     ServiceNotReadyError,
 )
@@ -41,7 +45,7 @@ from pulsar_grpc.proxy.brokers import BrokerDirectory
 from pulsar_grpc.proxy.forwarding.pool import BrokerChannels
 from pulsar_grpc.proxy.forwarding.relay import Metadata, end_as, relay_stream, relay_unary
 from pulsar_grpc.proxy.lookup import BrokerLookups
-from pulsar_grpc.proxy.metrics import LookupKind, ProxyStats
+from pulsar_grpc.proxy.metrics import LookupKind, ProxyStats, Route
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -158,9 +162,7 @@ class ProxyServicer:
         """The headers a call to a broker carries for this client call."""
         incoming = tuple(context.invocation_metadata() or ())
         forwarded: list[tuple[str, str | bytes]] = [
-            (k, v)
-            for k, v in incoming
-            if k not in _NOT_FORWARDED and not k.startswith(("grpc-", ":"))
+            (k, v) for k, v in incoming if k not in _NOT_FORWARDED and not k.startswith(_RESERVED)
         ]
         if self._credentials is not None:
             authorization = self._credentials.authorization()
@@ -168,36 +170,41 @@ class ProxyServicer:
                 forwarded.append((H_AUTHORIZATION, authorization))
         else:
             forwarded += [(k, v) for k, v in incoming if k == H_AUTHORIZATION]
+        # The client's role, for the broker to authorize, when the proxy calls as itself (a
+        # broker believes an original principal only from a proxy role).
         ctx = current_or_none()
-        if self._authenticating and ctx is not None and ctx.role is not None:
-            forwarded.append((H_ORIGINAL_PRINCIPAL, ctx.role))
+        acting_for = ctx.role if self._authenticating and ctx is not None else None
+        if self._credentials is not None and acting_for is not None:
+            forwarded.append((H_ORIGINAL_PRINCIPAL, acting_for))
         return forwarded
 
     async def _target(
         self, context: aio.ServicerContext, topic: str | None, metadata: Metadata
-    ) -> tuple[str, bool]:
-        """The broker to forward to, and whether it came from the owner cache."""
+    ) -> tuple[str, Route]:
+        """The broker to forward to, and how the proxy knows it."""
         named = _header(context, H_PROXY_TO_BROKER_URL)
         if named is not None:
-            return await self._brokers.check(named), False
-        if not topic:
+            url, route = await self._brokers.check(named), Route.NAMED
+        elif not topic:
             raise InvalidTopicNameError(f"missing call parameter {H_TOPIC}")
-        return await self._lookups.owner(topic, metadata), True
+        else:
+            url, route = await self._lookups.owner(topic, metadata), Route.LOOKED_UP
+        self.stats.routes[route] += 1
+        return url, route
 
     async def _stream(self, method: str, context: aio.ServicerContext) -> None:
         topic = _header(context, H_TOPIC)
         metadata = self._metadata(context)
         try:
-            url, cached = await self._target(context, topic, metadata)
+            url, route = await self._target(context, topic, metadata)
         except aio.AioRpcError as exc:  # the proxy's lookup failed at the broker
             await end_as(context, exc.code(), exc.details(), exc.trailing_metadata())
             return
         except BrokerError as exc:
             await abort(context, exc, topic)
         call = self._channels.channel(url).stream_stream(_PREFIX + method)(metadata=metadata)
-        stats = self.stats
-        stats.streams[method] += 1
-        stats.active_streams[method] += 1
+        stats, peer = self.stats, context.peer()
+        stats.stream_opened(method, peer)
         # The client's credentials expiring end the stream, as on a broker (which sees only
         # the proxy's): the relay is cancelled (and with it the broker call), then the
         # client is told why.
@@ -220,8 +227,8 @@ class ProxyServicer:
             await abort(context, expired[0])
         finally:
             unwatch()
-            stats.active_streams[method] -= 1
-        if cached and topic and code == grpc.StatusCode.UNAVAILABLE:
+            stats.stream_closed(method, peer)
+        if route is Route.LOOKED_UP and topic and code == grpc.StatusCode.UNAVAILABLE:
             self._lookups.forget(topic)
 
     async def _topic_unary(self, method: str, raw: bytes, context: aio.ServicerContext) -> bytes:
@@ -230,13 +237,14 @@ class ProxyServicer:
         try:
             if not topic:
                 topic = _TOPIC_CALLS[method].FromString(raw).topic or None
-            url, cached = await self._target(context, topic, metadata)
+            url, route = await self._target(context, topic, metadata)
         except aio.AioRpcError as exc:
             await end_as(context, exc.code(), exc.details(), exc.trailing_metadata())
             raise AssertionError("unreachable") from None
-        except Exception as exc:  # a body that does not parse is the client's error
-            error = exc if isinstance(exc, BrokerError) else InvalidTopicNameError(str(exc))
-            await abort(context, error, topic)
+        except DecodeError as exc:
+            await abort(context, InvalidArgumentError(f"not a {method} request: {exc}"))
+        except BrokerError as exc:
+            await abort(context, exc, topic)
         self.stats.unary_calls[method] += 1
         try:
             return await relay_unary(
@@ -247,13 +255,16 @@ class ProxyServicer:
                 context.time_remaining(),
             )
         except aio.AbortError:
-            if cached and topic:
+            if route is Route.LOOKED_UP and topic:
                 self._lookups.forget(topic)  # cheap: the next call looks up again
             raise
 
     # ------------------------------------------------------------ answered by the proxy
 
-    def _admit_lookup(self, kind: LookupKind) -> None:
+    @contextlib.contextmanager
+    def _admitted(self, kind: LookupKind) -> Iterator[None]:
+        """Count one call answered by the proxy while it runs; TooManyLookupsError when
+        maxConcurrentLookupRequests are running already."""
         if self._lookups_in_flight >= self._max_lookups:
             self.stats.rejected_lookups += 1
             raise TooManyLookupsError(
@@ -261,46 +272,41 @@ class ProxyServicer:
                 f"{self._max_lookups}): try again"
             )
         self.stats.lookups[kind] += 1
+        self._lookups_in_flight += 1
+        try:
+            yield
+        finally:
+            self._lookups_in_flight -= 1
 
     async def _any_broker(
         self, method: str, kind: LookupKind, raw: bytes, context: aio.ServicerContext
     ) -> bytes:
         try:
-            self._admit_lookup(kind)
-            url = await self._brokers.service_url()
+            with self._admitted(kind):
+                url = await self._brokers.service_url()
+                return await relay_unary(
+                    context,
+                    self._channels.channel(url).unary_unary(_PREFIX + method),
+                    raw,
+                    self._metadata(context),
+                    context.time_remaining(),
+                )
         except BrokerError as exc:
             await abort(context, exc)
-        self._lookups_in_flight += 1
-        try:
-            return await relay_unary(
-                context,
-                self._channels.channel(url).unary_unary(_PREFIX + method),
-                raw,
-                self._metadata(context),
-                context.time_remaining(),
-            )
-        finally:
-            self._lookups_in_flight -= 1
 
     async def _lookup(self, raw: bytes, context: aio.ServicerContext) -> bytes:
         request = pb.LookupRequest()
         try:
             request.ParseFromString(raw)
-            self._admit_lookup(LookupKind.LOOKUP)
-        except BrokerError as exc:
-            await abort(context, exc, request.topic)
-        except Exception as exc:  # protobuf's DecodeError
-            await abort(context, InvalidTopicNameError(f"not a LookupRequest: {exc}"))
-        self._lookups_in_flight += 1
-        try:
-            owner = await self._lookups.lookup(request.topic, self._metadata(context))
-        except aio.AioRpcError as exc:
+            with self._admitted(LookupKind.LOOKUP):
+                owner = await self._lookups.lookup(request.topic, self._metadata(context))
+        except DecodeError as exc:
+            await abort(context, InvalidArgumentError(f"not a LookupRequest: {exc}"))
+        except aio.AioRpcError as exc:  # the broker's answer to the proxy's lookup
             await end_as(context, exc.code(), exc.details(), exc.trailing_metadata())
             raise AssertionError("unreachable") from None
         except BrokerError as exc:
             await abort(context, exc, request.topic)
-        finally:
-            self._lookups_in_flight -= 1
         own = self._own()
         response = pb.LookupResponse(
             response=pb.LookupResponse.Connect,

@@ -16,11 +16,15 @@ from pathlib import Path
 import grpc
 import psutil
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles
 from pulsar_grpc.client import Client
+from pulsar_grpc.proxy.metrics import Route
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.cluster import one_topic_per_bundle
 from tests.e2e.messaging import receive_n
+from tests.e2e.steady_load import SteadyLoad
 from tests.e2e.test_outbound_bound import (
     ENTRY_MESSAGES,
     MAX_PERMITS,
@@ -32,12 +36,13 @@ from tests.e2e.test_outbound_bound import (
 )
 from tests.e2e.test_partitioned_and_dedup import create_partitioned
 from tests.e2e.wire import batch, error_code, stub
+from tests.postgres import PostgresServer, postgres_server
 from tests.proxy_support import ProxyProcess, ProxyThread, proxy_config, proxy_factory
 from tests.support import BrokerThread, broker_config
 from tests.waiting import eventually
 from tests.zookeeper import ZooKeeperServer, zookeeper
 
-__all__ = ["proxy_factory", "zookeeper"]  # fixtures, imported to be found
+__all__ = ["postgres_server", "proxy_factory", "zookeeper"]  # fixtures, imported to be found
 
 TIMEOUT_S = 30
 
@@ -55,11 +60,15 @@ class ProxiedCluster:
 
 @pytest.fixture(scope="module")
 def cluster(
-    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+    zookeeper: ZooKeeperServer,
+    postgres_server: PostgresServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ProxiedCluster]:
-    """Two brokers on one ZooKeeper chroot and a proxy discovering them there, shared by the
-    module's tests (each uses topics of its own)."""
+    """Two brokers on one ZooKeeper chroot and one PostgreSQL database (so a bundle can move
+    between them), and a proxy discovering them in ZooKeeper; shared by the module's tests
+    (each uses topics of its own)."""
     store_url = f"zk:{zookeeper.hosts}/proxy-{id(tmp_path_factory)}"
+    ledgers = postgres_server.create_database(f"proxy_{id(tmp_path_factory)}")
     brokers: list[BrokerThread] = []
     proxy: ProxyThread | None = None
     try:
@@ -68,6 +77,7 @@ def cluster(
             config = broker_config(
                 data,
                 metadataStoreUrl=store_url,
+                ledgerStorageUrl=ledgers,
                 loadBalancerBrokerOverloadedThresholdPercentage=100,
             )
             brokers.append(BrokerThread(config).start())
@@ -111,6 +121,8 @@ async def test_the_sdk_produces_and_consumes_through_the_proxy_on_both_brokers(
     cluster: ProxiedCluster,
 ) -> None:
     topics = one_topic_per_bundle("proxy-sdk")
+    routes = cluster.proxy.proxy.stats.routes
+    named, looked_up = routes[Route.NAMED], routes[Route.LOOKED_UP]
     async with Client(cluster.proxy.service_url, operation_timeout_ms=TIMEOUT_S * 1000) as client:
         for topic in topics:
             consumer = await client.subscribe(topic.full_name, "s", initial_position="earliest")
@@ -122,8 +134,11 @@ async def test_the_sdk_produces_and_consumes_through_the_proxy_on_both_brokers(
             for message in received:
                 await consumer.acknowledge(message)
             assert (await client.get_last_message_id(topic.full_name)) is not None
-        # Every stream went to the proxy: the client opened no channel to a broker.
+        # Every stream went to the proxy: the client opened no channel to a broker. It named
+        # the broker on each call, so the proxy looked nothing up for it.
         assert {target for target, _ in client._pool.addresses} == {cluster.proxy.grpc_address}
+    assert routes[Route.NAMED] - named == 3 * len(topics)  # producer, consumer, last id
+    assert routes[Route.LOOKED_UP] == looked_up
     served = {
         b.service_url: {t.name for t in b.service.topics.loaded_topics()}  # type: ignore[union-attr]
         for b in cluster.brokers
@@ -150,6 +165,8 @@ async def test_a_client_without_the_proxy_header_is_routed_by_the_proxy(
     """A raw client that connects to the proxy and produces, as to a standalone broker: the
     proxy looks the topic up itself."""
     topics = one_topic_per_bundle("proxy-naive")
+    routes = cluster.proxy.proxy.stats.routes
+    looked_up = routes[Route.LOOKED_UP]
     async with grpc.aio.insecure_channel(cluster.proxy.grpc_address) as channel:
         for topic in topics:
             call = stub(channel).Produce(metadata=(("x-pulsar-topic", topic.full_name),))
@@ -164,6 +181,7 @@ async def test_a_client_without_the_proxy_header_is_routed_by_the_proxy(
                 pb.GetLastMessageIdRequest(topic=topic.full_name), timeout=TIMEOUT_S
             )
             assert last.last_message_id.entry_id == receipt.receipt.entry_id
+    assert routes[Route.LOOKED_UP] - looked_up == 2 * len(topics)
 
 
 async def test_a_forged_broker_url_is_refused(cluster: ProxiedCluster) -> None:
@@ -178,6 +196,12 @@ async def test_a_forged_broker_url_is_refused(cluster: ProxiedCluster) -> None:
                 await asyncio.wait_for(call.read(), TIMEOUT_S)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "is not a broker of this cluster" in (refused.value.details() or "")
+        # A request that does not parse is the client's error, said as such.
+        for method in ("Lookup", "GetLastMessageId"):
+            call = channel.unary_unary(f"/pulsargrpc.v1.PulsarService/{method}")
+            with pytest.raises(grpc.aio.AioRpcError) as garbled:
+                await call(b"\xff\xff\xff", timeout=TIMEOUT_S)
+            assert garbled.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
         # A live broker's URL is forwarded to. The owner serves the producer; the other broker
         # refuses, and its status, message and trailers reach the client unchanged.
         topic = "proxy-forged"
@@ -216,6 +240,12 @@ def metric(text: str, name: str, labels: str = "") -> float:
 async def test_metrics_move_and_health_answers(cluster: ProxiedCluster) -> None:
     web = cluster.proxy.web_url
     assert (await asyncio.to_thread(scrape, web + "/status.html")) == "OK"
+    async with grpc.aio.insecure_channel(cluster.proxy.grpc_address) as channel:
+        for service in ("", "pulsargrpc.v1.PulsarService"):
+            health = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT_S
+            )
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
     before = await asyncio.to_thread(scrape, web + "/metrics")
     async with Client(cluster.proxy.service_url, operation_timeout_ms=TIMEOUT_S * 1000) as client:
         producer = await client.create_producer("proxy-metrics")
@@ -223,6 +253,7 @@ async def test_metrics_move_and_health_answers(cluster: ProxiedCluster) -> None:
             await producer.send(b"x" * 1000)
         during = await asyncio.to_thread(scrape, web + "/metrics")
         assert metric(during, "pulsar_proxy_active_streams", 'method="Produce"') >= 1
+        assert metric(during, "pulsar_proxy_active_connections") >= 1
     after = await asyncio.to_thread(scrape, web + "/metrics")
     up = 'direction="client_to_broker"'
     grown = metric(after, "pulsar_proxy_binary_bytes_total", up) - metric(
@@ -293,3 +324,46 @@ async def test_a_consumer_that_reads_nothing_costs_the_proxy_bounded_memory(
             call.cancel()
     finally:
         assert proxy.stop() == 0
+
+
+async def test_an_unloaded_bundle_loses_nothing_through_the_proxy(cluster: ProxiedCluster) -> None:
+    """The owner closes the bundle's topics: their streams end UNAVAILABLE at the broker, the
+    proxy passes that on, and the SDK looks the topics up again through the proxy and carries
+    on; every receipted message is consumed."""
+    topics = one_topic_per_bundle("proxy-unload")
+    async with Client(cluster.proxy.service_url, operation_timeout_ms=TIMEOUT_S * 1000) as client:
+        load = await SteadyLoad(client, [t.full_name for t in topics]).start()
+        await load.receipts(100)
+        answer = await raw_lookup(cluster.proxy.grpc_address, topics[1].full_name)
+        owner = cluster.owner_of(answer.proxy_to_broker_url)
+        bundle = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4).bundles[1]
+        assert bundle.includes(topics[1])
+        path = f"/admin/v2/namespaces/public/default/{bundle.range_str}/unload"
+        request = urllib.request.Request(owner.http_url + path, method="PUT")
+        with await asyncio.to_thread(urllib.request.urlopen, request, timeout=TIMEOUT_S) as done:
+            assert done.status == 204
+        streams = cluster.proxy.proxy.stats.streams.total()
+        await load.receipts(200)
+        assert cluster.proxy.proxy.stats.streams.total() > streams, "no stream was reopened"
+        await load.finish()
+
+
+async def test_lookups_over_the_limit_are_refused_as_retryable(
+    cluster: ProxiedCluster, proxy_factory: Callable[..., ProxyThread]
+) -> None:
+    """maxConcurrentLookupRequests: what is over it ends UNAVAILABLE with Pulsar's
+    TooManyRequests (the SDK retries it), and is counted."""
+    narrow = proxy_factory(metadataStoreUrl=cluster.store_url, maxConcurrentLookupRequests=1)
+    async with grpc.aio.insecure_channel(narrow.grpc_address) as channel:
+        lookups = [
+            stub(channel).Lookup(pb.LookupRequest(topic=f"proxy-many-{i}"), timeout=TIMEOUT_S)
+            for i in range(100)
+        ]
+        results = await asyncio.gather(*lookups, return_exceptions=True)
+    refused = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
+    assert refused, "100 lookups at once, none over a limit of 1"
+    assert len(refused) < len(results)
+    for error in refused:
+        assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+        assert error_code(error) == pb.TooManyRequests
+    assert narrow.proxy.stats.rejected_lookups == len(refused)

@@ -19,9 +19,11 @@ import pytest
 from pulsar_grpc.broker.security.tokens import create_token
 from pulsar_grpc.client import (
     AuthenticationError,
+    AuthenticationTLS,
     AuthenticationToken,
     AuthorizationError,
     Client,
+    PulsarError,
 )
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.cluster import one_topic_per_bundle
@@ -53,6 +55,7 @@ class SecureCluster:
     brokers: list[BrokerThread]
     terminating: ProxyThread  # TLS from clients ends here; plain to the brokers
     reencrypting: ProxyThread  # TLS from clients, TLS again to the brokers
+    mutual: ProxyThread  # clients authenticate with their TLS certificate (provider tls)
     tls: TlsFiles
 
 
@@ -99,7 +102,18 @@ def secure(
             )
         ).start()
         started.append(reencrypting)
-        yield SecureCluster(brokers, terminating, reencrypting, tls)
+        mutual = ProxyThread(
+            proxy_config(
+                metadataStoreUrl=store_url,
+                **{**credentials, "authenticationProviders": "tls"},
+                **proxy_tls,
+                grpcServicePort="",
+                tlsTrustCertsFilePath=str(tls.ca),
+                tlsRequireTrustedClientCertOnConnect="true",
+            )
+        ).start()
+        started.append(mutual)
+        yield SecureCluster(brokers, terminating, reencrypting, mutual, tls)
     finally:
         for server in reversed(started):
             server.stop()
@@ -213,3 +227,27 @@ async def test_a_stream_ends_when_the_clients_token_expires(secure: SecureCluste
         assert "expired" in (ended.value.details() or "")
     stats = secure.terminating.proxy.stats
     await eventually(lambda: stats.active_streams["Produce"] == 0, timeout=10)
+
+
+async def test_a_client_certificate_is_the_role_at_a_mutual_tls_proxy(
+    secure: SecureCluster,
+) -> None:
+    """tls authentication at the proxy: the certificate's common name ("client") is the role
+    the brokers authorize; a certificate from another CA does not get through the handshake."""
+    await grant(secure.brokers[0], "client", ["produce", "consume"])
+    files = secure.tls
+    async with Client(
+        f"grpc+ssl://{secure.mutual.tls_address}",
+        tls_trust_certs_file_path=str(files.ca),
+        authentication=AuthenticationTLS(str(files.client_cert), str(files.client_key)),
+        operation_timeout_ms=TIMEOUT_MS,
+    ) as client:
+        await produce_consume(client, "proxy-mutual")
+    async with Client(
+        f"grpc+ssl://{secure.mutual.tls_address}",
+        tls_trust_certs_file_path=str(files.ca),
+        authentication=AuthenticationTLS(str(files.other_client_cert), str(files.other_client_key)),
+        operation_timeout_ms=5000,
+    ) as stranger:
+        with pytest.raises(PulsarError):
+            await stranger.create_producer("proxy-mutual")

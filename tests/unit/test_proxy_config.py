@@ -13,6 +13,7 @@ import pytest
 from pulsar_grpc.broker.config import ConfigError
 from pulsar_grpc.broker.errors import InvalidArgumentError
 from pulsar_grpc.broker.metadata.memory import MemoryMetadataStore
+from pulsar_grpc.cli.main import main
 from pulsar_grpc.proxy.brokers import RECHECK_S, BrokerDirectory
 from pulsar_grpc.proxy.config import broker_view, load_proxy_config
 
@@ -117,3 +118,14 @@ async def test_without_a_store_the_configured_and_answered_brokers() -> None:
         await directory.check("grpc://b7:6650")
     directory.learn("grpc://b7:6650")  # a broker answered it to the proxy's own lookup
     assert await directory.check("grpc://b7:6650") == "grpc://b7:6650"
+
+
+def test_the_proxy_command_refuses_a_bad_configuration_with_exit_code_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["proxy", "--set", "brokerServicUrl=grpc://b:6650"]) == 2
+    error = capsys.readouterr().err
+    assert "pulsar-grpc proxy: invalid configuration" in error
+    assert "did you mean brokerServiceURL?" in error
+    assert main(["proxy", "--config", str(tmp_path / "missing.conf")]) == 2
+    assert "no such file" in capsys.readouterr().err
