@@ -17,6 +17,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import grpc
+from grpc import aio
+
 from pulsar_grpc.broker.errors import BrokerError, ServiceNotReadyError
 from pulsar_grpc.proxy.brokers import BrokerDirectory
 from pulsar_grpc.proxy.forwarding.pool import BrokerChannels
@@ -65,26 +68,52 @@ class BrokerLookups:
 
     async def lookup(self, topic: str, metadata: Metadata) -> str:
         """Look ``topic`` up through a live broker, following Redirects."""
-        url = await self._brokers.service_url()
         request = pb.LookupRequest(topic=topic)
+        url, response = await self._ask_live_broker(request, metadata)
         hops = [url]
-        for _ in range(self._max_redirects + 1):
-            method = self._channels.channel(url).unary_unary(
-                _LOOKUP,
-                request_serializer=pb.LookupRequest.SerializeToString,
-                response_deserializer=pb.LookupResponse.FromString,
-            )
-            response = await method(request, metadata=metadata, timeout=self._timeout_s)
+        while response.response == pb.LookupResponse.Redirect:
             url = self._url_of(response)
-            if response.response != pb.LookupResponse.Redirect:
-                self._remember(topic, url)
-                return url
-            request.authoritative = response.authoritative
             hops.append(url)
-        raise LookupRedirectsExceeded(
-            f"lookup of {topic} was redirected more than {self._max_redirects} times: "
-            + " -> ".join(hops)
+            if len(hops) > self._max_redirects + 1:
+                raise LookupRedirectsExceeded(
+                    f"lookup of {topic} was redirected more than {self._max_redirects} times: "
+                    + " -> ".join(hops)
+                )
+            request.authoritative = response.authoritative
+            response = await self._ask(url, request, metadata)
+        owner = self._url_of(response)
+        self._remember(topic, owner)
+        return owner
+
+    async def _ask_live_broker(
+        self, request: pb.LookupRequest, metadata: Metadata
+    ) -> tuple[str, pb.LookupResponse]:
+        """Ask the live brokers in turn. One that answers UNAVAILABLE (a broker killed a
+        moment ago still has its load report until its session expires) is passed over for
+        the next, as long as there is one not yet asked: a lookup through the proxy fails only
+        when no broker answers it."""
+        asked: set[str] = set()
+        while True:
+            url = await self._brokers.service_url()
+            try:
+                return url, await self._ask(url, request, metadata)
+            except aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or url in asked:
+                    raise
+                asked.add(url)
+
+    async def _ask(
+        self, url: str, request: pb.LookupRequest, metadata: Metadata
+    ) -> pb.LookupResponse:
+        method = self._channels.channel(url).unary_unary(
+            _LOOKUP,
+            request_serializer=pb.LookupRequest.SerializeToString,
+            response_deserializer=pb.LookupResponse.FromString,
         )
+        response: pb.LookupResponse = await method(
+            request, metadata=metadata, timeout=self._timeout_s
+        )
+        return response
 
     def _url_of(self, response: pb.LookupResponse) -> str:
         url = response.grpc_url_tls if self._tls else response.grpc_url

@@ -4,7 +4,8 @@ what `make cluster` runs (pulsar_grpc.cli.cluster's broker.conf, two listeners e
 test's own, with a short ZooKeeper session timeout so that a killed broker's bundles move
 within seconds.
 
-``cluster_factory(**properties)`` starts one (extra broker.conf properties for every member);
+``cluster_factory(**properties)`` starts one (extra broker.conf properties for every member;
+``start_cluster`` for a module's own, of any size);
 each member can be killed (kill -9), stopped and started again on its ports. Every process is
 stopped at teardown; each broker's output goes to its log file (nothing to drain), and a failed
 test shows the logs' tails. A test module imports ``cluster_factory`` with the fixtures it
@@ -18,7 +19,7 @@ path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -53,7 +54,9 @@ __all__ = [
     "one_topic_per_bundle",
     "owner_url",
     "place",
+    "print_logs",
     "start_brokers",
+    "start_cluster",
     "topic_over_every_bundle",
 ]
 
@@ -109,6 +112,52 @@ class Cluster:
             member.process.stop()
 
 
+def start_cluster(
+    zookeeper: ZooKeeperServer,
+    chroot: str,
+    postgres_url: str,
+    workdir: Path,
+    properties: Mapping[str, str],
+    *,
+    brokers: int = BROKERS,
+    prefix: str = "broker",
+) -> Cluster:
+    """``brokers`` broker processes under ``chroot``, their data under ``workdir``, all
+    started and serving (``properties``: more broker.conf for every one). The caller stops
+    them (:meth:`Cluster.stop`, then :func:`print_logs`)."""
+    members = []
+    metadata = f"zk:{zookeeper.hosts}{chroot}"
+    for i in range(brokers):
+        name = f"{prefix}-{i}"
+        ports = MemberPorts.free()
+        config = {
+            **broker_properties(ports, workdir / name / "data", metadata, postgres_url),
+            "metadataStoreSessionTimeoutMillis": str(SESSION_TIMEOUT_MS),
+            # The members share one machine's CPU: a report written at a busier moment
+            # must not make the leader's placement pass a broker over as overloaded.
+            "loadBalancerBrokerOverloadedThresholdPercentage": "100",
+            **properties,
+        }
+        members.append(Member(name, ports, write_broker(workdir, name, config)))
+    cluster = Cluster(members, zookeeper, chroot)
+    try:
+        for member in members:
+            member.process.launch()
+        for member in members:
+            member.process.wait_ready()
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def print_logs(cluster: Cluster) -> None:
+    """Each member's log tail (pytest shows it when the test failed)."""
+    for member in cluster.members:
+        log = member.process.log.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+        print(f"--- {member.name} ({member.process.log}), last lines:\n{log}")
+
+
 @pytest.fixture
 def cluster_factory(
     zookeeper: ZooKeeperServer,
@@ -119,34 +168,17 @@ def cluster_factory(
     clusters: list[Cluster] = []
 
     def make(**properties: str) -> Cluster:
-        members = []
-        metadata = f"zk:{zookeeper.hosts}{zk_chroot}"
-        for i in range(BROKERS):
-            name = f"c{len(clusters)}-broker-{i}"
-            ports = MemberPorts.free()
-            config = {
-                **broker_properties(ports, tmp_path / name / "data", metadata, postgres_url),
-                "metadataStoreSessionTimeoutMillis": str(SESSION_TIMEOUT_MS),
-                # The members share one machine's CPU: a report written at a busier moment
-                # must not make the leader's placement pass a broker over as overloaded.
-                "loadBalancerBrokerOverloadedThresholdPercentage": "100",
-                **properties,
-            }
-            members.append(Member(name, ports, write_broker(tmp_path, name, config)))
-        cluster = Cluster(members, zookeeper, zk_chroot)
+        prefix = f"c{len(clusters)}-broker"
+        cluster = start_cluster(
+            zookeeper, zk_chroot, postgres_url, tmp_path, properties, prefix=prefix
+        )
         clusters.append(cluster)
-        for member in members:
-            member.process.launch()
-        for member in members:
-            member.process.wait_ready()
         return cluster
 
     yield make
     for cluster in clusters:
         cluster.stop()
-        for member in cluster.members:  # pytest shows it when the test failed
-            log = member.process.log.read_text(errors="replace")[-LOG_TAIL_CHARS:]
-            print(f"--- {member.name} ({member.process.log}), last lines:\n{log}")
+        print_logs(cluster)
 
 
 @dataclass

@@ -22,10 +22,12 @@ class SteadyLoad:
         self.topics = topics
         self.receipted: set[bytes] = set()
         self.stored: dict[bytes, set[MessageId]] = defaultdict(set)
+        self.arrivals: list[bytes] = []  # every delivery, in the order received
         # The longest a single send waited for its receipt: how long producers were blocked.
         self.longest_send_s = 0.0
         self._producing = True
-        self._tasks: list[asyncio.Task[None]] = []
+        self._producers: list[asyncio.Task[None]] = []
+        self._consuming: list[asyncio.Task[None]] = []
         self._consumers: list[Consumer] = []
 
     async def start(self) -> SteadyLoad:
@@ -33,8 +35,8 @@ class SteadyLoad:
             consumer = await self.client.subscribe(topic, "load", initial_position="Earliest")
             producer = await self.client.create_producer(topic)
             self._consumers.append(consumer)
-            self._tasks.append(asyncio.create_task(self._produce(topic, producer)))
-            self._tasks.append(asyncio.create_task(self._consume(consumer)))
+            self._producers.append(asyncio.create_task(self._produce(topic, producer)))
+            self._consuming.append(asyncio.create_task(self._consume(consumer)))
         return self
 
     async def _produce(self, topic: str, producer: Producer) -> None:
@@ -50,13 +52,35 @@ class SteadyLoad:
             await asyncio.sleep(0.002)
 
     async def _consume(self, consumer: Consumer) -> None:
-        while self._producing or not self.receipted <= self.stored.keys():
+        while not (self._producers_done() and self.receipted <= self.stored.keys()):
             try:
                 message = await consumer.receive(500)
             except Timeout:
                 continue
             self.stored[message.data()].add(message.message_id())
+            self.arrivals.append(message.data())
             await consumer.acknowledge(message)
+
+    def _producers_done(self) -> bool:
+        return not self._producing and all(task.done() for task in self._producers)
+
+    def out_of_order(self) -> dict[str, list[int]]:
+        """Per topic, the messages (the producer's count) that first arrived after a later
+        one of the same producer: none when each producer's messages came in order. A
+        redelivery after a reconnect is a second arrival, not counted."""
+        seen: set[bytes] = set()
+        last: dict[str, int] = {}
+        late: dict[str, list[int]] = defaultdict(list)
+        for payload in self.arrivals:
+            if payload in seen:
+                continue
+            seen.add(payload)
+            topic, _, count = payload.decode().rpartition("|")
+            i = int(count)
+            if i < last.get(topic, -1):
+                late[topic].append(i)
+            last[topic] = max(i, last.get(topic, -1))
+        return dict(late)
 
     async def receipts(self, more: int, within_s: float = 60) -> None:
         """Wait until ``more`` further messages have been receipted."""
@@ -67,7 +91,7 @@ class SteadyLoad:
                 await asyncio.sleep(0.01)
 
     def _raise_failures(self) -> None:
-        for task in self._tasks:
+        for task in self._producers + self._consuming:
             if task.done() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
 
@@ -76,12 +100,16 @@ class SteadyLoad:
         self._producing = False
         try:
             async with asyncio.timeout(within_s):
-                await asyncio.gather(*self._tasks)
+                # The producers' last sends first: a consumer stops once it has every
+                # receipted message, and a receipt still to come would be missed.
+                await asyncio.gather(*self._producers)
+                await asyncio.gather(*self._consuming)
         except TimeoutError:
             missing = sorted(self.receipted - self.stored.keys())
             pytest.fail(f"{len(missing)} receipted messages never consumed: {missing[:10]}")
         for consumer in self._consumers:
             await consumer.close()
-        assert self.receipted <= self.stored.keys()
+        missing = sorted(self.receipted - self.stored.keys())
+        assert not missing, f"{len(missing)} receipted, never consumed: {missing[:10]}"
         twice = {p: ids for p, ids in self.stored.items() if len(ids) > 1}
         assert twice == {}, f"stored more than once: {list(twice.items())[:5]}"

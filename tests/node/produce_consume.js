@@ -2,7 +2,7 @@
 // End-to-end check of the pulsar-grpc broker from Node.js, straight from the .proto files
 // with @grpc/grpc-js and @grpc/proto-loader (no SDK).
 //
-//   node produce_consume.js <host:port> <topic> [--json-schema]
+//   node produce_consume.js <host:port> <topic> [--json-schema] [--lookup]
 //   PULSAR_GRPC_AUTH_TOKEN=<jwt> node produce_consume.js <host:port> <topic>
 //
 // With PULSAR_GRPC_AUTH_TOKEN set, every call carries `authorization: Bearer <token>` (a broker
@@ -20,6 +20,13 @@
 // payload is a JSON object {"seq": n, "text": "msg-n"} that schema describes, and every entry
 // delivered must carry the schema version ProducerReady answered (printed as
 // "schema_version", hex).
+//
+// With --lookup, <host:port> is a service address: the topic is looked up there first (Redirects
+// followed, as a client does) and every call goes to the address answered. When a PIP-1 proxy
+// answered (proxy_through_service_url), that address is the proxy's and each call about the
+// topic names the owner broker in x-pulsar-proxy-to-broker-url, as the proxy answered it; the
+// summary then has "lookup": {"connected_to", "proxy_through_service_url",
+// "proxy_to_broker_url"}.
 //
 // Prints one JSON line on stdout, {"produced":1000,"consumed":1000,"redelivered":0}, and
 // exits 0; on any failure prints the error (stderr, and a JSON line with "error" on stdout)
@@ -47,6 +54,10 @@ const PROTO_FILE = 'pulsargrpc/v1/pulsar.proto';
 
 const AUTH_TOKEN = process.env.PULSAR_GRPC_AUTH_TOKEN || '';
 const JSON_SCHEMA = process.argv.includes('--json-schema');
+const LOOKUP = process.argv.includes('--lookup');
+const MAX_LOOKUP_REDIRECTS = 5;
+// Headers every call about the topic carries: the owner broker, when a proxy answered the lookup.
+let route = {};
 // The JSON schema's definition: an Avro record describing the payloads (as Pulsar's JSON
 // schemas are), sent as the Schema's schema_data.
 const JSON_SCHEMA_DEFINITION = JSON.stringify({
@@ -106,7 +117,7 @@ function deadline(ms = CALL_DEADLINE_MS) {
 // cannot carry grpc-js call credentials, so the header is set on each call.)
 function metadata(pairs) {
   const md = new grpc.Metadata();
-  for (const [key, value] of Object.entries(pairs)) md.set(key, value); // -bin: a Buffer
+  for (const [key, value] of Object.entries({ ...pairs, ...route })) md.set(key, value); // -bin: a Buffer
   if (AUTH_TOKEN) md.set('authorization', `Bearer ${AUTH_TOKEN}`);
   return md;
 }
@@ -245,6 +256,35 @@ function waitForReady(client) {
 function fullTopicName(topic) {
   if (topic.includes('://')) return topic;
   return topic.split('/').length === 3 ? `persistent://${topic}` : `persistent://public/default/${topic}`;
+}
+
+// Look the topic up at the service address, following Redirects: the address to connect to.
+async function lookup(PulsarService, serviceAddress, topic) {
+  let address = serviceAddress;
+  let authoritative = false;
+  for (let hop = 0; hop <= MAX_LOOKUP_REDIRECTS; hop++) {
+    const client = new PulsarService(address, grpc.credentials.createInsecure());
+    const answer = await new Promise((resolve, reject) => {
+      client.Lookup({ topic, authoritative }, metadata({}), { deadline: deadline(STEP_TIMEOUT_MS) },
+        (err, response) => (err ? reject(err) : resolve(response)));
+    });
+    client.close();
+    check(answer.grpc_url.startsWith('grpc://'), `lookup: no plaintext address in ${JSON.stringify(answer)}`);
+    address = answer.grpc_url.slice('grpc://'.length);
+    if (answer.response === 'Connect') {
+      if (answer.proxy_through_service_url) {
+        route = { 'x-pulsar-proxy-to-broker-url': answer.proxy_to_broker_url };
+      }
+      summary.lookup = {
+        connected_to: address,
+        proxy_through_service_url: answer.proxy_through_service_url,
+        proxy_to_broker_url: answer.proxy_to_broker_url,
+      };
+      return address;
+    }
+    authoritative = answer.authoritative;
+  }
+  throw new CheckError(`lookup: more than ${MAX_LOOKUP_REDIRECTS} redirects`);
 }
 
 async function subscribe(client, topic, subscription, name) {
@@ -389,11 +429,12 @@ async function consumeAll(stream, seen) {
 }
 
 async function main() {
-  const [address, topic] = process.argv.slice(2);
-  if (!address || !topic) {
+  const [serviceAddress, topic] = process.argv.slice(2);
+  if (!serviceAddress || !topic) {
     throw new CheckError('usage: node produce_consume.js <host:port> <topic>');
   }
   const PulsarService = loadService();
+  const address = LOOKUP ? await lookup(PulsarService, serviceAddress, topic) : serviceAddress;
   const client = new PulsarService(address, grpc.credentials.createInsecure());
   await waitForReady(client);
   const subscription = `node-sub-${process.pid}-${Date.now()}`;
