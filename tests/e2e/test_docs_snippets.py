@@ -148,10 +148,17 @@ def test_every_block_is_checked_or_says_why() -> None:
     assert blocks(Run.SCRIPT), "found no runnable block: the extraction is broken"
 
 
+# Ports of servers the blocks start themselves (the README's proxy: gRPC, then web).
+DOC_OWN_PORTS = (6660, 8190)
+
+
 def run_block(block: Block, broker: BrokerThread, workdir: Path, timeout: float) -> str:
     """Run one block as a reader would, against ``broker``; returns its output."""
     code = block.code.replace(STANDALONE_ADMIN_URL, broker.http_url)
     code = code.replace(DOC_GRPC_ADDRESS, broker.grpc_address)
+    # Other servers a block starts itself (the README's proxy) get free ports too.
+    for fixed in DOC_OWN_PORTS:
+        code = re.sub(rf"\b{fixed}\b", str(free_port()), code)
     venv = Path(sys.prefix)
     if not (workdir / ".venv").exists():
         (workdir / ".venv").symlink_to(venv, target_is_directory=True)
