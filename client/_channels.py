@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -218,3 +219,37 @@ def channel_options(
 
 def grpc_url(target: str, tls: bool) -> str:
     return f"{'grpc+ssl' if tls else 'grpc'}://{target}"
+
+
+def tls_credentials_from(
+    trust_path: str | None, cert_path: str | None, key_path: str | None
+) -> Callable[[], grpc.ChannelCredentials]:
+    """Reads the files now (a missing one is reported at once) and makes the credentials on
+    first use: a plaintext client may never open a TLS channel."""
+    trust, chain, key = (
+        Path(p).read_bytes() if p else None for p in (trust_path, cert_path, key_path)
+    )
+    made: list[grpc.ChannelCredentials] = []
+
+    def credentials() -> grpc.ChannelCredentials:
+        if not made:
+            made.append(
+                grpc.ssl_channel_credentials(
+                    root_certificates=trust, private_key=key, certificate_chain=chain
+                )
+            )
+        return made[0]
+
+    return credentials
+
+
+def partition_indexes(partitions: int) -> list[int]:
+    """The partition index of each stream of a topic with ``partitions`` (-1: not partitioned)."""
+    return list(range(partitions)) if partitions else [-1]
+
+
+def partition_topics(topic: str, partitions: int) -> list[str]:
+    """The topic of each stream of a topic with ``partitions``: its partitions, or itself."""
+    if not partitions:
+        return [topic]
+    return [f"{topic}-partition-{i}" for i in range(partitions)]

@@ -10,7 +10,6 @@ import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
@@ -36,6 +35,9 @@ from ._channels import (
     full_topic_name,
     grpc_url,
     parse_service_url,
+    partition_indexes,
+    partition_topics,
+    tls_credentials_from,
 )
 from ._compression import CompressionType
 from ._compression import compression_type as compression_type_of
@@ -57,7 +59,7 @@ from ._consumer import (
 )
 from ._errors import AlreadyClosed, InvalidConfiguration, LookupFailed, error_from_rpc
 from ._message import MessageId
-from ._multi_consumer import PatternWatcher, TopicsPattern
+from ._multi_consumer import TopicsPattern, watch_pattern
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
@@ -179,20 +181,9 @@ class Client:
             raise ValueError("tls_cert_file_path and tls_key_file_path go together (mutual TLS)")
         # Read now: a missing file is the caller's mistake, better reported here than at the
         # first TLS connection (which a plaintext service URL may reach through a lookup).
-        trust = _read(tls_trust_certs_file_path)
-        key = _read(tls_key_file_path)
-        chain = _read(tls_cert_file_path)
-        credentials: list[grpc.ChannelCredentials] = []
-
-        def tls_credentials() -> grpc.ChannelCredentials:
-            if not credentials:
-                credentials.append(
-                    grpc.ssl_channel_credentials(
-                        root_certificates=trust, private_key=key, certificate_chain=chain
-                    )
-                )
-            return credentials[0]
-
+        tls_credentials = tls_credentials_from(
+            tls_trust_certs_file_path, tls_cert_file_path, tls_key_file_path
+        )
         self._pool = ChannelPool(
             tls_credentials,
             channel_options(
@@ -284,8 +275,8 @@ class Client:
         params: Params = {
             "x-pulsar-producer-name": producer_name,
         }
-        producers = [PartitionProducer(config, index) for index in _partition_indexes(partitions)]
-        topics = _partition_topics(topic, partitions)
+        producers = [PartitionProducer(config, index) for index in partition_indexes(partitions)]
+        topics = partition_topics(topic, partitions)
         await self._start_all(producers, topics, "Produce", params, schema)
         router = Router(partitions, mode, batching_max_publish_delay_ms) if partitions else None
         budget = max_pending_messages
@@ -381,8 +372,12 @@ class Client:
             label, subscription_name, config, MessageQueue(), message_listener, batch_receive_policy
         )
         if pattern is not None:
-            await self._watch_pattern(
-                consumer, pattern, pattern_auto_discovery_period, config, params
+            await watch_pattern(
+                consumer,
+                pattern,
+                pattern_auto_discovery_period,
+                self.get_topics_of_namespace,
+                partial(self._attach, config=config, params=params),
             )
         else:
             await self._attach(consumer, topics, config, params)
@@ -437,7 +432,7 @@ class Client:
         )
         consumer = Consumer(topic, subscription, config, MessageQueue())
         await self._attach(consumer, [topic], config, params, [partitions])
-        topics = _partition_topics(full_topic_name(topic), partitions)
+        topics = partition_topics(full_topic_name(topic), partitions)
         reader = Reader(
             consumer, self.get_last_message_id, topics, start, start_message_id_inclusive
         )
@@ -497,7 +492,7 @@ class Client:
         >>> await client.get_partitions_for_topic("orders")
         ['persistent://public/default/orders-partition-0', ...]
         """
-        return _partition_topics(full_topic_name(topic), await self._partition_count(topic))
+        return partition_topics(full_topic_name(topic), await self._partition_count(topic))
 
     async def get_topic_partitions(self, topic: str) -> list[str]:
         """pulsar-client's name for :meth:`get_partitions_for_topic` (Java's name)."""
@@ -721,11 +716,11 @@ class Client:
         names: list[str] = []  # as the application spelt them: the calls' x-pulsar-topic
         for name, partitions in zip(topics, partition_counts, strict=True):
             full = full_topic_name(name)
-            names += _partition_topics(name, partitions)
+            names += partition_topics(name, partitions)
             streams += [
                 consumer.new_stream(t, i)
                 for i, t in zip(
-                    _partition_indexes(partitions), _partition_topics(full, partitions), strict=True
+                    partition_indexes(partitions), partition_topics(full, partitions), strict=True
                 )
             ]
         # Known to the consumer before they start: their first messages may come at once.
@@ -736,40 +731,6 @@ class Client:
         except Exception:  # _start_all closed them; cancelled (closing), the consumer will
             consumer.remove_streams(streams)
             raise
-
-    async def _watch_pattern(
-        self,
-        consumer: Consumer,
-        pattern: TopicsPattern,
-        period_s: float,
-        config: ConsumerConfig,
-        params: Params,
-    ) -> None:
-        """Subscribe ``consumer`` to the topics matching now, and have it re-check."""
-
-        # Weak: the watcher's task must not keep a consumer the application dropped alive.
-        ref = weakref.ref(consumer)
-
-        async def subscribe(topics: list[str]) -> None:
-            target = ref()
-            if target is not None:
-                await self._attach(target, topics, config, params)
-
-        def subscribed() -> set[str]:
-            target = ref()
-            return target.subscribed_topics() if target is not None else set()
-
-        async def forget(topics: list[str]) -> None:
-            target = ref()
-            if target is not None:
-                await target.forget_topics(topics)
-
-        watcher = PatternWatcher(
-            pattern, period_s, self.get_topics_of_namespace, subscribe, subscribed, forget
-        )
-        await subscribe(await watcher.matching())
-        consumer.watch(watcher)
-        watcher.start()
 
     async def _start_one(
         self,
@@ -818,17 +779,3 @@ class Client:
                 return_exceptions=True,
             )
             raise errors[0]
-
-
-def _partition_indexes(partitions: int) -> list[int]:
-    return list(range(partitions)) if partitions else [-1]
-
-
-def _partition_topics(topic: str, partitions: int) -> list[str]:
-    if not partitions:
-        return [topic]
-    return [f"{topic}-partition-{i}" for i in range(partitions)]
-
-
-def _read(path: str | None) -> bytes | None:
-    return Path(path).read_bytes() if path else None

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypeVar
 
 from ._errors import InvalidTopicName, PulsarException
 
@@ -146,3 +147,48 @@ class PatternWatcher:
                 log.info("pattern %s: subscribed to %s", self._pattern.regex.pattern, changes.added)
             if changes.removed:
                 log.info("pattern %s: let go of %s", self._pattern.regex.pattern, changes.removed)
+
+
+class _Watched(Protocol):
+    """What a pattern watcher needs of the consumer it keeps subscribed."""
+
+    def subscribed_topics(self) -> set[str]: ...
+
+    async def forget_topics(self, topics: list[str]) -> None: ...
+
+    def watch(self, watcher: PatternWatcher) -> None: ...
+
+
+W = TypeVar("W", bound=_Watched)
+
+
+async def watch_pattern(
+    consumer: W,
+    pattern: TopicsPattern,
+    period_s: float,
+    list_topics: Callable[[str], Awaitable[list[str]]],
+    attach: Callable[[W, list[str]], Awaitable[None]],
+) -> None:
+    """Subscribe ``consumer`` to the topics matching now (``attach`` starts its streams on
+    them), and have it re-check every ``period_s``."""
+    # Weak: the watcher's task must not keep a consumer the application dropped alive.
+    ref = weakref.ref(consumer)
+
+    async def subscribe(topics: list[str]) -> None:
+        target = ref()
+        if target is not None:
+            await attach(target, topics)
+
+    def subscribed() -> set[str]:
+        target = ref()
+        return target.subscribed_topics() if target is not None else set()
+
+    async def forget(topics: list[str]) -> None:
+        target = ref()
+        if target is not None:
+            await target.forget_topics(topics)
+
+    watcher = PatternWatcher(pattern, period_s, list_topics, subscribe, subscribed, forget)
+    await subscribe(await watcher.matching())
+    consumer.watch(watcher)
+    watcher.start()
