@@ -1,4 +1,4 @@
-"""ManagedLedger and its factory: Pulsar's ManagedLedger over a LedgerStore.
+"""ManagedLedger: Pulsar's ManagedLedger over a LedgerStore (opened by ledger_factory).
 
 A managed ledger is a sequence of ledgers; the current one takes appends until it reaches
 max_entries_per_ledger or max_size_per_ledger_bytes, then it is closed and a new one starts.
@@ -45,7 +45,6 @@ from pulsar_grpc.broker.ledger.info import (
     ManagedLedgerConfig,
     cursor_name_from_node,
     cursor_path,
-    decode_ledgers,
     encode_ledgers,
     ledger_path,
 )
@@ -56,11 +55,9 @@ from pulsar_grpc.broker.metadata.store import (
     MetadataNotFoundError,
     MetadataStore,
     MetadataStoreError,
-    SessionEvent,
-    validate_path,
 )
 
-__all__ = ["ManagedLedger", "ManagedLedgerConfig", "ManagedLedgerFactory"]
+__all__ = ["ManagedLedger", "ManagedLedgerConfig", "MetadataLink", "SharedResources", "now_ms"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +66,7 @@ InitialPosition = Literal["earliest", "latest"]
 _MB = 1024 * 1024
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return int(time.time() * 1000)
 
 
@@ -88,7 +85,7 @@ class _PendingAdd:
     committed: bool = False
 
 
-class _MetadataLink(enum.Enum):
+class MetadataLink(enum.Enum):
     """Whether the metadata store's connection is up, as its session events last said."""
 
     CONNECTED = "connected"
@@ -96,7 +93,7 @@ class _MetadataLink(enum.Enum):
 
 
 @dataclass(slots=True)
-class _Shared:
+class SharedResources:
     """What every managed ledger of one factory uses."""
 
     store: LedgerStore
@@ -107,7 +104,7 @@ class _Shared:
     reader_ids: Iterator[int] = field(default_factory=itertools.count)
     # Set by the factory's session listener; closes skip their metadata snapshots while the
     # connection is down, so that a shutdown does not wait out a timeout per topic.
-    link: _MetadataLink = _MetadataLink.CONNECTED
+    link: MetadataLink = MetadataLink.CONNECTED
 
 
 class ManagedLedger:
@@ -115,7 +112,7 @@ class ManagedLedger:
 
     def __init__(
         self,
-        shared: _Shared,
+        shared: SharedResources,
         owner: LedgerOwner,
         config: ManagedLedgerConfig,
         ledgers: list[LedgerInfo],
@@ -310,7 +307,7 @@ class ManagedLedger:
         # The old ledger's entry count goes into the metadata only once it is final.
         if last_add is not None:
             await asyncio.wait([last_add])
-        old.timestamp = _now_ms()
+        old.timestamp = now_ms()
         try:
             await self._write_info()
         except Exception as e:
@@ -509,7 +506,7 @@ class ManagedLedger:
             cursor = ManagedCursor(self, name, True, mark_delete)
             await self._shared.metadata.put(
                 cursor_path(self.name, name),
-                encode_cursor_info(cursor.state(), _now_ms()),
+                encode_cursor_info(cursor.state(), now_ms()),
                 expected_version=None,
             )
             self.cursors[name] = cursor
@@ -546,7 +543,7 @@ class ManagedLedger:
                 pass
         self.schedule_trim()
 
-    async def _recover_cursors(self) -> None:
+    async def recover_cursors(self) -> None:
         metadata = self._shared.metadata
         nodes = await metadata.get_children(ledger_path(self.name))
         states = await self.store.get_cursor_states(self.name)
@@ -608,7 +605,7 @@ class ManagedLedger:
         )
         retention_bytes = self.config.retention_size_mb * _MB
         retention_ms = self.config.retention_time_minutes * 60_000
-        now = _now_ms()
+        now = now_ms()
         doomed: set[int] = set()
         size_to_delete = 0
         for info in self._ledgers[:-1]:
@@ -660,11 +657,11 @@ class ManagedLedger:
         cursor's state is written to its node (ManagedCursorInfo). Per ack, the state goes to
         the store's commit instead; a failure here loses nothing (the next open recounts the
         ledger from the store, and the store's row holds the cursor's state)."""
-        if self._shared.link is _MetadataLink.DISCONNECTED:
+        if self._shared.link is MetadataLink.DISCONNECTED:
             log.info("%s: metadata store disconnected, no metadata snapshot at close", self.name)
             return
         if not self._pending and not self._unregistered:
-            self._ledgers[-1].timestamp = _now_ms()
+            self._ledgers[-1].timestamp = now_ms()
             try:
                 await self._write_info()
             except MetadataStoreError as e:
@@ -675,139 +672,8 @@ class ManagedLedger:
             try:
                 await self._shared.metadata.put(
                     cursor_path(self.name, cursor.name),
-                    encode_cursor_info(cursor.state(), _now_ms()),
+                    encode_cursor_info(cursor.state(), now_ms()),
                     expected_version=None,
                 )
             except MetadataStoreError as e:
                 log.warning("%s: cannot snapshot cursor %s: %s", self.name, cursor.name, e)
-
-
-class ManagedLedgerFactory:
-    """Opens managed ledgers (one instance per name) over a store and a metadata store.
-
-    The factory does not own the store or the metadata store: whoever created them closes them
-    after the factory. `cache_size_bytes` is the broker-wide entry cache budget
-    (managedLedgerCacheSizeMB).
-    """
-
-    def __init__(
-        self,
-        store: LedgerStore,
-        metadata: MetadataStore,
-        config: ManagedLedgerConfig | None = None,
-        cache_size_bytes: int = 64 * _MB,
-    ) -> None:
-        self.config = config or ManagedLedgerConfig()
-        self._shared = _Shared(
-            store, metadata, EntryCache(cache_size_bytes), LedgerIdPool(store), self._forget
-        )
-        self._ledgers: dict[str, ManagedLedger] = {}
-        self._opening: dict[str, asyncio.Task[ManagedLedger]] = {}
-        metadata.register_session_listener(self._on_session_event)
-
-    def _on_session_event(self, event: SessionEvent) -> None:
-        down = event in (SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST)
-        self._shared.link = _MetadataLink.DISCONNECTED if down else _MetadataLink.CONNECTED
-
-    @property
-    def cache(self) -> EntryCache:
-        return self._shared.cache
-
-    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
-        """The managed ledger `name` ("tenant/ns/persistent/topic"), created if absent."""
-        ml = self._ledgers.get(name)
-        if ml is not None:
-            return ml
-        task = self._opening.get(name)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(
-                self._open(name, config or replace(self.config))
-            )
-            self._opening[name] = task
-            task.add_done_callback(lambda _: self._opening.pop(name, None))
-        return await asyncio.shield(task)
-
-    async def _open(self, name: str, config: ManagedLedgerConfig) -> ManagedLedger:
-        path = ledger_path(name)
-        validate_path(path)
-        metadata, store = self._shared.metadata, self._shared.store
-        # Fenced first: whatever the previous owner committed is visible from here on (so
-        # the recount below sees it), and it cannot commit anything after.
-        owner = await store.fence(name)
-        got = await metadata.get(path)
-        ledgers = decode_ledgers(got.value) if got is not None and got.value else []
-        version = got.version if got is not None else -1
-        # The new ledger's id must follow every one before it, which other brokers may have
-        # created (from their own blocks of ids).
-        newest = max((info.ledger_id for info in ledgers), default=0)
-        if ledgers:
-            # The last ledger was open when the ledger stopped: its true size is in the store.
-            last = ledgers[-1]
-            stats = await store.ledger_stats(last.ledger_id)
-            last.entries, last.size, last.timestamp = stats.entries, stats.size, _now_ms()
-            if last.entries == 0:
-                ledgers.pop()
-        await self._shared.ids.ensure(above=newest)
-        ledgers.append(LedgerInfo(self._shared.ids.take()))
-        try:
-            version = await metadata.put(path, encode_ledgers(ledgers), version)
-        except MetadataStoreError as e:
-            raise PersistenceError(f"cannot open managed ledger {name}: {e}") from e
-        ml = ManagedLedger(self._shared, owner, config, ledgers, version)
-        await ml._recover_cursors()
-        self._ledgers[name] = ml
-        return ml
-
-    async def exists(self, name: str) -> bool:
-        got = await self._shared.metadata.get(ledger_path(name))
-        return got is not None and bool(got.value)
-
-    async def delete(self, name: str) -> None:
-        """Delete the managed ledger, its cursors and its metadata (absent is fine)."""
-        ml = self._ledgers.get(name)
-        if ml is not None:
-            await ml.close()
-        metadata, store = self._shared.metadata, self._shared.store
-        path = ledger_path(name)
-        got = await metadata.get(path)
-        if got is None:
-            return
-        ledgers = decode_ledgers(got.value) if got.value else []
-        nodes = await metadata.get_children(path)
-        cursor_names = {cursor_name_from_node(n) for n in nodes}
-        cursor_names |= set(await store.get_cursor_states(name))
-        if cursor_names:
-            owner = await store.fence(name)  # whoever had it open elsewhere stops writing
-            await store.append(owner, (), {c: None for c in cursor_names})
-        for node in nodes:
-            await metadata.delete_recursive(f"{path}/{node}")
-        await metadata.delete(path)
-        for info in ledgers:
-            await store.delete_ledger(info.ledger_id)
-        self._shared.cache.invalidate({i.ledger_id for i in ledgers})
-
-    async def list_names(self, prefix: str = "") -> list[str]:
-        """Names of the managed ledgers at or under the path prefix ("public/default")."""
-        metadata = self._shared.metadata
-        root = ledger_path(prefix.strip("/")) if prefix.strip("/") else "/managed-ledgers"
-        names: list[str] = []
-        todo = [root]
-        while todo:
-            path = todo.pop()
-            got = await metadata.get(path)
-            if got is None:
-                continue
-            if got.value:
-                names.append(path[len("/managed-ledgers/") :])
-                continue
-            todo.extend(f"{path}/{child}" for child in await metadata.get_children(path))
-        return sorted(names)
-
-    def _forget(self, ml: ManagedLedger) -> None:
-        if self._ledgers.get(ml.name) is ml:
-            del self._ledgers[ml.name]
-
-    async def close(self) -> None:
-        """Close every open managed ledger (not the stores)."""
-        for ml in list(self._ledgers.values()):
-            await ml.close()
