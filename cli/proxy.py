@@ -11,18 +11,15 @@ configuration, 1 cannot start (a port taken, ZooKeeper unreachable).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
 from pulsar_grpc.broker.config import ConfigError, parse_set_flags
 from pulsar_grpc.broker.errors import MetadataError
+from pulsar_grpc.cli.serving import serve_until_signalled
 from pulsar_grpc.cli.standalone import invalid_configuration
-
-log = logging.getLogger("pulsar_grpc.proxy")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -65,29 +62,15 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await proxy.start()
+    def ready_line() -> str:
         own = proxy.own_address()
-        # One parseable line: tests and scripts wait for it to know the proxy is up.
-        print(
+        return (
             f"pulsar-grpc proxy ready grpc={own.grpc_url or own.grpc_url_tls} "
-            f"http={proxy.web_url or ''}",
-            flush=True,
+            f"http={proxy.web_url or ''}"
         )
-        try:
-            await stop.wait()
-        finally:
-            log.info("shutting down")
-            await proxy.close()
 
     try:
-        import uvloop
-
-        uvloop.run(main())
+        serve_until_signalled(proxy, ready_line)
     except ConfigError as exc:
         print(invalid_configuration("proxy", exc), file=sys.stderr)
         return 2

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import shutil
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +18,7 @@ from pulsar_grpc.broker.config import (
 )
 from pulsar_grpc.broker.data_lock import LOCK_FILE, DataDirectoryInUseError, DataDirectoryLock
 from pulsar_grpc.broker.errors import MetadataError, PersistenceError
-
-log = logging.getLogger("pulsar_grpc.standalone")
+from pulsar_grpc.cli.serving import serve_until_signalled
 
 # Exit codes: 2 invalid configuration, 1 cannot start (port taken), 3 data directory in use.
 EXIT_DATA_DIRECTORY_IN_USE = 3
@@ -137,33 +134,15 @@ def run_broker(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await broker.start()
-        except BaseException:
-            await broker.close()
-            raise
+    def ready_line() -> str:
         urls = broker.namespaces.internal_urls()
-        # One parseable line: tests and scripts wait for it to know the broker is up.
-        print(
+        return (
             f"pulsar-grpc {command} ready grpc={urls.grpc_url or urls.grpc_url_tls} "
-            f"http={urls.http_url or urls.http_url_tls}",
-            flush=True,
+            f"http={urls.http_url or urls.http_url_tls}"
         )
-        try:
-            await stop.wait()
-        finally:
-            log.info("shutting down")
-            await broker.close()
 
     try:
-        import uvloop
-
-        uvloop.run(main())
+        serve_until_signalled(broker, ready_line)
     except ConfigError as exc:
         print(invalid_configuration(command, exc), file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ from pulsar_grpc.handler.errors import abort
 from pulsar_grpc.handler.produce import produce
 from pulsar_grpc.handler.reflection import enable_reflection
 from pulsar_grpc.handler.schemas import get_or_create_schema, get_schema
+from pulsar_grpc.handler.server_options import server_options
 from pulsar_grpc.interceptors import ListenerInterceptor, ParametersInterceptor, current
 from pulsar_grpc.interceptors.auth import AuthenticationInterceptor
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -32,10 +33,6 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "pulsargrpc.v1.PulsarService"
-# Room for a batch of maxMessageSize plus its framing; larger gets gRPC's own RESOURCE_EXHAUSTED.
-# Outbound too: a consume response holds at most codec.MAX_RESPONSE_BYTES of entries, or one
-# entry alone (at most maxMessageSize plus the broker's fields), so it always fits.
-_FRAME_MARGIN = 1 << 20
 # After close() has ended every stream (topics closed), how long the servers wait for calls to
 # finish writing what they had queued before gRPC cancels them.
 _STOP_GRACE_S = 2.0
@@ -99,8 +96,6 @@ class GrpcProtocolHandler(ProtocolHandler):
         self, listener: str | None, health_servicer: health.aio.HealthServicer
     ) -> aio.Server:
         assert self.config is not None and self.listeners is not None
-        max_frame = self.config.maxMessageSize + _FRAME_MARGIN
-        keepalive_ms = self.config.keepAliveIntervalSeconds * 1000
         assert self.broker is not None
         interceptors: list[aio.ServerInterceptor] = [
             ListenerInterceptor(listener, self.listeners.listeners, abort),
@@ -112,26 +107,9 @@ class GrpcProtocolHandler(ProtocolHandler):
             )
         server = aio.server(
             interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", max_frame),
-                ("grpc.max_send_message_length", max_frame),
-                ("grpc.so_reuseport", 0),
-                # The broker's own pings find dead clients (Pulsar's keepAliveIntervalSeconds):
-                # one every interval, with or without calls and data, and a connection whose
-                # ping has no answer within as long again is closed, ending its calls (a
-                # consumer's unacked messages go to the others). grpc core applies the keepalive
-                # timeout or the ping timeout depending on its version: both are set.
-                ("grpc.keepalive_time_ms", keepalive_ms),
-                ("grpc.keepalive_timeout_ms", keepalive_ms),
-                ("grpc.http2.ping_timeout_ms", keepalive_ms),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.http2.max_pings_without_data", 0),
-                # Clients' pings are always answered, however often (as a Pulsar broker answers
-                # every ping): grpc's default policy answers more than two pings under 5 minutes
-                # apart without data with GOAWAY too_many_pings, cutting off idle consumers of
-                # any client with keepalive on (the SDK pings every 30 s while it has calls).
-                ("grpc.http2.max_ping_strikes", 0),
-            ],
+            options=server_options(
+                self.config.maxMessageSize, self.config.keepAliveIntervalSeconds
+            ),
         )
         server.add_generic_rpc_handlers((self._rpc_handlers(),))
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

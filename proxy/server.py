@@ -34,6 +34,7 @@ from pulsar_grpc.client._auth import AuthenticationTLS
 from pulsar_grpc.client._auth_params import authentication_from
 from pulsar_grpc.client._channels import channel_options, grpc_url
 from pulsar_grpc.handler.errors import abort
+from pulsar_grpc.handler.server_options import max_frame, server_options
 from pulsar_grpc.interceptors.auth import AuthenticationInterceptor
 from pulsar_grpc.proxy.brokers import BrokerDirectory
 from pulsar_grpc.proxy.config import ProxyConfiguration, broker_view
@@ -45,8 +46,6 @@ from pulsar_grpc.proxy.web import ProxyWeb
 
 log = logging.getLogger(__name__)
 
-# Room for a batch of maxMessageSize plus its framing, as the broker allows.
-_FRAME_MARGIN = 1 << 20
 _STOP_GRACE_S = 2.0
 # The proxy's own calls to brokers (lookups): Pulsar clients' operation timeout.
 _LOOKUP_TIMEOUT_S = 30.0
@@ -112,7 +111,7 @@ class ProxyService:
             self._channels = BrokerChannels(
                 config.connectionsPerBroker,
                 channel_options(
-                    config.maxMessageSize + _FRAME_MARGIN,
+                    max_frame(config.maxMessageSize),
                     _BROKER_BACKOFF_MS,
                     config.keepAliveIntervalSeconds,
                 ),
@@ -175,25 +174,12 @@ class ProxyService:
 
     def _server(self, handler: grpc.GenericRpcHandler) -> aio.Server:
         config = self.config
-        max_frame = config.maxMessageSize + _FRAME_MARGIN
-        keepalive_ms = config.keepAliveIntervalSeconds * 1000
         interceptors: list[aio.ServerInterceptor] = []
         if self._authentication is not None:
             interceptors.append(AuthenticationInterceptor(self._authentication, None, abort))
         server = aio.server(
             interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", max_frame),
-                ("grpc.max_send_message_length", max_frame),
-                ("grpc.so_reuseport", 0),
-                # As the broker's: find dead clients, answer clients' pings at any rate.
-                ("grpc.keepalive_time_ms", keepalive_ms),
-                ("grpc.keepalive_timeout_ms", keepalive_ms),
-                ("grpc.http2.ping_timeout_ms", keepalive_ms),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.http2.max_pings_without_data", 0),
-                ("grpc.http2.max_ping_strikes", 0),
-            ],
+            options=server_options(config.maxMessageSize, config.keepAliveIntervalSeconds),
         )
         server.add_generic_rpc_handlers((handler,))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

@@ -70,6 +70,8 @@ ALLOWED = {
         # A call the proxy refuses ends exactly as one a broker refused: one table from errors
         # to gRPC status and Pulsar code, not two.
         "handler.errors",
+        # Clients meet the same message-size limit and keepalive at the proxy as at a broker.
+        "handler.server_options",
         # The checks of the proxy's own broker credentials are the broker's, not a copy.
         "broker.web.broker_client",
     },

@@ -1,0 +1,47 @@
+"""Serving until a signal: what `standalone`, `broker` and `proxy` share once they are
+configured — start, print one ready line, wait for SIGINT or SIGTERM, close."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from typing import Protocol
+
+log = logging.getLogger("pulsar_grpc.serving")
+
+
+class Served(Protocol):
+    """A server the command runs: a broker or a proxy."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def serve_until_signalled(service: Served, ready_line: Callable[[], str]) -> None:
+    """Run ``service`` on uvloop until SIGINT or SIGTERM. ``ready_line`` is printed once it
+    has started: one parseable line that tests and scripts wait for. A start that fails closes
+    what it opened before the error goes up."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await service.start()
+        except BaseException:
+            await service.close()
+            raise
+        print(ready_line(), flush=True)
+        try:
+            await stop.wait()
+        finally:
+            log.info("shutting down")
+            await service.close()
+
+    import uvloop
+
+    uvloop.run(main())
