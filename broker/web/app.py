@@ -6,7 +6,6 @@ Errors answer Pulsar's way: a JSON body ``{"reason": ...}`` with 400 (bad input)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -37,7 +36,7 @@ from pulsar_grpc.broker.web.rate_admin import RateAdmin
 from pulsar_grpc.broker.web.role_tokens_admin import add_role_token_routes
 from pulsar_grpc.broker.web.schemas_admin import SchemasAdmin
 from pulsar_grpc.broker.web.subscriptions_admin import SubscriptionsAdmin
-from pulsar_grpc.broker.web.topics_admin import TopicsAdmin
+from pulsar_grpc.broker.web.topics_admin import TopicsAdmin, partition_count
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
@@ -306,13 +305,7 @@ class WebService:
 
     async def create_partitioned(self, request: web.Request) -> web.Response:
         await self.access.tenant_admin(request, request.match_info["tenant"])
-        body = (await request.text()).strip()
-        try:
-            partitions = int(json.loads(body))
-        except (ValueError, TypeError):
-            raise e.InvalidArgumentError(
-                f"body must be the number of partitions, got {body!r}"
-            ) from None
+        partitions = partition_count(await request.text())
         await self.service.resources.create_partitioned_topic(self._topic(request), partitions)
         return web.Response(status=204)
 

@@ -123,13 +123,7 @@ class TopicsAdmin:
     async def update_partitions(self, request: web.Request) -> web.Response:
         topic = topic_of(request)
         await self.access.tenant_admin(request, topic.tenant)
-        body = (await request.text()).strip()
-        try:
-            partitions = int(json.loads(body))
-        except (ValueError, TypeError):
-            raise e.InvalidArgumentError(
-                f"body must be the number of partitions, got {body!r}"
-            ) from None
+        partitions = partition_count(await request.text())
         if partitions < 1:  # Pulsar: 406 NOT_ACCEPTABLE "Number of partitions should be..."
             raise e.InvalidArgumentError("Number of partitions should be more than 0")
         await self.service.resources.update_partitioned_topic(topic.full_name, partitions)
@@ -243,3 +237,14 @@ def _has_clients(stats: dict[str, Any]) -> bool:
     """Whether a topic's stats (TopicStats) show a producer or a consumer."""
     subscriptions = stats.get("subscriptions") or {}
     return bool(stats.get("publishers")) or any(s.get("consumers") for s in subscriptions.values())
+
+
+def partition_count(body: str) -> int:
+    """The number of partitions a create or update request's body gives (Pulsar's bare JSON
+    number)."""
+    try:
+        return int(json.loads(body.strip()))
+    except (ValueError, TypeError):
+        raise e.InvalidArgumentError(
+            f"body must be the number of partitions, got {body.strip()!r}"
+        ) from None
