@@ -165,6 +165,7 @@ class BrokerService:
             producer_names,
             self.check_open,
             permissions.cache,
+            self._schemas,
         )
         await resources.ensure_namespace(NamespaceName.get("public/default"))
         if self.listeners.bind_addresses_for(WEB_SCHEMES):
