@@ -2,8 +2,10 @@
 that does not know the topic's schema in advance (Pulsar's ``Schema.AUTO_CONSUME()``).
 
 Values come back as plain Python values: a dict for an AVRO, JSON or PROTOBUF_NATIVE record,
-str for STRING, int, float or bool for the primitives, a ``(key, value)`` tuple for
-KEY_VALUE, and the bytes themselves for a message written without a schema.
+str for STRING, int, float or bool for the primitives (DATE, TIME and TIMESTAMP: their
+milliseconds), datetime, date and time for the java.time types (temporal.py), a
+``(key, value)`` tuple for KEY_VALUE, and the bytes themselves for a message written without
+a schema.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .schema import (
     ShortSchema,
     StringSchema,
 )
+from .temporal import InstantSchema, LocalDateSchema, LocalDateTimeSchema, LocalTimeSchema
 
 __all__ = ["AutoConsumeSchema", "generic_decoder"]
 
@@ -44,10 +47,15 @@ _FIXED: dict[SchemaType, Schema] = {
     SchemaType.INT64: LongSchema(),
     SchemaType.FLOAT: FloatSchema(),
     SchemaType.DOUBLE: DoubleSchema(),
-    # Pulsar's DATE, TIME and TIMESTAMP are milliseconds in an INT64.
+    # Pulsar's DATE, TIME and TIMESTAMP are milliseconds in an INT64; pulsar-client for
+    # Python has no schema for them, so the count is given as it is.
     SchemaType.DATE: LongSchema(),
     SchemaType.TIME: LongSchema(),
     SchemaType.TIMESTAMP: LongSchema(),
+    SchemaType.INSTANT: InstantSchema(),
+    SchemaType.LOCAL_DATE: LocalDateSchema(),
+    SchemaType.LOCAL_TIME: LocalTimeSchema(),
+    SchemaType.LOCAL_DATE_TIME: LocalDateTimeSchema(),
 }
 
 
