@@ -11,7 +11,6 @@ a schema.
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -33,6 +32,7 @@ from .schema import (
     SchemaType,
     ShortSchema,
     StringSchema,
+    loads_json,
 )
 from .temporal import InstantSchema, LocalDateSchema, LocalDateTimeSchema, LocalTimeSchema
 
@@ -70,13 +70,6 @@ def _avro(parsed: Any, data: bytes) -> Any:
         raise SchemaSerializationError(f"cannot decode the message as Avro: {exc}") from None
 
 
-def _json(data: bytes) -> Any:
-    try:
-        return json.loads(data)
-    except ValueError as exc:
-        raise SchemaSerializationError(f"the message is not JSON: {exc}") from None
-
-
 def _key_value(
     key: Callable[[bytes], Any], value: Callable[[bytes], Any], data: bytes
 ) -> tuple[Any, Any]:
@@ -94,7 +87,7 @@ def generic_decoder(info: SchemaInfo | None) -> Callable[[bytes], Any]:
     if kind is SchemaType.AVRO:
         return partial(_avro, fastavro.parse_schema(info.definition()))
     if kind is SchemaType.JSON:
-        return _json
+        return loads_json
     if kind is SchemaType.PROTOBUF_NATIVE:
         return partial(decode_generic_protobuf, message_class_of(info))
     if kind is SchemaType.KEY_VALUE:

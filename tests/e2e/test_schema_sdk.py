@@ -115,7 +115,9 @@ async def round_trip(broker: BrokerThread, topic: str, schema: Schema, values: l
         messages = await receive_n(consumer, len(values))
         assert [m.data() for m in messages] == [schema.encode(v) for v in values]
         assert all(m.schema_version() == producer.schema_version() for m in messages)
-        return [m.value() for m in messages]
+        values = [m.value() for m in messages]
+        assert all(m.value() is v for m, v in zip(messages, values, strict=True))  # decoded once
+        return values
 
 
 @pytest.mark.parametrize("schema_class", [AvroSchema, JsonSchema])
