@@ -146,8 +146,9 @@ class Message:
         "_partition",
         "_topic_ids",
         "_topic_name",
-        "_value",  # the decoded value, once value() has been asked for (unset until then)
+        "_value",
     )
+    _value: Any  # the decoded value, once value() has been asked for (unset until then)
 
     def __init__(
         self,
