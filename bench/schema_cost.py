@@ -13,8 +13,9 @@ The second is what a deployment sees: for each kind, a producer and a consumer i
 processes (``--role``), running at the same time against the same broker, the consumer
 decoding each message of the live stream as it arrives; its rate is the messages over the time
 from its first message to its last, and each side's CPU time a message (what a typed value
-costs it even while it keeps up with the stream) is compared with raw bytes'. Prints a
-Markdown table of each for docs/benchmarks.md.
+costs it even while it keeps up with the stream) is compared with raw bytes'. A first,
+small table times encoding and decoding one value in this process, beside the decoding
+library alone. Prints a Markdown table of each for docs/benchmarks.md.
 
 Usage::
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import random
@@ -34,6 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import fastavro
+import orjson
 
 from bench.killsoak import Broker
 from bench.sdk_load import produce_then_consume
@@ -154,6 +159,33 @@ async def live_run(service_url: str, kind: str, messages: int) -> dict[str, floa
     return rates
 
 
+def per_value(records: list[Event], repeat: int = 50_000) -> list[tuple[str, float, float]]:
+    """Microseconds to encode and to decode one value, each kind, in this process; and the
+    decoding library alone (fastavro, orjson) for comparison."""
+    avro, js = AvroSchema(Event), JsonSchema(Event)
+    sample = (records * (repeat // len(records) + 1))[:repeat]
+    parsed = fastavro.parse_schema(Event.schema())
+    avro_raw = [avro.encode(r) for r in sample]
+    json_raw = [js.encode(r) for r in sample]
+
+    def us(fn: Any, values: list[Any]) -> float:
+        started = time.perf_counter_ns()
+        for value in values:
+            fn(value)
+        return (time.perf_counter_ns() - started) / len(values) / 1000
+
+    return [
+        ("avro", us(avro.encode, sample), us(avro.decode, avro_raw)),
+        ("json", us(js.encode, sample), us(js.decode, json_raw)),
+        (
+            "fastavro alone",
+            float("nan"),
+            us(lambda d: fastavro.schemaless_reader(io.BytesIO(d), parsed), avro_raw),
+        ),
+        ("orjson alone", float("nan"), us(orjson.loads, json_raw)),
+    ]
+
+
 def table(rows: list[tuple[str, dict[str, float]]], columns: list[tuple[str, str]]) -> None:
     """A Markdown table of each kind's rates and their share of the raw bytes' rate; for a
     column ending in ``_cpu_us`` (CPU time a message), the cost over raw bytes instead."""
@@ -196,6 +228,12 @@ async def main(messages: int) -> None:
         f"{messages} messages; Avro {sum(map(len, raw)) / messages:.0f} bytes each, JSON "
         f"{json_size:.0f}; load average {load_before:.2f} before, {load_after:.2f} after"
     )
+    print("\nPer value, in this process (µs):\n")
+    print("| values | encode | decode |")
+    print("|---|---:|---:|")
+    for kind, encode_us, decode_us in per_value(records):
+        encode = "" if encode_us != encode_us else f"{encode_us:.2f}"
+        print(f"| {kind} | {encode} | {decode_us:.2f} |")
     print("\nOne process, the consumer draining its queue after the producer is done:\n")
     table(queued, [("produce", "produce"), ("consume", "consume (decode)")])
     print("\nLive: producer and consumer in separate processes at the same time:\n")
