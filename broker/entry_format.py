@@ -38,6 +38,12 @@ def seal(batch: bytes, publish_time_ms: int, producer_fields: bytes) -> bytes:
     return b"".join((batch, _PUBLISH_TIME_TAG, encode_varint(publish_time_ms), producer_fields))
 
 
+def schema_version(data: bytes) -> bytes:
+    """The version of the schema an entry's messages were written with (empty: none); one
+    per entry, as a batch comes from one producer."""
+    return parse(data).schema_version
+
+
 def producer_fields(producer_name: str, schema_version: bytes = b"") -> bytes:
     """The fields every entry of a producer carries: its name and its schema's version
     (Pulsar's 8 bytes; none without a schema)."""

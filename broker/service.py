@@ -170,6 +170,7 @@ class BrokerService:
             producer_names,
             self.check_open,
             permissions.cache,
+            self._schemas,
         )
         self.stats_task = StatsTask(topics, self.config.statsUpdateFrequencyInSecs)
         self.stats_task.start()

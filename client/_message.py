@@ -138,7 +138,17 @@ class Message:
     >>> msg.data(), msg.message_id(), msg.properties()
     """
 
-    __slots__ = ("_decode", "_entry", "_id", "_index", "_partition", "_topic_ids", "_topic_name")
+    __slots__ = (
+        "_decode",
+        "_entry",
+        "_id",
+        "_index",
+        "_partition",
+        "_topic_ids",
+        "_topic_name",
+        "_value",
+    )
+    _value: Any  # the decoded value, once value() has been asked for (unset until then)
 
     def __init__(
         self,
@@ -161,9 +171,15 @@ class Message:
     def value(self) -> Any:
         """The payload decoded with the consumer's schema (the bytes without one), from the
         schema version the message was written with, as Pulsar's ``value()``. A payload the
-        schema cannot read raises :class:`~pulsar_grpc.schema.SchemaSerializationError`."""
+        schema cannot read raises :class:`~pulsar_grpc.schema.SchemaSerializationError`.
+        Decoded once: later calls give the same value."""
+        try:
+            return self._value
+        except AttributeError:
+            pass
         payload = self._entry.messages[self._index].payload
-        return payload if self._decode is None else self._decode(payload)
+        value = self._value = payload if self._decode is None else self._decode(payload)
+        return value
 
     def schema_version(self) -> bytes:
         """The version of the producer's schema (Pulsar's 8 bytes); empty without one."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Literal
 
 from grpc import aio
@@ -90,12 +91,14 @@ _MAX_CLIENT_VERSION = 256
 
 
 def _preparer(method: str, headers: Mapping[str, str], binary: Mapping[str, bytes]) -> Prepare:
-    """Parse now (once per call), fill the context when the call runs."""
+    """Parse now (once per call), fill the context when the call runs. A declared schema is
+    parsed only then: the call runs the authentication interceptor's step first, so a caller
+    that has not proved who it is cannot make the broker parse (and validate) a definition."""
     try:
         _check_known([*headers, *binary])
         topic = _topic(headers) if method in ("Produce", "Consume") else None
-        producer = _producer(headers, binary) if method == "Produce" else None
-        consumer = _consumer(headers, binary) if method == "Consume" else None
+        producer = _producer(headers) if method == "Produce" else None
+        consumer = _consumer(headers) if method == "Consume" else None
     except BrokerError as exc:
         error = exc
 
@@ -107,7 +110,10 @@ def _preparer(method: str, headers: Mapping[str, str], binary: Mapping[str, byte
     client_version = headers.get("user-agent", "")[:_MAX_CLIENT_VERSION]
 
     async def fill(ctx: CallContext, _: aio.ServicerContext) -> None:
-        ctx.topic, ctx.producer, ctx.consumer = topic, producer, consumer
+        declared = _declared(binary) if topic is not None else None
+        ctx.topic = topic
+        ctx.producer = producer if producer is None else replace(producer, schema=declared)
+        ctx.consumer = consumer if consumer is None else replace(consumer, schema=declared)
         ctx.client_version = client_version
 
     return fill
@@ -161,10 +167,8 @@ def _choice(headers: Mapping[str, str], key: str, choices: dict[str, Any], defau
     raise InvalidArgumentError(f"{key}: '{raw}' is not one of {', '.join(choices)}")
 
 
-def _producer(headers: Mapping[str, str], binary: Mapping[str, bytes]) -> ProducerParams:
-    return ProducerParams(
-        producer_name=headers.get("x-pulsar-producer-name") or None, schema=_declared(binary)
-    )
+def _producer(headers: Mapping[str, str]) -> ProducerParams:
+    return ProducerParams(producer_name=headers.get("x-pulsar-producer-name") or None)
 
 
 def schema_from_wire(schema: pb.Schema) -> SchemaInfo | None:
@@ -211,7 +215,7 @@ def parse_message_id(raw: str) -> tuple[Position | Literal["earliest", "latest"]
     return Position(numbers[0], numbers[1]), batch
 
 
-def _consumer(headers: Mapping[str, str], binary: Mapping[str, bytes]) -> ConsumerParams:
+def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
     durable = _bool(headers, "x-pulsar-durable", True)
     subscription = headers.get("x-pulsar-subscription") or ""
     if not subscription:
@@ -252,5 +256,4 @@ def _consumer(headers: Mapping[str, str], binary: Mapping[str, bytes]) -> Consum
         dead_letter_topic=str(TopicName.get(headers["x-pulsar-dead-letter-topic"]))
         if headers.get("x-pulsar-dead-letter-topic")
         else None,
-        schema=_declared(binary),
     )

@@ -1,6 +1,6 @@
 """Schemas, as pulsar-client's ``pulsar.schema``: Record classes with typed fields, the
-schemas that encode values (Avro, JSON, string, the primitives, Protobuf native, key/value),
-and AUTO_CONSUME for a consumer that takes each message's own schema.
+schemas that encode values (Avro, JSON, string, the primitives, the java.time types, Protobuf
+native, key/value), and AUTO_CONSUME for a consumer that takes each message's own schema.
 
 >>> from pulsar_grpc.schema import AvroSchema, Integer, Record, String
 >>> class User(Record):
@@ -48,6 +48,7 @@ from .schema import (
     ShortSchema,
     StringSchema,
 )
+from .temporal import InstantSchema, LocalDateSchema, LocalDateTimeSchema, LocalTimeSchema
 
 __all__ = [
     "Array",
@@ -64,10 +65,14 @@ __all__ = [
     "Field",
     "Float",
     "FloatSchema",
+    "InstantSchema",
     "IntSchema",
     "Integer",
     "JsonSchema",
     "KeyValueSchema",
+    "LocalDateSchema",
+    "LocalDateTimeSchema",
+    "LocalTimeSchema",
     "Long",
     "LongSchema",
     "Map",

@@ -309,6 +309,7 @@ class RecordMeta(type):
                     fields[key] = value
             namespace["_fields"] = fields
             namespace["_required"] = False
+            namespace["_flat"] = _flat_plan(fields)
         return super().__new__(mcs, name, bases, namespace)
 
 
@@ -323,9 +324,14 @@ class Record(metaclass=RecordMeta):
     """
 
     _fields: ClassVar[dict[str, Field | Record]] = {}
-    _default: Any
-    _required: bool
-    _required_default: bool
+    # For a record of plain fields only (see _flat_plan): each field's name and the types its
+    # value is stored as it is; None otherwise.
+    _flat: ClassVar[tuple[tuple[str, frozenset[type]], ...] | None] = None
+    # A nested field's settings (__init__ sets them on each instance); a record built from a
+    # decoded message has the class's, which are __init__'s defaults.
+    _default: Any = None
+    _required: bool = False
+    _required_default: bool = False
     _avro_namespace: ClassVar[str | None] = None
     _sorted_fields: ClassVar[bool] = False
 
@@ -355,11 +361,11 @@ class Record(metaclass=RecordMeta):
         """A record from what an Avro decoder read against this class's own schema. Scalar
         values are taken as they are: the decoder has checked their types, and checking them
         again through ``__init__`` was most of a decode's cost. Enums, lists, maps and nested
-        records go through the same conversions as in ``__init__``."""
+        records go through the same conversions as in ``__init__``. A record of plain fields
+        keeps ``fields`` itself as its attributes (the decoder made it for this record)."""
+        if cls._flat is not None and len(fields) == len(cls._flat):
+            return cls._with_state(fields)
         record = cls.__new__(cls)
-        object.__setattr__(record, "_default", None)
-        object.__setattr__(record, "_required_default", False)
-        object.__setattr__(record, "_required", False)
         for key, field in cls._fields.items():
             value = fields.get(key)
             if type(field) in _TAKEN_AS_DECODED:
@@ -372,6 +378,29 @@ class Record(metaclass=RecordMeta):
                 setattr(record, key, value)
             else:
                 object.__setattr__(record, key, copy.copy(field.default()))
+        return record
+
+    @classmethod
+    def from_json(cls, fields: dict[str, Any]) -> Record:
+        """A record from a decoded JSON object: as ``cls(**fields)``, whose checks a JSON
+        value needs (nothing typed it), with a record of plain fields whose values all have
+        their field's type built in one step instead of one checked assignment a field."""
+        flat = cls._flat
+        if flat is None:
+            return cls(**fields)
+        state = {}
+        for name, types in flat:
+            value = fields.get(name, _MISSING)
+            if type(value) not in types:  # converted, defaulted or refused by __init__
+                return cls(**fields)
+            state[name] = value
+        return cls._with_state(state)
+
+    @classmethod
+    def _with_state(cls, state: dict[str, Any]) -> Record:
+        """A record whose attributes are ``state`` (field values only)."""
+        record = _new(cls)
+        _set_attribute(record, "__dict__", state)
         return record
 
     @classmethod
@@ -474,7 +503,37 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _flat_plan(
+    fields: dict[str, Field | Record],
+) -> tuple[tuple[str, frozenset[type]], ...] | None:
+    """Each field's name and the exact types ``__init__`` would store unchanged, when every
+    field is a plain one (a scalar whose None stays None); None when any is not (an enum, a
+    list, a map, a nested record, an optional Boolean whose None becomes False)."""
+    plan = []
+    for name, field in fields.items():
+        types = _STORED_AS_IS.get(type(field))
+        if types is None or not (field._required or field.default() is None):
+            return None
+        plan.append((name, types if field._required else types | {type(None)}))
+    return tuple(plan)
+
+
 _SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+# The value types each plain field keeps as they are (bool is not an int here: __init__
+# refuses it for an Integer; a str for Bytes and bytes for String are converted).
+_STORED_AS_IS: dict[type, frozenset[type]] = {
+    Null: frozenset({type(None)}),
+    Boolean: frozenset({bool}),
+    Integer: frozenset({int}),
+    Long: frozenset({int}),
+    Float: frozenset({float, int}),
+    Double: frozenset({float, int}),
+    Bytes: frozenset({bytes}),
+    String: frozenset({str}),
+}
+_MISSING = object()
+_new = object.__new__
+_set_attribute = object.__setattr__
 # Fields whose decoded Avro value is already what ``__init__`` would store (a str for String,
 # bytes for Bytes, a bool, an int, a float): Record.from_decoded takes them as they are.
 _TAKEN_AS_DECODED = frozenset({Null, Boolean, Integer, Long, Float, Double, Bytes, String})

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 from pulsar_grpc.broker.errors import IncompatibleSchemaError, TopicNotFoundError
 from pulsar_grpc.broker.naming import TopicName
-from pulsar_grpc.broker.schema.data import SchemaInfo, StoredSchema
+from pulsar_grpc.broker.schema.data import (
+    SchemaInfo,
+    StoredSchema,
+    decode_version,
+    encode_version,
+)
 from pulsar_grpc.broker.schema.policies import SchemaPolicies
 from pulsar_grpc.broker.schema.registry import SchemaRegistry
 from pulsar_grpc.broker.topics import PersistentTopic
@@ -74,6 +79,14 @@ class TopicSchemas:
             await self.registry.check_consumer(schema_id(name), info, strategy)
         else:
             await self.add_schema(name, info)
+
+    async def carry_schema(self, source: TopicName, version: bytes, target: TopicName) -> bytes:
+        """``target``'s version of ``source``'s schema ``version`` (the topics layer's
+        SchemaCarrier: a dead-letter topic registers the schema its messages were written
+        with, under its own namespace's strategy and auto-update setting, as Pulsar's
+        client's AUTO_PRODUCE_BYTES producer makes it do)."""
+        stored = await self.get(source, decode_version(version))
+        return encode_version(await self.add_schema(target, stored.info))
 
     async def get(self, topic: TopicName, version: int | None = None) -> StoredSchema:
         """The latest schema, or ``version``: TopicNotFoundError when there is none (Pulsar's

@@ -23,6 +23,7 @@ from pulsar_grpc.broker.resources import NamespaceResources
 from pulsar_grpc.broker.security.permissions import PolicyCache
 from pulsar_grpc.broker.topics.rate_limit import RateLimit, Throttle
 from pulsar_grpc.broker.topics.rate_policies import RatePolicies
+from pulsar_grpc.broker.topics.schema_carrier import SchemaCarrier
 from pulsar_grpc.broker.topics.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class TopicRegistry:
         producer_names: DistributedIdGenerator,
         check_open: Callable[[], None],
         policies: PolicyCache,
+        schemas: SchemaCarrier,
     ) -> None:
         self.config = config
         self.ledgers = ledgers
@@ -48,6 +50,7 @@ class TopicRegistry:
         self.namespaces = namespaces
         self.producer_names = producer_names  # names producers that bring none, cluster-unique
         self._check_open = check_open  # the broker's: refuses loads once it is closing
+        self.schemas = schemas  # a dead-letter topic takes its messages' schemas through it
         self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         # The broker-wide rates, shared by every topic (brokerPublisherThrottlingMax*,
         # dispatchThrottlingRateIn*), and the per-topic ones kept current from the policies.

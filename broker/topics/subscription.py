@@ -370,9 +370,11 @@ class Subscription:
             task.add_done_callback(_log_failure)
 
     async def _dead_letter(self, topic_name: str, dead: list[tuple[Position, int | None]]) -> None:
-        """Publish each entry's unacked messages to the dead-letter topic, then ack it. An
-        entry that cannot be dead-lettered goes back for redelivery (and is tried again on its
-        next negative ack or ack timeout), so it is never left neither delivered nor dead."""
+        """Publish each entry's unacked messages to the dead-letter topic, then ack it. The
+        copy carries the dead-letter topic's version of the schema the messages were written
+        with (registered there first). An entry that cannot be dead-lettered (its schema
+        refused there included) goes back for redelivery (and is tried again on its next
+        negative ack or ack timeout), so it is never left neither delivered nor dead."""
         try:
             dlq = await self.topic.registry.get_topic(topic_name, create=True)
         except Exception as exc:
@@ -383,6 +385,11 @@ class Subscription:
                 entries = await self.cursor.replay_entries([position])
                 if not entries:
                     continue  # acked meanwhile
+                version = entry_format.schema_version(entries[0].data)
+                if version:
+                    version = await self.topic.registry.schemas.carry_schema(
+                        self.topic.topic_name, version, dlq.topic_name
+                    )
                 data = entry_format.dead_letter(
                     entries[0].data,
                     acked=self.cursor.acked_batch_indexes(
@@ -393,7 +400,7 @@ class Subscription:
                     origin_position=position,
                     partition=self.topic.partition,
                 )
-                await dlq.publish_system(data)
+                await dlq.publish_system(data, version)
             except Exception as exc:
                 self._dead_letter_failed(topic_name, [(position, sticky_hash)], exc)
                 continue

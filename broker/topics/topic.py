@@ -214,11 +214,15 @@ class PersistentTopic:
             if subscription.dispatcher is not None:
                 subscription.dispatcher.trigger()
 
-    async def publish_system(self, batch: bytes) -> Position:
-        """Publish a broker-made batch (dead-letter messages)."""
-        receipt = await self._system_producer.publish(
-            batch, 0, entry_format.info(batch).num_messages
+    async def publish_system(self, batch: bytes, schema_version: bytes = b"") -> Position:
+        """Publish a broker-made batch (dead-letter messages), its messages written with this
+        topic's ``schema_version`` of a schema (empty: none)."""
+        producer = (
+            Producer(self, self._system_producer.name, schema_version=schema_version)
+            if schema_version
+            else self._system_producer
         )
+        receipt = await producer.publish(batch, 0, entry_format.info(batch).num_messages)
         assert receipt.position is not None
         return receipt.position
 

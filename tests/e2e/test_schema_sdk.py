@@ -7,6 +7,7 @@ Written as pulsar-client users write it: a Record class, ``schema=AvroSchema(Use
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 
 import pytest
@@ -21,10 +22,14 @@ from pulsar_grpc.schema import (
     Double,
     DoubleSchema,
     FloatSchema,
+    InstantSchema,
     Integer,
     IntSchema,
     JsonSchema,
     KeyValueSchema,
+    LocalDateSchema,
+    LocalDateTimeSchema,
+    LocalTimeSchema,
     LongSchema,
     Map,
     ProtobufNativeSchema,
@@ -110,7 +115,9 @@ async def round_trip(broker: BrokerThread, topic: str, schema: Schema, values: l
         messages = await receive_n(consumer, len(values))
         assert [m.data() for m in messages] == [schema.encode(v) for v in values]
         assert all(m.schema_version() == producer.schema_version() for m in messages)
-        return [m.value() for m in messages]
+        values = [m.value() for m in messages]
+        assert all(m.value() is v for m, v in zip(messages, values, strict=True))  # decoded once
+        return values
 
 
 @pytest.mark.parametrize("schema_class", [AvroSchema, JsonSchema])
@@ -134,6 +141,10 @@ async def test_record_round_trip(broker: BrokerThread, schema_class: type) -> No
         (FloatSchema(), [1.5, -0.25]),
         (DoubleSchema(), [3.141592653589793, -1e300]),
         (KeyValueSchema(StringSchema(), JsonSchema(Address)), [("k", Address(city="Oslo"))]),
+        (InstantSchema(), [dt.datetime(2026, 11, 24, 8, 0, 0, 123456, tzinfo=dt.UTC)]),
+        (LocalDateSchema(), [dt.date(2026, 11, 24), dt.date(1900, 1, 1)]),
+        (LocalTimeSchema(), [dt.time(8, 0, 0, 1)]),
+        (LocalDateTimeSchema(), [dt.datetime(2026, 11, 24, 8, 0, 0, 999999)]),
     ],
     ids=lambda p: type(p).__name__ if isinstance(p, Schema) else "",
 )
@@ -209,6 +220,24 @@ async def test_auto_consume_takes_each_messages_schema(broker: BrokerThread) -> 
     }
     assert second["name"] == "eve" and second["email"] == "e@x"
     assert text.value() == "text"
+
+
+async def test_auto_consume_decodes_the_java_time_types(broker: BrokerThread) -> None:
+    when = dt.datetime(2026, 11, 24, 8, 0, tzinfo=dt.UTC)
+    sent = {
+        "when-instant": (InstantSchema(), when),
+        "when-local": (LocalDateTimeSchema(), when.replace(tzinfo=None)),
+    }
+    async with Client(broker.service_url) as client:
+        got = {}
+        for topic, (schema, value) in sent.items():
+            producer = await client.create_producer(topic, schema=schema)
+            await producer.send(value)
+            consumer = await client.subscribe(
+                topic, "auto", schema=AutoConsumeSchema(), initial_position="earliest"
+            )
+            got[topic] = (await consumer.receive(10_000)).value()
+    assert got == {topic: value for topic, (_, value) in sent.items()}
 
 
 async def test_an_incompatible_producer_is_refused(broker: BrokerThread) -> None:

@@ -344,3 +344,55 @@ def test_a_decoded_record_equals_one_built_through_init() -> None:
             f: getattr(slow, f) for f in Person._fields
         }
         assert type(fast.color) is type(slow.color) and type(fast.home) is type(slow.home)
+
+
+class Flat(Record):
+    """Plain fields only: decoded records are built in one step (Record._flat)."""
+
+    id = Long(required=True)
+    name = String()
+    amount = Double()
+    ok = Boolean(required=True)
+
+
+@pytest.mark.parametrize("schema_class", [AvroSchema, JsonSchema])
+def test_a_flat_record_decodes_to_the_record_init_builds(schema_class: type) -> None:
+    schema = schema_class(Flat)
+    for flat in (Flat(id=1, name="a", amount=2.5, ok=True), Flat(id=2, ok=False)):
+        decoded = schema.decode(schema.encode(flat))
+        assert decoded == flat and repr(decoded) == repr(flat)
+        assert (decoded._required, decoded._default, decoded._required_default) == (
+            False,
+            None,
+            False,
+        )
+        decoded.name = "changed"  # still checked on assignment
+        with pytest.raises(TypeError, match="name"):
+            decoded.name = 3
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"id": 1, "amount": 3, "ok": true}', Flat(id=1, amount=3, ok=True)),  # int as double
+        ('{"id": 1, "ok": true, "extra": 9}', Flat(id=1, ok=True)),  # undeclared: left out
+        ('{"id": 1, "amount": NaN, "ok": false}', None),  # Python's json writes NaN
+    ],
+)
+def test_json_values_go_through_the_records_checks(text: str, expected: Flat | None) -> None:
+    decoded = JsonSchema(Flat).decode(text.encode())
+    if expected is None:
+        assert decoded.amount != decoded.amount  # NaN
+    else:
+        assert decoded == expected
+
+
+def test_json_of_the_wrong_shape_is_refused() -> None:
+    with pytest.raises(TypeError, match="ok"):
+        JsonSchema(Flat).decode(b'{"id": 1, "ok": 1}')  # an int is no bool
+    with pytest.raises(TypeError, match="id"):
+        JsonSchema(Flat).decode(b'{"id": true, "ok": true}')  # a bool is no int
+    with pytest.raises(SchemaSerializationError, match="list"):
+        JsonSchema(Flat).decode(b"[1, 2]")
+    with pytest.raises(SchemaSerializationError, match="not JSON"):
+        JsonSchema(Flat).decode(b"{nope")
