@@ -80,6 +80,14 @@ class ProxyConfiguration:
     tokenAuthClaim: str = "sub"
     tokenAudienceClaim: str | None = None
     tokenAudience: str | None = None
+    # SCRAM-SHA-256 (the "scram" provider), as on the broker: the users' file, the exchanges
+    # waiting for their client-final, and the role tokens the proxy issues, signed with the
+    # cluster's keys from the metadata store (so they need metadataStoreUrl). A role token is
+    # good at every proxy and broker of the cluster.
+    scramAuthConf: str | None = None
+    inflightSaslContextExpiryMs: int = 10000
+    maxInflightSaslContext: int = 10000
+    scramRoleTokenExpirySeconds: int = 3600
     # A client's stream is ended when its credentials expire, checked this often (the broker
     # checks the proxy's own credentials, so the proxy checks the client's).
     authenticationRefreshCheckSeconds: int = 60
@@ -190,12 +198,18 @@ def _check_minimums(config: ProxyConfiguration) -> Iterator[tuple[str, str]]:
 
 def _check_security(config: ProxyConfiguration) -> Iterator[tuple[str, str]]:
     """The broker's own checks of the same properties, and what the proxy cannot do: SCRAM
-    (its role tokens are signed with the brokers' cluster key and exchanged in several calls,
-    which a stateless front door does not hold) on either side."""
-    if "scram" in config.authenticationProviders:
+    without the cluster's metadata store (its role tokens are signed with the keys kept there),
+    and SCRAM as the proxy's own credentials (an exchange per broker is not what a forwarding
+    front door holds; token, basic or tls are)."""
+    try:
+        clustered = parse_metadata_store_url(config.metadataStoreUrl).kind is not StoreKind.EMBEDDED
+    except ValueError:
+        clustered = False  # _check_brokers names the bad URL
+    if "scram" in config.authenticationProviders and not clustered:
         yield (
             "authenticationProviders",
-            "scram is not supported at the proxy: use token, basic or tls",
+            "scram at the proxy needs metadataStoreUrl (its role tokens are signed with the "
+            "cluster's keys, kept in the metadata store)",
         )
     view = broker_view(config)
     yield from token_config_problems(view)

@@ -108,6 +108,8 @@ class ProxyService:
                     Path("."),
                     config.metadataStoreSessionTimeoutMillis / 1000,
                 )
+                if self._authentication is not None:  # SCRAM's role-token keys live there
+                    self._authentication.use_metadata(self._store)
             self._channels = BrokerChannels(
                 config.connectionsPerBroker,
                 channel_options(

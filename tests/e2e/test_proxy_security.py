@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -19,6 +20,7 @@ import pytest
 from pulsar_grpc.broker.security.tokens import create_token
 from pulsar_grpc.client import (
     AuthenticationError,
+    AuthenticationSCRAM,
     AuthenticationTLS,
     AuthenticationToken,
     AuthorizationError,
@@ -29,6 +31,7 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.cluster import one_topic_per_bundle
 from tests.e2e.messaging import receive_n
 from tests.e2e.test_authorization import AUTHZ, KEY, PROXY, SUPER, grant, token
+from tests.e2e.test_scram import credentials_file
 from tests.e2e.test_tls import tls_config
 from tests.e2e.wire import error_code, stub
 from tests.proxy_support import ProxyThread, proxy_config
@@ -57,6 +60,7 @@ class SecureCluster:
     reencrypting: ProxyThread  # TLS from clients, TLS again to the brokers
     mutual: ProxyThread  # clients authenticate with their TLS certificate (provider tls)
     tls: TlsFiles
+    store_url: str  # the brokers' metadata store, for proxies a test starts itself
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +117,7 @@ def secure(
             )
         ).start()
         started.append(mutual)
-        yield SecureCluster(brokers, terminating, reencrypting, mutual, tls)
+        yield SecureCluster(brokers, terminating, reencrypting, mutual, tls, store_url)
     finally:
         for server in reversed(started):
             server.stop()
@@ -178,6 +182,42 @@ async def test_a_client_not_granted_the_topic_is_refused_by_the_broker(
         assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
         assert error_code(denied.value) == pb.AuthorizationError
         assert "role stranger" in (denied.value.details() or "")
+
+
+async def test_a_scram_client_authenticates_at_the_proxy(
+    secure: SecureCluster, tmp_path: Path
+) -> None:
+    """SCRAM at the proxy, as at a broker: the exchange runs with the proxy, whose role token
+    (signed with the cluster's keys from the metadata store) then opens the streams; the
+    brokers authorize the user the exchange proved, not the proxy."""
+    config = proxy_config(
+        metadataStoreUrl=secure.store_url,
+        **{
+            **CLIENT_AUTH,
+            "authenticationProviders": "scram",
+            "scramAuthConf": str(credentials_file(tmp_path)),
+            "brokerClientAuthenticationParameters": f"token:{token(PROXY)}",
+        },
+    )
+    # Started and stopped off this test's loop: the proxy runs a loop of its own.
+    proxy = await asyncio.to_thread(ProxyThread(config).start)
+    try:
+        await grant(secure.brokers[0], "alice", ["produce", "consume"])
+        alice = AuthenticationSCRAM("alice", "wonderland")
+        async with Client(proxy.service_url, authentication=alice) as client:
+            await produce_consume(client, "proxy-scram")
+        header = alice.authorization()
+        assert header is not None and header.startswith("RoleToken ")
+        bob = AuthenticationSCRAM("bob", "builder")  # a user the brokers granted nothing
+        async with Client(proxy.service_url, authentication=bob) as client:
+            with pytest.raises(AuthorizationError, match="role bob is not authorized"):
+                await client.create_producer("proxy-scram")
+        wrong = AuthenticationSCRAM("alice", "not-the-password")
+        async with Client(proxy.service_url, authentication=wrong) as client:
+            with pytest.raises(AuthenticationError):
+                await client.create_producer("proxy-scram")
+    finally:
+        await asyncio.to_thread(proxy.stop)
 
 
 @pytest.mark.parametrize("credentials", ["none", "invalid"])

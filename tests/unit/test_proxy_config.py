@@ -57,9 +57,17 @@ def test_tls_and_security_problems_are_named() -> None:
     assert "tlsCertificateFilePath: required when grpcServicePortTls" in problems(
         **BROKER, grpcServicePortTls="0"
     )
-    assert "scram is not supported at the proxy" in problems(
+    assert "scram at the proxy needs metadataStoreUrl" in problems(
         **BROKER, authenticationEnabled="true", authenticationProviders="scram"
     )
+    # With the cluster's store (where the role-token keys are), SCRAM is the broker's.
+    scram_at_proxy = {
+        "metadataStoreUrl": "zk:zk1:2181/pulsar",
+        "authenticationEnabled": "true",
+        "authenticationProviders": "scram",
+        "scramAuthConf": "data:;base64,",
+    }
+    assert load_proxy_config(None, {}, scram_at_proxy).scramAuthConf == "data:;base64,"
     assert "scram is not supported for the proxy's own credentials" in problems(
         **BROKER,
         brokerClientAuthenticationPlugin="scram",
