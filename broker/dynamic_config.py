@@ -20,6 +20,7 @@ import asyncio
 import enum
 import json
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +59,8 @@ SECRET_PROPERTIES = frozenset(
     {"tokenSecretKey", "basicAuthConf", "scramAuthConf", "brokerClientAuthenticationParameters"}
 )
 MASK = "******"
+# The password of a URL-valued property (ledgerStorageUrl=postgresql://user:password@host/db).
+_URL_PASSWORD = re.compile(r"(?P<head>://[^/@:\s]*:)[^/@\s]*(?P<at>@)")
 
 _WRITE_ATTEMPTS = 10
 _NOTIFIED_BY = frozenset(
@@ -163,7 +166,9 @@ class DynamicConfig:
     def runtime(self) -> dict[str, str]:
         """Every property's value in effect on this broker, secrets masked."""
         return {
-            name: MASK if name in SECRET_PROPERTIES else as_text(getattr(self._config, name))
+            name: MASK
+            if name in SECRET_PROPERTIES
+            else _without_password(as_text(getattr(self._config, name)))
             for name in PROPERTY_NAMES
         }
 
@@ -239,3 +244,8 @@ class DynamicConfig:
         except MetadataError as exc:
             # The store is away: the session's return reads the node again.
             log.warning("dynamic configuration not re-read: %s", exc.message)
+
+
+def _without_password(text: str) -> str:
+    """``text`` with the password of any URL in it masked."""
+    return _URL_PASSWORD.sub(rf"\g<head>{MASK}\g<at>", text)

@@ -375,8 +375,8 @@ def loads_json(data: bytes) -> Any:
         pass
     try:
         return json.loads(data)
-    except ValueError as exc:
-        raise SchemaSerializationError(f"the message is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep for Python
+        raise SchemaSerializationError(f"the message is not JSON: {exc!r}"[:300]) from None
 
 
 def _bytes_from_json(kind: Any, value: Any) -> Any:

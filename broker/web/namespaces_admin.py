@@ -123,6 +123,8 @@ class NamespacesAdmin:
         ns = await self._namespace(request)
         body = await _policies_body(request)
         clusters = body.get("replication_clusters") or []
+        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
+            raise e.InvalidArgumentError("replication_clusters must be a list of cluster names")
         unknown = sorted(set(clusters) - {self.service.config.clusterName})
         if unknown:
             raise e.PreconditionFailedError(f"Invalid cluster(s): {', '.join(map(str, unknown))}")

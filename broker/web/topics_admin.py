@@ -241,10 +241,13 @@ def _has_clients(stats: dict[str, Any]) -> bool:
 
 def partition_count(body: str) -> int:
     """The number of partitions a create or update request's body gives (Pulsar's bare JSON
-    number)."""
+    integer: not a boolean, a fraction or a float that overflows)."""
     try:
-        return int(json.loads(body.strip()))
-    except (ValueError, TypeError):
+        value = json.loads(body.strip())
+    except ValueError:
+        value = None
+    if type(value) is not int:
         raise e.InvalidArgumentError(
-            f"body must be the number of partitions, got {body.strip()!r}"
-        ) from None
+            f"body must be the number of partitions, got {body.strip()[:100]!r}"
+        )
+    return value

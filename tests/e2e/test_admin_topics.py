@@ -65,6 +65,8 @@ async def test_a_namespace_is_created_with_its_bundles_and_shows_its_policies(
     elsewhere = {"replication_clusters": ["elsewhere"]}
     fresh = f"/admin/v2/namespaces/public/{unique('c')}"
     assert (await call(b, "PUT", fresh, elsewhere))[0] == 412
+    # A bare string is not a list of names (not read letter by letter).
+    assert (await call(b, "PUT", fresh, {"replication_clusters": "standalone"}))[0] == 400
 
 
 async def test_a_namespace_with_topics_is_deleted_only_by_force(

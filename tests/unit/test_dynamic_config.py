@@ -91,3 +91,11 @@ async def test_overrides_reach_every_broker_and_a_removal_restores_the_file_valu
     for i in range(2):
         await brokers[i].close()
         await stores[i].close()
+
+
+async def test_the_runtime_view_masks_passwords_in_urls() -> None:
+    config = load_config(None, {}, {"ledgerStorageUrl": "postgresql://app:s3cr:et@db:5432/pg"})
+    store = MemoryMetadataStore(f"mask-{uuid.uuid4().hex}")
+    runtime = DynamicConfig(config, store, lambda: None).runtime()
+    assert runtime["ledgerStorageUrl"] == "postgresql://app:******@db:5432/pg"
+    assert runtime["metadataStoreUrl"] == config.metadataStoreUrl  # no password: unchanged

@@ -396,3 +396,11 @@ def test_json_of_the_wrong_shape_is_refused() -> None:
         JsonSchema(Flat).decode(b"[1, 2]")
     with pytest.raises(SchemaSerializationError, match="not JSON"):
         JsonSchema(Flat).decode(b"{nope")
+
+
+def test_json_nested_deeper_than_python_reads_is_a_serialization_error() -> None:
+    """A message is the sender's: nesting too deep for the parser is a bad message, not a
+    RecursionError escaping from value()."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(SchemaSerializationError, match="not JSON"):
+        AutoConsumeSchema().decoder_for(JsonSchema(Person).schema_info())(deep)
