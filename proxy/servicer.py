@@ -188,7 +188,10 @@ class ProxyServicer:
         elif not topic:
             raise InvalidTopicNameError(f"missing call parameter {H_TOPIC}")
         else:
-            url, route = await self._lookups.owner(topic, metadata), Route.LOOKED_UP
+            # A lookup the proxy makes for a client, under the same bound as the ones it
+            # answers (maxConcurrentLookupRequests).
+            with self._admitted(LookupKind.LOOKUP):
+                url, route = await self._lookups.owner(topic, metadata), Route.LOOKED_UP
         self.stats.routes[route] += 1
         return url, route
 

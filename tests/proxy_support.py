@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -173,3 +174,17 @@ class ProxyProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait(5)
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        assert response.status == 200
+        return str(response.read().decode())
+
+
+def metric(text: str, name: str, labels: str = "") -> float:
+    prefix = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(prefix + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{prefix} not in the metrics")

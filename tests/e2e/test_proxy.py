@@ -37,7 +37,14 @@ from tests.e2e.test_outbound_bound import (
 from tests.e2e.test_partitioned_and_dedup import create_partitioned
 from tests.e2e.wire import batch, error_code, stub
 from tests.postgres import PostgresServer, postgres_server
-from tests.proxy_support import ProxyProcess, ProxyThread, proxy_config, proxy_factory
+from tests.proxy_support import (
+    ProxyProcess,
+    ProxyThread,
+    metric,
+    proxy_config,
+    proxy_factory,
+    scrape,
+)
 from tests.support import BrokerThread, broker_config
 from tests.waiting import eventually
 from tests.zookeeper import ZooKeeperServer, zookeeper
@@ -223,20 +230,6 @@ async def test_a_forged_broker_url_is_refused(cluster: ProxiedCluster) -> None:
         assert ("pulsar-owner-url", owner) in tuple(moved.value.trailing_metadata() or ())
 
 
-def scrape(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
-        assert response.status == 200
-        return str(response.read().decode())
-
-
-def metric(text: str, name: str, labels: str = "") -> float:
-    prefix = f"{name}{{{labels}}}" if labels else name
-    for line in text.splitlines():
-        if line.startswith(prefix + " "):
-            return float(line.split()[-1])
-    raise AssertionError(f"{prefix} not in the metrics")
-
-
 async def test_metrics_move_and_health_answers(cluster: ProxiedCluster) -> None:
     web = cluster.proxy.web_url
     assert (await asyncio.to_thread(scrape, web + "/status.html")) == "OK"
@@ -367,3 +360,15 @@ async def test_lookups_over_the_limit_are_refused_as_retryable(
         assert error.code() == grpc.StatusCode.UNAVAILABLE, error
         assert error_code(error) == pb.TooManyRequests
     assert narrow.proxy.stats.rejected_lookups == len(refused)
+    # The lookups the proxy makes itself for calls that name no broker are bounded alike.
+    async with grpc.aio.insecure_channel(narrow.grpc_address) as channel:
+        calls = [
+            stub(channel).GetLastMessageId(
+                pb.GetLastMessageIdRequest(topic=f"proxy-routed-{i}"), timeout=TIMEOUT_S
+            )
+            for i in range(100)
+        ]
+        routed = await asyncio.gather(*calls, return_exceptions=True)
+    assert any(
+        isinstance(r, grpc.aio.AioRpcError) and error_code(r) == pb.TooManyRequests for r in routed
+    ), "100 routed calls at once, none over a limit of 1"
