@@ -129,6 +129,8 @@ def no_http_answer(url: str, exc: Exception) -> str:
     frames start with a zero length prefix, which http.client reads as a bad status line) or
     another server that does not speak HTTP."""
     where = url.split("/admin/", 1)[0].split("/lookup/", 1)[0]
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return f"{where} closed the connection without an answer: is it the broker's web service?"
     if isinstance(exc, http.client.BadStatusLine):
         line = str(exc.args[0] if exc.args else "")
         if line.startswith("\x00") or "PRI * HTTP/2" in line:

@@ -32,7 +32,8 @@ def hangs_up() -> Iterator[int]:
 
 def test_a_connection_closed_without_an_answer_is_an_admin_request_error(hangs_up: int) -> None:
     url = f"http://127.0.0.1:{hangs_up}/admin/v2/clusters"
-    with pytest.raises(AdminRequestError, match=f"no answer from {url}"):
+    where = f"http://127.0.0.1:{hangs_up} closed the connection without an answer"
+    with pytest.raises(AdminRequestError, match=where):
         request("GET", url)
 
 
