@@ -159,7 +159,7 @@ class WebService:
         RateAdmin(self.service, self.access).add_routes(app)
         add_role_token_routes(app, authentication, self.access)
         BrokerStatsAdmin(self.service, self.access).add_routes(app)
-        Console(self.service.config).add_routes(app)
+        Console(self.service, self.access, self.broker_client).add_routes(app)
         return app
 
     async def start(self) -> None:

@@ -15,9 +15,13 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, Response, sync_playwright
 
+from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.client import Client
 from tests.e2e.test_authorization import AUTHZ, SUPER, token
 from tests.support import BrokerThread, broker_config
+from tests.zookeeper import ZooKeeperServer, zk_chroot, zookeeper
+
+__all__ = ["zk_chroot", "zookeeper"]  # fixtures, imported to be found
 
 TIMEOUT_MS = 20_000
 
@@ -256,3 +260,96 @@ def test_with_authentication_the_page_needs_a_token(
     finally:
         watched.close()
         stop(broker)
+
+
+def take_bundle_of(broker: BrokerThread, topic: str) -> str:
+    """Make ``broker`` the owner of ``topic``'s bundle; the bundle's name."""
+    assert broker.service is not None and broker.service.namespaces.ownership is not None
+    ownership = broker.service.namespaces.ownership
+    bundle = broker.run(ownership.bundle_of(TopicName.get(topic)))
+    assert broker.run(ownership.acquire(bundle)) is ownership.me
+    return str(bundle)
+
+
+def topic_outside(broker: BrokerThread, bundle: str) -> str:
+    """A fresh topic of public/default whose bundle is not ``bundle``."""
+    assert broker.service is not None and broker.service.namespaces.ownership is not None
+    ownership = broker.service.namespaces.ownership
+    while True:
+        topic = f"persistent://public/default/console-there-{uuid.uuid4().hex[:6]}"
+        if str(broker.run(ownership.bundle_of(TopicName.get(topic)))) != bundle:
+            return topic
+
+
+def test_in_a_cluster_the_page_shows_each_broker_its_load_and_bundles(
+    browser: Browser,
+    zookeeper: ZooKeeperServer,
+    zk_chroot: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Two brokers on ZooKeeper: the page on the first shows both with their load reports and
+    the bundles each owns, and a topic's stats come through the page's broker whichever owns
+    it (the admin API's own answer is a 307 that a page cannot follow to another origin)."""
+    url = f"zk:{zookeeper.hosts}{zk_chroot}"
+    brokers: list[BrokerThread] = []
+    watched = Watched(browser)
+    page = watched.page
+    try:
+        for i in range(2):
+            config = broker_config(
+                tmp_path_factory.mktemp(f"console-cluster-{i}"),
+                metadataStoreUrl=url,
+                loadBalancerReportUpdateMinIntervalMillis=200,
+                loadBalancerReportUpdateThresholdPercentage=0,
+            )
+            brokers.append(BrokerThread(config).start())
+        first, second = brokers
+        here = f"persistent://public/default/console-here-{uuid.uuid4().hex[:6]}"
+        bundle = take_bundle_of(first, here)
+        there = topic_outside(second, bundle)
+        ids = []
+        for broker in brokers:
+            assert broker.service is not None and broker.service.load_reporter is not None
+            ids.append(broker.service.load_reporter.broker_id)
+        with Producing(first.service_url, here):
+            page.goto(first.http_url + "/console", timeout=TIMEOUT_MS)
+            wait_for_figure_above_zero(page, here, ".rate-in .value")
+            page.wait_for_function(
+                """([ids, owner, bundle]) => {
+                    const boxes = [...document.querySelectorAll(".broker")];
+                    const shown = boxes.map((b) => b.dataset.broker).sort();
+                    const mine = boxes.find((b) => b.dataset.broker === owner);
+                    return JSON.stringify(shown) === JSON.stringify(ids.slice().sort())
+                        && mine !== undefined && mine.textContent.includes(bundle)
+                        && parseFloat(mine.querySelector(".rate-in .value").textContent) > 0;
+                }""",
+                arg=[ids, ids[0], bundle.split("/", 2)[2]],
+                timeout=TIMEOUT_MS,
+            )
+            cpu = page.evaluate(
+                "(id) => [...document.querySelectorAll('.broker')]"
+                ".find((b) => b.dataset.broker === id).querySelector('.cpu .value').textContent",
+                ids[1],
+            )
+            assert cpu.endswith("%") or cpu == "n/a"
+
+        take_bundle_of(second, there)
+        with Producing(second.service_url, there):
+            local = TopicName.get(there).local_name
+            answer = page.evaluate(
+                """async (local) => {
+                    const r = await fetch("/console/api/persistent/public/default/"
+                        + encodeURIComponent(local) + "/stats");
+                    return [r.status, r.redirected, await r.json()];
+                }""",
+                local,
+            )
+        status, redirected, stats = answer
+        assert (status, redirected) == (200, False)
+        assert stats["publishers"][0]["producerName"] == "console-producer"
+        assert watched.problems == []
+        assert watched.exceptions == []
+    finally:
+        watched.close()
+        for broker in reversed(brokers):
+            stop(broker)
