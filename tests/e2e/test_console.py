@@ -332,6 +332,14 @@ def test_in_a_cluster_the_page_shows_each_broker_its_load_and_bundles(
                 ids[1],
             )
             assert cpu.endswith("%") or cpu == "n/a"
+            # Pulsar's path for this broker's own report, computed now.
+            status, report = page.evaluate(
+                """async () => {
+                    const r = await fetch("/admin/v2/broker-stats/load-report");
+                    return [r.status, await r.json()];
+                }"""
+            )
+            assert status == 200 and bundle in report["bundles"] and report["numProducers"] == 1
 
         take_bundle_of(second, there)
         with Producing(second.service_url, there):
