@@ -19,8 +19,9 @@ GO_DEBS := golang-go protobuf-compiler protoc-gen-go protoc-gen-go-grpc golang-g
 # the shared ledger store, ZooKeeper for the metadata; and what reads the managed-ledger metadata
 # with Java classes generated from Pulsar's MLDataFormats (tests/e2e/test_ml_data_formats.py):
 # protoc and protobuf-java; and the Prometheus that runs the Grafana dashboards' queries against
-# a live broker (tests/e2e/test_dashboards.py).
-CLUSTER_DEBS := postgresql zookeeper protobuf-compiler libprotobuf-java prometheus
+# a live broker (tests/e2e/test_dashboards.py); and the headless Chromium that Playwright drives
+# to test the console page (tests/e2e/test_console.py).
+CLUSTER_DEBS := postgresql zookeeper protobuf-compiler libprotobuf-java prometheus chromium
 
 # $(call apt_install,TARGET,PACKAGES,WHAT): install the missing Debian packages (apt-get, with
 # sudo when not root), or name them and fail where there is no apt-get.
@@ -93,7 +94,7 @@ go-deps:
 	$(call apt_install,go-deps,$(GO_DEBS),to build the Go client)
 
 ## cluster-deps: install the Debian packages of the servers `make cluster` and the cluster tests
-## start (PostgreSQL, ZooKeeper, Prometheus)
+## start (PostgreSQL, ZooKeeper, Prometheus) and the console test's browser (Chromium)
 cluster-deps:
 	$(call apt_install,cluster-deps,$(CLUSTER_DEBS),for the cluster)
 

@@ -9,7 +9,7 @@ topic and a non-partitioned one of the same name must not both exist.
 from __future__ import annotations
 
 import json
-from urllib.parse import unquote
+from urllib.parse import unquote_plus
 
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT, policies_bundles
 from pulsar_grpc.broker.config import ServiceConfiguration
@@ -121,14 +121,15 @@ class NamespaceResources:
         ns = NamespaceName.get(namespace)
         await self.check_namespace(ns)
         prefix = f"{ns}/persistent/"
+        # Decoded as Pulsar's Codec.decode (URLDecoder: '+' is a space, as _url_encode wrote it).
         # Listed as stored, not parsed again: a name that an older version accepted and the
         # naming rules refuse now is still listed rather than failing the whole listing.
         names = [
-            f"persistent://{ns}/{unquote(n[len(prefix) :])}"
+            f"persistent://{ns}/{unquote_plus(n[len(prefix) :])}"
             for n in await self.ledgers.list_names(prefix)
         ]
         partitioned = await self.store.get_children(f"{PARTITIONED_ROOT}/{ns}/persistent")
-        names += [f"persistent://{ns}/{unquote(n)}" for n in partitioned]
+        names += [f"persistent://{ns}/{unquote_plus(n)}" for n in partitioned]
         return sorted(set(names))
 
     # ------------------------------------------------------------ partitioned topics
@@ -137,7 +138,7 @@ class NamespaceResources:
         """The namespace's partitioned topics (their metadata), full names, sorted."""
         await self.check_namespace(namespace)
         found = await self.store.get_children(f"{PARTITIONED_ROOT}/{namespace}/persistent")
-        return sorted(f"persistent://{namespace}/{unquote(n)}" for n in found)
+        return sorted(f"persistent://{namespace}/{unquote_plus(n)}" for n in found)
 
     def _partitioned_path(self, topic: TopicName) -> str:
         return f"{PARTITIONED_ROOT}/{topic.persistence_naming_encoding}"

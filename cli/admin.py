@@ -31,9 +31,11 @@ from pulsar_grpc.cli import (
     admin_schemas,
     admin_topics,
 )
+from pulsar_grpc.cli.admin_topics import NAMESPACE_HELP, TOPIC_HELP
 from pulsar_grpc.cli.client_conf import UrlFlag, add_connection_args
 from pulsar_grpc.cli.rest import print_lines, reporting_errors, request
 
+CLUSTER_HELP = "the cluster's name (the brokers' clusterName)"
 SPLIT_ALGORITHMS = (
     "range_equally_divide",
     "topic_count_equally_divide",
@@ -58,12 +60,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     admin_schemas.add_namespace_verbs(ns_verbs)
     admin_rates.add_verbs(ns_verbs, "namespace")
     bundles = ns_verbs.add_parser("bundles", help="print the namespace's bundles (BundlesData)")
-    bundles.add_argument("namespace")
+    bundles.add_argument("namespace", help=NAMESPACE_HELP)
     unload = ns_verbs.add_parser("unload", help="unload a bundle, or every bundle of the namespace")
-    unload.add_argument("namespace")
+    unload.add_argument("namespace", help=NAMESPACE_HELP)
     unload.add_argument("-b", "--bundle", help="the bundle range, e.g. 0x00000000_0x40000000")
     split = ns_verbs.add_parser("split-bundle", help="split a bundle")
-    split.add_argument("namespace")
+    split.add_argument("namespace", help=NAMESPACE_HELP)
     split.add_argument("-b", "--bundle", required=True, help="the bundle range to split")
     split.add_argument("-u", "--unload", action="store_true", help="unload the new bundles")
     split.add_argument(
@@ -78,9 +80,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     br_verbs = _verbs(groups, "brokers", "the cluster's brokers")
     listing = br_verbs.add_parser("list", help="the cluster's active brokers")
-    listing.add_argument("cluster")
+    listing.add_argument("cluster", help=CLUSTER_HELP)
     owned = br_verbs.add_parser("namespaces", help="the bundles a broker owns")
-    owned.add_argument("cluster")
+    owned.add_argument("cluster", help=CLUSTER_HELP)
     owned.add_argument("--url", required=True, help="the broker, as `brokers list` names it")
     br_verbs.add_parser("leader-broker", help="the cluster's leader broker")
     admin_brokers.add_verbs(br_verbs)
@@ -90,7 +92,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     admin_permissions.add_topic_verbs(tp_verbs)
     admin_rates.add_verbs(tp_verbs, "topic")
     bundle_range = tp_verbs.add_parser("bundle-range", help="the bundle a topic belongs to")
-    bundle_range.add_argument("topic")
+    bundle_range.add_argument("topic", help=TOPIC_HELP)
     admin_schemas.add_schema_verbs(_verbs(groups, "schemas", "topics' schemas"))
     p.set_defaults(run=run)
 

@@ -21,6 +21,7 @@ import json
 from urllib.parse import quote
 
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
+from pulsar_grpc.cli.admin_topics import NAMESPACE_HELP, TARGET_HELP, TOPIC_HELP
 from pulsar_grpc.cli.rest import print_lines, request
 
 NAMESPACE_VERBS = (
@@ -37,52 +38,61 @@ def _names(text: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip()]
 
 
+TENANT_HELP = "the tenant's name"
+ROLE_HELP = "the role whose grant goes"
+SUBSCRIPTION_HELP = "the subscription's name"
+
+
 def add_tenant_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     verbs.add_parser("list", help="every tenant")
     verbs.add_parser("get", help="a tenant's admin roles and allowed clusters").add_argument(
-        "tenant"
+        "tenant", help=TENANT_HELP
     )
     deleting = verbs.add_parser("delete", help="delete a tenant (refused while it has namespaces)")
     deleting.add_argument("tenant", help="the tenant, once its namespaces are deleted")
     for verb in ("create", "update"):
         p = verbs.add_parser(verb, help=f"{verb} a tenant")
-        p.add_argument("tenant")
+        p.add_argument("tenant", help=TENANT_HELP)
         p.add_argument("-r", "--admin-roles", type=_names, help="comma-separated roles")
         p.add_argument("-c", "--allowed-clusters", type=_names, help="comma-separated clusters")
 
 
 def add_namespace_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    verbs.add_parser("permissions", help="the namespace's grants").add_argument("namespace")
+    verbs.add_parser("permissions", help="the namespace's grants").add_argument(
+        "namespace", help=NAMESPACE_HELP
+    )
     grant = verbs.add_parser("grant-permission", help="grant actions on the namespace to a role")
     _grant_args(grant, "namespace")
     revoke = verbs.add_parser("revoke-permission", help="revoke a role's grant on the namespace")
-    revoke.add_argument("namespace")
-    revoke.add_argument("--role", required=True)
+    revoke.add_argument("namespace", help=NAMESPACE_HELP)
+    revoke.add_argument("--role", required=True, help=ROLE_HELP)
     sub_grant = verbs.add_parser(
         "grant-subscription-permission", help="only these roles may consume a subscription"
     )
-    sub_grant.add_argument("namespace")
-    sub_grant.add_argument("--subscription", required=True)
+    sub_grant.add_argument("namespace", help=NAMESPACE_HELP)
+    sub_grant.add_argument("--subscription", required=True, help=SUBSCRIPTION_HELP)
     sub_grant.add_argument("--roles", required=True, type=_names, help="comma-separated roles")
     sub_revoke = verbs.add_parser(
         "revoke-subscription-permission", help="take a role off a subscription's roles"
     )
-    sub_revoke.add_argument("namespace")
-    sub_revoke.add_argument("--subscription", required=True)
-    sub_revoke.add_argument("--role", required=True)
+    sub_revoke.add_argument("namespace", help=NAMESPACE_HELP)
+    sub_revoke.add_argument("--subscription", required=True, help=SUBSCRIPTION_HELP)
+    sub_revoke.add_argument("--role", required=True, help="the role to take off")
 
 
 def add_topic_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    verbs.add_parser("permissions", help="the topic's grants").add_argument("topic")
+    verbs.add_parser("permissions", help="the topic's grants").add_argument(
+        "topic", help=TOPIC_HELP
+    )
     _grant_args(verbs.add_parser("grant-permission", help="grant actions on the topic"), "topic")
     revoke = verbs.add_parser("revoke-permission", help="revoke a role's grant on the topic")
-    revoke.add_argument("topic")
-    revoke.add_argument("--role", required=True)
+    revoke.add_argument("topic", help=TOPIC_HELP)
+    revoke.add_argument("--role", required=True, help=ROLE_HELP)
 
 
 def _grant_args(p: argparse.ArgumentParser, target: str) -> None:
-    p.add_argument(target)
-    p.add_argument("--role", required=True)
+    p.add_argument(target, help=TARGET_HELP[target])
+    p.add_argument("--role", required=True, help="the role to grant to (a/b-* patterns match)")
     p.add_argument("--actions", required=True, type=_names, help="e.g. produce,consume")
 
 

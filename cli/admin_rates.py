@@ -20,6 +20,7 @@ import argparse
 import json
 
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
+from pulsar_grpc.cli.admin_topics import TARGET_HELP
 from pulsar_grpc.cli.rest import request
 
 # verb suffix -> the REST path's last part
@@ -35,14 +36,28 @@ def add_verbs(verbs: argparse._SubParsersAction, target: str) -> None:  # type: 
     """The rate verbs of ``admin namespaces`` (``target`` "namespace") or ``admin topics``."""
     for rate in RATES:
         setter = verbs.add_parser(f"set-{rate}", help=f"set the {target}'s {rate}")
-        setter.add_argument(target)
+        setter.add_argument(target, help=TARGET_HELP[target])
         if rate == "publish-rate":
-            setter.add_argument("-m", "--msg-publish-rate", type=int, default=-1)
-            setter.add_argument("-b", "--byte-publish-rate", type=int, default=-1)
+            setter.add_argument(
+                "-m", "--msg-publish-rate", type=int, default=-1, help=_per_second("messages")
+            )
+            setter.add_argument(
+                "-b", "--byte-publish-rate", type=int, default=-1, help=_per_second("bytes")
+            )
         else:
-            setter.add_argument("-md", "--msg-dispatch-rate", type=int, default=-1)
-            setter.add_argument("-bd", "--byte-dispatch-rate", type=int, default=-1)
-            setter.add_argument("-dt", "--dispatch-rate-period", type=int, default=1)
+            setter.add_argument(
+                "-md", "--msg-dispatch-rate", type=int, default=-1, help=_per_period("messages")
+            )
+            setter.add_argument(
+                "-bd", "--byte-dispatch-rate", type=int, default=-1, help=_per_period("bytes")
+            )
+            setter.add_argument(
+                "-dt",
+                "--dispatch-rate-period",
+                type=int,
+                default=1,
+                help="the period the dispatch rates count over, in seconds (default 1)",
+            )
             setter.add_argument(
                 "-rp",
                 "--relative-to-publish-rate",
@@ -50,14 +65,24 @@ def add_verbs(verbs: argparse._SubParsersAction, target: str) -> None:  # type: 
                 help="allow the topic's current publish rate plus the given rates",
             )
         getter = verbs.add_parser(f"get-{rate}", help=f"print the {target}'s {rate}")
-        getter.add_argument(target)
+        getter.add_argument(target, help=TARGET_HELP[target])
         if target == "topic":
             getter.add_argument(
                 "--applied", action="store_true", help="the limit in effect, from any level"
             )
         verbs.add_parser(f"remove-{rate}", help=f"remove the {target}'s {rate}").add_argument(
-            target
+            target, help=TARGET_HELP[target]
         )
+
+
+def _per_second(unit: str) -> str:
+    return f"at most this many {unit} a second (-1, the default, or 0: no limit)"
+
+
+def _per_period(unit: str) -> str:
+    return (
+        f"at most this many {unit} every --dispatch-rate-period (-1, the default, or 0: no limit)"
+    )
 
 
 def handles(args: argparse.Namespace) -> bool:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.schema import CompatibilityStrategy
+from pulsar_grpc.cli.admin_topics import NAMESPACE_HELP, TOPIC_HELP
 from pulsar_grpc.cli.rest import AdminRequestError, request
 
 SCHEMA_VERBS = ("get", "upload", "delete", "compatibility")
@@ -44,29 +45,31 @@ _POLICY = {
 
 def add_schema_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     get = verbs.add_parser("get", help="the topic's latest schema, or one version")
-    get.add_argument("topic")
+    get.add_argument("topic", help=TOPIC_HELP)
     get.add_argument("--version", type=int, help="the version to get")
     for verb, help in (
         ("upload", "register a schema for the topic"),
         ("compatibility", "test whether a schema is compatible with the topic's"),
     ):
         p = verbs.add_parser(verb, help=help)
-        p.add_argument("topic")
+        p.add_argument("topic", help=TOPIC_HELP)
         p.add_argument(
             "-f", "--filename", required=True, type=Path, help="a PostSchemaPayload JSON file"
         )
     delete = verbs.add_parser("delete", help="delete the topic's schema")
-    delete.add_argument("topic")
+    delete.add_argument("topic", help=TOPIC_HELP)
     delete.add_argument("-f", "--force", action="store_true", help="forget every version")
 
 
 def add_namespace_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     for name in _POLICY:
-        verbs.add_parser(f"get-{name}", help=f"the namespace's {name}").add_argument("namespace")
+        verbs.add_parser(f"get-{name}", help=f"the namespace's {name}").add_argument(
+            "namespace", help=NAMESPACE_HELP
+        )
     strategy = verbs.add_parser(
         "set-schema-compatibility-strategy", help="the namespace's compatibility strategy"
     )
-    strategy.add_argument("namespace")
+    strategy.add_argument("namespace", help=NAMESPACE_HELP)
     strategy.add_argument(
         "-c",
         "--compatibility",
@@ -76,10 +79,10 @@ def add_namespace_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ign
     )
     for name in ("is-allow-auto-update-schema", "schema-validation-enforce"):
         p = verbs.add_parser(f"set-{name}", help=f"turn the namespace's {name} on or off")
-        p.add_argument("namespace")
+        p.add_argument("namespace", help=NAMESPACE_HELP)
         switch = p.add_mutually_exclusive_group(required=True)
-        switch.add_argument("-e", "--enable", action="store_true")
-        switch.add_argument("-d", "--disable", action="store_true")
+        switch.add_argument("-e", "--enable", action="store_true", help="turn it on")
+        switch.add_argument("-d", "--disable", action="store_true", help="turn it off")
 
 
 def handles(args: argparse.Namespace) -> bool:

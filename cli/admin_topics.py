@@ -52,6 +52,9 @@ VERBS = (
 LONG_MAX = (1 << 63) - 1
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 TOPIC_HELP = "the topic: NAME, tenant/namespace/NAME or persistent://tenant/namespace/NAME"
+NAMESPACE_HELP = "the namespace: tenant/namespace"
+# The help of a verb's positional argument, by what it names (verbs shared by both groups).
+TARGET_HELP = {"namespace": NAMESPACE_HELP, "topic": TOPIC_HELP}
 
 
 def add_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

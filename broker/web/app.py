@@ -26,8 +26,10 @@ from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.tls import server_ssl_context
 from pulsar_grpc.broker.web.access import AdminAccess, remember_role
 from pulsar_grpc.broker.web.broker_client import BrokerClient
+from pulsar_grpc.broker.web.broker_stats_admin import BrokerStatsAdmin
 from pulsar_grpc.broker.web.brokers_config_admin import BrokersConfigAdmin
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
+from pulsar_grpc.broker.web.console import OPEN_PATHS, Console
 from pulsar_grpc.broker.web.metrics import BrokerCollector
 from pulsar_grpc.broker.web.namespaces_admin import NamespacesAdmin
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
@@ -69,11 +71,13 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 def _authenticating(service: AuthenticationService, metrics_open: bool) -> Middleware:
     """The admin API behind the broker's authentication (Pulsar's AuthenticationFilter): the
     Authorization header or the https client certificate; a failure answers 401 {"reason"}.
-    /metrics stays open unless authenticateMetricsEndpoint, as in Pulsar."""
+    /metrics stays open unless authenticateMetricsEndpoint, as in Pulsar; the console's page
+    and assets always are (they hold no data: what the page shows comes from admin calls)."""
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not (metrics_open and request.path == "/metrics"):
+        open_path = request.path in OPEN_PATHS or (metrics_open and request.path == "/metrics")
+        if not open_path:
             peer = request.transport.get_extra_info("peername") if request.transport else None
             authorization = request.headers.getall("Authorization", [])
             if len(authorization) > 1:  # which one would count is anyone's guess: neither
@@ -154,6 +158,8 @@ class WebService:
         SchemasAdmin(self.service, self.access).add_routes(app)
         RateAdmin(self.service, self.access).add_routes(app)
         add_role_token_routes(app, authentication, self.access)
+        BrokerStatsAdmin(self.service, self.access).add_routes(app)
+        Console(self.service, self.access, self.broker_client).add_routes(app)
         return app
 
     async def start(self) -> None:

@@ -30,7 +30,13 @@ from pulsar_grpc.broker.web.broker_client import REASON_CHARS, BrokerClient, ref
 if TYPE_CHECKING:
     from pulsar_grpc.broker.service import BrokerService
 
-__all__ = ["PartitionStatsError", "aggregate", "names_this_broker", "partitioned_stats"]
+__all__ = [
+    "PartitionStatsError",
+    "aggregate",
+    "names_this_broker",
+    "owner_stats",
+    "partitioned_stats",
+]
 
 # At most this many partitions are being fetched at once (a topic may have thousands).
 CONCURRENT_PARTITIONS = 16
@@ -84,6 +90,22 @@ async def partitioned_stats(
         "metadata": {"partitions": partitions},
         "partitions": parts,
     }
+
+
+async def owner_stats(
+    service: BrokerService, broker_client: BrokerClient, topic: TopicName
+) -> dict[str, Any]:
+    """One non-partitioned topic's (or partition's) stats from its owner, read here when this
+    broker serves it: for a caller that cannot follow a redirect to another broker (the
+    console's page, whose requests stay on its own origin). 503 when the owner fails."""
+    timeout = aiohttp.ClientTimeout(total=OWNER_TIMEOUT_S)
+    async with broker_client.session(timeout) as http:
+        try:
+            return await _partition_stats(service, broker_client, http, topic)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise e.ServiceNotReadyError(
+                f"the owner of {topic} could not be reached: {exc!r}"
+            ) from None
 
 
 # Summed over the partitions (Pulsar's PartitionedTopicStatsImpl.add), topic and subscription.

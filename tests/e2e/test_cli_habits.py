@@ -357,11 +357,9 @@ def test_verbs_that_connect_nowhere_fail_in_one_line_on_bad_input(
 
 
 def test_every_argument_of_every_verb_has_help_text() -> None:
-    # `admin` is left out here: its verbs are being rebuilt on pulsar-admin's (issue 11).
     missing = [
         f"{' '.join(path)} {action.option_strings or action.dest}"
         for path, parser in leaf_commands(build_parser())
-        if path[0] != "admin"
         for action in parser._actions
         if not action.help and action.dest != "help"
     ]

@@ -51,3 +51,17 @@ def test_pulsar_client_exception_imports_port_unchanged() -> None:
 
     assert issubclass(Timeout, PulsarException) and issubclass(TopicNotFound, PulsarException)
     assert pulsar_grpc.Timeout is Timeout
+
+
+def test_the_console_assets_are_package_data() -> None:
+    """The console's page, script and stylesheet (broker/web/console/) match the package-data
+    globs of pulsar_grpc.broker.web, so a built wheel carries them beside the code that serves
+    them (setuptools matches each glob against the path relative to the package folder)."""
+    import fnmatch
+
+    globs = _setuptools()["package-data"]["pulsar_grpc.broker.web"]
+    web = ROOT / _setuptools()["package-dir"]["pulsar_grpc.broker"] / "web"
+    assets = [p.relative_to(web).as_posix() for p in (web / "console").iterdir()]
+    assert {"console/index.html", "console/console.js", "console/console.css"} <= set(assets)
+    for asset in assets:
+        assert any(fnmatch.fnmatch(asset, g) for g in globs), f"{asset} is not package data"
