@@ -221,6 +221,11 @@ class TopicsAdmin:
         to its owner; 404 if it does not exist), once the caller is found to have ``right``."""
         topic = topic or topic_of(request)
         await self.check(request, topic, right)
+        return await self.served_topic(request, topic)
+
+    async def served_topic(self, request: web.Request, topic: TopicName) -> PersistentTopic:
+        """``topic``, loaded here (307 to its owner; 404 if it does not exist); the caller's
+        rights were checked already."""
         await self.served_here(request, topic)
         return await self.service.topics.get_topic(topic, create=False)
 

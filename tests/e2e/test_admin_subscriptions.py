@@ -171,6 +171,29 @@ async def test_partitioned_subscriptions_unload_and_health(shared_broker: Broker
     assert await call(b, "GET", "/admin/v2/brokers/health") == (200, "ok")
 
 
+async def test_a_refused_partitioned_delete_deletes_no_partition(
+    shared_broker: BrokerThread,
+) -> None:
+    """A consumer on partition 1 only: the unforced delete is refused before partition 0's
+    subscription goes, so nothing is half deleted."""
+    b = shared_broker
+    name = unique("halfdel")
+    assert await call(b, "PUT", f"{BASE}/{name}/partitions", 2) == (204, None)
+    assert await call(b, "PUT", f"{BASE}/{name}/subscription/s", EARLIEST) == (204, None)
+    async with Client(b.service_url) as client:
+        consumer = await client.subscribe(f"persistent://public/default/{name}-partition-1", "s")
+        assert await call(b, "DELETE", f"{BASE}/{name}/subscription/s") == (
+            412,
+            {"reason": "Subscription has active connected consumers"},
+        )
+        for partition in (0, 1):
+            path = f"{BASE}/{name}-partition-{partition}/subscriptions"
+            assert await call(b, "GET", path) == (200, ["s"])
+        assert await call(b, "DELETE", f"{BASE}/{name}/subscription/s?force=true") == (204, None)
+        await consumer.close()
+    assert await call(b, "GET", f"{BASE}/{name}/subscriptions") == (200, [])
+
+
 def aiohttp_session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
 
