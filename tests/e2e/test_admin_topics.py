@@ -133,6 +133,36 @@ async def test_a_deleted_partitioned_topic_stays_deleted(shared_broker: BrokerTh
     assert (await call(b, "DELETE", f"{BASE}/{parted}/partitions"))[0] == 404
 
 
+async def test_a_partitioned_delete_that_stopped_midway_is_finished_by_a_retry(
+    shared_broker: BrokerThread,
+) -> None:
+    """The metadata is marked deleted first and goes last: after a delete that stopped once
+    partition 0 was gone (its owner failed on partition 1, say), the topic is still listed,
+    no partition loads or comes back meanwhile, and a retry deletes the rest."""
+    b = shared_broker
+    assert b.service is not None
+    resources, topics = b.service.resources, b.service.topics
+    parted = unique("midway")
+    topic = f"persistent://public/default/{parted}"
+    assert await call(b, "PUT", f"{BASE}/{parted}/partitions", 2) == (204, None)
+    async with Client(b.service_url) as client:
+        producer = await client.create_producer(topic)
+        for i in range(4):
+            await producer.send(f"m{i}".encode())
+        await producer.close()
+        # Where a delete that failed on partition 1 stops.
+        await b.call(resources.mark_partitioned_deleted(topic))
+        await b.call(topics.delete_topic(f"{topic}-partition-0"))
+        assert await call(b, "GET", f"{BASE}/{parted}/partitions") == (200, {"partitions": 2})
+        with pytest.raises(PulsarError):
+            await client.create_producer(f"{topic}-partition-0", send_timeout_millis=3000)
+
+    assert await call(b, "DELETE", f"{BASE}/{parted}/partitions?force=true") == (204, None)
+    _, names = await call(b, "GET", BASE)
+    assert not [n for n in names if n.startswith(topic)], names
+    assert (await call(b, "DELETE", f"{BASE}/{parted}/partitions"))[0] == 404
+
+
 async def test_a_topic_with_clients_is_deleted_only_by_force(shared_broker: BrokerThread) -> None:
     b = shared_broker
     first, second = unique("plain"), unique("plain")
