@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
-from tests.e2e.test_authorization import (  # noqa: F401 - a fixture
-    SUPER,
-    TIMEOUT_S,
-    authz_broker_fixture,
-    http,
-    token,
-)
+import pytest
+
+from tests.e2e.test_authorization import AUTHZ, SUPER, TIMEOUT_S, http, token
 from tests.support import BrokerThread
 
 NS = "/admin/v2/namespaces/acme/ns"
 TOPIC = "/admin/v2/persistent/acme/ns/t"
 SUB = f"{TOPIC}/subscription/s"
+
+
+@pytest.fixture(name="authz_broker")
+def authz_broker_fixture(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
+    """Authorization on; a tenant admin may force a namespace's delete."""
+    return broker_factory(**AUTHZ, forceDeleteNamespaceAllowed=True)
 
 
 async def call(

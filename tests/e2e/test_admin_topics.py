@@ -6,6 +6,8 @@ reconnecting client brings back, and a plain topic deleted only once its clients
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from pulsar_grpc.client import Client, PulsarError
@@ -26,7 +28,10 @@ async def test_a_tenant_with_namespaces_is_not_deleted(shared_broker: BrokerThre
         409,
         {"reason": "The tenant still has active namespaces"},
     )
-    assert (await call(b, "DELETE", f"/admin/v2/tenants/{tenant}?force=true"))[0] == 405
+    assert await call(b, "DELETE", f"/admin/v2/tenants/{tenant}?force=true") == (
+        405,
+        {"reason": "Broker doesn't allow forced deletion of tenants"},
+    )
     assert await call(b, "DELETE", f"/admin/v2/namespaces/{tenant}/ns") == (204, None)
     assert await call(b, "DELETE", f"/admin/v2/tenants/{tenant}") == (204, None)
     assert (await call(b, "GET", f"/admin/v2/tenants/{tenant}"))[0] == 404
@@ -65,6 +70,33 @@ async def test_a_namespace_is_created_with_its_bundles_and_shows_its_policies(
     elsewhere = {"replication_clusters": ["elsewhere"]}
     fresh = f"/admin/v2/namespaces/public/{unique('c')}"
     assert (await call(b, "PUT", fresh, elsewhere))[0] == 412
+
+
+async def test_forced_deletes_only_where_broker_conf_allows_them(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    """forceDeleteNamespaceAllowed and forceDeleteTenantAllowed, false by default as in
+    Pulsar: a forced delete is refused 405 and deletes nothing; allowed, a tenant's forced
+    delete takes its namespaces and their topics with it."""
+    refusing = broker_factory()
+    ns = f"public/{unique('ns')}"
+    assert await call(refusing, "PUT", f"/admin/v2/namespaces/{ns}") == (204, None)
+    assert await call(refusing, "DELETE", f"/admin/v2/namespaces/{ns}?force=true") == (
+        405,
+        {"reason": "Broker doesn't allow forced deletion of namespaces"},
+    )
+    assert (await call(refusing, "GET", f"/admin/v2/namespaces/{ns}"))[0] == 200
+
+    allowing = broker_factory(forceDeleteNamespaceAllowed=True, forceDeleteTenantAllowed=True)
+    tenant = unique("tenant")
+    assert await call(allowing, "PUT", f"/admin/v2/tenants/{tenant}") == (204, None)
+    assert await call(allowing, "PUT", f"/admin/v2/namespaces/{tenant}/ns") == (204, None)
+    topic = f"/admin/v2/persistent/{tenant}/ns/t"
+    assert await call(allowing, "PUT", topic) == (204, None)
+    assert await call(allowing, "DELETE", f"/admin/v2/tenants/{tenant}?force=true") == (204, None)
+    assert (await call(allowing, "GET", f"/admin/v2/tenants/{tenant}"))[0] == 404
+    assert (await call(allowing, "GET", f"/admin/v2/namespaces/{tenant}/ns"))[0] == 404
+    assert (await call(allowing, "GET", f"{topic}/stats"))[0] == 404
 
 
 async def test_a_namespace_with_topics_is_deleted_only_by_force(
