@@ -99,6 +99,10 @@ class ServiceConfiguration:
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: Literal["non-partitioned", "partitioned"] = "non-partitioned"
     defaultNumPartitions: int = 1
+    # Pulsar's names and defaults: whether an admin's forced delete of a namespace (its topics
+    # with it) or of a tenant (its namespaces with it) is allowed; refused 405 otherwise.
+    forceDeleteNamespaceAllowed: bool = False
+    forceDeleteTenantAllowed: bool = False
     defaultNumberOfNamespaceBundles: int = 4
     maxMessageSize: int = 5 * 1024 * 1024
     brokerDeduplicationEnabled: bool = False

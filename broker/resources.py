@@ -186,15 +186,35 @@ class NamespaceResources:
         found = await self.store.get(path)
         if found is None:
             raise NotAllowedError(f"Topic {topic} is not partitioned topic")
-        current = int(json.loads(found.value)["partitions"])
+        metadata = json.loads(found.value)
+        current = int(metadata["partitions"])
         if partitions <= current:
             raise NotAllowedError(f"number of partitions must be more than existing {current}")
         try:
             await self.store.put(
-                path, json.dumps({"partitions": partitions}).encode(), found.version
+                path, json.dumps({**metadata, "partitions": partitions}).encode(), found.version
             )
         except BadVersionError:
             raise NotAllowedError(f"partitioned topic {topic} changed meanwhile: retry") from None
+
+    async def mark_partitioned_deleted(self, name: str) -> None:
+        """Mark ``name``'s metadata as being deleted (Pulsar's markPartitionedTopicDeleted),
+        before its partitions are: none of them is loaded or created again meanwhile, and
+        the metadata stays until every partition is gone, so a failed delete can be retried."""
+        path = self._partitioned_path(TopicName.get(name))
+        found = await self.store.get(path)
+        if found is None:
+            raise TopicNotFoundError(f"Partitioned topic {name} does not exist")
+        marked = {**json.loads(found.value), "deleted": True}
+        try:
+            await self.store.put(path, json.dumps(marked).encode(), found.version)
+        except BadVersionError:
+            raise NotAllowedError(f"partitioned topic {name} changed meanwhile: retry") from None
+
+    async def is_partitioned_deleted(self, name: str) -> bool:
+        """Whether ``name``'s partitioned metadata is marked as being deleted."""
+        found = await self.store.get(self._partitioned_path(TopicName.get(name)))
+        return found is not None and bool(json.loads(found.value).get("deleted", False))
 
     async def delete_partitioned_metadata(self, name: str) -> None:
         """Forget that ``name`` is partitioned (its partitions are the caller's to delete)."""

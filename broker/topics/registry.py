@@ -102,6 +102,8 @@ class TopicRegistry:
         if topic.is_partitioned:
             base = TopicName.get(topic.partitioned_topic_name)
             partitions = await self.resources.get_partitioned_metadata(str(base), auto_create=False)
+            if partitions and await self.resources.is_partitioned_deleted(str(base)):
+                raise TopicNotFoundError(f"{topic}: partitioned topic {base} is being deleted")
             if partitions and topic.partition_index >= partitions:
                 raise TopicNotFoundError(
                     f"{topic}: partitioned topic {base} has only {partitions} partitions"

@@ -2,8 +2,9 @@
 namespace's Policies, creating one with its bundles, deleting namespaces and tenants.
 
 - ``DELETE /admin/v2/tenants/{tenant}``: a super-user's; 409 "The tenant still has active
-  namespaces"; ``force=true`` is refused 405 as by a Pulsar broker whose
-  forceDeleteTenantAllowed is false;
+  namespaces"; ``force=true`` deletes its namespaces (forced) too, and is refused 405 unless
+  forceDeleteTenantAllowed and forceDeleteNamespaceAllowed are true (both false by default,
+  as in Pulsar);
 - ``GET /admin/v2/namespaces/{t}/{ns}``: the namespace's Policies JSON (the fields Pulsar always
   writes, with what is stored: bundles, permissions, rate limits);
 - ``PUT /admin/v2/namespaces/{t}/{ns}`` with an optional Policies body, of which ``bundles``
@@ -11,7 +12,8 @@ namespace's Policies, creating one with its bundles, deleting namespaces and ten
   when it exists, 404 when its tenant does not, 412 for bad bundles or an unknown cluster;
 - ``DELETE /admin/v2/namespaces/{t}/{ns}[?force=true]``: 409 "Cannot delete non empty
   namespace" while it has topics, unless forced (its topics are deleted first, each where it
-  is served); its bundles are unloaded before its policies go.
+  is served; 405 unless forceDeleteNamespaceAllowed); its bundles are unloaded before its
+  policies go.
 """
 
 from __future__ import annotations
@@ -89,15 +91,20 @@ class NamespacesAdmin:
     async def delete_tenant(self, request: web.Request) -> web.Response:
         self.access.super_user(request, "deleting a tenant")
         tenant = request.match_info["tenant"]
-        if forced(request):
-            return web.json_response(
-                {"reason": "Broker doesn't allow forced deletion of tenants"}, status=405
-            )
+        config = self.service.config
+        force = forced(request)
+        if force and not config.forceDeleteTenantAllowed:
+            return _forced_refused("tenants")
+        if force and not config.forceDeleteNamespaceAllowed:  # its namespaces are forced too
+            return _forced_refused("namespaces")
         path = f"{POLICIES_ROOT}/{tenant}"
         if not await self.service.store.exists(path):
             raise e.NotFoundError(f"Tenant {tenant} does not exist")
-        if await self.service.resources.list_namespaces(tenant):
+        namespaces = await self.service.resources.list_namespaces(tenant)
+        if namespaces and not force:
             raise e.NotAllowedError("The tenant still has active namespaces")
+        for name in namespaces:
+            await self._delete_namespace(NamespaceName.get(name), force=True)
         await self.service.store.delete(path)
         self.service.permissions.cache.invalidate(path)
         return web.Response(status=204)
@@ -133,16 +140,22 @@ class NamespacesAdmin:
         return web.Response(status=204)
 
     async def delete(self, request: web.Request) -> web.Response:
+        ns = await self._namespace(request)
+        if forced(request) and not self.service.config.forceDeleteNamespaceAllowed:
+            return _forced_refused("namespaces")
+        await self._delete_namespace(ns, forced(request))
+        return web.Response(status=204)
+
+    async def _delete_namespace(self, ns: NamespaceName, force: bool) -> None:
         """Refused (409) while it has topics unless forced: then each partitioned topic and
         each other topic is deleted where it is served; its bundles are unloaded (their
         ownership let go), then its policies removed."""
-        ns = await self._namespace(request)
         resources = self.service.resources
         await resources.check_namespace(ns)
         partitioned = await resources.list_partitioned_topics(ns)
         plain = _outside(await resources.list_topics(str(ns)), set(partitioned))
         if partitioned or plain:
-            if not forced(request):
+            if not force:
                 raise e.NotAllowedError("Cannot delete non empty namespace")
             for name in partitioned:
                 await self.topics.delete_partitioned(TopicName.get(name), force=True)
@@ -155,7 +168,14 @@ class NamespacesAdmin:
         await self.bundles.unload_all(ns)
         await resources.delete_namespace(ns)
         self.service.permissions.cache.invalidate(f"{POLICIES_ROOT}/{ns}")
-        return web.Response(status=204)
+
+
+def _forced_refused(what: str) -> web.Response:
+    """Pulsar's 405 for a forced delete that broker.conf does not allow
+    (forceDeleteTenantAllowed, forceDeleteNamespaceAllowed: both false by default)."""
+    return web.json_response(
+        {"reason": f"Broker doesn't allow forced deletion of {what}"}, status=405
+    )
 
 
 def _outside(names: list[str], partitioned: set[str]) -> list[TopicName]:

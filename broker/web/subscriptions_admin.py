@@ -34,6 +34,7 @@ from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.broker.topics.cursor_admin import CursorAdmin, Force, From, Start, entry_headers
 from pulsar_grpc.broker.topics.topic import PersistentTopic
 from pulsar_grpc.broker.web.partition_fanout import PartitionCall, on_each_partition
+from pulsar_grpc.broker.web.partitioned_stats import partitioned_stats
 from pulsar_grpc.broker.web.topics_admin import TOPIC, Right, TopicsAdmin, forced, topic_of
 
 if TYPE_CHECKING:
@@ -70,20 +71,26 @@ class SubscriptionsAdmin:
 
     # ------------------------------------------------------------ which topics
 
+    async def _authorized(self, request: web.Request, right: Right) -> TopicName:
+        """The topic the path names, once the caller is found to have ``right``: checked
+        before anything else (body, numbers, partitions), so that a stranger learns nothing
+        of the topic's shape."""
+        topic = topic_of(request)
+        await self.topics.check(request, topic, right)
+        return topic
+
     async def _apply(
         self,
         request: web.Request,
-        right: Right,
+        topic: TopicName,
         call: PartitionCall,
         local: Callable[[PersistentTopic], Awaitable[Any]],
     ) -> list[Any]:
-        """``local`` on the topic the path names, or on each partition of a partitioned one
+        """``local`` on ``topic`` (authorized), or on each partition of a partitioned one
         (``call`` made to the partition's owner where another broker serves it)."""
-        topic = topic_of(request)
         partitions = await self._partitions(topic)
         if not partitions:
-            return [await local(await self.topics.loaded(request, right))]
-        await self.topics.check(request, topic, right)
+            return [await local(await self.topics.served_topic(request, topic))]
 
         async def loaded(partition: TopicName) -> Any:
             return await local(await self.service.topics.get_topic(partition, create=False))
@@ -92,9 +99,9 @@ class SubscriptionsAdmin:
             self.service, self.topics.broker_client, topic, partitions, call, loaded
         )
 
-    async def _one(self, request: web.Request, right: Right, what: str) -> PersistentTopic:
-        """The topic the path names; a partitioned one is refused (405, as Pulsar)."""
-        topic = topic_of(request)
+    async def _one(self, request: web.Request, topic: TopicName, what: str) -> PersistentTopic:
+        """``topic`` (authorized), loaded here; a partitioned one is refused (405, as
+        Pulsar)."""
         if await self._partitions(topic):
             raise web.HTTPMethodNotAllowed(
                 request.method,
@@ -102,85 +109,104 @@ class SubscriptionsAdmin:
                 text=json.dumps({"reason": f"{what} on a partitioned topic is not allowed"}),
                 content_type="application/json",
             )
-        return await self.topics.loaded(request, right)
+        return await self.topics.served_topic(request, topic)
 
     async def _partitions(self, topic: TopicName) -> int:
         return await self.service.resources.get_partitioned_metadata(
             topic.full_name, auto_create=False
         )
 
+    async def _refuse_if_connected(self, topic: TopicName, partitions: int, name: str) -> None:
+        """412 when the subscription has consumers on any partition: checked on all of them
+        before any is deleted, so that a refused delete deletes nothing (as Pulsar's delete
+        of a partitioned topic)."""
+        gathered = await partitioned_stats(
+            self.service, self.topics.broker_client, topic, partitions
+        )
+        for stats in gathered["partitions"].values():
+            subscription = (stats.get("subscriptions") or {}).get(name) or {}
+            if subscription.get("consumers"):
+                raise e.PreconditionFailedError("Subscription has active connected consumers")
+
     # ------------------------------------------------------------ routes
 
     async def list(self, request: web.Request) -> web.Response:
-        async def names(topic: PersistentTopic) -> list[str]:
-            return CursorAdmin(topic).names()
+        topic = await self._authorized(request, Right.LOOKUP)
 
-        answers = await self._apply(
-            request, Right.LOOKUP, PartitionCall("GET", "/subscriptions"), names
-        )
+        async def names(loaded: PersistentTopic) -> list[str]:
+            return CursorAdmin(loaded).names()
+
+        answers = await self._apply(request, topic, PartitionCall("GET", "/subscriptions"), names)
         return web.json_response(sorted({n for answer in answers for n in answer}))
 
     async def create(self, request: web.Request) -> web.Response:
+        topic = await self._authorized(request, Right.TENANT_ADMIN)
         body = await request.read()
         start = _start(_json(body))
         name = request.match_info["subscription"]
 
-        async def create(topic: PersistentTopic) -> None:
-            await CursorAdmin(topic).create(name, start)
+        async def create(loaded: PersistentTopic) -> None:
+            await CursorAdmin(loaded).create(name, start)
 
-        await self._apply(request, Right.TENANT_ADMIN, _call("PUT", name, "", body), create)
+        await self._apply(request, topic, _call("PUT", name, "", body), create)
         return web.Response(status=204)
 
     async def delete(self, request: web.Request) -> web.Response:
+        topic = await self._authorized(request, Right.TENANT_ADMIN)
         force = Force.DISCONNECT if forced(request) else Force.REFUSE_IF_CONNECTED
         name = request.match_info["subscription"]
+        if force is Force.REFUSE_IF_CONNECTED:
+            partitions = await self._partitions(topic)
+            if partitions:
+                await self._refuse_if_connected(topic, partitions, name)
 
-        async def delete(topic: PersistentTopic) -> None:
-            await CursorAdmin(topic).delete(name, force)
+        async def delete(loaded: PersistentTopic) -> None:
+            await CursorAdmin(loaded).delete(name, force)
 
         call = _call("DELETE", name, "", query={"force": str(forced(request)).lower()})
-        await self._apply(request, Right.TENANT_ADMIN, call, delete)
+        await self._apply(request, topic, call, delete)
         return web.Response(status=204)
 
     async def clear_backlog(self, request: web.Request) -> web.Response:
+        topic = await self._authorized(request, Right.TENANT_ADMIN)
         name = request.match_info["subscription"]
 
-        async def clear(topic: PersistentTopic) -> None:
-            await CursorAdmin(topic).clear_backlog(name)
+        async def clear(loaded: PersistentTopic) -> None:
+            await CursorAdmin(loaded).clear_backlog(name)
 
-        await self._apply(request, Right.TENANT_ADMIN, _call("POST", name, "/skip_all"), clear)
+        await self._apply(request, topic, _call("POST", name, "/skip_all"), clear)
         return web.Response(status=204)
 
     async def skip(self, request: web.Request) -> web.Response:
+        named = await self._authorized(request, Right.TENANT_ADMIN)
         n = _number(request.match_info["n"], "number of messages")
-        topic = await self._one(request, Right.TENANT_ADMIN, "Skipping messages")
+        topic = await self._one(request, named, "Skipping messages")
         await CursorAdmin(topic).skip(request.match_info["subscription"], n)
         return web.Response(status=204)
 
     async def reset_to_time(self, request: web.Request) -> web.Response:
+        topic = await self._authorized(request, Right.TENANT_ADMIN)
         timestamp = _number(request.match_info["timestamp"], "timestamp")
         name = request.match_info["subscription"]
 
-        async def reset(topic: PersistentTopic) -> None:
-            await CursorAdmin(topic).reset_to_time(name, timestamp)
+        async def reset(loaded: PersistentTopic) -> None:
+            await CursorAdmin(loaded).reset_to_time(name, timestamp)
 
         call = _call("POST", name, f"/resetcursor/{timestamp}")
-        await self._apply(request, Right.TENANT_ADMIN, call, reset)
+        await self._apply(request, topic, call, reset)
         return web.Response(status=204)
 
     async def reset_to_message_id(self, request: web.Request) -> web.Response:
+        named = await self._authorized(request, Right.TENANT_ADMIN)
         body = _json(await request.read())
         if not isinstance(body, dict):
             raise e.InvalidArgumentError("the body must be a JSON ResetCursorData object")
         position = _position(body)
         partition = _int(body, "partitionIndex", -1)
-        named = topic_of(request)
         if partition >= 0 and await self._partitions(named):
-            topic = await self.topics.loaded(
-                request, Right.TENANT_ADMIN, named.get_partition(partition)
-            )
+            topic = await self.topics.served_topic(request, named.get_partition(partition))
         else:
-            topic = await self._one(request, Right.TENANT_ADMIN, "Resetting a cursor to a position")
+            topic = await self._one(request, named, "Resetting a cursor to a position")
         admin = CursorAdmin(topic)
         if position is None:  # earliest or latest
             ledger = topic.ledger
@@ -194,19 +220,21 @@ class SubscriptionsAdmin:
         return web.Response(status=204)
 
     async def peek(self, request: web.Request) -> web.Response:
+        named = await self._authorized(request, Right.CONSUME)
         n = _number(request.match_info["n"], "message position")
-        topic = await self._one(request, Right.CONSUME, "Peeking messages")
+        topic = await self._one(request, named, "Peeking messages")
         entry = await CursorAdmin(topic).peek(request.match_info["subscription"], n)
         return _entry_response(topic, entry)
 
     async def examine(self, request: web.Request) -> web.Response:
+        named = await self._authorized(request, Right.CONSUME)
         initial = request.query.get("initialPosition", "latest").lower()
         if initial not in (f.value for f in From):
             raise e.InvalidArgumentError(
                 f"initialPosition must be earliest or latest, got {initial!r}"
             )
         n = _number(request.query.get("messagePosition", "1"), "messagePosition")
-        topic = await self._one(request, Right.CONSUME, "Examining a message")
+        topic = await self._one(request, named, "Examining a message")
         entry = await CursorAdmin(topic).examine(From(initial), n)
         return _entry_response(topic, entry)
 

@@ -6,9 +6,9 @@ partitioned topic, unload, the last message id and the managed ledger's internal
 - ``POST .../{topic}/partitions`` with the new count as body: upward only (409 "number of
   partitions must be more than existing N", as Pulsar; 409 for a topic that is not
   partitioned);
-- ``DELETE .../{topic}/partitions[?force=true]``: the metadata first, then every partition,
-  so a client reconnecting meanwhile does not bring a partition back (a partition of no
-  partitioned topic is never auto-created);
+- ``DELETE .../{topic}/partitions[?force=true]``: the metadata marked deleted (no partition
+  is loaded or created again meanwhile), every partition, then the metadata: a delete that
+  failed on a partition is finished by a retry;
 - ``DELETE .../{topic}[?force=true]``: 412 "Topic has active producers/subscriptions" while
   clients are connected, unless forced (they are then disconnected);
 - ``PUT .../{topic}/unload``, ``GET .../{topic}/lastMessageId``, ``GET .../{topic}/internalStats``;
@@ -136,9 +136,11 @@ class TopicsAdmin:
         return web.Response(status=204)
 
     async def delete_partitioned(self, topic: TopicName, force: bool) -> None:
-        """Every partition, each where it is served, after the metadata (so that nothing
-        recreates one); 404 when it is not partitioned, 412 while any partition has clients
-        unless ``force``."""
+        """Every partition, each where it is served, then the metadata, as Pulsar's
+        internalDeletePartitionedTopic: the metadata is first marked deleted (so that nothing
+        loads or recreates a partition meanwhile) and goes last, so a delete that fails on a
+        partition leaves it, and a retry finishes the job. 404 when it is not partitioned,
+        412 while any partition has clients unless ``force``."""
         resources = self.service.resources
         partitions = await resources.get_partitioned_metadata(topic.full_name, auto_create=False)
         if not partitions:
@@ -147,7 +149,7 @@ class TopicsAdmin:
             gathered = await partitioned_stats(self.service, self.broker_client, topic, partitions)
             if any(_has_clients(stats) for stats in gathered["partitions"].values()):
                 raise e.PreconditionFailedError("Topic has active producers/subscriptions")
-        await resources.delete_partitioned_metadata(topic.full_name)
+        await resources.mark_partitioned_deleted(topic.full_name)
 
         async def delete(partition: TopicName) -> None:
             await self.delete_plain(partition, force=True)
@@ -155,6 +157,7 @@ class TopicsAdmin:
         call = PartitionCall("DELETE", "", {"force": "true"}, absent=Absent.IGNORED)
         await on_each_partition(self.service, self.broker_client, topic, partitions, call, delete)
         await self.service.schemas.registry.delete_all(schema_id(topic))
+        await resources.delete_partitioned_metadata(topic.full_name)
 
     # ------------------------------------------------------------ plain topics
 
@@ -221,6 +224,11 @@ class TopicsAdmin:
         to its owner; 404 if it does not exist), once the caller is found to have ``right``."""
         topic = topic or topic_of(request)
         await self.check(request, topic, right)
+        return await self.served_topic(request, topic)
+
+    async def served_topic(self, request: web.Request, topic: TopicName) -> PersistentTopic:
+        """``topic``, loaded here (307 to its owner; 404 if it does not exist); the caller's
+        rights were checked already."""
         await self.served_here(request, topic)
         return await self.service.topics.get_topic(topic, create=False)
 

@@ -20,7 +20,9 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = BrokerThread(broker_config(tmp_path_factory.mktemp("admin"))).start()
+    # As an operator who lets admins force a namespace's delete (Pulsar's default refuses).
+    config = broker_config(tmp_path_factory.mktemp("admin"), forceDeleteNamespaceAllowed=True)
+    broker = BrokerThread(config).start()
     try:
         yield broker
     finally:

@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
-from tests.e2e.test_authorization import (  # noqa: F401 - a fixture
-    SUPER,
-    TIMEOUT_S,
-    authz_broker_fixture,
-    http,
-    token,
-)
+import pytest
+
+from tests.e2e.test_authorization import AUTHZ, SUPER, TIMEOUT_S, http, token
 from tests.support import BrokerThread
 
 NS = "/admin/v2/namespaces/acme/ns"
 TOPIC = "/admin/v2/persistent/acme/ns/t"
 SUB = f"{TOPIC}/subscription/s"
+
+
+@pytest.fixture(name="authz_broker")
+def authz_broker_fixture(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
+    """Authorization on; a tenant admin may force a namespace's delete."""
+    return broker_factory(**AUTHZ, forceDeleteNamespaceAllowed=True)
 
 
 async def call(
@@ -77,3 +80,30 @@ async def test_changes_need_a_tenant_admin_and_reads_a_right(authz_broker: Broke
             assert await call(b, "acme-admin", method, path, body) == 204, (method, path)
     assert await call(b, "acme-admin", "DELETE", "/admin/v2/tenants/acme") == 403
     assert await call(b, SUPER, "DELETE", "/admin/v2/tenants/acme") == 204
+
+
+async def test_a_stranger_learns_nothing_of_a_topics_shape(authz_broker: BrokerThread) -> None:
+    """Authorization comes first on every subscription route: a stranger gets 403, not the
+    405 a partitioned topic answers nor the 400 of a bad body or number."""
+    b = authz_broker
+    info = {"adminRoles": ["acme-admin"], "allowedClusters": ["standalone"]}
+    assert await call(b, SUPER, "PUT", "/admin/v2/tenants/acme", info) == 204
+    assert await call(b, "acme-admin", "PUT", NS) == 204
+    parted = f"{TOPIC}-p"
+    assert await call(b, "acme-admin", "PUT", f"{parted}/partitions", 2) == 204
+    sub = f"{parted}/subscription/s"
+    refused = [
+        ("GET", f"{sub}/position/1", None),  # 405 to its admin: partitioned
+        ("POST", f"{sub}/skip/1", None),  # 405
+        ("GET", f"{parted}/examinemessage", None),  # 405
+        ("POST", f"{sub}/resetcursor", {"ledgerId": 1, "entryId": 0}),  # 405
+        ("GET", f"{sub}/position/x", None),  # 400
+        ("POST", f"{sub}/skip/x", None),  # 400
+        ("PUT", sub, [1]),  # 400: not a MessageId
+        ("POST", f"{sub}/resetcursor", [1]),  # 400
+        ("POST", f"{sub}/resetcursor/x", None),  # 400
+    ]
+    for method, path, body in refused:
+        assert await call(b, "stranger", method, path, body) == 403, (method, path)
+    assert await call(b, "acme-admin", "GET", f"{sub}/position/1") == 405
+    assert await call(b, "acme-admin", "PUT", sub, [1]) == 400

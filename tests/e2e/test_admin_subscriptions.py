@@ -118,6 +118,34 @@ async def test_skip_clear_peek_examine_and_internal_stats(shared_broker: BrokerT
     assert (await call(b, "POST", f"{BASE}/{name}/subscription/absent/skip_all"))[0] == 404
 
 
+async def test_peek_and_skip_count_past_individual_acks(shared_broker: BrokerThread) -> None:
+    """Peek and skip count only unacknowledged messages, also past individually acknowledged
+    ones; a number beyond the backlog answers at once (peek 404, skip clears the backlog)."""
+    b = shared_broker
+    name = unique("gaps")
+    sub = f"{BASE}/{name}/subscription/s"
+    async with Client(b.service_url) as client:
+        consumer = await client.subscribe(f"persistent://public/default/{name}", "s")
+        await produce(b, name, 6)
+        received = [await consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(6)]
+        for i in (1, 3):
+            await consumer.acknowledge(received[i], wait=True)
+        await consumer.close()
+
+    async def peeked(n: int) -> bytes | int:
+        async with aiohttp_session() as http, http.get(f"{b.http_url}{sub}/position/{n}") as r:
+            return await r.read() if r.status == 200 else r.status
+
+    assert [await peeked(n) for n in range(1, 6)] == [b"m0", b"m2", b"m4", b"m5", 404]
+    assert await peeked(99_999_999_999) == 404
+    assert await call(b, "POST", f"{sub}/skip/2") == (204, None)
+    assert await backlog(b, name, "s") == 2
+    assert [await peeked(n) for n in (1, 2, 3)] == [b"m4", b"m5", 404]
+    assert await call(b, "POST", f"{sub}/skip/99999999999") == (204, None)
+    assert await backlog(b, name, "s") == 0
+    assert await peeked(1) == 404
+
+
 async def test_a_reset_cursor_redelivers_to_a_live_consumer(shared_broker: BrokerThread) -> None:
     b = shared_broker
     name = unique("reset")
@@ -169,6 +197,29 @@ async def test_partitioned_subscriptions_unload_and_health(shared_broker: Broker
     assert (await call(b, "GET", f"{BASE}/{plain}/stats"))[1]["storageSize"] > 0
     assert (await call(b, "PUT", f"{BASE}/{unique('absent')}/unload"))[0] == 404
     assert await call(b, "GET", "/admin/v2/brokers/health") == (200, "ok")
+
+
+async def test_a_refused_partitioned_delete_deletes_no_partition(
+    shared_broker: BrokerThread,
+) -> None:
+    """A consumer on partition 1 only: the unforced delete is refused before partition 0's
+    subscription goes, so nothing is half deleted."""
+    b = shared_broker
+    name = unique("halfdel")
+    assert await call(b, "PUT", f"{BASE}/{name}/partitions", 2) == (204, None)
+    assert await call(b, "PUT", f"{BASE}/{name}/subscription/s", EARLIEST) == (204, None)
+    async with Client(b.service_url) as client:
+        consumer = await client.subscribe(f"persistent://public/default/{name}-partition-1", "s")
+        assert await call(b, "DELETE", f"{BASE}/{name}/subscription/s") == (
+            412,
+            {"reason": "Subscription has active connected consumers"},
+        )
+        for partition in (0, 1):
+            path = f"{BASE}/{name}-partition-{partition}/subscriptions"
+            assert await call(b, "GET", path) == (200, ["s"])
+        assert await call(b, "DELETE", f"{BASE}/{name}/subscription/s?force=true") == (204, None)
+        await consumer.close()
+    assert await call(b, "GET", f"{BASE}/{name}/subscriptions") == (200, [])
 
 
 def aiohttp_session() -> aiohttp.ClientSession:

@@ -6,6 +6,8 @@ reconnecting client brings back, and a plain topic deleted only once its clients
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from pulsar_grpc.client import Client, PulsarError
@@ -26,7 +28,10 @@ async def test_a_tenant_with_namespaces_is_not_deleted(shared_broker: BrokerThre
         409,
         {"reason": "The tenant still has active namespaces"},
     )
-    assert (await call(b, "DELETE", f"/admin/v2/tenants/{tenant}?force=true"))[0] == 405
+    assert await call(b, "DELETE", f"/admin/v2/tenants/{tenant}?force=true") == (
+        405,
+        {"reason": "Broker doesn't allow forced deletion of tenants"},
+    )
     assert await call(b, "DELETE", f"/admin/v2/namespaces/{tenant}/ns") == (204, None)
     assert await call(b, "DELETE", f"/admin/v2/tenants/{tenant}") == (204, None)
     assert (await call(b, "GET", f"/admin/v2/tenants/{tenant}"))[0] == 404
@@ -67,6 +72,33 @@ async def test_a_namespace_is_created_with_its_bundles_and_shows_its_policies(
     assert (await call(b, "PUT", fresh, elsewhere))[0] == 412
     # A bare string is not a list of names (not read letter by letter).
     assert (await call(b, "PUT", fresh, {"replication_clusters": "standalone"}))[0] == 400
+
+
+async def test_forced_deletes_only_where_broker_conf_allows_them(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    """forceDeleteNamespaceAllowed and forceDeleteTenantAllowed, false by default as in
+    Pulsar: a forced delete is refused 405 and deletes nothing; allowed, a tenant's forced
+    delete takes its namespaces and their topics with it."""
+    refusing = broker_factory()
+    ns = f"public/{unique('ns')}"
+    assert await call(refusing, "PUT", f"/admin/v2/namespaces/{ns}") == (204, None)
+    assert await call(refusing, "DELETE", f"/admin/v2/namespaces/{ns}?force=true") == (
+        405,
+        {"reason": "Broker doesn't allow forced deletion of namespaces"},
+    )
+    assert (await call(refusing, "GET", f"/admin/v2/namespaces/{ns}"))[0] == 200
+
+    allowing = broker_factory(forceDeleteNamespaceAllowed=True, forceDeleteTenantAllowed=True)
+    tenant = unique("tenant")
+    assert await call(allowing, "PUT", f"/admin/v2/tenants/{tenant}") == (204, None)
+    assert await call(allowing, "PUT", f"/admin/v2/namespaces/{tenant}/ns") == (204, None)
+    topic = f"/admin/v2/persistent/{tenant}/ns/t"
+    assert await call(allowing, "PUT", topic) == (204, None)
+    assert await call(allowing, "DELETE", f"/admin/v2/tenants/{tenant}?force=true") == (204, None)
+    assert (await call(allowing, "GET", f"/admin/v2/tenants/{tenant}"))[0] == 404
+    assert (await call(allowing, "GET", f"/admin/v2/namespaces/{tenant}/ns"))[0] == 404
+    assert (await call(allowing, "GET", f"{topic}/stats"))[0] == 404
 
 
 async def test_a_namespace_with_topics_is_deleted_only_by_force(
@@ -132,6 +164,36 @@ async def test_a_deleted_partitioned_topic_stays_deleted(shared_broker: BrokerTh
     _, names = await call(b, "GET", BASE)
     assert not [n for n in names if n.startswith(topic)], names
     assert topic not in (await call(b, "GET", f"{BASE}/partitioned"))[1]
+    assert (await call(b, "DELETE", f"{BASE}/{parted}/partitions"))[0] == 404
+
+
+async def test_a_partitioned_delete_that_stopped_midway_is_finished_by_a_retry(
+    shared_broker: BrokerThread,
+) -> None:
+    """The metadata is marked deleted first and goes last: after a delete that stopped once
+    partition 0 was gone (its owner failed on partition 1, say), the topic is still listed,
+    no partition loads or comes back meanwhile, and a retry deletes the rest."""
+    b = shared_broker
+    assert b.service is not None
+    resources, topics = b.service.resources, b.service.topics
+    parted = unique("midway")
+    topic = f"persistent://public/default/{parted}"
+    assert await call(b, "PUT", f"{BASE}/{parted}/partitions", 2) == (204, None)
+    async with Client(b.service_url) as client:
+        producer = await client.create_producer(topic)
+        for i in range(4):
+            await producer.send(f"m{i}".encode())
+        await producer.close()
+        # Where a delete that failed on partition 1 stops.
+        await b.call(resources.mark_partitioned_deleted(topic))
+        await b.call(topics.delete_topic(f"{topic}-partition-0"))
+        assert await call(b, "GET", f"{BASE}/{parted}/partitions") == (200, {"partitions": 2})
+        with pytest.raises(PulsarError):
+            await client.create_producer(f"{topic}-partition-0", send_timeout_millis=3000)
+
+    assert await call(b, "DELETE", f"{BASE}/{parted}/partitions?force=true") == (204, None)
+    _, names = await call(b, "GET", BASE)
+    assert not [n for n in names if n.startswith(topic)], names
     assert (await call(b, "DELETE", f"{BASE}/{parted}/partitions"))[0] == 404
 
 

@@ -48,6 +48,7 @@ def cluster(broker_factory: Callable[..., BrokerThread], postgres_url: str) -> l
             ledgerStorageUrl=postgres_url,
             brokerDeduplicationEnabled=True,
             loadBalancerNamespaceMaximumBundles=8,
+            forceDeleteNamespaceAllowed=True,  # test_admin_cluster force-deletes one
             # The brokers share this machine's CPU: never count one as overloaded.
             loadBalancerBrokerOverloadedThresholdPercentage=100,
         )
