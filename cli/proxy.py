@@ -14,11 +14,10 @@ import argparse
 import logging
 import os
 import sys
-from pathlib import Path
 
 from pulsar_grpc.broker.config import ConfigError, parse_set_flags
 from pulsar_grpc.broker.errors import MetadataError
-from pulsar_grpc.cli.serving import serve_until_signalled
+from pulsar_grpc.cli.serving import add_server_options, serve_until_signalled
 from pulsar_grpc.cli.standalone import invalid_configuration
 
 
@@ -29,21 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         description="Run a proxy: clients connect only to it; it answers lookups with its own "
         "address and forwards each stream to the broker that owns the topic.",
     )
-    p.add_argument("--config", "-c", type=Path, help="proxy.conf-style file (Pulsar names)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="PROPERTY=VALUE",
-        help="override one property, e.g. --set grpcServicePort=6650 (repeatable)",
-    )
-    p.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="the least severe log level printed",
-    )
+    add_server_options(p, "proxy.conf-style file (Pulsar names)")
     p.set_defaults(run=run)
 
 

@@ -3,13 +3,35 @@ configured — start, print one ready line, wait for SIGINT or SIGTERM, close.""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 log = logging.getLogger("pulsar_grpc.serving")
+
+
+def add_server_options(p: argparse.ArgumentParser, config_help: str) -> None:
+    """The options every serving command shares: its configuration file, ``--set`` overrides
+    of single properties, and the log level."""
+    p.add_argument("--config", "-c", type=Path, help=config_help)
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PROPERTY=VALUE",
+        help="override one property, e.g. --set grpcServicePort=6650 (repeatable)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the least severe log records printed (default INFO)",
+    )
 
 
 class Served(Protocol):

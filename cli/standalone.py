@@ -18,7 +18,7 @@ from pulsar_grpc.broker.config import (
 )
 from pulsar_grpc.broker.data_lock import LOCK_FILE, DataDirectoryInUseError, DataDirectoryLock
 from pulsar_grpc.broker.errors import MetadataError, PersistenceError
-from pulsar_grpc.cli.serving import serve_until_signalled
+from pulsar_grpc.cli.serving import add_server_options, serve_until_signalled
 
 # Exit codes: 2 invalid configuration, 1 cannot start (port taken), 3 data directory in use.
 EXIT_DATA_DIRECTORY_IN_USE = 3
@@ -42,24 +42,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def add_broker_options(p: argparse.ArgumentParser) -> None:
     """The options `standalone` and `broker` share."""
-    p.add_argument(
-        "--config", "-c", type=Path,
-        help="broker.conf or standalone.conf (Pulsar property names; Pulsar's properties of "
+    add_server_options(
+        p,
+        "broker.conf or standalone.conf (Pulsar property names; Pulsar's properties of "
         "features this broker lacks are named in one warning and ignored)",
-    )  # fmt: skip
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="PROPERTY=VALUE",
-        help="override one property, e.g. --set grpcServicePort=6650 (repeatable)",
     )
     p.add_argument("--data", help="shortcut for --set dataDirectory=DIR")
-    p.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="the least severe log records printed (default INFO)",
-    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
