@@ -336,10 +336,12 @@ Global___MessageData: _TypeAlias = MessageData  # noqa: Y015
 
 @_typing.final
 class CompressedBatch(_message.Message):
-    """A batch whose messages are compressed together, as Pulsar compresses a batch payload and
-    says so in MessageMetadata.compression / uncompressed_size. The broker stores and serves it
-    byte for byte (it never decompresses); the consumer decompresses `messages` and parses the
-    result as a ProduceRequest holding only field 13 (each message framed as `messages` is).
+    """A batch whose messages travel as one opaque block: compressed together, as Pulsar
+    compresses a batch payload and says so in MessageMetadata.compression / uncompressed_size,
+    and/or encrypted end to end (`encryption` set; compression first, then encryption). The
+    broker stores and serves it byte for byte (it never decompresses or decrypts); the consumer
+    decrypts, decompresses `messages` and parses the result as a ProduceRequest holding only
+    field 13 (each message framed as `messages` is).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -349,15 +351,20 @@ class CompressedBatch(_message.Message):
     NUM_MESSAGES_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
     MESSAGES_FIELD_NUMBER: _builtins.int
+    ENCRYPTION_FIELD_NUMBER: _builtins.int
     compression: Global___CompressionType.ValueType
     uncompressed_size: _builtins.int
-    """bytes of `messages` once decompressed"""
+    """bytes of `messages` once decrypted and decompressed"""
     num_messages: _builtins.int
     """messages in the batch: the broker counts without decompressing"""
     key: _builtins.bytes
     """first message's ordering_key, else its key: the Key_Shared key"""
     messages: _builtins.bytes
-    """compressed with `compression`"""
+    """compressed with `compression`, then encrypted if `encryption`"""
+    @_builtins.property
+    def encryption(self) -> Global___EncryptionContext:
+        """set: `messages` is encrypted (see docs/protocol.md)"""
+
     def __init__(
         self,
         *,
@@ -366,14 +373,103 @@ class CompressedBatch(_message.Message):
         num_messages: _builtins.int = ...,
         key: _builtins.bytes = ...,
         messages: _builtins.bytes = ...,
+        encryption: Global___EncryptionContext | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["encryption", b"encryption"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "key", b"key", "messages", b"messages", "num_messages", b"num_messages", "uncompressed_size", b"uncompressed_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "encryption", b"encryption", "key", b"key", "messages", b"messages", "num_messages", b"num_messages", "uncompressed_size", b"uncompressed_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompressedBatch: _TypeAlias = CompressedBatch  # noqa: Y015
+
+@_typing.final
+class EncryptionKey(_message.Message):
+    """Pulsar's EncryptionKeys (PulsarApi.proto): the batch's data key, encrypted with the public
+    key that the producer knows under `key`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    """the key's name, as both sides' CryptoKeyReader knows it"""
+    value: _builtins.bytes
+    """the data key, encrypted with that public key"""
+    @_builtins.property
+    def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """the key's metadata, as the CryptoKeyReader returned it"""
+
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        value: _builtins.bytes = ...,
+        metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "metadata", b"metadata", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EncryptionKey: _TypeAlias = EncryptionKey  # noqa: Y015
+
+@_typing.final
+class EncryptionContext(_message.Message):
+    """How an encrypted batch was encrypted: Pulsar's MessageMetadata.encryption_keys,
+    encryption_algo and encryption_param.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEYS_FIELD_NUMBER: _builtins.int
+    ALGORITHM_FIELD_NUMBER: _builtins.int
+    PARAM_FIELD_NUMBER: _builtins.int
+    algorithm: _builtins.str
+    """the payload cipher, e.g. "AES-256-GCM" """
+    param: _builtins.bytes
+    """the cipher's nonce (12 bytes for AES-GCM)"""
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedCompositeFieldContainer[Global___EncryptionKey]:
+        """one per encryption key the producer names"""
+
+    def __init__(
+        self,
+        *,
+        keys: _abc.Iterable[Global___EncryptionKey] | None = ...,
+        algorithm: _builtins.str = ...,
+        param: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "keys", b"keys", "param", b"param"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EncryptionContext: _TypeAlias = EncryptionContext  # noqa: Y015
 
 @_typing.final
 class Schema(_message.Message):
