@@ -13,10 +13,12 @@ A block that cannot run as a script says why, right above it, where a reader see
 
     <!-- snippet: not run — the reason -->
 
-Spark blocks are marked ``<!-- snippet: spark -->`` and run in ``test_spark_snippet_runs`` (a
-JVM and a Spark session per block, ~20-40 s each). A marker this module does not understand, or
-a block without a language, fails ``test_every_block_is_checked_or_says_why``. A test file the
-docs cite (docs/semantics.md's "tested in" column) must exist.
+Spark blocks are marked ``<!-- snippet: spark -->``. The Python ones run one after the other in
+one interpreter (``test_spark_python_snippets_run``), each as its own ``__main__`` through
+``runpy``, so they share one JVM: starting a JVM per block cost ~15-40 s each. A bash Spark
+block starts its own Spark and runs in ``test_spark_snippet_runs``. A marker this module does
+not understand, or a block without a language, fails ``test_every_block_is_checked_or_says_why``.
+A test file the docs cite (docs/semantics.md's "tested in" column) must exist.
 """
 
 from __future__ import annotations
@@ -152,13 +154,34 @@ def test_every_block_is_checked_or_says_why() -> None:
 DOC_OWN_PORTS = (6660, 8190)
 
 
-def run_block(block: Block, broker: BrokerThread, workdir: Path, timeout: float) -> str:
-    """Run one block as a reader would, against ``broker``; returns its output."""
+def render(block: Block, broker: BrokerThread) -> str:
+    """The block's code as it runs against ``broker``: its documented addresses replaced."""
     code = block.code.replace(STANDALONE_ADMIN_URL, broker.http_url)
     code = code.replace(DOC_GRPC_ADDRESS, broker.grpc_address)
     # Other servers a block starts itself (the README's proxy) get free ports too.
     for fixed in DOC_OWN_PORTS:
         code = re.sub(rf"\b{fixed}\b", str(free_port()), code)
+    return code
+
+
+def run_block(block: Block, broker: BrokerThread, workdir: Path, timeout: float) -> str:
+    """Run one block as a reader would, against ``broker``; returns its output."""
+    code = render(block, broker)
+    if block.lang == "python":
+        script = workdir / "snippet.py"
+        command = [sys.executable, str(script)]
+    else:
+        script = workdir / "snippet.sh"
+        command = ["bash", "-euo", "pipefail", str(script)]
+    script.write_text(code)
+    return run_script(command, code, block.name, broker, workdir, timeout)
+
+
+def run_script(
+    command: list[str], code: str, name: str, broker: BrokerThread, workdir: Path, timeout: float
+) -> str:
+    """Run ``command`` in ``workdir`` with the venv and the CLI's defaults pointing at
+    ``broker``; fails with the code and both outputs unless it exits 0 quietly."""
     venv = Path(sys.prefix)
     if not (workdir / ".venv").exists():
         (workdir / ".venv").symlink_to(venv, target_is_directory=True)
@@ -169,14 +192,7 @@ def run_block(block: Block, broker: BrokerThread, workdir: Path, timeout: float)
     )
     env[SERVICE_URL_ENV] = broker.service_url
     env[ADMIN_URL_ENV] = broker.http_url
-    if block.lang == "python":
-        script = workdir / "snippet.py"
-        command = [sys.executable, str(script)]
-    else:
-        script = workdir / "snippet.sh"
-        command = ["bash", "-euo", "pipefail", str(script)]
-        env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-    script.write_text(code)
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
     result = subprocess.run(
         command,
         cwd=workdir,
@@ -187,9 +203,7 @@ def run_block(block: Block, broker: BrokerThread, workdir: Path, timeout: float)
         timeout=timeout,
         check=False,
     )
-    output = (
-        f"--- {block.name} as run:\n{code}--- stdout:\n{result.stdout}--- stderr:\n{result.stderr}"
-    )
+    output = f"--- {name} as run:\n{code}--- stdout:\n{result.stdout}--- stderr:\n{result.stderr}"
     assert result.returncode == 0, f"exit code {result.returncode}\n{output}"
     for noise in ("Traceback", "Task was destroyed", "Exception ignored"):
         assert noise not in result.stderr, f"{noise!r} on stderr\n{output}"
@@ -219,8 +233,43 @@ def test_snippet_runs(block: Block, broker: BrokerThread, tmp_path: Path) -> Non
         run_block(block, broker, tmp_path, timeout=120)  # again, on a broker it already used
 
 
+SPARK_BLOCKS = [b for b in BLOCKS if b.run is Run.SPARK]
+
+# Runs each script named on its command line as __main__, in order, in this one interpreter.
+SPARK_RUNNER = """\
+import runpy
+import sys
+
+for script in sys.argv[1:]:
+    print(f"=== {script}", flush=True)
+    print(f"=== {script}", file=sys.stderr, flush=True)
+    runpy.run_path(script, run_name="__main__")
+"""
+
+
+@pytest.mark.timeout(900)
+def test_spark_python_snippets_run(broker: BrokerThread, tmp_path: Path) -> None:
+    """Every Python Spark block, in one interpreter and so one JVM; the output's ``===``
+    lines say which block was running when one fails."""
+    python_blocks = [b for b in SPARK_BLOCKS if b.lang == "python"]
+    assert python_blocks, "found no Python Spark block: the extraction is broken"
+    scripts, codes = [], []
+    for number, block in enumerate(python_blocks):
+        code = render(block, broker)
+        script = tmp_path / f"spark_snippet_{number}.py"
+        script.write_text(code)
+        scripts.append(str(script))
+        codes.append(f"# {script.name} = {block.name}\n{code}")
+    runner = tmp_path / "run_snippets.py"
+    runner.write_text(SPARK_RUNNER)
+    command = [sys.executable, str(runner), *scripts]
+    run_script(command, "\n".join(codes), "the Python Spark blocks", broker, tmp_path, 780)
+
+
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("block", blocks(Run.SPARK))
+@pytest.mark.parametrize(
+    "block", [pytest.param(b, id=b.name) for b in SPARK_BLOCKS if b.lang != "python"]
+)
 def test_spark_snippet_runs(block: Block, broker: BrokerThread, tmp_path: Path) -> None:
     run_block(block, broker, tmp_path, timeout=300)
 
