@@ -119,6 +119,9 @@ async def test_the_leader_sheds_a_bundle_from_the_overloaded_broker_clients_carr
         # Margin over Pulsar's 10 on a busy test machine (the hot broker's cpu is ~15-25%).
         loadBalancerBrokerThresholdShedderPercentage="5",
         loadBalancerBundleUnloadMinThroughputThreshold="0.001",  # 1 KB/s: traffic needed
+        # Bundle throughputs come from the stats task: at Pulsar's 60 s the shedder saw no
+        # traffic for the first minute.
+        statsUpdateFrequencyInSecs="1",
         **FAST_BALANCING,
     )
     members = cluster.members
