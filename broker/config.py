@@ -29,6 +29,7 @@ from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
 from pulsar_grpc.broker.metadata.factory import parse_metadata_store_url
 from pulsar_grpc.broker.pulsar_properties import PULSAR_STANDALONE_PROPERTIES
+from pulsar_grpc.broker.security.settings import ClientAuthenticationSettings
 from pulsar_grpc.broker.security.tokens import config_problems as token_config_problems
 from pulsar_grpc.broker.web.broker_client import config_problems as broker_client_problems
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class ServiceConfiguration:
+class ServiceConfiguration(ClientAuthenticationSettings):
     """Broker settings; defaults suit ``standalone`` on one machine."""
 
     # --- identity and network ---
@@ -208,45 +209,10 @@ class ServiceConfiguration:
     dispatchThrottlingRateInMsg: int = 0
     dispatchThrottlingRateInByte: int = 0
 
-    # --- security ---
-    # Authentication (broker/security/authentication.py): the providers by Pulsar's class
-    # name or short name (tls, basic, token); anonymousUserRole is the role of a request with
-    # no credentials (unset: such a request is refused); basicAuthConf is the basic provider's
-    # htpasswd file (a path, or data:;base64,...); /metrics asks for credentials only when
-    # authenticateMetricsEndpoint is true.
-    authenticationEnabled: bool = False
-    authenticationProviders: list[str] = field(default_factory=list)
-    anonymousUserRole: str | None = None
-    basicAuthConf: str | None = None
+    # --- security --- authentication: the fields of ClientAuthenticationSettings
+    # (broker/security/settings.py, shared with the proxy) and:
+    # /metrics asks for credentials only when authenticateMetricsEndpoint is true.
     authenticateMetricsEndpoint: bool = False
-    # How often the broker re-checks the credentials of each open Produce and Consume stream
-    # and ends the streams whose credentials have expired (Pulsar's property and default).
-    authenticationRefreshCheckSeconds: int = 60
-    tlsCertificateFilePath: str | None = None
-    tlsKeyFilePath: str | None = None
-    tlsTrustCertsFilePath: str | None = None
-    tlsRequireTrustedClientCertOnConnect: bool = False
-    # Token authentication (Pulsar's AuthenticationProviderToken): keys as Pulsar reads them
-    # (data:, file:, a path, or base64); the secret key wins when both are set, as in Pulsar.
-    tokenSecretKey: str | None = None
-    tokenPublicKey: str | None = None
-    tokenPublicAlg: str = "RS256"
-    tokenAuthClaim: str = "sub"
-    tokenAudienceClaim: str | None = None
-    tokenAudience: str | None = None
-    # SCRAM-SHA-256 two-way authentication (broker/security/scram.py, provider "scram"):
-    # scramAuthConf is the users' file (a path, or data:;base64,...), one
-    # user:SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey> a line (PostgreSQL's
-    # verifier format; `pulsar-grpc scram add-user` writes it). An exchange waiting for its
-    # client-final is forgotten after inflightSaslContextExpiryMs, and at most
-    # maxInflightSaslContext wait at once (Pulsar's names; smaller defaults than Pulsar's 30 s
-    # and 50000: an abandoned exchange should not hold memory long). A completed exchange gets
-    # a role token valid scramRoleTokenExpirySeconds, signed with the cluster's key
-    # (broker/security/role_tokens.py).
-    scramAuthConf: str | None = None
-    inflightSaslContextExpiryMs: int = 10000
-    maxInflightSaslContext: int = 10000
-    scramRoleTokenExpirySeconds: int = 3600
 
     # Authorization (broker/security/authorization.py), Pulsar's properties: permissions are
     # checked only with authorizationEnabled (which needs authenticationEnabled, as in Pulsar);

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from pulsar_grpc.broker.config import (
@@ -25,6 +25,7 @@ from pulsar_grpc.broker.config import (
     load_settings,
 )
 from pulsar_grpc.broker.metadata.factory import StoreKind, parse_metadata_store_url
+from pulsar_grpc.broker.security.settings import ClientAuthenticationSettings
 from pulsar_grpc.broker.security.tokens import config_problems as token_config_problems
 from pulsar_grpc.broker.web.broker_client import config_problems as broker_client_problems
 from pulsar_grpc.client._auth_params import authentication_from
@@ -35,7 +36,7 @@ __all__ = ["ConfigError", "ProxyConfiguration", "broker_view", "load_proxy_confi
 
 
 @dataclass
-class ProxyConfiguration:
+class ProxyConfiguration(ClientAuthenticationSettings):
     """Proxy settings; defaults suit a proxy next to a local cluster."""
 
     # --- where the brokers are ---
@@ -69,33 +70,11 @@ class ProxyConfiguration:
     # The brokers' maxMessageSize: the proxy passes messages up to it (plus framing) both ways.
     maxMessageSize: int = 5 * 1024 * 1024
 
-    # --- clients' authentication at the proxy (the broker's names and meaning) ---
-    authenticationEnabled: bool = False
-    authenticationProviders: list[str] = field(default_factory=list)
-    anonymousUserRole: str | None = None
-    basicAuthConf: str | None = None
-    tokenSecretKey: str | None = None
-    tokenPublicKey: str | None = None
-    tokenPublicAlg: str = "RS256"
-    tokenAuthClaim: str = "sub"
-    tokenAudienceClaim: str | None = None
-    tokenAudience: str | None = None
-    # SCRAM-SHA-256 (the "scram" provider), as on the broker: the users' file, the exchanges
-    # waiting for their client-final, and the role tokens the proxy issues, signed with the
-    # cluster's keys from the metadata store (so they need metadataStoreUrl). A role token is
-    # good at every proxy and broker of the cluster.
-    scramAuthConf: str | None = None
-    inflightSaslContextExpiryMs: int = 10000
-    maxInflightSaslContext: int = 10000
-    scramRoleTokenExpirySeconds: int = 3600
-    # A client's stream is ended when its credentials expire, checked this often (the broker
-    # checks the proxy's own credentials, so the proxy checks the client's).
-    authenticationRefreshCheckSeconds: int = 60
-    # TLS toward clients: the proxy's own certificate.
-    tlsCertificateFilePath: str | None = None
-    tlsKeyFilePath: str | None = None
-    tlsTrustCertsFilePath: str | None = None
-    tlsRequireTrustedClientCertOnConnect: bool = False
+    # --- clients' authentication at the proxy: ClientAuthenticationSettings' fields, the
+    # broker's names and meaning. SCRAM needs metadataStoreUrl (role tokens are signed with the
+    # cluster's keys, so one is good at every proxy and broker); a client's stream is ended
+    # when its credentials expire (the broker checks the proxy's own credentials, so the proxy
+    # checks the client's); the TLS files are the proxy's own certificate toward clients.
 
     # --- toward the brokers (Pulsar proxy.conf's names) ---
     # TLS to the brokers (their grpc+ssl addresses), trusting brokerClientTrustCertsFilePath.
