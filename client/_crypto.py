@@ -17,6 +17,7 @@ docs/protocol.md, "End-to-end encryption".
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -77,7 +78,7 @@ class EncryptionContext:
     keys: tuple[EncryptionKey, ...]
     algorithm: str
     param: bytes  # the nonce
-    compression_type: CompressionType
+    compression_type: CompressionType | int  # applied before encryption (an int: unknown here)
     uncompressed_message_size: int
     batch_size: int
 
@@ -85,13 +86,14 @@ class EncryptionContext:
     def of(cls, batch: pb.CompressedBatch) -> EncryptionContext:
         """The context of an encrypted CompressedBatch."""
         encryption = batch.encryption
+        codec: CompressionType | int = batch.compression
+        with contextlib.suppress(ValueError):
+            codec = CompressionType(batch.compression)
         return cls(
             keys=tuple(EncryptionKey(k.key, k.value, dict(k.metadata)) for k in encryption.keys),
             algorithm=encryption.algorithm,
             param=encryption.param,
-            compression_type=CompressionType(batch.compression)
-            if batch.compression in CompressionType._value2member_map_
-            else CompressionType.NONE,
+            compression_type=codec,
             uncompressed_message_size=batch.uncompressed_size,
             batch_size=batch.num_messages,
         )

@@ -230,7 +230,7 @@ async def test_consume_gives_the_encrypted_batch_and_its_context(broker: BrokerT
             data_key = unwrap(private, context.keys[0].value)
             entry = pb.DeliveredEntry(
                 compressed=pb.CompressedBatch(
-                    compression=context.compression_type.value,
+                    compression=int(context.compression_type),
                     uncompressed_size=context.uncompressed_message_size,
                     num_messages=context.batch_size,
                     messages=decrypt_payload(data_key, context.param, message.data()),
