@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from pulsar_grpc.client import ConsumerCryptoFailureAction, CryptoError, CryptoKeyReader
 from pulsar_grpc.client._compression import CompressionType, compress_batch, decompress_entry
 from pulsar_grpc.client._crypto import (
+    MISS_RETRY_S,
     BatchEncryptor,
     EntryDecryptor,
     producer_encryptor,
@@ -208,3 +209,18 @@ def test_only_rsa_and_ec_keys_wrap() -> None:
         load_public_key("k", EncryptionKeyInfo(pem))
     with pytest.raises(CryptoError, match="is not a PEM public key"):
         load_public_key("k", EncryptionKeyInfo(b"not a key"))
+
+
+def test_a_consumer_without_the_key_asks_its_reader_once_per_data_key_until_retry() -> None:
+    clock = Clock()
+    reader = Counting(RSA)  # the batches are for the EC key: RSA's private key never fits
+    decryptor = EntryDecryptor(reader, clock=clock)
+    producer = BatchEncryptor(["k"], EC)
+    for _ in range(5):
+        assert decryptor.decrypt(seal(producer)) is not None
+    assert reader.asked == 1
+    clock.now = MISS_RETRY_S  # long enough: maybe the reader has the key by now
+    reader.inner = EC
+    entry = seal(producer)
+    assert decryptor.decrypt(entry) is None and reader.asked == 2
+    assert payloads(entry) == [b"m0", b"m1", b"m2"]
