@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pulsar_grpc.cli.perf.spec import ConsumerLatency, LoadSpec, chunk_of, payload_of
@@ -23,9 +23,41 @@ _DRY_S = 0.5  # consumers that got nothing for this long at the deadline had run
 
 async def produce_sdk(spec: LoadSpec, rec: Recorder) -> None:
     """The SDK producer: batching in the client, many sends in flight, latency per message."""
+    await _produce(spec, rec, False)
+
+
+async def produce_stamped(spec: LoadSpec, rec: Recorder) -> None:
+    """:func:`produce_sdk` whose payloads start with their send time (e2e's stamp), for a
+    consumer in another process (:func:`consume_stamped`) to measure send -> receive."""
+    await _produce(spec, rec, True)
+
+
+async def _produce(spec: LoadSpec, rec: Recorder, stamp: bool) -> None:
     async with spec.client() as client:
         producers = await _create_producers(client, spec)
-        await with_reporters([rec], spec.interval, [_send_all(producers, spec, rec, False)])
+        await with_reporters([rec], spec.interval, [_send_all(producers, spec, rec, stamp)])
+
+
+async def consume_stamped(
+    spec: LoadSpec, rec: Recorder, subscribed: Callable[[], None], expected: Awaitable[int]
+) -> dict[str, int]:
+    """e2e's consumer side on its own: subscribe at latest, call ``subscribed`` (the producer,
+    in another process, may start), record send -> receive from each payload's stamp, and stop
+    once ``expected`` (the count the producer stored) is in, or after ``idle_timeout``."""
+    async with spec.client() as client:
+        group = await _ConsumerGroup.subscribe(client, spec, rec, InitialPosition.Latest, wall_us())
+        group.expected = None
+        subscribed()
+
+        async def learn_expected() -> None:
+            group.expected = await expected
+
+        learner = asyncio.ensure_future(learn_expected())
+        try:
+            await with_reporters([rec], spec.interval, [group.run(0)])
+        finally:
+            learner.cancel()
+        return {"received": rec.count, "stale": group.stale}
 
 
 async def consume_sdk(spec: LoadSpec, rec: Recorder) -> None:
