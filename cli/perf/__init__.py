@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 from hdrh.log import HistogramLogWriter
 
+from pulsar_grpc.cli.perf import curves
 from pulsar_grpc.cli.perf.flags import (
     DEFAULT_RUN_S,
     Verb,
@@ -74,6 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     from pulsar_grpc.cli.perf import cluster  # it builds on this module's helpers
 
     cluster.add_parser(verbs)
+    curves.add_parser(verbs)
     p.set_defaults(run=run)
 
 
@@ -82,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         from pulsar_grpc.cli.perf import cluster
 
         return cluster.run(args)
+    if args.verb == "curves":
+        return curves.run(args)
     problem = _check(args)
     if problem:
         print(f"pulsar-grpc perf: {problem}", file=sys.stderr)
