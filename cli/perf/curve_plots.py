@@ -43,6 +43,12 @@ def _figure(rows: int = 1) -> Any:
     return plt.subplots(rows, 1, figsize=(9, 3.6 * rows + 0.6), squeeze=False)
 
 
+def _thousands() -> Any:
+    import matplotlib.ticker
+
+    return matplotlib.ticker.StrMethodFormatter("{x:,.0f}")
+
+
 def _latency(modes: dict[str, list[dict[str, Any]]]) -> Any:
     """Publish latency against the achieved rate, per mode; the unpaced step marked."""
     fig, axes = _figure()
@@ -74,6 +80,7 @@ def _topics(steps: list[dict[str, Any]]) -> Any:
     rate_ax.plot(counts, [s["msg_per_s"] for s in steps], marker="o", label="achieved")
     rate_ax.plot(counts, [s["offered"] for s in steps], "--", color="grey", label="offered")
     rate_ax.set_ylabel("msg/s (all topics)")
+    rate_ax.yaxis.set_major_formatter(_thousands())
     rate_ax.set_ylim(bottom=0)
     rate_ax.legend(fontsize="small")
     for key, style in _LATENCY_STYLES:
@@ -126,6 +133,7 @@ def _backlog(data: dict[str, Any]) -> Any:
     for x, (_, value) in zip(positions, bars, strict=True):
         ax.annotate(f"{value:,.0f}", (x, value), ha="center", va="bottom", fontsize="small")
     ax.set_ylabel("msg/s read")
+    ax.yaxis.set_major_formatter(_thousands())
     ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(
         f"perf curves: reading a backlog of {data['messages']:,} messages against a live tail"

@@ -115,7 +115,8 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 def _curves(text: str) -> list[Curve]:
     try:
-        return [Curve(part.strip()) for part in text.split(",") if part.strip()] or list(Curve)
+        chosen = [Curve(part.strip()) for part in text.split(",") if part.strip()]
+        return list(dict.fromkeys(chosen)) or list(Curve)
     except ValueError:
         names = ", ".join(Curve)
         raise argparse.ArgumentTypeError(f"expected a comma list of {names}: {text!r}") from None
