@@ -343,7 +343,8 @@ def _run_all(args: argparse.Namespace) -> int:
 
 def _broker_runs(spec: LoadSpec, latency_rate: float) -> dict[str, dict[str, Any]]:
     """Produce (SDK, then raw); consume what the SDK produced (SDK, then raw, on a second
-    subscription); then publish latency at a fixed rate."""
+    subscription); then publish latency at a fixed rate, and end-to-end latency at that rate
+    with the consumer in its own process (its row: the consumer's figures, send -> receive)."""
     sdk, _ = measure("produce", produce_sdk, replace(spec, topics=("perf-sdk",)))
     raw, _ = measure("produce raw", produce_raw, replace(spec, topics=("perf-raw",)))
     drain = replace(spec, topics=("perf-sdk",), messages=sdk["messages"], duration=0)
@@ -352,12 +353,24 @@ def _broker_runs(spec: LoadSpec, latency_rate: float) -> dict[str, dict[str, Any
     consume_raw_result, _ = measure("consume raw", consume_raw, drain_raw)
     paced = replace(spec, topics=("perf-latency",), rate=latency_rate)
     latency, _ = measure(f"latency@{latency_rate:,.0f}", produce_sdk, paced)
+    label = f"e2e@{latency_rate:,.0f} 2 procs"
+    apart = e2e_separate(replace(paced, topics=("perf-e2e",)), Recorder(label, spec.size))
+    e2e_row = {
+        **apart["end_to_end"],
+        "run": label,
+        "sent": apart["sent"],
+        "received": apart["received"],
+        "publish_latency_ms": apart["publish"]["latency_ms"],
+    }
+    if apart["sent"] != apart["received"]:  # a lost message fails the run, as in perf e2e
+        e2e_row["errors"] += apart["sent"] - apart["received"]
     return {
         "produce_sdk": sdk,
         "produce_raw": raw,
         "consume_sdk": consume,
         "consume_raw": consume_raw_result,
         "latency": latency,
+        "e2e_separate": e2e_row,
     }
 
 

@@ -135,6 +135,11 @@ def test_all_starts_its_own_broker_and_ceiling(capsys: pytest.CaptureFixture[str
     runs = report["runs"]["page-cache"]
     for name in ("produce_sdk", "produce_raw", "latency"):
         assert_consistent(runs[name], 2000)
+    # End-to-end at the latency rate, the consumer in its own process: its figures, all of it.
+    apart = runs["e2e_separate"]
+    assert apart["sent"] == apart["received"] == 2000
+    assert_consistent(apart, 2000)
+    assert list(apart["publish_latency_ms"]) == LATENCY_KEYS
     for name in ("consume_sdk", "consume_raw"):
         assert_consistent(runs[name], 2000, latency=False)
 
