@@ -1,5 +1,6 @@
-"""`pulsar-grpc perf curves`: how cost grows (issue 13), each curve against its own standalone
-broker child process (cli.perf.procs), with the SDK load of cli.perf.load in this process.
+"""`pulsar-grpc perf curves`: how cost grows (issue 13), against standalone broker child
+processes (cli.perf.procs) with the SDK load of cli.perf.load in this process. The latency
+(page cache), topics and size curves share one fresh broker; fsync and the backlog get theirs.
 
 - ``latency``: publish latency (p50/p99/max) against the offered rate: an SDK producer paced
   at 10,000 msg/s, then stepping up until the achieved rate falls more than 5% short of the
@@ -263,9 +264,14 @@ def _backlog_curve(base: LoadSpec, plan: Plan) -> tuple[dict[str, Any], list[dic
                 live[side].pop("series")
             out["live_tail"] = live
     rows = [out["write"], *out["cached"].values(), *out["cold"].values()]
+    lost = live["sent"] - live["received"]  # counted as errors: the run then fails
     rows += [
-        {**out["live_tail"]["publish"], "run": "tail produce"},
-        {**out["live_tail"]["end_to_end"], "run": "tail consume"},
+        {**live["publish"], "run": "tail produce"},
+        {
+            **live["end_to_end"],
+            "run": "tail consume",
+            "errors": live["end_to_end"]["errors"] + lost,
+        },
     ]
     return out, rows
 
