@@ -37,8 +37,8 @@ from typing import Any
 
 import psutil
 
-from pulsar_grpc.cli.perf import Runner, _measure
 from pulsar_grpc.cli.perf.load import consume_sdk, produce_sdk
+from pulsar_grpc.cli.perf.measure import Runner, measure
 from pulsar_grpc.cli.perf.procs import child, standalone
 from pulsar_grpc.cli.perf.report import machine
 from pulsar_grpc.cli.perf.spec import LoadSpec
@@ -76,7 +76,7 @@ class CpuShare:
         """perf's ``_measure``, with ``cpu``: each server's share of one core meanwhile."""
         before = {n: sum(p.cpu_times()[:2]) for n, p in self._processes.items()}
         started = time.perf_counter()
-        result, _ = _measure(label, runner, spec)
+        result, _ = measure(label, runner, spec)
         wall = time.perf_counter() - started
         result["cpu"] = {
             n: (sum(p.cpu_times()[:2]) - before[n]) / wall for n, p in self._processes.items()

@@ -24,13 +24,13 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
 import grpc
 from hdrh.log import HistogramLogWriter
 
+from pulsar_grpc.cli.perf import curves
 from pulsar_grpc.cli.perf.flags import (
     DEFAULT_RUN_S,
     Verb,
@@ -39,19 +39,15 @@ from pulsar_grpc.cli.perf.flags import (
     topics_of,
 )
 from pulsar_grpc.cli.perf.load import STAMP_BYTES, consume_sdk, e2e, produce_sdk
+from pulsar_grpc.cli.perf.measure import MODES, Runner, measure, result, succeeded
 from pulsar_grpc.cli.perf.procs import ceiling_server, standalone
 from pulsar_grpc.cli.perf.raw import consume_raw, produce_raw
 from pulsar_grpc.cli.perf.report import machine, plot, table
+from pulsar_grpc.cli.perf.separate import e2e_separate
 from pulsar_grpc.cli.perf.spec import ConsumerLatency, LoadSpec
 from pulsar_grpc.cli.perf.stats import LineStyle, Recorder, open_histogram_log
 from pulsar_grpc.cli.rest import no_http_answer
 from pulsar_grpc.client.exceptions import PulsarException
-
-Runner = Callable[[LoadSpec, Recorder], Coroutine[Any, Any, None]]
-MODES: dict[str, tuple[str, ...]] = {
-    "page-cache": (),
-    "fsync": ("--set", "journalSyncData=true"),
-}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,6 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     from pulsar_grpc.cli.perf import cluster  # it builds on this module's helpers
 
     cluster.add_parser(verbs)
+    curves.add_parser(verbs)
     p.set_defaults(run=run)
 
 
@@ -87,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         from pulsar_grpc.cli.perf import cluster
 
         return cluster.run(args)
+    if args.verb == "curves":
+        return curves.run(args)
     problem = _check(args)
     if problem:
         print(f"pulsar-grpc perf: {problem}", file=sys.stderr)
@@ -108,8 +107,8 @@ def _run_load(args: argparse.Namespace) -> int:
     if args.verb == "ceiling":
         spec = _spec(args, "", ("ceiling",))
         with ceiling_server() as url:
-            result, rec = _measure("ceiling", produce_raw, replace(spec, service_url=url))
-        return _finish(args, [result], [rec], ok=_ok(result))
+            result, rec = measure("ceiling", produce_raw, replace(spec, service_url=url))
+        return _finish(args, [result], [rec], ok=succeeded(result))
     try:
         spec = _credentials(args, _spec(args, args.service_url, topics_of(args)))
     except ValueError as exc:  # -t against the topics given; --auth-params that do not parse
@@ -126,7 +125,9 @@ def _run_load(args: argparse.Namespace) -> int:
             print(f"pulsar-grpc perf: creating the topics: {problem}", file=sys.stderr)
             return 1
     try:
-        log = open_histogram_log(args.histogram_file) if args.histogram_file else None
+        # With --separate-processes the consumer's process writes it.
+        own_log = args.histogram_file and not getattr(args, "separate_processes", False)
+        log = open_histogram_log(args.histogram_file) if own_log else None
     except OSError as exc:
         print(f"pulsar-grpc perf: --histogram-file: {exc}", file=sys.stderr)
         return 2
@@ -151,9 +152,9 @@ def _run_verb(args: argparse.Namespace, spec: LoadSpec, log: HistogramLogWriter 
     style = LineStyle.PRODUCED if args.verb == Verb.PRODUCE else LineStyle.RECEIVED
     label = f"{args.verb} {raw}".strip()
     rec = Recorder(label, spec.size, style, log)
-    result, rec = _measure(label, runners[args.verb, raw], spec, rec)
+    result, rec = measure(label, runners[args.verb, raw], spec, rec)
     print(rec.aggregated(), file=sys.stderr)
-    return _finish(args, [result], [rec], ok=_ok(result))
+    return _finish(args, [result], [rec], ok=succeeded(result))
 
 
 def _check(args: argparse.Namespace) -> str:
@@ -247,35 +248,6 @@ def create_partitioned_topic(
         raise RuntimeError(f"{full} exists with {existing} partitions, not {partitions}")
 
 
-def _measure(
-    label: str, runner: Runner, spec: LoadSpec, recorder: Recorder | None = None
-) -> tuple[dict[str, Any], Recorder]:
-    """Run one load on a fresh uvloop and return its summary (and recorder, for a plot);
-    ``recorder`` prints pulsar-perf's lines or logs histograms, the default this tool's lines."""
-    import uvloop
-
-    rec = recorder or Recorder(label, spec.size)
-    try:
-        uvloop.run(runner(spec, rec))
-    except KeyboardInterrupt:  # Ctrl-C ends a run without a budget, as it ends pulsar-perf's
-        rec.finish()
-    return _result(label, spec, rec), rec
-
-
-def _result(label: str, spec: LoadSpec, rec: Recorder) -> dict[str, Any]:
-    return {
-        "run": label,
-        "topic": ",".join(spec.topics),
-        "partitions": spec.partitions,
-        "rate_limit": spec.rate,
-        **rec.summary(),
-    }
-
-
-def _ok(result: dict[str, Any]) -> bool:
-    return bool(result["messages"]) and not result["errors"]
-
-
 def _finish(
     args: argparse.Namespace,
     rows: list[dict[str, Any]],
@@ -298,6 +270,8 @@ def _run_e2e(args: argparse.Namespace, spec: LoadSpec, log: HistogramLogWriter |
     """Both sides; --histogram-file logs the end-to-end latency."""
     import uvloop
 
+    if args.separate_processes:
+        return _run_e2e_separate(args, spec)
     produced = Recorder("e2e publish", spec.size, LineStyle.PRODUCED)
     received = Recorder("e2e receive", spec.size, LineStyle.RECEIVED, log)
     try:
@@ -308,16 +282,40 @@ def _run_e2e(args: argparse.Namespace, spec: LoadSpec, log: HistogramLogWriter |
         received.finish()
         counts = {"sent": produced.count, "received": received.count, "stale": 0}
         lost = 0
-    publish = _result("e2e publish", spec, produced)
-    end_to_end = _result("e2e receive", spec, received)
+    publish = result("e2e publish", spec, produced)
+    end_to_end = result("e2e receive", spec, received)
     print(produced.aggregated(), received.aggregated(), sep="\n", file=sys.stderr)
     report = {"run": "e2e", "topic": publish["topic"], **counts}
     report.update(publish=publish, end_to_end=end_to_end)
-    ok = counts["sent"] > 0 and not lost and not publish["errors"]
+    return _e2e_finish(args, report, lost, [produced, received])
+
+
+def _run_e2e_separate(args: argparse.Namespace, spec: LoadSpec) -> int:
+    """The consumers in a child process (cli.perf.separate), which writes --histogram-file."""
+    produced = Recorder("e2e publish", spec.size, LineStyle.PRODUCED)
+    try:
+        counts = e2e_separate(spec, produced, args.histogram_file)
+    except RuntimeError as exc:  # the child did not start or did not answer
+        print(f"pulsar-grpc perf e2e: {exc}", file=sys.stderr)
+        return 1
+    print(produced.aggregated(), file=sys.stderr)
+    report = {"run": "e2e", "topic": counts["publish"]["topic"], "separate_processes": True}
+    report.update(counts)
+    # The child's per-interval figures, for --plot next to the producer's.
+    received = Recorder("e2e receive", spec.size, series=counts["end_to_end"]["series"])
+    return _e2e_finish(args, report, counts["sent"] - counts["received"], [produced, received])
+
+
+def _e2e_finish(
+    args: argparse.Namespace, report: dict[str, Any], lost: int, recorders: list[Recorder]
+) -> int:
+    """The e2e summary; exit code 1 unless everything sent was received without errors."""
+    publish = report["publish"]
+    ok = report["sent"] > 0 and not lost and not publish["errors"]
     if not ok:
-        print(f"pulsar-grpc perf e2e: sent {counts['sent']}, received {counts['received']}, "
+        print(f"pulsar-grpc perf e2e: sent {report['sent']}, received {report['received']}, "
               f"errors {publish['errors']}", file=sys.stderr)  # fmt: skip
-    return _finish(args, [publish, end_to_end], [produced, received], ok, report)
+    return _finish(args, [publish, report["end_to_end"]], recorders, ok, report)
 
 
 # ---------------------------------------------------------------- perf all
@@ -327,7 +325,7 @@ def _run_all(args: argparse.Namespace) -> int:
     spec = _spec(args, "", ("",))
     report: dict[str, Any] = {"machine": machine(), "settings": _settings(args, spec)}
     with ceiling_server() as url:
-        ceiling, _ = _measure("ceiling", produce_raw, replace(spec, service_url=url, topics=("c",)))
+        ceiling, _ = measure("ceiling", produce_raw, replace(spec, service_url=url, topics=("c",)))
     report["ceiling"] = ceiling
     rows = [{**ceiling, "durability": "none (no broker)"}]
     report["runs"] = {}
@@ -340,26 +338,39 @@ def _run_all(args: argparse.Namespace) -> int:
     ceiling_rate = ceiling["msg_per_s"]
     for row in rows:
         row["pct_of_ceiling"] = round(100 * row["msg_per_s"] / ceiling_rate, 1)
-    return _finish(args, rows, [], all(_ok(r) for r in rows), report)
+    return _finish(args, rows, [], all(succeeded(r) for r in rows), report)
 
 
 def _broker_runs(spec: LoadSpec, latency_rate: float) -> dict[str, dict[str, Any]]:
     """Produce (SDK, then raw); consume what the SDK produced (SDK, then raw, on a second
-    subscription); then publish latency at a fixed rate."""
-    sdk, _ = _measure("produce", produce_sdk, replace(spec, topics=("perf-sdk",)))
-    raw, _ = _measure("produce raw", produce_raw, replace(spec, topics=("perf-raw",)))
+    subscription); then publish latency at a fixed rate, and end-to-end latency at that rate
+    with the consumer in its own process (its row: the consumer's figures, send -> receive)."""
+    sdk, _ = measure("produce", produce_sdk, replace(spec, topics=("perf-sdk",)))
+    raw, _ = measure("produce raw", produce_raw, replace(spec, topics=("perf-raw",)))
     drain = replace(spec, topics=("perf-sdk",), messages=sdk["messages"], duration=0)
-    consume, _ = _measure("consume", consume_sdk, drain)
+    consume, _ = measure("consume", consume_sdk, drain)
     drain_raw = replace(drain, subscription="perf-raw-sub")
-    consume_raw_result, _ = _measure("consume raw", consume_raw, drain_raw)
+    consume_raw_result, _ = measure("consume raw", consume_raw, drain_raw)
     paced = replace(spec, topics=("perf-latency",), rate=latency_rate)
-    latency, _ = _measure(f"latency@{latency_rate:,.0f}", produce_sdk, paced)
+    latency, _ = measure(f"latency@{latency_rate:,.0f}", produce_sdk, paced)
+    label = f"e2e@{latency_rate:,.0f} 2 procs"
+    apart = e2e_separate(replace(paced, topics=("perf-e2e",)), Recorder(label, spec.size))
+    e2e_row = {
+        **apart["end_to_end"],
+        "run": label,
+        "sent": apart["sent"],
+        "received": apart["received"],
+        "publish_latency_ms": apart["publish"]["latency_ms"],
+    }
+    if apart["sent"] != apart["received"]:  # a lost message fails the run, as in perf e2e
+        e2e_row["errors"] += apart["sent"] - apart["received"]
     return {
         "produce_sdk": sdk,
         "produce_raw": raw,
         "consume_sdk": consume,
         "consume_raw": consume_raw_result,
         "latency": latency,
+        "e2e_separate": e2e_row,
     }
 
 

@@ -73,7 +73,12 @@ def add_pulsar_perf_flags(p: argparse.ArgumentParser, verb: Verb) -> None:
         _producer_flags(p)
     if verb is not Verb.PRODUCE:
         _consumer_flags(p, verb)
-    if verb is not Verb.E2E:
+    if verb is Verb.E2E:
+        p.add_argument(
+            "--separate-processes", action="store_true",
+            help="run the consumers in a child process (end-to-end latency across processes)",
+        )  # fmt: skip
+    else:
         name = "ProduceRequests" if verb is Verb.PRODUCE else "Consume streams (permits, acks)"
         p.add_argument("--raw", action="store_true", help=f"hand-driven {name}, no SDK")
     p.add_argument(

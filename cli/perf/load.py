@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pulsar_grpc.cli.perf.spec import ConsumerLatency, LoadSpec, chunk_of, payload_of
@@ -18,14 +18,47 @@ from pulsar_grpc.cli.perf.stats import Budget, Pacer, Recorder, now_us, wall_us,
 from pulsar_grpc.client import AlreadyClosed, Client, Consumer, InitialPosition, Producer
 
 STAMP_BYTES = 8  # e2e payloads start with the send time, µs since the epoch, big endian
+_CREATING = 200  # producers being created at once
 _DRY_S = 0.5  # consumers that got nothing for this long at the deadline had run dry
 
 
 async def produce_sdk(spec: LoadSpec, rec: Recorder) -> None:
     """The SDK producer: batching in the client, many sends in flight, latency per message."""
+    await _produce(spec, rec, False)
+
+
+async def produce_stamped(spec: LoadSpec, rec: Recorder) -> None:
+    """:func:`produce_sdk` whose payloads start with their send time (e2e's stamp), for a
+    consumer in another process (:func:`consume_stamped`) to measure send -> receive."""
+    await _produce(spec, rec, True)
+
+
+async def _produce(spec: LoadSpec, rec: Recorder, stamp: bool) -> None:
     async with spec.client() as client:
         producers = await _create_producers(client, spec)
-        await with_reporters([rec], spec.interval, [_send_all(producers, spec, rec, False)])
+        await with_reporters([rec], spec.interval, [_send_all(producers, spec, rec, stamp)])
+
+
+async def consume_stamped(
+    spec: LoadSpec, rec: Recorder, subscribed: Callable[[], None], expected: Awaitable[int]
+) -> dict[str, int]:
+    """e2e's consumer side on its own: subscribe at latest, call ``subscribed`` (the producer,
+    in another process, may start), record send -> receive from each payload's stamp, and stop
+    once ``expected`` (the count the producer stored) is in, or after ``idle_timeout``."""
+    async with spec.client() as client:
+        group = await _ConsumerGroup.subscribe(client, spec, rec, InitialPosition.Latest, wall_us())
+        group.expected = None
+        subscribed()
+
+        async def learn_expected() -> None:
+            group.expected = await expected
+
+        learner = asyncio.ensure_future(learn_expected())
+        try:
+            await with_reporters([rec], spec.interval, [group.run(0)])
+        finally:
+            learner.cancel()
+        return {"received": rec.count, "stale": group.stale}
 
 
 async def consume_sdk(spec: LoadSpec, rec: Recorder) -> None:
@@ -69,18 +102,44 @@ async def e2e(spec: LoadSpec, produced: Recorder, received: Recorder) -> dict[st
 
 
 async def _create_producers(client: Client, spec: LoadSpec) -> list[Producer]:
-    return [
-        await client.create_producer(
-            topic,
-            batching_max_messages=spec.batch,
-            batching_max_allowed_size_in_bytes=max(128 * 1024, 2 * spec.batch * (spec.size + 16)),
-            batching_max_publish_delay_ms=spec.batch_delay_ms,
-            max_pending_messages=spec.max_pending,
-            block_if_queue_full=True,
+    """Every producer of the run, ``_CREATING`` at a time: thousands of topics (perf curves)
+    would otherwise wait for each other's topic load one by one."""
+    room = asyncio.Semaphore(_CREATING)
+
+    async def create(topic: str) -> Producer:
+        async with room:
+            return await client.create_producer(
+                topic,
+                batching_max_messages=spec.batch,
+                batching_max_allowed_size_in_bytes=max(
+                    128 * 1024, 2 * spec.batch * (spec.size + 16)
+                ),
+                batching_max_publish_delay_ms=spec.batch_delay_ms,
+                max_pending_messages=spec.max_pending,
+                block_if_queue_full=True,
+            )
+
+    return list(
+        await asyncio.gather(*(create(t) for t in spec.topics for _ in range(spec.producers)))
+    )
+
+
+async def produce_warmed(spec: LoadSpec, rec: Recorder, setup: dict[str, float]) -> None:
+    """:func:`produce_sdk` on many topics, measured in steady state: every producer first
+    sends one message and waits for its receipt (a topic's first write opens its ledger),
+    then the clock starts. ``setup`` gets the seconds the producers took to be created
+    (``create_s``) and to be warmed (``warm_s``), which is what thousands of topics cost a
+    client before its first measured message."""
+    async with spec.client() as client:
+        started = time.perf_counter()
+        producers = await _create_producers(client, spec)
+        created = time.perf_counter()
+        payload = payload_of(spec.size)
+        await asyncio.gather(*[await p.enqueue(payload) for p in producers])
+        setup.update(
+            create_s=round(created - started, 3), warm_s=round(time.perf_counter() - created, 3)
         )
-        for topic in spec.topics
-        for _ in range(spec.producers)
-    ]
+        await with_reporters([rec], spec.interval, [_send_all(producers, spec, rec, False)])
 
 
 async def _send_all(producers: list[Producer], spec: LoadSpec, rec: Recorder, stamp: bool) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogReader
 
 from pulsar_grpc.broker.security.tokens import create_secret_key, create_token
 from pulsar_grpc.cli.main import main
@@ -82,6 +84,37 @@ def test_e2e_receives_everything_it_sent_and_plots_it(
     assert png.read_bytes().startswith(b"\x89PNG")
 
 
+def test_e2e_with_the_consumer_in_another_process(
+    broker: BrokerThread, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The consumer process measures send -> receive from the payload stamps and reports back
+    every message the producer stored; its histogram log counts each one."""
+    log = tmp_path / "e2e.hgrm"
+    report = perf(
+        capsys, "e2e", "e2e-apart", "-u", broker.service_url, "-m", "3000", "-r", "5000",
+        "--separate-processes", "--histogram-file", str(log),
+    )  # fmt: skip
+    assert report["separate_processes"] is True
+    assert report["sent"] == report["received"] == 3000
+    assert report["stale"] == 0
+    assert_consistent(report["publish"], 3000)
+    assert_consistent(report["end_to_end"], 3000)
+    reader = HistogramLogReader(str(log), HdrHistogram(1, 600_000_000, 3))
+    counted = 0
+    try:
+        while (interval := reader.get_next_interval_histogram()) is not None:
+            counted += interval.get_total_count()
+    finally:
+        reader.close()
+    assert counted == 3000
+    # A second run on the same subscription finds the first one's messages acked: none stale.
+    again = perf(
+        capsys, "e2e", "e2e-apart", "-u", broker.service_url, "-m", "500", "-r", "5000",
+        "--separate-processes",
+    )  # fmt: skip
+    assert again["sent"] == again["received"] == 500
+
+
 def test_e2e_on_partitioned_topics_with_shared_consumers(
     broker: BrokerThread, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -102,6 +135,11 @@ def test_all_starts_its_own_broker_and_ceiling(capsys: pytest.CaptureFixture[str
     runs = report["runs"]["page-cache"]
     for name in ("produce_sdk", "produce_raw", "latency"):
         assert_consistent(runs[name], 2000)
+    # End-to-end at the latency rate, the consumer in its own process: its figures, all of it.
+    apart = runs["e2e_separate"]
+    assert apart["sent"] == apart["received"] == 2000
+    assert_consistent(apart, 2000)
+    assert list(apart["publish_latency_ms"]) == LATENCY_KEYS
     for name in ("consume_sdk", "consume_raw"):
         assert_consistent(runs[name], 2000, latency=False)
 
