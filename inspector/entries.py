@@ -13,7 +13,7 @@ from __future__ import annotations
 from google.protobuf.message import DecodeError
 
 from pulsar_grpc.broker import entry_format
-from pulsar_grpc.client._compression import CompressionType, decompress_entry
+from pulsar_grpc.client._compression import decompress_entry
 from pulsar_grpc.client._errors import InvalidMessage
 from pulsar_grpc.inspector.model import (
     CorruptDataError,
@@ -28,8 +28,9 @@ __all__ = ["decode_entry"]
 
 
 def _codec_name(value: int) -> str:
+    """The wire contract's name of a codec (ZLIB, not the SDK's alias ZLib)."""
     try:
-        return CompressionType(value).name
+        return pb.CompressionType.Name(value)
     except ValueError:
         return f"UNKNOWN({value})"
 

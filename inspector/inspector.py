@@ -225,7 +225,9 @@ class Inspector:
         limit: int | None = None,
     ) -> Iterator[EntryRecord]:
         """The topic's stored entries in order, read lazily: of one ``ledger`` or all, from
-        ``start`` to ``end`` (inclusive; see :data:`Bound`), at most ``limit``.
+        ``start`` to ``end`` (inclusive; see :data:`Bound`), at most ``limit``. The ledgers and
+        their counts are those of the call: entries a running broker adds later are not
+        listed (call again for them).
 
         The topic and the ledger are checked now (TopicNotFoundError, InspectError); reading
         and decoding errors come up as the iteration reaches them (CorruptDataError for an
