@@ -36,6 +36,7 @@ from pulsar_grpc.inspector import (
 )
 
 PAYLOAD_FORMATS = ("utf8", "hex", "none")
+TOPIC_HELP = "the topic: my-topic, tenant/ns/my-topic or persistent://tenant/ns/my-topic"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -88,15 +89,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     topics.set_defaults(show=_show_topics)
 
     ledgers = verbs.add_parser("ledgers", parents=[common], help="a topic's ledgers")
-    ledgers.add_argument("topic")
+    ledgers.add_argument("topic", help=TOPIC_HELP)
     ledgers.set_defaults(show=_show_ledgers)
 
     cursors = verbs.add_parser("cursors", parents=[common], help="a topic's cursors")
-    cursors.add_argument("topic")
+    cursors.add_argument("topic", help=TOPIC_HELP)
     cursors.set_defaults(show=_show_cursors)
 
     entries = verbs.add_parser("entries", parents=[common], help="a topic's stored entries")
-    entries.add_argument("topic")
+    entries.add_argument("topic", help=TOPIC_HELP)
     entries.add_argument("--ledger", type=int, help="only this ledger")
     entries.add_argument(
         "--from",
