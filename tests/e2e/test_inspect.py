@@ -32,6 +32,7 @@ from pulsar_grpc.inspector import (
     LedgerState,
     StateSource,
     StorageUnavailableError,
+    open_config,
     open_storage,
 )
 from pulsar_grpc.inspector.sources import PostgresLedgerSource
@@ -209,6 +210,12 @@ async def test_inspect_a_standalone_running_stopped_and_killed(
     text = cli("entries", TOPIC, "--data-dir", str(data), "--limit", "1")
     assert text.returncode == 0 and f"ledgerId={ledger}, entryId=0, size=" in text.stdout
     assert "key='k1'" in text.stdout and "payload='b1'" in text.stdout
+    payloads = tmp_path / "payloads"
+    raw = cli("entries", TOPIC, "--data-dir", str(data), "--from", "5", "--to", "5",
+              "--payload", "none", "--payload-dir", str(payloads))  # fmt: skip
+    assert raw.returncode == 0 and "payload=" not in raw.stdout, raw.stderr
+    assert sorted(p.name for p in payloads.iterdir()) == [f"{ledger}-5-{i}.bin" for i in range(4)]
+    assert (payloads / f"{ledger}-5-3.bin").read_bytes() == b"z" * 100 + b"3"
 
     # (c) after a kill -9: every message that had a receipt is there
     broker = standalone_factory(data)
@@ -227,7 +234,9 @@ async def test_inspect_a_standalone_running_stopped_and_killed(
         check_cursor(inspector.cursors(TOPIC), ledger)
 
 
-async def test_an_encrypted_batch_is_shown_encrypted_never_decoded(broker: BrokerThread) -> None:
+async def test_an_encrypted_batch_is_shown_encrypted_never_decoded(
+    broker: BrokerThread, tmp_path: Path
+) -> None:
     """The batch's envelope and ciphertext as stored; no attempt to decompress or parse it."""
     topic = "persistent://public/default/sealed"
     context = pb.EncryptionContext(
@@ -251,17 +260,24 @@ async def test_an_encrypted_batch_is_shown_encrypted_never_decoded(broker: Broke
         assert (await producer.read()).HasField("receipt")
         producer.cancel()
     data = broker.config.dataDirectory
-    with open_storage(data) as inspector:
+    conf = tmp_path / "broker.conf"  # the broker's own properties, read by its loader
+    conf.write_text(f"dataDirectory={data}\n")
+    with open_config(conf) as inspector:
         (entry,) = inspector.entries(topic)
     assert entry.messages == () and entry.num_messages == 3 and entry.compression == "LZ4"
     assert entry.encrypted is not None
     assert (entry.encrypted.algorithm, entry.encrypted.param) == ("AES-256-GCM", b"\x07" * 12)
     assert [(k.name, k.metadata) for k in entry.encrypted.keys] == [("ops", {"v": "1"})]
     assert entry.encrypted.ciphertext == ciphertext
-    (doc,) = [json.loads(line) for line in cli("entries", topic, "--data-dir", data, "--json")
-              .stdout.splitlines()]  # fmt: skip
+    out = tmp_path / "out"
+    done = cli("entries", topic, "--config", str(conf), "--json", "--payload-dir", str(out))
+    (doc,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert doc["messages"] == [] and doc["encrypted"]["ciphertext"] == ciphertext.hex()
     assert doc["encrypted"]["keys"][0]["wrappedDataKey"] == (b"\x01" * 48).hex()
+    assert doc["encrypted"]["ciphertextFile"] == str(out / f"{entry.ledger_id}-0.encrypted")
+    assert (out / f"{entry.ledger_id}-0.encrypted").read_bytes() == ciphertext
+    text = cli("entries", topic, "--config", str(conf)).stdout
+    assert 'encrypted: algorithm=AES-256-GCM, keys=[ops{"v": "1"}]' in text
 
 
 async def test_errors_are_one_line_and_exit_code_1(broker: BrokerThread, tmp_path: Path) -> None:
