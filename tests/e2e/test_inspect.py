@@ -374,6 +374,7 @@ async def test_inspect_a_cluster_without_taking_anything_over(
     try:
         before = await asyncio.to_thread(znodes, watcher)
         with open_storage(None, metadata_url, postgres_url) as inspector:
+            assert inspector.topics() == [TOPIC]
             stats = await internal_stats(broker.http_url)
             assert ledger_rows(inspector) == stats_rows(stats)
             check_cursor(inspector.cursors(TOPIC), ledger)
