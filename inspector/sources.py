@@ -38,6 +38,7 @@ __all__ = [
     "SqliteLedgerSource",
     "SqliteMetadataSource",
     "ZooKeeperMetadataSource",
+    "iterate_pages",
 ]
 
 T = TypeVar("T")
