@@ -10,6 +10,7 @@ from pulsar_grpc.cli import (
     broker,
     clients,
     cluster,
+    inspect,
     perf,
     proxy,
     scram,
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         topics,
         admin,
         perf,
+        inspect,
         tokens,
         scram,
     ):

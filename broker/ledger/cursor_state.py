@@ -31,6 +31,7 @@ __all__ = [
     "NO_CURSOR_LEDGER",
     "CursorState",
     "decode_cursor_info",
+    "decode_cursor_node",
     "decode_position_info",
     "encode_cursor_info",
     "encode_position_info",
@@ -91,10 +92,16 @@ def decode_position_info(data: bytes) -> CursorState:
 
 def decode_cursor_info(data: bytes) -> CursorState:
     """A cursor node: ManagedCursorInfo, or the JSON node of earlier versions."""
+    return decode_cursor_node(data)[0]
+
+
+def decode_cursor_node(data: bytes) -> tuple[CursorState, int]:
+    """A cursor node's state and its ``lastActive`` (ms; 0 when the node does not say, as the
+    JSON of earlier versions), for readers that show when the cursor was last used."""
     if data.startswith(b"{"):
-        return _decode_legacy_json(data)
+        return _decode_legacy_json(data), 0
     info = ml.ManagedCursorInfo.FromString(data)
-    return _state(Position(info.markDeleteLedgerId, info.markDeleteEntryId), info)
+    return _state(Position(info.markDeleteLedgerId, info.markDeleteEntryId), info), info.lastActive
 
 
 def _fill(info: ml.PositionInfo | ml.ManagedCursorInfo, state: CursorState) -> None:
