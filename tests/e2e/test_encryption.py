@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sqlite3
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +30,7 @@ from pulsar_grpc.client import _crypto
 from pulsar_grpc.client._compression import decompress_entry
 from pulsar_grpc.client._crypto import decrypt_payload
 from pulsar_grpc.client._crypto_keys import load_private_key, unwrap
+from pulsar_grpc.inspector import EntryRecord, open_storage
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.messaging import assert_nothing_more, receive_n
 from tests.e2e.test_partitioned_and_dedup import create_partitioned
@@ -91,11 +91,11 @@ async def publish(client: Client, topic: str, keys: object, **options: object) -
     await producer.close()
 
 
-def stored_entries(broker: BrokerThread) -> list[bytes]:
-    """Every entry's bytes, read from the standalone's SQLite ledger file (not the broker)."""
-    (path,) = Path(broker.config.dataDirectory).rglob("ledgers.db")
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        return [bytes(row[0]) for row in db.execute("SELECT data FROM entries")]
+def stored_entries(broker: BrokerThread, topic: str) -> list[EntryRecord]:
+    """The topic's entries as `pulsar-grpc inspect` reads them from the standalone's storage,
+    beside the running broker (not through it)."""
+    with open_storage(data_dir=broker.config.dataDirectory) as storage:
+        return list(storage.entries(topic))
 
 
 @pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.LZ4], ids=["plain", "lz4"])
@@ -126,9 +126,13 @@ async def test_round_trip(
         for message in got:
             await consumer.acknowledge(message)
         await assert_nothing_more(consumer)
-    stored = stored_entries(broker)
-    assert stored, "nothing stored"
-    assert not any(b"secret record" in data for data in stored), "plaintext in the ledger file"
+    stored = stored_entries(broker, topic)
+    assert len(stored) == len(entries)
+    for entry in stored:  # the broker stored only the envelope and the ciphertext
+        assert entry.encrypted is not None and not entry.messages
+        assert [k.name for k in entry.encrypted.keys] == ["k"]
+        assert b"secret record" not in entry.encrypted.ciphertext
+    assert sum(e.num_messages for e in stored) == len(PAYLOADS)
 
 
 async def test_several_keys_each_consumer_holds_one(broker: BrokerThread) -> None:
