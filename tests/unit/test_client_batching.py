@@ -18,14 +18,14 @@ from pulsar_grpc.client._batching import (
 )
 from pulsar_grpc.client._producer import PartitionProducer, Producer, ProducerConfig
 from pulsar_grpc.client._routing import Router
-from pulsar_grpc.client._wire import encode_message, encode_request
+from pulsar_grpc.client._wire import encode_message, encode_request, frame_message
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.unit.fake_stream import FakeCall
 from tests.waiting import eventually
 
 
 def msg(payload: bytes) -> bytes:
-    return encode_message(payload)
+    return frame_message(payload)
 
 
 # ---------------------------------------------------------------- container
@@ -83,10 +83,18 @@ def test_drain_builds_one_request_and_empties():
     ],
 )
 def test_hand_encoding_matches_protobuf(fields: dict) -> None:
-    encoded = encode_message(**fields)
-    assert pb.MessageData.FromString(encoded) == pb.MessageData(**fields)
-    request = pb.ProduceRequest.FromString(encode_request(2**40, [encoded, encoded]))
+    assert pb.MessageData.FromString(encode_message(**fields)) == pb.MessageData(**fields)
+    framed = frame_message(**fields)
+    request = pb.ProduceRequest.FromString(encode_request(2**40, [framed, framed]))
     assert request.sequence_id == 2**40 and list(request.messages) == [pb.MessageData(**fields)] * 2
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 2047, 2048, 20_000])
+def test_a_payload_alone_is_framed_as_protobuf_frames_it(size: int) -> None:
+    # Under 2 KiB the head comes from a table, above it is computed: both must be protobuf's.
+    payload = bytes(range(256)) * (size // 256) + b"p" * (size % 256)
+    request = pb.ProduceRequest(messages=[pb.MessageData(payload=payload)])
+    assert pb.ProduceRequest.FromString(encode_request(0, [frame_message(payload)])) == request
 
 
 def test_container_validates_limits():
