@@ -157,6 +157,33 @@ async def test_batch_sent_when_count_reached_with_consecutive_sequence_ids():
     assert producer.last_sequence_id() == 102
 
 
+async def test_grouped_receipts_resolve_each_batch_in_order_duplicates_included():
+    call = FakeCall()
+    producer = await start_producer(
+        call, batching_max_messages=2, batching_max_publish_delay_ms=10_000
+    )
+    futures = [await producer.enqueue(b"m%d" % i) for i in range(6)]
+    await settle()
+    assert call.metadata["x-pulsar-grouped-receipts"] is True  # the SDK asks for them
+    first, second, third = call.written
+    grouped = [
+        receipt(first, ledger=4, entry=0).receipt,
+        receipt(second, duplicate=True).receipt,
+        receipt(third, ledger=4, entry=1).receipt,
+    ]
+    call.push(pb.ProduceResponse(receipts=pb.SendReceipts(receipts=grouped)))
+    await settle()
+    assert [f.result() for f in futures] == [
+        MessageId(4, 0, 0, -1),
+        MessageId(4, 0, 1, -1),
+        MessageId(-1, -1, -1, -1),
+        MessageId(-1, -1, -1, -1),
+        MessageId(4, 1, 0, -1),
+        MessageId(4, 1, 1, -1),
+    ]
+    assert producer.last_sequence_id() == 6  # ids 1..6: the broker had stored up to 0
+
+
 async def test_batch_sent_by_delay():
     call = FakeCall()
     producer = await start_producer(
