@@ -2,8 +2,9 @@
 
 A batch is sent when it holds ``max_messages`` messages or ``max_bytes`` bytes, or when the
 producer's delay timer fires (the producer owns the timer; this class is pure bookkeeping).
-Messages arrive serialized. One that would push a non-empty batch over ``max_bytes`` starts
-the next batch instead, and one bigger than ``max_bytes`` travels alone, as in Pulsar.
+Messages arrive framed (``_wire.frame_message``), so a batch is their join. One that would
+push a non-empty batch over ``max_bytes`` starts the next batch instead, and one bigger than
+``max_bytes`` travels alone, as in Pulsar.
 
 Two containers, as Pulsar's BatcherBuilder: :class:`BatchContainer` puts messages in one batch
 whatever their keys (the default), :class:`KeyBasedBatchContainer` keeps one batch per key (the
@@ -33,7 +34,7 @@ class Container(Protocol[T]):
 
     def fits(self, message: bytes, key: BatchKey = None) -> bool: ...
 
-    def add(self, message: bytes, token: T, key: BatchKey = None) -> None: ...
+    def add(self, message: bytes, token: T, key: BatchKey = None) -> bool: ...
 
     def is_full(self) -> bool: ...
 
@@ -68,14 +69,12 @@ def _key_bytes(key: BatchKey) -> bytes:
 
 
 class BatchContainer(Generic[T]):
-    """Collects serialized messages with one token each (the producer's futures).
+    """Collects framed messages with one token each (the producer's futures).
 
     >>> c = BatchContainer[int](max_messages=2, max_bytes=1000)
-    >>> c.add(encode_message(b"a"), 1)
-    >>> c.is_full()
+    >>> c.add(frame_message(b"a"), 1)
     False
-    >>> c.add(encode_message(b"b"), 2)
-    >>> c.is_full()
+    >>> c.add(frame_message(b"b"), 2)
     True
     >>> [(seq, len(tokens)) for seq, _, tokens in c.drain(sequence_id=5)]
     [(5, 2)]
@@ -106,7 +105,7 @@ class BatchContainer(Generic[T]):
 
     @property
     def num_bytes(self) -> int:
-        """Serialized size of the messages in the batch."""
+        """Framed size of the messages in the batch."""
         return self._bytes
 
     def fits(self, message: bytes, key: BatchKey = None) -> bool:
@@ -117,13 +116,16 @@ class BatchContainer(Generic[T]):
             len(self._messages) < self.max_messages and self._bytes + len(message) <= self.max_bytes
         )
 
-    def add(self, message: bytes, token: T, key: BatchKey = None) -> None:
-        """Append a serialized message; the caller checked :meth:`fits`."""
-        if not self._messages:
+    def add(self, message: bytes, token: T, key: BatchKey = None) -> bool:
+        """Append a framed message (the caller checked :meth:`fits`); whether the batch must
+        be sent now (:meth:`is_full`, answered here: this runs once per send)."""
+        messages = self._messages
+        if not messages:
             self._first_key = key
-        self._messages.append(message)
+        messages.append(message)
         self._tokens.append(token)
         self._bytes += len(message)
+        return len(messages) >= self.max_messages or self._bytes >= self.max_bytes
 
     def is_full(self) -> bool:
         """Whether the batch must be sent now."""
@@ -149,7 +151,7 @@ class KeyBasedBatchContainer(Generic[T]):
 
     >>> c = KeyBasedBatchContainer[int](max_messages=10, max_bytes=1000)
     >>> for i, key in enumerate(["a", "b", "a"]):
-    ...     c.add(encode_message(b"x"), i, key)
+    ...     _ = c.add(frame_message(b"x"), i, key)
     >>> [(seq, tokens) for seq, _, tokens in c.drain(sequence_id=5)]
     [(5, [0, 2]), (7, [1])]
     """
@@ -178,7 +180,7 @@ class KeyBasedBatchContainer(Generic[T]):
 
     @property
     def num_bytes(self) -> int:
-        """Serialized size of the messages of every key."""
+        """Framed size of the messages of every key."""
         return self._bytes
 
     def fits(self, message: bytes, key: BatchKey = None) -> bool:
@@ -187,8 +189,9 @@ class KeyBasedBatchContainer(Generic[T]):
             return True
         return self._count < self.max_messages and self._bytes + len(message) <= self.max_bytes
 
-    def add(self, message: bytes, token: T, key: BatchKey = None) -> None:
-        """Append a serialized message to its key's batch; the caller checked :meth:`fits`."""
+    def add(self, message: bytes, token: T, key: BatchKey = None) -> bool:
+        """Append a framed message to its key's batch (the caller checked :meth:`fits`);
+        whether the batches must be sent now."""
         batch = self._batches.get(key)
         if batch is None:
             batch = self._batches[key] = ([], [])
@@ -196,6 +199,7 @@ class KeyBasedBatchContainer(Generic[T]):
         batch[1].append(token)
         self._count += 1
         self._bytes += len(message)
+        return self.is_full()
 
     def is_full(self) -> bool:
         """Whether the batches must be sent now."""

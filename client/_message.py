@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from functools import partial
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -283,6 +285,9 @@ def messages_of_entry(
     ]
 
 
+_new_message_id = partial(tuple.__new__, MessageId)
+
+
 def ids_of_receipt(receipt: pb.SendReceipt, count: int, partition: int) -> list[MessageId]:
     """The ids of the ``count`` messages of a batch the receipt covers.
 
@@ -291,4 +296,8 @@ def ids_of_receipt(receipt: pb.SendReceipt, count: int, partition: int) -> list[
     """
     if receipt.duplicate:
         return [MessageId(-1, -1, -1, partition)] * count
-    return [MessageId(receipt.ledger_id, receipt.entry_id, i, partition) for i in range(count)]
+    # Built in C (tuple.__new__ over zipped fields), not through the named tuple's Python
+    # __new__: a producer makes one per message sent, this costs about half as much.
+    ledger, entry = receipt.ledger_id, receipt.entry_id
+    fields = zip(repeat(ledger), repeat(entry), range(count), repeat(partition), strict=False)
+    return list(map(_new_message_id, fields))

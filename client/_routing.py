@@ -2,8 +2,8 @@
 
 A message with a key goes to ``murmur3_32(key) & 0x7fffffff % partitions`` (Pulsar's
 ``Murmur3_32Hash`` with seed 0 and ``signSafeMod``), so a Java, C++ or this client put a key on
-the same partition. The hash is implemented here in pure Python: keys are short and the client
-depends on grpcio and the generated protos only.
+the same partition. The hash is mmh3's (MurmurHash3 x86 32-bit in C): a keyed send hashes its
+key every time, and the pure-Python hash cost more than the rest of the send.
 
 Messages without a key follow the routing mode (pulsar-client's ``PartitionsRoutingMode``):
 
@@ -20,9 +20,7 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
-_C1 = 0xCC9E2D51
-_C2 = 0x1B873593
-_MASK = 0xFFFFFFFF
+import mmh3
 
 
 class PartitionsRoutingMode(StrEnum):
@@ -33,35 +31,13 @@ class PartitionsRoutingMode(StrEnum):
     UseSinglePartition = "single"
 
 
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _MASK
-
-
 def murmur3_32(data: bytes, seed: int = 0) -> int:
-    """MurmurHash3 x86 32-bit, unsigned.
+    """MurmurHash3 x86 32-bit, unsigned (Pulsar's ``Murmur3_32Hash`` with seed 0).
 
     >>> hex(murmur3_32(b"The quick brown fox jumps over the lazy dog"))
     '0x2e4ff723'
     """
-    h = seed & _MASK
-    n = len(data)
-    tail = n - n % 4
-    for i in range(0, tail, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = _rotl((k * _C1) & _MASK, 15) * _C2 & _MASK
-        h = (_rotl(h ^ k, 13) * 5 + 0xE6546B64) & _MASK
-    rest = data[tail:]
-    if rest:
-        k = int.from_bytes(rest, "little")
-        k = _rotl((k * _C1) & _MASK, 15) * _C2 & _MASK
-        h ^= k
-    h ^= n
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _MASK
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _MASK
-    h ^= h >> 16
-    return h
+    return mmh3.hash(data, seed, signed=False)
 
 
 def partition_for_key(key: str, partitions: int) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
 from pulsar_grpc.broker.ledger import Position
@@ -17,11 +18,20 @@ from pulsar_grpc.broker.security.authentication import AuthenticationData
 from pulsar_grpc.broker.topics import SubType
 
 
+class ReceiptFraming(StrEnum):
+    """How a producer takes its receipts (x-pulsar-grouped-receipts): one per response, as
+    every client before it, or several per response when several batches are stored at once."""
+
+    ONE_PER_RESPONSE = "one_per_response"
+    GROUPED = "grouped"
+
+
 @dataclass(slots=True, frozen=True)
 class ProducerParams:
     producer_name: str | None
     # The declared schema (x-pulsar-schema-bin, or a version: x-pulsar-schema-version-bin).
     schema: Declared = None
+    receipts: ReceiptFraming = ReceiptFraming.ONE_PER_RESPONSE
 
 
 @dataclass(slots=True, frozen=True)

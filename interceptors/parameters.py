@@ -32,7 +32,12 @@ from pulsar_grpc.broker.schema import (
 )
 from pulsar_grpc.broker.topics import SubType
 from pulsar_grpc.interceptors._wrap import Prepare, PreparingInterceptor
-from pulsar_grpc.interceptors.context import CallContext, ConsumerParams, ProducerParams
+from pulsar_grpc.interceptors.context import (
+    CallContext,
+    ConsumerParams,
+    ProducerParams,
+    ReceiptFraming,
+)
 from pulsar_grpc.interceptors.listener import H_LISTENER
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
@@ -49,6 +54,7 @@ KNOWN_PARAMETERS = frozenset(
         H_TOPIC,
         H_LISTENER,
         "x-pulsar-producer-name",
+        "x-pulsar-grouped-receipts",
         "x-pulsar-subscription",
         "x-pulsar-subscription-type",
         "x-pulsar-consumer-name",
@@ -168,7 +174,11 @@ def _choice(headers: Mapping[str, str], key: str, choices: dict[str, Any], defau
 
 
 def _producer(headers: Mapping[str, str]) -> ProducerParams:
-    return ProducerParams(producer_name=headers.get("x-pulsar-producer-name") or None)
+    grouped = _bool(headers, "x-pulsar-grouped-receipts", False)
+    return ProducerParams(
+        producer_name=headers.get("x-pulsar-producer-name") or None,
+        receipts=ReceiptFraming.GROUPED if grouped else ReceiptFraming.ONE_PER_RESPONSE,
+    )
 
 
 def schema_from_wire(schema: pb.Schema) -> SchemaInfo | None:

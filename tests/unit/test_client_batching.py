@@ -18,14 +18,14 @@ from pulsar_grpc.client._batching import (
 )
 from pulsar_grpc.client._producer import PartitionProducer, Producer, ProducerConfig
 from pulsar_grpc.client._routing import Router
-from pulsar_grpc.client._wire import encode_message, encode_request
+from pulsar_grpc.client._wire import encode_message, encode_request, frame_message
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.unit.fake_stream import FakeCall
 from tests.waiting import eventually
 
 
 def msg(payload: bytes) -> bytes:
-    return encode_message(payload)
+    return frame_message(payload)
 
 
 # ---------------------------------------------------------------- container
@@ -83,10 +83,18 @@ def test_drain_builds_one_request_and_empties():
     ],
 )
 def test_hand_encoding_matches_protobuf(fields: dict) -> None:
-    encoded = encode_message(**fields)
-    assert pb.MessageData.FromString(encoded) == pb.MessageData(**fields)
-    request = pb.ProduceRequest.FromString(encode_request(2**40, [encoded, encoded]))
+    assert pb.MessageData.FromString(encode_message(**fields)) == pb.MessageData(**fields)
+    framed = frame_message(**fields)
+    request = pb.ProduceRequest.FromString(encode_request(2**40, [framed, framed]))
     assert request.sequence_id == 2**40 and list(request.messages) == [pb.MessageData(**fields)] * 2
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 2047, 2048, 20_000])
+def test_a_payload_alone_is_framed_as_protobuf_frames_it(size: int) -> None:
+    # Under 2 KiB the head comes from a table, above it is computed: both must be protobuf's.
+    payload = bytes(range(256)) * (size // 256) + b"p" * (size % 256)
+    request = pb.ProduceRequest(messages=[pb.MessageData(payload=payload)])
+    assert pb.ProduceRequest.FromString(encode_request(0, [frame_message(payload)])) == request
 
 
 def test_container_validates_limits():
@@ -147,6 +155,33 @@ async def test_batch_sent_when_count_reached_with_consecutive_sequence_ids():
     assert [f.result() for f in futures[:3]] == [MessageId(7, 1, i, -1) for i in range(3)]
     assert not any(f.done() for f in futures[3:])
     assert producer.last_sequence_id() == 102
+
+
+async def test_grouped_receipts_resolve_each_batch_in_order_duplicates_included():
+    call = FakeCall()
+    producer = await start_producer(
+        call, batching_max_messages=2, batching_max_publish_delay_ms=10_000
+    )
+    futures = [await producer.enqueue(b"m%d" % i) for i in range(6)]
+    await settle()
+    assert call.metadata["x-pulsar-grouped-receipts"] is True  # the SDK asks for them
+    first, second, third = call.written
+    grouped = [
+        receipt(first, ledger=4, entry=0).receipt,
+        receipt(second, duplicate=True).receipt,
+        receipt(third, ledger=4, entry=1).receipt,
+    ]
+    call.push(pb.ProduceResponse(receipts=pb.SendReceipts(receipts=grouped)))
+    await settle()
+    assert [f.result() for f in futures] == [
+        MessageId(4, 0, 0, -1),
+        MessageId(4, 0, 1, -1),
+        MessageId(-1, -1, -1, -1),
+        MessageId(-1, -1, -1, -1),
+        MessageId(4, 1, 0, -1),
+        MessageId(4, 1, 1, -1),
+    ]
+    assert producer.last_sequence_id() == 6  # ids 1..6: the broker had stored up to 0
 
 
 async def test_batch_sent_by_delay():

@@ -135,10 +135,10 @@ async def test_compressed_batch_on_the_wire(codec: CompressionType) -> None:
     ],
 )
 def test_undecodable_batch_is_a_clear_error(mutate, match) -> None:
-    from pulsar_grpc.client._wire import encode_message, encode_request
+    from pulsar_grpc.client._wire import encode_request, frame_message
 
     raw = encode_request(
-        5, [encode_message(b"x" * 50), encode_message(b"y" * 50)], CompressionType.ZLIB
+        5, [frame_message(b"x" * 50), frame_message(b"y" * 50)], CompressionType.ZLIB
     )
     batch = pb.ProduceRequest.FromString(raw).compressed
     mutate(batch)

@@ -259,7 +259,8 @@ async def test_producer_resends_unreceipted_batches_in_order_before_new_ones():
     second = await reconnected(dialer, 2)
     assert part.state is HandleState.READY
     # Same name (the broker's deduplication state), same sequence ids, oldest first.
-    assert dialer.params == [{}, {"x-pulsar-producer-name": "p-gen"}]
+    grouped = {"x-pulsar-grouped-receipts": True}
+    assert dialer.params == [grouped, {"x-pulsar-producer-name": "p-gen", **grouped}]
     assert [(r.sequence_id, r.messages[0].payload) for r in second.written] == [
         (11, b"m1"),
         (12, b"m2"),

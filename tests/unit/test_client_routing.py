@@ -22,6 +22,26 @@ def test_murmur3_reference_values(data, seed, expected):
     assert murmur3_32(data, seed) == expected
 
 
+@pytest.mark.parametrize(
+    ("key", "hashed", "partitions"),
+    [
+        # Each tail length (0-3 bytes after the 4-byte blocks) and multi-byte UTF-8; values of
+        # the pure-Python MurmurHash3 this client had before mmh3, checked against Pulsar's.
+        ("a", 1009084850, [2, 4, 2]),
+        ("ab", 2613040991, [0, 6, 15]),
+        ("abc", 3017643002, [0, 1, 10]),
+        ("abcd", 1139631978, [0, 2, 10]),
+        ("abcde", 3902511862, [2, 2, 6]),
+        ("key-1234567", 1919577977, [2, 2, 9]),
+        ("user-\u00e9\u4e2d", 696669202, [1, 5, 2]),
+        ("\U0001f600-emoji", 697204780, [1, 6, 12]),
+    ],
+)
+def test_key_partition_vectors(key: str, hashed: int, partitions: list[int]) -> None:
+    assert murmur3_32(key.encode()) == hashed
+    assert [partition_for_key(key, n) for n in (3, 7, 16)] == partitions
+
+
 def test_key_partition_is_pulsars_formula_and_stable():
     # Pulsar: signSafeMod(murmur3_32(key) & Integer.MAX_VALUE, n)
     assert partition_for_key("foo", 7) == (4138058784 & 0x7FFFFFFF) % 7

@@ -19,6 +19,7 @@ Producer and consumer parameters travel in call metadata (PIP-59), not in the st
                                               large for call metadata: the version
                                               GetOrCreateSchema answered (binary header)
   Produce         x-pulsar-producer-name      unique per topic; generated when absent
+                  x-pulsar-grouped-receipts   true | false (default): the client reads ProduceResponse.receipts
   Consume         x-pulsar-subscription       subscription name (required)
                   x-pulsar-subscription-type  Exclusive (default) | Failover | Shared | Key_Shared
                   x-pulsar-consumer-name      generated when absent
@@ -654,31 +655,60 @@ Global___ProduceRequest: _TypeAlias = ProduceRequest  # noqa: Y015
 
 @_typing.final
 class ProduceResponse(_message.Message):
-    """What the broker sends on a Produce call: ProducerReady first, then one receipt per request."""
+    """What the broker sends on a Produce call: ProducerReady first, then one receipt per request,
+    in request order. A producer that set x-pulsar-grouped-receipts=true may get `receipts`
+    instead: the receipts of several consecutive requests stored together, in order.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     READY_FIELD_NUMBER: _builtins.int
     RECEIPT_FIELD_NUMBER: _builtins.int
+    RECEIPTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def ready(self) -> Global___ProducerReady: ...
     @_builtins.property
     def receipt(self) -> Global___SendReceipt: ...
+    @_builtins.property
+    def receipts(self) -> Global___SendReceipts: ...
     def __init__(
         self,
         *,
         ready: Global___ProducerReady | None = ...,
         receipt: Global___SendReceipt | None = ...,
+        receipts: Global___SendReceipts | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ready", b"ready", "receipt", b"receipt", "response", b"response"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ready", b"ready", "receipt", b"receipt", "receipts", b"receipts", "response", b"response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ready", b"ready", "receipt", b"receipt", "response", b"response"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ready", b"ready", "receipt", b"receipt", "receipts", b"receipts", "response", b"response"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_response: _TypeAlias = _typing.Literal["ready", "receipt"]  # noqa: Y015
+    _WhichOneofReturnType_response: _TypeAlias = _typing.Literal["ready", "receipt", "receipts"]  # noqa: Y015
     _WhichOneofArgType_response: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_response) -> _WhichOneofReturnType_response | None: ...
 
 Global___ProduceResponse: _TypeAlias = ProduceResponse  # noqa: Y015
+
+@_typing.final
+class SendReceipts(_message.Message):
+    """Several receipts in one response, oldest first (only to a producer that asked for them)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECEIPTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def receipts(self) -> _containers.RepeatedCompositeFieldContainer[Global___SendReceipt]: ...
+    def __init__(
+        self,
+        *,
+        receipts: _abc.Iterable[Global___SendReceipt] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["receipts", b"receipts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SendReceipts: _TypeAlias = SendReceipts  # noqa: Y015
 
 @_typing.final
 class ProducerReady(_message.Message):
