@@ -86,6 +86,7 @@ async def _serve(
         try:
             async for raw in requests:
                 request = codec.parse_produce_request(raw)
+                producer.topic.encryption.check(codec.encrypted(request))
                 await room.acquire()
                 pending.put_nowait(
                     producer.publish(raw, request.sequence_id, codec.message_count(request))
