@@ -32,6 +32,8 @@ from ._consumer import (
     InitialPosition,
     MessageListener,
 )
+from ._crypto import ConsumerCryptoFailureAction, EncryptionContext, EncryptionKey
+from ._crypto_keys import CryptoKeyReader, EncryptionKeyInfo, KeyReader
 from ._errors import Result, error_from_rpc
 from ._message import Message, MessageId, TopicMessageId
 from ._producer import Producer
@@ -53,11 +55,17 @@ __all__ = [
     "CompressionType",
     "Consumer",
     "ConsumerBatchReceivePolicy",
+    "ConsumerCryptoFailureAction",
     "ConsumerDeadLetterPolicy",
     "ConsumerType",
+    "CryptoKeyReader",
     "DeadLetterPolicy",
+    "EncryptionContext",
+    "EncryptionKey",
+    "EncryptionKeyInfo",
     "HandleState",
     "InitialPosition",
+    "KeyReader",
     "LookupResult",
     "Message",
     "MessageId",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
-from ._compression import CompressionType
+from ._compression import CompressionType, Sealer
 from ._wire import encode_request
 
 T = TypeVar("T")
@@ -52,12 +52,13 @@ def batch_container(
     max_messages: int,
     max_bytes: int,
     codec: CompressionType = CompressionType.NONE,
+    sealer: Sealer | None = None,
 ) -> Container[T]:
     """The container for a producer's ``batching_type``; each batch it drains is compressed
-    with ``codec`` (see ``_compression``)."""
+    with ``codec`` (see ``_compression``), then encrypted by ``sealer`` (see ``_crypto``)."""
     if BatchingType(batching_type) is BatchingType.KeyBased:
-        return KeyBasedBatchContainer(max_messages, max_bytes, codec)
-    return BatchContainer(max_messages, max_bytes, codec)
+        return KeyBasedBatchContainer(max_messages, max_bytes, codec, sealer)
+    return BatchContainer(max_messages, max_bytes, codec, sealer)
 
 
 def _key_bytes(key: BatchKey) -> bytes:
@@ -81,7 +82,11 @@ class BatchContainer(Generic[T]):
     """
 
     def __init__(
-        self, max_messages: int, max_bytes: int, codec: CompressionType = CompressionType.NONE
+        self,
+        max_messages: int,
+        max_bytes: int,
+        codec: CompressionType = CompressionType.NONE,
+        sealer: Sealer | None = None,
     ) -> None:
         if max_messages < 1 or max_bytes < 1:
             raise ValueError(
@@ -90,6 +95,7 @@ class BatchContainer(Generic[T]):
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.codec = codec
+        self.sealer = sealer
         self._messages: list[bytes] = []
         self._tokens: list[T] = []
         self._bytes = 0
@@ -129,7 +135,7 @@ class BatchContainer(Generic[T]):
         if not self._messages:
             return []
         request = encode_request(
-            sequence_id, self._messages, self.codec, _key_bytes(self._first_key)
+            sequence_id, self._messages, self.codec, _key_bytes(self._first_key), self.sealer
         )
         tokens = self._tokens
         self._messages, self._tokens, self._bytes = [], [], 0
@@ -149,7 +155,11 @@ class KeyBasedBatchContainer(Generic[T]):
     """
 
     def __init__(
-        self, max_messages: int, max_bytes: int, codec: CompressionType = CompressionType.NONE
+        self,
+        max_messages: int,
+        max_bytes: int,
+        codec: CompressionType = CompressionType.NONE,
+        sealer: Sealer | None = None,
     ) -> None:
         if max_messages < 1 or max_bytes < 1:
             raise ValueError(
@@ -158,6 +168,7 @@ class KeyBasedBatchContainer(Generic[T]):
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.codec = codec
+        self.sealer = sealer
         self._batches: dict[BatchKey, tuple[list[bytes], list[T]]] = {}
         self._count = 0
         self._bytes = 0
@@ -194,7 +205,9 @@ class KeyBasedBatchContainer(Generic[T]):
         """One ProduceRequest per key; the first starts at ``sequence_id``."""
         out: Drained[T] = []
         for key, (messages, tokens) in self._batches.items():
-            request = encode_request(sequence_id, messages, self.codec, _key_bytes(key))
+            request = encode_request(
+                sequence_id, messages, self.codec, _key_bytes(key), self.sealer
+            )
             out.append((sequence_id, request, tokens))
             sequence_id += len(messages)
         self._batches, self._count, self._bytes = {}, 0, 0

@@ -57,6 +57,8 @@ from ._consumer import (
     as_initial_position,
     subscription_params,
 )
+from ._crypto import ConsumerCryptoFailureAction, EntryDecryptor, producer_encryptor
+from ._crypto_keys import KeyReader
 from ._errors import AlreadyClosed, InvalidConfiguration, LookupFailed, error_from_rpc
 from ._message import MessageId
 from ._multi_consumer import TopicsPattern, watch_pattern
@@ -219,6 +221,8 @@ class Client:
         ),
         batching_type: BatchingType | str = BatchingType.Default,
         schema: Schema | None = None,
+        encryption_key: str | Sequence[str] | None = None,
+        crypto_key_reader: KeyReader | None = None,
     ) -> Producer:
         """Create a producer; on a partitioned topic, one stream per partition. The parameters
         are pulsar-client's, with its defaults except ``batching_enabled`` (on, as in Pulsar's
@@ -247,6 +251,10 @@ class Client:
         incompatible with the topic's (:class:`~client.IncompatibleSchema`); ``send`` then
         takes its values.
 
+        ``encryption_key`` (a name or several) encrypts every batch end to end with the
+        public keys ``crypto_key_reader`` gives for those names (a :class:`CryptoError` here
+        if it has none); see docs/protocol.md, "End-to-end encryption".
+
         >>> producer = await client.create_producer(
         ...     "my-topic", compression_type=CompressionType.LZ4, block_if_queue_full=True)
         >>> users = await client.create_producer("users", schema=AvroSchema(User))
@@ -257,6 +265,7 @@ class Client:
             batching_max_publish_delay_ms=batching_max_publish_delay_ms,
             batching_type=BatchingType(batching_type),
             compression_type=compression_type_of(compression_type),
+            encryptor=producer_encryptor(encryption_key, crypto_key_reader),
             send_timeout_ms=send_timeout_millis,
             max_pending_messages=max_pending_messages,
             initial_sequence_id=initial_sequence_id,
@@ -308,6 +317,8 @@ class Client:
         subscription_type: ConsumerType | str | None = None,
         ack_timeout_ms: int | None = None,
         schema: Schema | None = None,
+        crypto_key_reader: KeyReader | None = None,
+        crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
     ) -> Consumer:
         """Subscribe, with pulsar-client's parameters; every stream feeds one queue.
 
@@ -325,6 +336,9 @@ class Client:
         ``ack_timeout_ms`` are the names earlier versions used. With ``schema``,
         ``msg.value()`` decodes each message from the schema version it was written with
         (``AutoConsumeSchema()``: into plain values, whatever the topic's schema).
+        Encrypted batches are decrypted with ``crypto_key_reader``'s private keys; one that
+        cannot be is handled as ``crypto_failure_action`` says (FAIL: ``receive()`` raises
+        :class:`CryptoError` and the batch stays unacknowledged).
 
         >>> consumer = await client.subscribe(
         ...     "my-topic", "sub", ConsumerType.Shared, initial_position=InitialPosition.Earliest,
@@ -354,6 +368,7 @@ class Client:
             renewal=self._renewal,
             topic_ids=not isinstance(topic, str),
             values=value_decoder(schema, self.get_schema),
+            decryptor=EntryDecryptor(crypto_key_reader, crypto_failure_action),
         )
         pattern: TopicsPattern | None = None
         topics: list[str] = []
@@ -394,11 +409,14 @@ class Client:
         receiver_queue_size: int = 1000,
         reader_name: str | None = None,
         schema: Schema | None = None,
+        crypto_key_reader: KeyReader | None = None,
+        crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
     ) -> Reader:
         """Read from ``start_message_id`` (``MessageId.earliest``, ``MessageId.latest``, a
         MessageId, or its text) without a durable subscription, as pulsar-client's
         ``create_reader``. A partitioned topic can only be read from earliest or latest.
-        ``schema`` decodes ``msg.value()`` as for :meth:`subscribe`.
+        ``schema``, ``crypto_key_reader`` and ``crypto_failure_action`` as for
+        :meth:`subscribe`.
 
         >>> reader = await client.create_reader("my-topic", MessageId.earliest)
         """
@@ -429,6 +447,7 @@ class Client:
             max_backoff_s=self._backoff_s[1],
             renewal=self._renewal,
             values=value_decoder(schema, self.get_schema),
+            decryptor=EntryDecryptor(crypto_key_reader, crypto_failure_action),
         )
         consumer = Consumer(topic, subscription, config, MessageQueue())
         await self._attach(consumer, [topic], config, params, [partitions])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from enum import IntEnum
+from typing import Protocol
 
 import lz4.block
 import snappy
@@ -79,7 +80,14 @@ def _zlib_decompress(data: bytes, size: int) -> bytes:
     return raw
 
 
+class Sealer(Protocol):
+    """Encrypts a batch after compression (``_crypto.BatchEncryptor``)."""
+
+    def seal(self, batch: pb.CompressedBatch) -> None: ...
+
+
 _COMPRESS: dict[CompressionType, Callable[[bytes], bytes]] = {
+    CompressionType.NONE: bytes,  # an encrypted batch need not be compressed
     CompressionType.LZ4: lambda data: lz4.block.compress(data, store_size=False),
     CompressionType.ZLIB: zlib.compress,
     CompressionType.ZSTD: _zstd_compress,
@@ -87,6 +95,7 @@ _COMPRESS: dict[CompressionType, Callable[[bytes], bytes]] = {
 }
 
 _DECOMPRESS: dict[int, Callable[[bytes, int], bytes]] = {
+    CompressionType.NONE: lambda data, size: data,
     CompressionType.LZ4: lambda data, size: lz4.block.decompress(data, uncompressed_size=size),
     CompressionType.ZLIB: _zlib_decompress,
     CompressionType.ZSTD: _zstd_decompress,
@@ -112,26 +121,35 @@ def compression_type(value: CompressionType | str | int) -> CompressionType:
 
 
 def compress_batch(
-    codec: CompressionType, messages: bytes, num_messages: int, key: bytes
+    codec: CompressionType,
+    messages: bytes,
+    num_messages: int,
+    key: bytes,
+    sealer: Sealer | None = None,
 ) -> pb.CompressedBatch:
-    """The CompressedBatch for ``messages``: serialized MessageData, each framed as field 13.
+    """The CompressedBatch for ``messages``: serialized MessageData, each framed as field 13;
+    compressed with ``codec``, then encrypted by ``sealer`` if given.
 
     >>> batch = compress_batch(CompressionType.ZLIB, b"\\x6a\\x03\\x0a\\x01x", 1, b"")
     >>> batch.uncompressed_size, batch.num_messages
     (5, 1)
     """
-    return pb.CompressedBatch(
+    batch = pb.CompressedBatch(
         compression=codec.value,
         uncompressed_size=len(messages),
         num_messages=num_messages,
         key=key,
         messages=_COMPRESS[codec](messages),
     )
+    if sealer is not None:
+        sealer.seal(batch)
+    return batch
 
 
 def decompress_entry(entry: pb.DeliveredEntry) -> None:
     """Replace a delivered entry's CompressedBatch by its messages, in place; an entry that
-    is not compressed is left as it is.
+    is not compressed is left as it is. An encrypted batch must be decrypted first
+    (``_crypto.EntryDecryptor``).
 
     Raises :class:`InvalidMessage` when the batch cannot be undone (see the module doc)."""
     if not entry.HasField("compressed"):
@@ -144,6 +162,8 @@ def decompress_entry(entry: pb.DeliveredEntry) -> None:
             f"{where} is compressed with codec {batch.compression}, which this client cannot "
             f"decompress (it knows {', '.join(c.name for c in _COMPRESS)})"
         )
+    if batch.HasField("encryption"):
+        raise InvalidMessage(f"{where} is still encrypted")
     name = CompressionType(batch.compression).name
     if batch.uncompressed_size > MAX_UNCOMPRESSED_SIZE:
         raise InvalidMessage(

@@ -18,8 +18,10 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from ._connection import HandleState
+from ._crypto_message import EncryptedMessage, failed_decryption
 from ._errors import (
     AlreadyClosed,
+    CryptoError,
     CumulativeAcknowledgementNotAllowedError,
     InvalidConfiguration,
     PulsarException,
@@ -313,6 +315,8 @@ class Consumer:
                     stream.want_one()
         message = await queue.get(None if timeout is None else timeout / 1000)
         self._streams[message.topic_name()].dequeued(message)
+        if isinstance(message, EncryptedMessage):
+            message.raise_if_failed()  # crypto_failure_action=FAIL: an error in its place
         return message
 
     async def batch_receive(self) -> list[Message]:
@@ -343,10 +347,13 @@ class Consumer:
                     break
                 raise
             length = len(message.data())
-            if batch and policy.max_num_bytes > 0 and size + length > policy.max_num_bytes:
-                self._queue.put_back(message)  # first of the next batch
+            over = policy.max_num_bytes > 0 and size + length > policy.max_num_bytes
+            if batch and (over or failed_decryption(message)):
+                self._queue.put_back(message)  # first of the next batch (or its error)
                 break
             self._streams[message.topic_name()].dequeued(message)
+            if isinstance(message, EncryptedMessage):
+                message.raise_if_failed()
             batch.append(message)
             size += length
             if policy.max_num_bytes > 0 and size >= policy.max_num_bytes:
@@ -481,6 +488,8 @@ class Consumer:
             await self._listening.wait()
             try:
                 message = await self.receive()
+            except CryptoError:  # crypto_failure_action=FAIL: logged, not delivered
+                continue
             except PulsarException:  # closed, or failed for good: receive() would say so
                 return
             await self._listening.wait()  # paused while waiting: hold it until resumed

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._compression import decompress_entry
+
+if TYPE_CHECKING:
+    from ._crypto import EncryptionContext
 
 _PACKED = struct.Struct(">qqii")
 _MAX_LONG = 2**63 - 1
@@ -241,6 +244,11 @@ class Message:
     def redelivery_count(self) -> int:
         """How many times the message was delivered before."""
         return self._entry.redelivery_count
+
+    def encryption_context(self) -> EncryptionContext | None:
+        """How the payload is encrypted, for a batch the consumer could not decrypt and was
+        told to deliver anyway (``ConsumerCryptoFailureAction.CONSUME``); None otherwise."""
+        return None
 
     def __repr__(self) -> str:
         return (

@@ -9,7 +9,7 @@ import contextlib
 import itertools
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import grpc
@@ -25,6 +25,8 @@ from ._connection import (
     ConnectionHandler,
     HandleState,
 )
+from ._crypto import EntryDecryptor
+from ._crypto_message import undecryptable
 from ._errors import (
     AlreadyClosed,
     ConnectError,
@@ -139,6 +141,8 @@ class ConsumerConfig:
     topic_ids: bool = False
     # With a schema: how its streams decode values (one cache of writer versions for all).
     values: ValueDecoder | None = None
+    # Encrypted batches: the crypto_key_reader and crypto_failure_action (FAIL without them).
+    decryptor: EntryDecryptor = field(default_factory=EntryDecryptor)
 
 
 class PartitionConsumer:
@@ -348,7 +352,12 @@ class PartitionConsumer:
             messages: list[Message] = []
             self._wants_one = False
             values = self.config.values
+            decryptor = self.config.decryptor
             for entry in response.messages.entries:
+                failure = decryptor.decrypt(entry)
+                if failure is not None:  # not decrypted: the consumer's crypto_failure_action
+                    messages.extend(undecryptable(entry, failure, self))
+                    continue
                 of_entry = messages_of_entry(
                     entry,
                     self.partition,

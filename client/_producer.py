@@ -30,7 +30,7 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from ..schema import Schema
 from ._auth import CredentialRenewal
 from ._batching import BatchingType, BatchKey, Container, batch_container
-from ._compression import CompressionType
+from ._compression import CompressionType, Sealer
 from ._connection import (
     DEFAULT_INITIAL_BACKOFF_MS,
     DEFAULT_MAX_BACKOFF_MS,
@@ -71,6 +71,8 @@ class ProducerConfig:
     batching_max_publish_delay_ms: float = 10
     batching_type: BatchingType = BatchingType.Default
     compression_type: CompressionType = CompressionType.NONE
+    # Encrypts each batch after compression (``_crypto.BatchEncryptor``; shared by partitions).
+    encryptor: Sealer | None = None
     send_timeout_ms: int = 30000
     max_pending_messages: int = 1000
     # Pulsar's initialSequenceId: the last id already published, so the first message gets
@@ -111,6 +113,7 @@ class PartitionProducer:
             config.batching_max_messages,
             config.batching_max_bytes,
             config.compression_type,
+            config.encryptor,
         )
         self._inflight: deque[_InFlight] = deque()
         self._timer: asyncio.TimerHandle | None = None

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
-from ._compression import CompressionType, compress_batch
+from ._compression import CompressionType, Sealer, compress_batch
 
 _PAYLOAD = b"\x0a"  # MessageData.payload = 1, length-delimited
 _KEY = b"\x12"  # MessageData.key = 2
@@ -58,17 +58,19 @@ def encode_request(
     messages: list[bytes],
     codec: CompressionType = CompressionType.NONE,
     key: bytes = b"",
+    sealer: Sealer | None = None,
 ) -> bytes:
     """A serialized ProduceRequest carrying ``messages`` (each from :func:`encode_message`),
-    compressed together with ``codec`` into a CompressedBatch whose Key_Shared key is ``key``
-    (the first message's ordering key, else its key)."""
+    compressed together with ``codec`` (and encrypted by ``sealer``) into a CompressedBatch
+    whose Key_Shared key is ``key`` (the first message's ordering key, else its key)."""
     head = [_SEQUENCE_ID, varint(sequence_id)] if sequence_id else []
     framed: list[bytes] = []
     for message in messages:
         framed += (_MESSAGE, varint(len(message)), message)
-    if codec is CompressionType.NONE:
+    if codec is CompressionType.NONE and sealer is None:
         return b"".join(head + framed)
-    batch = compress_batch(codec, b"".join(framed), len(messages), key).SerializeToString()
+    compressed = compress_batch(codec, b"".join(framed), len(messages), key, sealer)
+    batch = compressed.SerializeToString()
     return b"".join([*head, _COMPRESSED, varint(len(batch)), batch])
 
 

@@ -104,6 +104,11 @@ def parse_produce_request(raw: bytes) -> pulsar_pb2.ProduceRequest:
             raise InvalidArgumentError("ProduceRequest carries both messages and compressed")
         if not request.compressed.num_messages:
             raise InvalidArgumentError("ProduceRequest.compressed has num_messages 0")
+        encryption = request.compressed.encryption
+        if request.compressed.HasField("encryption") and not encryption.keys:
+            # Pulsar counts a message as encrypted by its encryption keys (what the namespace
+            # policy encryption_required checks): without any, no consumer could decrypt it.
+            raise InvalidArgumentError("ProduceRequest.compressed.encryption has no keys")
     elif not request.messages:
         raise InvalidArgumentError("ProduceRequest carries no messages")
     highest = request.sequence_id + message_count(request) - 1

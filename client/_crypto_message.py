@@ -1,0 +1,118 @@
+"""What a consumer does with a batch it cannot decrypt: its ConsumerCryptoFailureAction.
+
+- FAIL (the default): one :class:`EncryptedMessage` is queued in the batch's place; taking it
+  (``receive``, ``read_next``, ``batch_receive``) raises :class:`CryptoError` naming the entry
+  and why. Nothing is acknowledged: the broker redelivers the batch later (ack timeout,
+  ``redeliver_unacknowledged_messages``, the consumer closing), e.g. to a consumer with the
+  key, as Pulsar's consumer leaves it unacknowledged.
+- DISCARD: the batch is acknowledged whole and dropped; a warning says so.
+- CONSUME: the application gets one :class:`EncryptedMessage` for the whole batch: ``data()``
+  is the encrypted bytes, ``encryption_context()`` says how to decrypt them, and
+  acknowledging it acknowledges the batch.
+
+The broker charged one permit per message of the batch: those the application will not take
+one by one are given back at once, so the receiver queue keeps its size.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pulsargrpc.v1 import pulsar_pb2 as pb
+
+from ._crypto import ConsumerCryptoFailureAction, CryptoFailure, EncryptionContext
+from ._errors import CryptoError
+from ._message import Message, MessageId
+
+if TYPE_CHECKING:
+    from ._partition_consumer import PartitionConsumer
+
+log = logging.getLogger(__name__)
+
+
+class EncryptedMessage(Message):
+    """A whole batch still encrypted: its id is the entry's (batch index -1), its payload the
+    encrypted ``messages`` bytes; ``partition_key()`` is the batch's key in clear (the first
+    message's ordering key, else its key)."""
+
+    __slots__ = ("_failure",)
+
+    def __init__(
+        self,
+        entry: pb.DeliveredEntry,
+        partition: int,
+        topic_name: str,
+        topic_ids: bool,
+        failure: CryptoFailure,
+    ) -> None:
+        super().__init__(entry, -1, partition, topic_name, topic_ids)
+        self._failure = failure
+
+    def raise_if_failed(self) -> None:
+        """Under FAIL, the error the application gets instead of this message."""
+        if self._failure.action is ConsumerCryptoFailureAction.FAIL:
+            raise CryptoError(
+                f"{self._failure.reason} (crypto_failure_action=FAIL: not acknowledged, the "
+                "broker redelivers it)"
+            )
+
+    def encryption_context(self) -> EncryptionContext | None:
+        """How the payload is encrypted (keys, algorithm, nonce, compression, sizes)."""
+        return EncryptionContext.of(self._entry.compressed)
+
+    def data(self) -> bytes:
+        """The encrypted batch, as the producer sent it."""
+        return self._entry.compressed.messages
+
+    def value(self) -> Any:
+        """The encrypted bytes: no schema can read them."""
+        return self.data()
+
+    def partition_key(self) -> str:
+        """The batch's key in clear."""
+        return self._entry.compressed.key.decode(errors="replace")
+
+    def ordering_key(self) -> bytes:
+        """Not known apart from the key: empty."""
+        return b""
+
+    def properties(self) -> dict[str, str]:
+        """Encrypted with the payloads: empty."""
+        return {}
+
+    def event_timestamp(self) -> int:
+        """Encrypted with the payloads: 0."""
+        return 0
+
+    def sequence_id(self) -> int:
+        """The sequence id of the batch's first message."""
+        return self._entry.sequence_id
+
+
+def failed_decryption(message: Message) -> bool:
+    """Whether taking ``message`` raises (an undecryptable batch under FAIL)."""
+    return (
+        isinstance(message, EncryptedMessage)
+        and message._failure.action is ConsumerCryptoFailureAction.FAIL
+    )
+
+
+def undecryptable(
+    entry: pb.DeliveredEntry, failure: CryptoFailure, stream: PartitionConsumer
+) -> list[Message]:
+    """The messages ``stream`` queues for an entry it could not decrypt (see the module doc);
+    gives back the permits of the batch's other messages, and under DISCARD acks it."""
+    permits = max(entry.compressed.num_messages, 1)
+    action, topic = failure.action, stream.topic
+    if action is ConsumerCryptoFailureAction.DISCARD:
+        log.warning("%s: %s: discarded (crypto_failure_action=DISCARD)", topic, failure.reason)
+        stream.acknowledge(MessageId(entry.ledger_id, entry.entry_id, -1, stream.partition))
+        stream.consumed(permits)
+        return []
+    if action is ConsumerCryptoFailureAction.FAIL:
+        log.error("%s: %s: not delivered (crypto_failure_action=FAIL)", topic, failure.reason)
+    if permits > 1:
+        stream.consumed(permits - 1)
+    topic_ids = stream.config.topic_ids
+    return [EncryptedMessage(entry, stream.partition, topic, topic_ids, failure)]
