@@ -47,12 +47,9 @@ def encrypted(sequence_id: int) -> pb.ProduceRequest:
 
 
 def compressed_only(sequence_id: int) -> pb.ProduceRequest:
-    """Compressed but not encrypted: an EncryptionContext without any key is not encryption."""
+    """A CompressedBatch that is not encrypted (no EncryptionContext)."""
     compressed = pb.CompressedBatch(
-        num_messages=1,
-        uncompressed_size=5,
-        messages=b"\x6a\x03\x0a\x01x",
-        encryption=pb.EncryptionContext(algorithm="AES-256-GCM"),
+        num_messages=1, uncompressed_size=5, messages=b"\x6a\x03\x0a\x01x"
     )
     return pb.ProduceRequest(sequence_id=sequence_id, compressed=compressed)
 
