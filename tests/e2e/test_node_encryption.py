@@ -1,10 +1,12 @@
 """End-to-end encryption from Node.js (tests/node/e2ee.js, an implementation independent of the
 Python SDK's, from the documented spec): Node encrypts, the broker carries the batches without
 being able to read them, and Node decrypts them with the private key, for RSA and EC keys made
-by openssl as the Pulsar notes make them; a consumer with another key cannot."""
+by openssl as the Pulsar notes make them; a consumer with another key cannot. Across languages:
+what Node encrypts the Python SDK decrypts, and what the SDK encrypts Node decrypts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import uuid
@@ -13,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from pulsar_grpc.client import Client, CryptoKeyReader
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.test_node_client import run_node
 from tests.e2e.wire import stub
@@ -101,3 +104,60 @@ def test_a_node_consumer_with_another_key_cannot_read(broker: BrokerThread, tmp_
     code, output, last = run_node(broker.grpc_address, None, *args, topic=topic)
     assert code == 1, output
     assert "no key unwraps the batch's data key" in json.loads(last)["error"], output
+
+
+CROSS_KINDS = ["rsa", "secp521r1"]
+
+
+@pytest.mark.parametrize("kind", CROSS_KINDS)
+async def test_node_encrypts_and_the_python_sdk_decrypts(
+    broker: BrokerThread, tmp_path: Path, kind: str
+) -> None:
+    public, private = key_pair(tmp_path, kind)
+    topic = topic_name()
+    args = ("--encrypt-with", str(public), "--key-name", f"node-{kind}", "--produce-only")
+    code, output, _ = await asyncio.to_thread(
+        run_node, broker.grpc_address, None, *args, topic=topic
+    )
+    assert code == 0, output
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe(
+            topic,
+            "python",
+            initial_position="Earliest",
+            crypto_key_reader=CryptoKeyReader(None, str(private)),
+        )
+        got = [await consumer.receive(10_000) for _ in range(1000)]
+        for message in got:
+            await consumer.acknowledge(message)
+        await consumer.close()
+    assert [m.data() for m in got] == [f"msg-{n}".encode() for n in range(1000)]
+    assert all(m.encryption_context() is None for m in got)  # decrypted, not handed over raw
+
+
+@pytest.mark.parametrize("kind", CROSS_KINDS)
+async def test_the_python_sdk_encrypts_and_node_decrypts(
+    broker: BrokerThread, tmp_path: Path, kind: str
+) -> None:
+    public, private = key_pair(tmp_path, kind)
+    topic = topic_name()
+    async with Client(broker.service_url) as client:
+        producer = await client.create_producer(
+            topic,
+            encryption_key=f"python-{kind}",
+            crypto_key_reader=CryptoKeyReader(str(public), None),
+            batching_max_messages=100,
+            batching_max_publish_delay_ms=1000,
+            block_if_queue_full=True,
+        )
+        futures = [await producer.enqueue(f"msg-{n}".encode()) for n in range(1000)]
+        await producer.flush()
+        await asyncio.gather(*futures)
+        await producer.close()
+    args = ("--decrypt-with", str(private), "--consume-only")
+    code, output, last = await asyncio.to_thread(
+        run_node, broker.grpc_address, None, *args, topic=topic
+    )
+    assert code == 0, output
+    summary = json.loads(last)
+    assert summary["consumed"] == 1000 and summary["decrypted_entries"] >= 10, output
