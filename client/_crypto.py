@@ -17,6 +17,8 @@ docs/protocol.md, "End-to-end encryption".
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import os
 import time
@@ -24,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Generic, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -48,6 +51,7 @@ log = logging.getLogger(__name__)
 ALGORITHM = "AES-256-GCM"
 DATA_KEY_ROTATION_S = 4 * 3600.0  # Pulsar's producer renews its data key every 4 hours
 DATA_KEY_CACHE_SIZE = 100  # unwrapped data keys a consumer keeps (a producer rotates rarely)
+MISS_RETRY_S = 30.0  # how long a consumer trusts that its reader has no key for a data key
 
 
 class ConsumerCryptoFailureAction(IntEnum):
@@ -77,7 +81,7 @@ class EncryptionContext:
     keys: tuple[EncryptionKey, ...]
     algorithm: str
     param: bytes  # the nonce
-    compression_type: CompressionType
+    compression_type: CompressionType | int  # applied before encryption (an int: unknown here)
     uncompressed_message_size: int
     batch_size: int
 
@@ -85,13 +89,14 @@ class EncryptionContext:
     def of(cls, batch: pb.CompressedBatch) -> EncryptionContext:
         """The context of an encrypted CompressedBatch."""
         encryption = batch.encryption
+        codec: CompressionType | int = batch.compression
+        with contextlib.suppress(ValueError):
+            codec = CompressionType(batch.compression)
         return cls(
             keys=tuple(EncryptionKey(k.key, k.value, dict(k.metadata)) for k in encryption.keys),
             algorithm=encryption.algorithm,
             param=encryption.param,
-            compression_type=CompressionType(batch.compression)
-            if batch.compression in CompressionType._value2member_map_
-            else CompressionType.NONE,
+            compression_type=codec,
             uncompressed_message_size=batch.uncompressed_size,
             batch_size=batch.num_messages,
         )
@@ -181,20 +186,48 @@ class CryptoFailure:
     reason: str
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Lru(Generic[K, V]):
+    """A mapping that keeps its ``size`` most recently used items."""
+
+    def __init__(self, size: int) -> None:
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._size = size
+
+    def get(self, key: K) -> V | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        if len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+
 class EntryDecryptor:
     """A consumer's decryption: its CryptoKeyReader (maybe none), its failure action, and
-    the cache of unwrapped data keys (LRU, bounded)."""
+    two bounded caches: unwrapped data keys by their wrapped bytes, and the batches' key lists
+    that nothing unwrapped, so that a consumer without the key asks its reader once per data
+    key (every :data:`MISS_RETRY_S`, in case it gained the key), not once per entry."""
 
     def __init__(
         self,
         reader: KeyReader | None = None,
         action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
         cache_size: int = DATA_KEY_CACHE_SIZE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.reader = reader
         self.action = ConsumerCryptoFailureAction(action)
-        self._cache: OrderedDict[bytes, bytes] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache: _Lru[bytes, bytes] = _Lru(cache_size)
+        self._misses: _Lru[bytes, float] = _Lru(cache_size)  # key list digest -> retry time
+        self._clock = clock
 
     def decrypt(self, entry: pb.DeliveredEntry) -> CryptoFailure | None:
         """Decrypt an encrypted entry's batch in place (it is then only compressed), or say
@@ -234,8 +267,17 @@ class EntryDecryptor:
         for key in keys:
             cached = self._cache.get(key.value)
             if cached is not None:
-                self._cache.move_to_end(key.value)
                 return cached
+        digest = hashlib.sha256(b"".join(k.SerializeToString() for k in keys)).digest()
+        retry_at = self._misses.get(digest)
+        if retry_at is not None and self._clock() < retry_at:
+            return None
+        data_key = self._unwrap(keys)
+        if data_key is None:
+            self._misses.put(digest, self._clock() + MISS_RETRY_S)
+        return data_key
+
+    def _unwrap(self, keys: Sequence[pb.EncryptionKey]) -> bytes | None:
         assert self.reader is not None
         for key in keys:
             try:
@@ -246,9 +288,7 @@ class EntryDecryptor:
             except Exception as exc:  # the reader's, the key's or the unwrapping's
                 log.debug("key %r does not unwrap the data key: %s", key.key, exc)
                 continue
-            self._cache[key.value] = data_key
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            self._cache.put(key.value, data_key)
             return data_key
         return None
 

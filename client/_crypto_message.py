@@ -16,13 +16,14 @@ one by one are given back at once, so the receiver queue keeps its size.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._crypto import ConsumerCryptoFailureAction, CryptoFailure, EncryptionContext
-from ._errors import CryptoError
+from ._errors import CryptoError, PulsarException
 from ._message import Message, MessageId
 
 if TYPE_CHECKING:
@@ -107,7 +108,8 @@ def undecryptable(
     action, topic = failure.action, stream.topic
     if action is ConsumerCryptoFailureAction.DISCARD:
         log.warning("%s: %s: discarded (crypto_failure_action=DISCARD)", topic, failure.reason)
-        stream.acknowledge(MessageId(entry.ledger_id, entry.entry_id, -1, stream.partition))
+        with contextlib.suppress(PulsarException):  # closing: the broker redelivers it later
+            stream.acknowledge(MessageId(entry.ledger_id, entry.entry_id, -1, stream.partition))
         stream.consumed(permits)
         return []
     if action is ConsumerCryptoFailureAction.FAIL:
