@@ -2,7 +2,8 @@
 Python SDK's, from the documented spec): Node encrypts, the broker carries the batches without
 being able to read them, and Node decrypts them with the private key, for RSA and EC keys made
 by openssl as the Pulsar notes make them; a consumer with another key cannot. Across languages:
-what Node encrypts the Python SDK decrypts, and what the SDK encrypts Node decrypts."""
+what Node encrypts the Python SDK decrypts, and what the SDK encrypts Node decrypts; and Node
+reproduces docs/protocol.md's test vector byte for byte."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ import pytest
 
 from pulsar_grpc.client import Client, CryptoKeyReader
 from pulsargrpc.v1 import pulsar_pb2 as pb
-from tests.e2e.test_node_client import run_node
+from tests.e2e.test_node_client import NODE_DIR, run_node
 from tests.e2e.wire import stub
 from tests.support import BrokerThread
+from tests.unit.test_e2ee_vector import KEYS, vector
 
 KEY_KINDS = ["rsa", "secp521r1", "prime256v1"]
 SUMMARY = {"produced": 1000, "consumed": 1000, "redelivered": 0}
@@ -161,3 +163,21 @@ async def test_the_python_sdk_encrypts_and_node_decrypts(
     assert code == 0, output
     summary = json.loads(last)
     assert summary["consumed"] == 1000 and summary["decrypted_entries"] >= 10, output
+
+
+def test_node_reproduces_the_protocol_test_vector() -> None:
+    """tests/node/e2ee_vector.js: the AES-GCM ciphertext, the ECIES wrapping (fixed ephemeral
+    key), both unwrappings, the decryption and the encoding of the documented ProduceRequest."""
+    given = {name: value.hex() for name, value in vector().items()}
+    proc = subprocess.run(
+        ["node", str(NODE_DIR / "e2ee_vector.js")],
+        input=json.dumps({**given, "keys": str(KEYS)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=NODE_DIR,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results) == 6 and all(r is True for r in results.values()), results

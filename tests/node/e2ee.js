@@ -45,7 +45,9 @@ function kek(shared) {
 }
 
 // The data key wrapped for one public key (PEM: SubjectPublicKeyInfo, or PKCS#1 for RSA).
-function wrapDataKey(publicPem, dataKey) {
+// `fixed` ({ ephemeral, nonce }: the ECIES ephemeral private scalar and nonce) makes an EC
+// wrapping deterministic, for reproducing docs/protocol.md's test vector; never otherwise.
+function wrapDataKey(publicPem, dataKey, fixed = null) {
   const key = crypto.createPublicKey(publicPem);
   if (key.asymmetricKeyType === 'rsa') {
     return crypto.publicEncrypt(
@@ -61,9 +63,12 @@ function wrapDataKey(publicPem, dataKey) {
     Buffer.from(jwk.y, 'base64url'),
   ]);
   const ephemeral = crypto.createECDH(curve);
-  const point = ephemeral.generateKeys(); // uncompressed SEC1, 1 + 2 * size bytes
+  if (fixed) ephemeral.setPrivateKey(fixed.ephemeral);
+  else ephemeral.generateKeys();
+  const point = ephemeral.getPublicKey(); // uncompressed SEC1, 1 + 2 * size bytes
   if (point.length !== 1 + 2 * size) throw new Error(`ephemeral point of ${point.length} bytes`);
-  const { nonce, sealed } = seal(kek(ephemeral.computeSecret(recipient)), dataKey);
+  const shared = ephemeral.computeSecret(recipient);
+  const { nonce, sealed } = fixed ? seal(kek(shared), dataKey, fixed.nonce) : seal(kek(shared), dataKey);
   return Buffer.concat([point, nonce, sealed]);
 }
 
@@ -155,4 +160,4 @@ class BatchDecryptor {
   }
 }
 
-module.exports = { ALGORITHM, BatchDecryptor, BatchEncryptor, unwrapDataKey, wrapDataKey };
+module.exports = { ALGORITHM, BatchDecryptor, BatchEncryptor, seal, unwrapDataKey, wrapDataKey };

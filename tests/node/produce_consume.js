@@ -46,10 +46,10 @@
 'use strict';
 
 const fs = require('node:fs');
-const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const { BatchDecryptor, BatchEncryptor } = require('./e2ee');
+const { PROTOS_DIR, PROTO_FILE, messageType } = require('./proto');
 
 const BATCHES = 10;
 const BATCH_SIZE = 100;
@@ -63,8 +63,6 @@ const CALL_DEADLINE_MS = 45_000; // deadline of every gRPC call
 const STEP_TIMEOUT_MS = 15_000; // longest wait for any one expected response
 const CLOSE_TIMEOUT_MS = 5_000; // wait for the broker to end a half-closed call
 
-const PROTOS_DIR = path.resolve(__dirname, '..', '..', 'protos');
-const PROTO_FILE = 'pulsargrpc/v1/pulsar.proto';
 
 const AUTH_TOKEN = process.env.PULSAR_GRPC_AUTH_TOKEN || '';
 const JSON_SCHEMA = process.argv.includes('--json-schema');
@@ -237,22 +235,6 @@ function loadService() {
   });
   const pkg = grpc.loadPackageDefinition(definition);
   return pkg.pulsargrpc.v1.PulsarService;
-}
-
-// The .proto's message types, for the bytes the gRPC library does not make: a serialized
-// Schema header, an encrypted batch's plaintext. protobufjs is the copy @grpc/proto-loader
-// itself uses (a dependency of it).
-let protoRoot = null;
-function messageType(name) {
-  if (protoRoot === null) {
-    const protobuf = require(
-      require.resolve('protobufjs', { paths: [require.resolve('@grpc/proto-loader')] }),
-    );
-    protoRoot = new protobuf.Root();
-    protoRoot.resolvePath = (_origin, target) => path.join(PROTOS_DIR, target);
-    protoRoot.loadSync(PROTO_FILE, { keepCase: true });
-  }
-  return protoRoot.lookupType(`pulsargrpc.v1.${name}`);
 }
 
 // The serialized pulsargrpc.v1.Schema declaring the JSON schema: what x-pulsar-schema-bin
