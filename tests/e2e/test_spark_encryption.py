@@ -116,3 +116,56 @@ def test_encryption_options_are_checked_when_planned(
     assert "cryptoFailureAction: expected fail or discard or consume, got 'ignore'" in (
         last_line(failure.value)
     )
+
+
+def test_streaming_decrypts_and_reencrypts(
+    session: SparkSession, broker: BrokerThread, tmp_path: Path
+) -> None:
+    """An encrypted topic copied by a stream into another encrypted topic (micro-batches of 7
+    messages); a stream without the key under ``discard`` moves its offsets past every entry
+    and writes nothing."""
+    topic, copy = fresh_topic("spark-e2ee-stream"), fresh_topic("spark-e2ee-copy")
+    write_encrypted(session, broker, topic, "rsa")
+    query = (
+        session.readStream.format(FMT)
+        .option("service.url", broker.service_url)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "7")
+        .option("privateKeyFile", str(KEYS / "rsa_private.pem"))
+        .load()
+        .select("value")
+        .writeStream.format(FMT)
+        .option("service.url", broker.service_url)
+        .option("topic", copy)
+        .option("encryptionKeys", "copy-key")
+        .option("publicKeyFile", str(KEYS / "ec_public.pem"))
+        .option("checkpointLocation", str(tmp_path / "copy"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120), "availableNow did not reach the end"
+    assert query.exception() is None
+    assert not any(b"secret-" in e for e in stored_entries(broker, copy))
+    rows = load(session, broker, copy, privateKeyFile=str(KEYS / "ec_private.pem")).collect()
+    assert sorted(bytes(r.value).decode() for r in rows) == sorted(
+        f"secret-{i}" for i in range(ROWS)
+    )
+
+    out = tmp_path / "discarded"
+    query = (
+        session.readStream.format(FMT)
+        .option("service.url", broker.service_url)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("cryptoFailureAction", "discard")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "discard"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120), "availableNow did not reach the end"
+    assert query.exception() is None
+    assert session.read.parquet(str(out)).count() == 0
