@@ -15,6 +15,7 @@ The tree::
     │   ├── ConsumerAssignError       (ConsumerAssignError)
     │   ├── NotAllowedError           (NotAllowedError)
     │   ├── IncompatibleSchemaError   (IncompatibleSchema)
+    │   ├── NotEncryptedError         (MetadataError)
     │   └── PreconditionFailedError   (NotAllowedError)              (HTTP 412)
     ├── TooLargeError                 (NotAllowedError)              -> RESOURCE_EXHAUSTED
     ├── AuthenticationError           (AuthenticationError)          -> UNAUTHENTICATED
@@ -127,6 +128,15 @@ class IncompatibleSchemaError(PreconditionError):
     (Pulsar's IncompatibleSchemaException). The message says which field broke which rule."""
 
     code = ServerError.IncompatibleSchema
+
+
+class NotEncryptedError(PreconditionError):
+    """A batch that is not end-to-end encrypted, on a namespace whose encryption_required
+    policy is set. Pulsar answers it with MetadataError "Messages must be encrypted"; the code
+    is kept so Pulsar-minded clients recognise it, but the status says the client must change
+    (encrypt), not retry."""
+
+    code = ServerError.MetadataError
 
 
 class PreconditionFailedError(PreconditionError):

@@ -5,6 +5,8 @@ flags (CmdNamespaces):
     admin namespaces policies NS
     admin namespaces create NS [-b|--bundles N] [-c|--clusters c]
     admin namespaces delete NS [-f|--force]
+    admin namespaces get-encryption-required NS
+    admin namespaces set-encryption-required NS -e|--enable | -d|--disable
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from urllib.parse import quote
 from pulsar_grpc.broker.naming import NamespaceName
 from pulsar_grpc.cli.rest import print_lines, request
 
-VERBS = ("list", "policies", "create", "delete")
+VERBS = (
+    "list",
+    "policies",
+    "create",
+    "delete",
+    "get-encryption-required",
+    "set-encryption-required",
+)
 
 
 def add_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -40,6 +49,17 @@ def add_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         "-f", "--force", action="store_true", help="delete its topics too (else refused)"
     )
 
+    verbs.add_parser(
+        "get-encryption-required", help="whether the namespace refuses unencrypted messages"
+    ).add_argument("namespace", help="tenant/namespace")
+    encryption = verbs.add_parser(
+        "set-encryption-required", help="make the namespace refuse unencrypted messages, or not"
+    )
+    encryption.add_argument("namespace", help="tenant/namespace")
+    switch = encryption.add_mutually_exclusive_group(required=True)
+    switch.add_argument("-e", "--enable", action="store_true", help="refuse unencrypted messages")
+    switch.add_argument("-d", "--disable", action="store_true", help="accept them again")
+
 
 def handles(args: argparse.Namespace) -> bool:
     return args.group == "namespaces" and args.verb in VERBS
@@ -53,6 +73,10 @@ def run(args: argparse.Namespace, base: str) -> int:
     url = f"{base}/admin/v2/namespaces/{ns}"
     if args.verb == "policies":
         print(json.dumps(request("GET", url), indent=2))
+    elif args.verb == "get-encryption-required":
+        print(json.dumps(request("GET", f"{url}/encryptionRequired")))
+    elif args.verb == "set-encryption-required":
+        request("POST", f"{url}/encryptionRequired", json.dumps(bool(args.enable)).encode())
     elif args.verb == "create":
         policies: dict[str, object] = {}
         if args.bundles is not None:

@@ -7,6 +7,10 @@ message, a bad topic name, a bad service URL or property). Errors are one line o
     pulsar-grpc produce my-topic -m "hello,world" -n 10 -r 100 -k user-1 -p source=cli,n=1
     pulsar-grpc consume my-topic -s my-sub -t Shared -p Earliest -n 20 --timeout 5
     pulsar-grpc read my-topic -m earliest -n 0 --timeout 5
+    pulsar-grpc produce my-topic -m secret -ekn app-key -ekv file:///keys/public.pem
+    pulsar-grpc consume my-topic -s my-sub -ekv file:///keys/private.pem
+
+The encryption flags are pulsar-client's (cli/crypto_args.py).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from pulsar_grpc.cli import crypto_args
 from pulsar_grpc.cli.client_cmd import (
     Pacer,
     UsageError,
@@ -75,6 +81,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     produce.add_argument(
         "-v", "--verbose", action="store_true", help="print the id of every message"
     )
+    crypto_args.add_produce_args(produce)
     add_client_args(produce)
     produce.set_defaults(run=run_produce)
 
@@ -143,6 +150,7 @@ def _receive_args(parser: argparse.ArgumentParser, done: str) -> None:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="print each message's id above it"
     )
+    crypto_args.add_receive_args(parser)
     add_client_args(parser)
 
 
@@ -165,7 +173,8 @@ def run_produce(args: argparse.Namespace) -> int:
         topic = topic_of(args.topic)
         properties = split_pairs(args.properties, "-p")
         payloads = _payloads(args.messages, args.separator, args.files)
-        count = asyncio.run(_produce(args, topic, payloads, properties))
+        encryption = crypto_args.producer_encryption(args)
+        count = asyncio.run(_produce(args, topic, payloads, properties, encryption))
     except KeyboardInterrupt:
         print("pulsar-grpc produce: interrupted", file=sys.stderr)
         return 130
@@ -176,11 +185,15 @@ def run_produce(args: argparse.Namespace) -> int:
 
 
 async def _produce(
-    args: argparse.Namespace, topic: str, payloads: list[bytes], properties: dict[str, str]
+    args: argparse.Namespace,
+    topic: str,
+    payloads: list[bytes],
+    properties: dict[str, str],
+    encryption: dict[str, Any],
 ) -> int:
     pacer = Pacer(args.rate)
     async with client_of(args) as client:
-        producer = await client.create_producer(topic, block_if_queue_full=True)
+        producer = await client.create_producer(topic, block_if_queue_full=True, **encryption)
         try:
             futures: list[asyncio.Future[MessageId]] = []
             for _ in range(args.num_produce):

@@ -14,8 +14,10 @@ import contextlib
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from pulsar_grpc.cli.client_cmd import Pacer, UsageError, client_of, fail, topic_of
+from pulsar_grpc.cli.crypto_args import receiver_decryption
 from pulsar_grpc.client import Message, MessageId, PulsarError
 
 # pulsar-client prints a count instead of each message with --hide-content, this often.
@@ -24,7 +26,8 @@ HIDDEN_PROGRESS_EVERY = 1000
 
 def run_consume(args: argparse.Namespace) -> int:
     try:
-        return asyncio.run(_consume(args, topic_of(args.topic)))
+        topic = topic_of(args.topic)
+        return asyncio.run(_consume(args, topic, receiver_decryption(args)))
     except Exception as exc:
         return fail("consume", args, exc)
 
@@ -36,18 +39,19 @@ def run_read(args: argparse.Namespace) -> int:
             start = MessageId.parse(args.start_message_id)
         except ValueError as exc:
             raise UsageError(f"-m/--start-message-id: {exc}") from None
-        return asyncio.run(_read(args, topic, start))
+        return asyncio.run(_read(args, topic, start, receiver_decryption(args)))
     except Exception as exc:
         return fail("read", args, exc)
 
 
-async def _consume(args: argparse.Namespace, topic: str) -> int:
+async def _consume(args: argparse.Namespace, topic: str, decryption: dict[str, Any]) -> int:
     async with client_of(args) as client:
         consumer = await client.subscribe(
             topic,
             args.subscription_name,
             args.subscription_type,
             initial_position=args.subscription_position,
+            **decryption,
         )
         try:
             await _print_messages(args, "consume", consumer.receive, consumer.acknowledge)
@@ -56,9 +60,13 @@ async def _consume(args: argparse.Namespace, topic: str) -> int:
     return 0
 
 
-async def _read(args: argparse.Namespace, topic: str, start: MessageId) -> int:
+async def _read(
+    args: argparse.Namespace, topic: str, start: MessageId, decryption: dict[str, Any]
+) -> int:
     async with client_of(args) as client:
-        reader = await client.create_reader(topic, start, args.start_message_id_inclusive)
+        reader = await client.create_reader(
+            topic, start, args.start_message_id_inclusive, **decryption
+        )
         try:
             await _print_messages(args, "read", reader.read_next, None)
         finally:

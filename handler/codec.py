@@ -126,6 +126,12 @@ def message_count(request: pulsar_pb2.ProduceRequest) -> int:
     return len(request.messages)
 
 
+def encrypted(request: pulsar_pb2.ProduceRequest) -> bool:
+    """Whether the batch is end-to-end encrypted: it carries at least one encrypted data key
+    (Pulsar's test for encryption_required; the broker never decrypts)."""
+    return request.HasField("compressed") and len(request.compressed.encryption.keys) > 0
+
+
 def serialize_response(
     response: bytes | pulsar_pb2.ProduceResponse | pulsar_pb2.ConsumeResponse,
 ) -> bytes:

@@ -102,6 +102,7 @@ async def _serve(
         try:
             async for raw in requests:
                 request = codec.parse_produce_request(raw)
+                producer.topic.encryption.check(codec.encrypted(request))
                 await room.acquire()
                 queue(producer.publish(raw, request.sequence_id, codec.message_count(request)))
                 await producer.topic.hold_publish()

@@ -13,7 +13,14 @@ import json
 import math
 from dataclasses import dataclass
 
-from pulsar_grpc.client import Client, MessageId, Reader, Timeout, TopicNotFound
+from pulsar_grpc.client import (
+    Client,
+    ConsumerCryptoFailureAction,
+    MessageId,
+    Reader,
+    Timeout,
+    TopicNotFound,
+)
 
 from ._options import OptionError
 from ._topics import full_topic_name
@@ -104,7 +111,12 @@ class Range:
         return k > end if self.until_inclusive else k >= end
 
     def is_end(self, message_id: MessageId) -> bool:
-        return self.until_inclusive and key(message_id) == self.end_key()
+        """Whether ``message_id`` is the last to read: the end id itself, or a whole entry
+        holding it (an encrypted batch handed over undecrypted, batch index -1)."""
+        if not self.until_inclusive:
+            return False
+        k, end = key(message_id), self.end_key()
+        return k == end or (message_id.batch_index == -1 and k[:2] == end[:2])
 
 
 @dataclass(frozen=True)
@@ -207,9 +219,15 @@ async def last_id(client: Client, topic: str) -> MessageId | None:
 
 async def _probe_reader(client: Client, topic: str) -> Reader:
     """A one-message reader from earliest; opening it creates a missing topic where the
-    broker allows that, else the error names the topic."""
+    broker allows that, else the error names the topic. It only needs ids, so an encrypted
+    entry counts whether or not the query holds its key (CONSUME: the entry as it is)."""
     try:
-        return await client.create_reader(topic, MessageId.earliest, receiver_queue_size=1)
+        return await client.create_reader(
+            topic,
+            MessageId.earliest,
+            receiver_queue_size=1,
+            crypto_failure_action=ConsumerCryptoFailureAction.CONSUME,
+        )
     except TopicNotFound:
         raise TopicMissing(
             f"topic: {topic} does not exist and the broker does not create topics on first "

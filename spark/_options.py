@@ -21,7 +21,7 @@ import difflib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import fastavro
@@ -34,6 +34,7 @@ from pulsar_grpc.client import (
     authentication_from,
 )
 
+from ._encryption import ACTIONS, EncryptionOptions
 from ._passthrough import CLIENT_PARAMETERS, PRODUCER_PARAMETERS, READER_PARAMETERS
 
 
@@ -58,7 +59,8 @@ OPTIONS = (
     "maxOffsetsPerTrigger maxBytesPerTrigger minOffsetsPerTrigger maxTriggerDelay "
     "entriesPerSplit minPartitions receiverQueueSize pollTimeoutMs latestIdleMs arrowBatchSize "
     "includeProperties includeHeaders valueFormat avroSchema batchingMaxMessages "
-    "batchingMaxPublishDelayMs maxPendingMessages sendTimeoutMs"
+    "batchingMaxPublishDelayMs maxPendingMessages sendTimeoutMs encryptionKeys publicKeyFile "
+    "privateKeyFile cryptoFailureAction"
 ).split()
 #: Pulsar's Spark connector's names (lowered, as Spark hands them over) -> the option they are.
 ALIASES = {
@@ -289,6 +291,21 @@ def _check_credentials(client: ClientOptions) -> None:
         raise OptionError(str(exc)) from None
 
 
+def _encryption(raw: _Raw) -> EncryptionOptions:
+    """The sink's key names and public key go together; the source's private key and failure
+    action stand alone (no key: every encrypted message meets the action)."""
+    keys, public = raw.text("encryptionKeys"), raw.text("publicKeyFile")
+    names = tuple(k.strip() for k in (keys or "").split(",") if k.strip())
+    if bool(names) != bool(public):
+        raise _bad("encryptionKeys", "both encryptionKeys and publicKeyFile, or neither", keys)
+    return EncryptionOptions(
+        keys=names,
+        public_key_file=public,
+        private_key_file=raw.text("privateKeyFile"),
+        failure_action=raw.choice("cryptoFailureAction", ACTIONS, "fail"),
+    )
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """Every option of the source and the sink (see docs/spark.md for the table)."""
@@ -320,6 +337,7 @@ class SourceOptions:
     batching_max_publish_delay_ms: int = 10
     max_pending_messages: int = 10000
     send_timeout_ms: int = 30000
+    encryption: EncryptionOptions = field(default_factory=EncryptionOptions)
     reader_extra: tuple[tuple[str, Any], ...] = ()  # pulsar.reader.* pass-through
     producer_extra: tuple[tuple[str, Any], ...] = ()  # pulsar.producer.* pass-through
 
@@ -389,6 +407,7 @@ class SourceOptions:
             batching_max_publish_delay_ms=raw.integer("batchingMaxPublishDelayMs", 10),
             max_pending_messages=raw.integer("maxPendingMessages", 10000, minimum=1),
             send_timeout_ms=raw.integer("sendTimeoutMs", 30000),
+            encryption=_encryption(raw),
             reader_extra=raw.pass_through("pulsar.reader."),
             producer_extra=raw.pass_through("pulsar.producer."),
         )

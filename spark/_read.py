@@ -56,7 +56,11 @@ def read_range(options: SourceOptions, part: Range, shape: ValueShape) -> Iterat
 async def open_reader(client: Client, topic: str, after: str, options: SourceOptions) -> Reader:
     """A non-durable reader of ``topic`` positioned after offset ``after``."""
     start, inclusive = reader_start(after)
-    kwargs = {"receiver_queue_size": options.receiver_queue_size, **dict(options.reader_extra)}
+    kwargs = {
+        "receiver_queue_size": options.receiver_queue_size,
+        **options.encryption.reader_keywords(),
+        **dict(options.reader_extra),
+    }
     return await client.create_reader(topic, start, start_message_id_inclusive=inclusive, **kwargs)
 
 
@@ -72,7 +76,8 @@ async def _chunk(reader: Reader, part: Range, options: SourceOptions) -> tuple[l
         mid = message.message_id()
         if part.is_past_end(mid):
             return out, True
-        out.append(message)
+        if not options.encryption.discards(message):
+            out.append(message)
         if part.is_end(mid):
             return out, True
     return out, False

@@ -141,6 +141,7 @@ async def _producer(
             "max_pending_messages": options.max_pending_messages,
             "send_timeout_millis": options.send_timeout_ms,
             "block_if_queue_full": True,
+            **options.encryption.producer_keywords(),
             **dict(options.producer_extra),  # a pulsar.producer.* option wins
         }
         producer = await runner.client.create_producer(topic, schema=encoding.schema(), **settings)

@@ -11,7 +11,8 @@ under ``topicPolicies`` (``{topic: {"publishRate": ..., "dispatchRate": ...,
 node carries every rate of a namespace: a write from any broker notifies every broker (the
 :class:`~pulsar_grpc.broker.security.permissions.PolicyCache` watch), and each re-reads the
 limits of its loaded topics of that tenant and retunes their throttles in place, so open
-streams feel the change at once. A partitioned topic's policy covers its partitions.
+streams feel the change at once. A partitioned topic's policy covers its partitions. The
+namespace's encryption_required travels the same way (broker/topics/encryption_policy.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.errors import InvalidArgumentError, MetadataError
 from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
 from pulsar_grpc.broker.topics.rate_limit import UNLIMITED, RateLimit
 
 if TYPE_CHECKING:
@@ -214,19 +216,22 @@ class RatePolicies:
         # Bumped by every change notification: a read that overlapped one is done again.
         self._generation = 0
 
-    async def limits_for(self, topic: TopicName) -> TopicLimits:
+    async def _namespace_policies(self, topic: TopicName) -> dict[str, Any] | None:
         while True:
             generation = self._generation
             policies = await self._cache.get(f"{POLICIES_ROOT}/{topic.namespace}")
             if generation == self._generation:
-                return resolve(self._config, policies, topic)
+                return policies
 
     async def apply(self, topic: PersistentTopic) -> None:
-        """Set ``topic``'s limits and keep them current from now on."""
+        """Set ``topic``'s limits and its namespace's encryption policy (the other
+        namespace-wide setting a topic keeps), and keep them current from now on."""
         tenant = topic.topic_name.tenant
         if tenant not in self._unwatch:
             self._unwatch[tenant] = self._cache.watch(tenant, lambda: self._changed(tenant))
-        topic.set_rate_limits(await self.limits_for(topic.topic_name))
+        policies = await self._namespace_policies(topic.topic_name)
+        topic.set_rate_limits(resolve(self._config, policies, topic.topic_name))
+        topic.encryption = EncryptionPolicy.of(policies)
 
     def reapply_all(self) -> None:
         """Resolve every loaded topic's limits again (the broker's defaults changed)."""

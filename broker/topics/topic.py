@@ -28,6 +28,7 @@ from pulsar_grpc.broker.meters import RateMeter, iso_utc
 from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, TopicName
 from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.dedup import Deduplication
+from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
 from pulsar_grpc.broker.topics.producer import Producer, PublishReceipt
 from pulsar_grpc.broker.topics.rate_limit import RateLimit, Throttle
 from pulsar_grpc.broker.topics.rate_policies import RateKind, TopicLimits, broker_default
@@ -75,6 +76,9 @@ class PersistentTopic:
             self.config, RateKind.SUBSCRIPTION_DISPATCH
         )
         self.publish_rate_limited_times = 0  # Pulsar's publishRateLimitedTimes
+        # The namespace's encryption_required (RatePolicies keeps it current too): the produce
+        # path refuses unencrypted batches while it is REQUIRED.
+        self.encryption = EncryptionPolicy.OPTIONAL
         self.publish_throttled_s = 0.0  # time producers' streams were not read, in total
 
     @classmethod

@@ -13,14 +13,17 @@ namespace's Policies, creating one with its bundles, deleting namespaces and ten
 - ``DELETE /admin/v2/namespaces/{t}/{ns}[?force=true]``: 409 "Cannot delete non empty
   namespace" while it has topics, unless forced (its topics are deleted first, each where it
   is served; 405 unless forceDeleteNamespaceAllowed); its bundles are unloaded before its
-  policies go.
+  policies go;
+- ``GET``/``POST /admin/v2/namespaces/{t}/{ns}/encryptionRequired`` (body ``true`` or ``false``):
+  Pulsar's encryption_required policy; while set, producers' unencrypted batches are refused
+  (broker/topics/encryption_policy.py), on every broker at once (the Policies node is watched).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
@@ -28,6 +31,8 @@ from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
+from pulsar_grpc.broker.topics.encryption_policy import FIELD as ENCRYPTION_REQUIRED
+from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
 from pulsar_grpc.broker.web.access import AdminAccess
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.partition_fanout import Absent, PartitionCall, on_each_topic
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["NamespacesAdmin"]
 
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
+_Body = TypeVar("_Body", dict[str, Any], bool)
 
 # What Pulsar's Policies serializes whether set or not (its defaults), under the stored node.
 _POLICIES_DEFAULTS: dict[str, Any] = {
@@ -83,6 +89,8 @@ class NamespacesAdmin:
                 web.get(NAMESPACE, self.policies),
                 web.put(NAMESPACE, self.create),
                 web.delete(NAMESPACE, self.delete),
+                web.get(f"{NAMESPACE}/encryptionRequired", self.get_encryption_required),
+                web.post(f"{NAMESPACE}/encryptionRequired", self.set_encryption_required),
             ]
         )
 
@@ -128,7 +136,7 @@ class NamespacesAdmin:
 
     async def create(self, request: web.Request) -> web.Response:
         ns = await self._namespace(request)
-        body = await _policies_body(request)
+        body: dict[str, Any] = await _policies_body(request, dict)
         clusters = body.get("replication_clusters") or []
         if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
             raise e.InvalidArgumentError("replication_clusters must be a list of cluster names")
@@ -144,6 +152,23 @@ class NamespacesAdmin:
         if forced(request) and not self.service.config.forceDeleteNamespaceAllowed:
             return _forced_refused("namespaces")
         await self._delete_namespace(ns, forced(request))
+        return web.Response(status=204)
+
+    async def get_encryption_required(self, request: web.Request) -> web.Response:
+        ns = await self._namespace(request)
+        policies = await self.service.permissions.cache.get(f"{POLICIES_ROOT}/{ns}")
+        if policies is None:
+            raise e.NotFoundError(f"Namespace {ns} does not exist")
+        return web.json_response(EncryptionPolicy.of(policies) is EncryptionPolicy.REQUIRED)
+
+    async def set_encryption_required(self, request: web.Request) -> web.Response:
+        ns = await self._namespace(request)
+        required = await _policies_body(request, bool)
+
+        def change(node: dict[str, Any]) -> None:
+            node[ENCRYPTION_REQUIRED] = required
+
+        await self.service.permissions.update_namespace(ns, change)
         return web.Response(status=204)
 
     async def _delete_namespace(self, ns: NamespaceName, force: bool) -> None:
@@ -185,16 +210,19 @@ def _outside(names: list[str], partitioned: set[str]) -> list[TopicName]:
     return [t for t in topics if not (t.is_partitioned and t.partitioned_topic_name in partitioned)]
 
 
-async def _policies_body(request: web.Request) -> dict[str, Any]:
+async def _policies_body(request: web.Request, kind: type[_Body]) -> _Body:
+    """The JSON body, of ``kind``: a Policies object (empty when there is none) or a
+    boolean policy's value."""
     text = (await request.text()).strip()
-    if not text:
-        return {}
+    if not text and kind is dict:
+        return kind()
     try:
         body = json.loads(text)
     except ValueError:
         raise e.InvalidArgumentError(f"the body is not JSON: {text[:60]!r}") from None
-    if not isinstance(body, dict):
-        raise e.InvalidArgumentError("the body must be a JSON Policies object")
+    if not isinstance(body, kind):
+        what = "true or false" if kind is bool else "a JSON Policies object"
+        raise e.InvalidArgumentError(f"the body must be {what}, got {text[:40]!r}")
     return body
 
 

@@ -3,6 +3,8 @@
 // with @grpc/grpc-js and @grpc/proto-loader (no SDK).
 //
 //   node produce_consume.js <host:port> <topic> [--json-schema] [--lookup]
+//       [--encrypt-with PUBLIC_PEM [--key-name NAME]] [--decrypt-with PRIVATE_PEM]
+//       [--produce-only | --consume-only]
 //   PULSAR_GRPC_AUTH_TOKEN=<jwt> node produce_consume.js <host:port> <topic>
 //
 // With PULSAR_GRPC_AUTH_TOKEN set, every call carries `authorization: Bearer <token>` (a broker
@@ -28,14 +30,26 @@
 // summary then has "lookup": {"connected_to", "proxy_through_service_url",
 // "proxy_to_broker_url"}.
 //
+// End-to-end encryption (tests/node/e2ee.js, docs/protocol.md), for checking Node against the
+// Python SDK in both directions:
+//   --encrypt-with PUBLIC_PEM [--key-name NAME]: every batch is sent encrypted (a
+//     CompressedBatch with an EncryptionContext), its data key wrapped for that public key (RSA
+//     or EC) under NAME (default "node-key");
+//   --decrypt-with PRIVATE_PEM: every entry delivered must be encrypted, and is decrypted with
+//     that private key (the summary counts them: "decrypted_entries");
+//   --produce-only: only step 2 (another client consumes); --consume-only: only step 3, with
+//     no receipts to compare against (another client produced msg-0 .. msg-999).
+//
 // Prints one JSON line on stdout, {"produced":1000,"consumed":1000,"redelivered":0}, and
 // exits 0; on any failure prints the error (stderr, and a JSON line with "error" on stdout)
 // and exits 1. Every call has a deadline and the whole run is capped at 60 s.
 'use strict';
 
-const path = require('node:path');
+const fs = require('node:fs');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
+const { BatchDecryptor, BatchEncryptor } = require('./e2ee');
+const { PROTOS_DIR, PROTO_FILE, messageType } = require('./proto');
 
 const BATCHES = 10;
 const BATCH_SIZE = 100;
@@ -49,13 +63,22 @@ const CALL_DEADLINE_MS = 45_000; // deadline of every gRPC call
 const STEP_TIMEOUT_MS = 15_000; // longest wait for any one expected response
 const CLOSE_TIMEOUT_MS = 5_000; // wait for the broker to end a half-closed call
 
-const PROTOS_DIR = path.resolve(__dirname, '..', '..', 'protos');
-const PROTO_FILE = 'pulsargrpc/v1/pulsar.proto';
 
 const AUTH_TOKEN = process.env.PULSAR_GRPC_AUTH_TOKEN || '';
 const JSON_SCHEMA = process.argv.includes('--json-schema');
 const LOOKUP = process.argv.includes('--lookup');
 const MAX_LOOKUP_REDIRECTS = 5;
+const PRODUCE_ONLY = process.argv.includes('--produce-only');
+const CONSUME_ONLY = process.argv.includes('--consume-only');
+
+// The value following a flag (undefined when the flag is absent).
+function option(name) {
+  const at = process.argv.indexOf(name);
+  if (at < 0) return undefined;
+  const value = process.argv[at + 1];
+  check(value !== undefined && !value.startsWith('--'), `${name} needs a value`);
+  return value;
+}
 // Headers every call about the topic carries: the owner broker, when a proxy answered the lookup.
 let route = {};
 // The JSON schema's definition: an Avro record describing the payloads (as Pulsar's JSON
@@ -73,6 +96,9 @@ const SCHEMA_TYPE_JSON = 2; // pulsargrpc.v1.SchemaType, Pulsar's Schema.Type nu
 
 const summary = { produced: 0, consumed: 0, redelivered: 0 };
 let finished = false;
+// Set by main() from --encrypt-with / --decrypt-with.
+let encryptor = null;
+let decryptor = null;
 
 function finish(code, error) {
   if (finished) return;
@@ -212,15 +238,9 @@ function loadService() {
 }
 
 // The serialized pulsargrpc.v1.Schema declaring the JSON schema: what x-pulsar-schema-bin
-// carries. protobufjs is the copy @grpc/proto-loader itself uses (a dependency of it).
+// carries.
 function jsonSchemaHeader() {
-  const protobuf = require(
-    require.resolve('protobufjs', { paths: [require.resolve('@grpc/proto-loader')] }),
-  );
-  const root = new protobuf.Root();
-  root.resolvePath = (_origin, target) => path.join(PROTOS_DIR, target);
-  root.loadSync(PROTO_FILE, { keepCase: true });
-  const Schema = root.lookupType('pulsargrpc.v1.Schema');
+  const Schema = messageType('Schema');
   const schema = {
     name: 'greetings',
     schema_data: Buffer.from(JSON_SCHEMA_DEFINITION),
@@ -304,11 +324,35 @@ async function subscribe(client, topic, subscription, name) {
   return stream;
 }
 
+// An entry's messages: decrypted when it is encrypted (which --decrypt-with requires).
+function entryMessages(entry) {
+  const encrypted = Boolean(entry.compressed && entry.compressed.encryption);
+  const where = `entry ${entry.ledger_id}:${entry.entry_id}`;
+  if (decryptor === null) {
+    check(!encrypted, `consumer: ${where} is encrypted and no --decrypt-with key was given`);
+    return entry.messages;
+  }
+  check(encrypted, `consumer: ${where} is not encrypted`);
+  const plain = decryptor.decrypt(entry.compressed);
+  check(
+    plain.length === entry.compressed.uncompressed_size,
+    `consumer: ${where} decrypts to ${plain.length} bytes, not uncompressed_size ${entry.compressed.uncompressed_size}`,
+  );
+  const { messages } = messageType('ProduceRequest').decode(plain);
+  check(
+    messages.length === entry.compressed.num_messages,
+    `consumer: ${where} holds ${messages.length} messages, not num_messages ${entry.compressed.num_messages}`,
+  );
+  summary.decrypted_entries = (summary.decrypted_entries ?? 0) + 1;
+  return messages;
+}
+
 // Messages of a MessageBatch not acked already, as {id, payload}.
 function* deliveredMessages(batch) {
   for (const entry of batch.entries) {
     const acked = new Set(entry.acked_batch_indexes.map(Number));
-    for (let index = 0; index < entry.messages.length; index++) {
+    const messages = entryMessages(entry);
+    for (let index = 0; index < messages.length; index++) {
       if (acked.has(index)) continue;
       yield {
         id: {
@@ -317,7 +361,7 @@ function* deliveredMessages(batch) {
           batch_index: index,
           partition: entry.partition,
         },
-        payload: textOf(Buffer.from(entry.messages[index].payload).toString('utf8')),
+        payload: textOf(Buffer.from(messages[index].payload).toString('utf8')),
         schemaVersion: Buffer.from(entry.schema_version).toString('hex'),
       };
     }
@@ -353,7 +397,14 @@ async function produce(client, topic) {
     }
     const sequenceId = base + BigInt(b * BATCH_SIZE);
     expected.push(sequenceId.toString());
-    stream.write({ sequence_id: sequenceId.toString(), messages });
+    if (encryptor === null) {
+      stream.write({ sequence_id: sequenceId.toString(), messages });
+    } else {
+      const ProduceRequest = messageType('ProduceRequest');
+      const plain = Buffer.from(ProduceRequest.encode(ProduceRequest.create({ messages })).finish());
+      const compressed = encryptor.encrypt(plain, messages.length);
+      stream.write({ sequence_id: sequenceId.toString(), compressed });
+    }
   }
 
   const receipts = new Map(); // "ledger:entry" -> first message number of the batch
@@ -433,11 +484,32 @@ async function main() {
   if (!serviceAddress || !topic) {
     throw new CheckError('usage: node produce_consume.js <host:port> <topic>');
   }
+  const publicPem = option('--encrypt-with');
+  if (publicPem !== undefined) {
+    const name = option('--key-name') ?? 'node-key';
+    encryptor = new BatchEncryptor([{ name, publicPem: fs.readFileSync(publicPem) }]);
+  }
+  const privatePem = option('--decrypt-with');
+  if (privatePem !== undefined) decryptor = new BatchDecryptor(fs.readFileSync(privatePem));
   const PulsarService = loadService();
   const address = LOOKUP ? await lookup(PulsarService, serviceAddress, topic) : serviceAddress;
   const client = new PulsarService(address, grpc.credentials.createInsecure());
   await waitForReady(client);
   const subscription = `node-sub-${process.pid}-${Date.now()}`;
+  if (PRODUCE_ONLY) {
+    await produce(client, topic);
+  } else if (CONSUME_ONLY) {
+    const consumer = await subscribe(client, topic, subscription, 'consumer');
+    await consumeAll(consumer, new Map());
+    await consumer.end();
+  } else {
+    await produceAndConsume(client, topic, subscription);
+  }
+  client.close();
+}
+
+// Steps 1 to 4 of the header.
+async function produceAndConsume(client, topic, subscription) {
 
   const consumer = await subscribe(client, topic, subscription, 'consumer');
   const seen = new Map(); // message number -> MessageId it was delivered with
@@ -473,7 +545,6 @@ async function main() {
     `second consumer: ${redelivered.length} acked messages came back (${redelivered.slice(0, 5).join(', ')})`,
   );
   await again.end();
-  client.close();
 }
 
 setTimeout(
