@@ -8,14 +8,11 @@ import itertools
 import re
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Protocol
-
-import grpc
+from typing import Protocol
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
-from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
 from ..schema import Schema, SchemaInfo
 from ._auth import (
@@ -23,17 +20,15 @@ from ._auth import (
     AuthenticationTLS,
     AuthenticationToken,
     CredentialRenewal,
-    Exchange,
-    ExchangeAnswer,
 )
 from ._batching import BatchingType
+from ._calls import BrokerCalls, CallsState
 from ._channels import (
     DEFAULT_KEEP_ALIVE_INTERVAL_S,
     ChannelPool,
     LookupResult,
     channel_options,
     full_topic_name,
-    grpc_url,
     parse_service_url,
     partition_indexes,
     partition_topics,
@@ -59,7 +54,7 @@ from ._consumer import (
 )
 from ._crypto import ConsumerCryptoFailureAction, EntryDecryptor, producer_encryptor
 from ._crypto_keys import KeyReader
-from ._errors import AlreadyClosed, InvalidConfiguration, LookupFailed, error_from_rpc
+from ._errors import InvalidConfiguration
 from ._message import MessageId
 from ._multi_consumer import TopicsPattern, watch_pattern
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
@@ -67,7 +62,7 @@ from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
 from ._routing import PartitionsRoutingMode, Router
 from ._schemas import schema_params, value_decoder
-from ._stream import Connect, Metadata, Params, StreamCall, call_metadata
+from ._stream import Connect, Params, StreamCall
 
 # Lookups answered with Redirect that the client follows before giving up (Pulsar's
 # maxLookupRedirects; a redirect loop between brokers ends with a clear error).
@@ -154,7 +149,7 @@ class Client:
         max_message_size: int = -1,
         keep_alive_interval_seconds: float = DEFAULT_KEEP_ALIVE_INTERVAL_S,
     ) -> None:
-        self._target, self._tls = parse_service_url(service_url)
+        service = parse_service_url(service_url)
         if keep_alive_interval_seconds < 0:
             raise ValueError("keep_alive_interval_seconds must be >= 0 (0: no keepalive)")
         if not 0 < initial_backoff_interval_ms <= max_backoff_interval_ms:
@@ -163,13 +158,11 @@ class Client:
             )
         self._backoff_s = (initial_backoff_interval_ms / 1000, max_backoff_interval_ms / 1000)
         self._max_message_size = max_message_size
-        self._listener_name = listener_name
         if auth_token and authentication is not None:
             raise ValueError("auth_token and authentication are two ways of saying the same")
-        self._authentication = AuthenticationToken(auth_token) if auth_token else authentication
-        self._renewal = (
-            self._authentication.renewal if self._authentication else CredentialRenewal.FIXED
-        )
+        if auth_token:
+            authentication = AuthenticationToken(auth_token)
+        self._renewal = authentication.renewal if authentication else CredentialRenewal.FIXED
         if isinstance(authentication, AuthenticationTLS):
             if tls_cert_file_path or tls_key_file_path:
                 raise ValueError("AuthenticationTLS and tls_cert_file_path: give one of them")
@@ -178,7 +171,6 @@ class Client:
         self._operation_timeout_s = operation_timeout_ms / 1000
         if max_lookup_redirects < 0:
             raise ValueError("max_lookup_redirects must be >= 0")
-        self._max_lookup_redirects = max_lookup_redirects
         if bool(tls_cert_file_path) != bool(tls_key_file_path):
             raise ValueError("tls_cert_file_path and tls_key_file_path go together (mutual TLS)")
         # Read now: a missing file is the caller's mistake, better reported here than at the
@@ -186,12 +178,20 @@ class Client:
         tls_credentials = tls_credentials_from(
             tls_trust_certs_file_path, tls_cert_file_path, tls_key_file_path
         )
-        self._pool = ChannelPool(
+        pool = ChannelPool(
             tls_credentials,
             channel_options(
                 max_message_size, initial_backoff_interval_ms, keep_alive_interval_seconds
             ),
             [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else [],
+        )
+        self._calls = BrokerCalls(
+            service,
+            pool,
+            listener_name,
+            authentication,
+            self._operation_timeout_s,
+            max_lookup_redirects,
         )
         self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
         # How to close each consumer (reader) without referring to it, until it is dropped;
@@ -199,7 +199,6 @@ class Client:
         self._closers: dict[int, Callable[[], Awaitable[None]]] = {}
         self._closer_keys = itertools.count()
         self._closing_dropped: set[asyncio.Task[None]] = set()
-        self._closed = False
 
     async def create_producer(
         self,
@@ -468,7 +467,7 @@ class Client:
         MessageId(ledger_id=3, entry_id=41, batch_index=99, partition=-1)
         """
         request = pb.GetLastMessageIdRequest(topic=topic)
-        response = await self._at_owner(topic, "GetLastMessageId", request)
+        response = await self._calls.at_owner(topic, "GetLastMessageId", request)
         if not response.HasField("last_message_id"):
             return None
         last = response.last_message_id
@@ -478,21 +477,14 @@ class Client:
         """The topic's schema at ``version`` (as ``Message.schema_version()`` gives it; empty:
         the latest). A topic without one raises :class:`~client.TopicNotFound`."""
         request = pb.GetSchemaRequest(topic=topic, schema_version=version)
-        response = await self._at_owner(topic, "GetSchema", request)
+        response = await self._calls.at_owner(topic, "GetSchema", request)
         return SchemaInfo.from_proto(response.schema)
 
     async def _register_schema(self, topic: str, schema: pb.Schema) -> bytes:
         """GetOrCreateSchema: the version under which the topic holds ``schema``."""
         request = pb.GetOrCreateSchemaRequest(topic=topic, schema=schema)
-        response = await self._at_owner(topic, "GetOrCreateSchema", request)
+        response = await self._calls.at_owner(topic, "GetOrCreateSchema", request)
         return bytes(response.schema_version)
-
-    async def _at_owner(self, topic: str, method: str, request: Any) -> Any:
-        """A unary call about ``topic``, made at the broker that owns it (through the proxy
-        that answered the lookup, when one did)."""
-        result, (target, tls) = await self._lookup(topic)
-        stub = self._stub(target, tls)
-        return await self._unary(getattr(stub, method), request, topic, result.route())
 
     async def get_topics_of_namespace(self, namespace: str) -> list[str]:
         """Full names of a namespace's persistent topics (a partitioned topic under its own
@@ -502,7 +494,7 @@ class Client:
         ['persistent://public/default/orders', ...]
         """
         request = pb.GetTopicsOfNamespaceRequest(namespace=namespace)
-        response = await self._unary(self._stub().GetTopicsOfNamespace, request, None)
+        response = await self._calls.unary(self._calls.stub().GetTopicsOfNamespace, request, None)
         return list(response.topics)
 
     async def get_partitions_for_topic(self, topic: str) -> list[str]:
@@ -524,14 +516,14 @@ class Client:
         >>> (await client.lookup("my-topic")).grpc_url
         'grpc://127.0.0.1:50051'
         """
-        result, _ = await self._lookup(topic)
+        result, _ = await self._calls.lookup(topic)
         return result
 
     async def close(self) -> None:
         """Close every producer, consumer and reader, then the channels. Idempotent."""
-        if self._closed:
+        if self._calls.state is CallsState.CLOSED:
             return
-        self._closed = True
+        self._calls.state = CallsState.CLOSED
         handles = list(self._handles)
         await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
         # Consumers dropped and not closed yet (the drop is still on its way to this loop).
@@ -539,7 +531,7 @@ class Client:
         await asyncio.gather(
             *(close() for close in closers), *self._closing_dropped, return_exceptions=True
         )
-        await self._pool.close()
+        await self._calls.close()
 
     async def __aenter__(self) -> Client:
         return self
@@ -578,137 +570,14 @@ class Client:
         self._closing_dropped.add(task)
         task.add_done_callback(self._closing_dropped.discard)
 
-    def _stub(self, target: str | None = None, tls: bool = False) -> pb_grpc.PulsarServiceStub:
-        """The stub for an address; by default the service URL's."""
-        if self._closed:
-            raise AlreadyClosed("the client is closed")
-        if target is None:
-            target, tls = self._target, self._tls
-        return self._pool.stub(target, tls)
-
-    async def _lookup(self, topic: str) -> tuple[LookupResult, tuple[str, bool]]:
-        """The lookup answer for ``topic`` and the (``host:port``, tls) to connect to.
-
-        Starts at the service URL; each Redirect is looked up again at the address it
-        answers, up to ``max_lookup_redirects`` times, passing its ``authoritative`` on (as
-        Pulsar's clients do: the broker the leader chose then takes the topic's bundle).
-        """
-        request = pb.LookupRequest(topic=topic, listener_name=self._listener_name or "")
-        target, tls = self._target, self._tls
-        hops = [grpc_url(target, tls)]
-        for _ in range(self._max_lookup_redirects + 1):
-            response = await self._unary(self._stub(target, tls).Lookup, request, topic)
-            result = LookupResult(
-                grpc_url=response.grpc_url,
-                grpc_url_tls=response.grpc_url_tls,
-                http_url=response.http_url,
-                http_url_tls=response.http_url_tls,
-                authoritative=response.authoritative,
-                redirect=response.response == pb.LookupResponse.Redirect,
-                listener_name=response.listener_name,
-                proxy_through_service_url=response.proxy_through_service_url,
-                proxy_to_broker_url=response.proxy_to_broker_url,
-            )
-            try:
-                address = result.grpc_address(self._tls)
-            except LookupFailed as exc:
-                raise LookupFailed(f"lookup of {topic} at {hops[-1]}: {exc.message}") from None
-            if not result.redirect:
-                return result, address
-            target, tls = address
-            request.authoritative = result.authoritative
-            hops.append(grpc_url(target, tls))
-        raise LookupFailed(
-            f"lookup of {topic} was redirected more than {self._max_lookup_redirects} times: "
-            + " -> ".join(hops)
-        )
-
-    def _metadata(self, topic: str | None, params: Params) -> Metadata:
-        base: Params = {
-            "x-pulsar-topic": topic,
-            "x-pulsar-listenername": self._listener_name,
-            "authorization": self._authentication.authorization() if self._authentication else None,
-        }
-        return call_metadata({**base, **params})
-
-    async def _unary(
-        self,
-        method: Callable[..., Awaitable[Any]],
-        request: Any,
-        topic: str | None,
-        route: Mapping[str, str] | None = None,
-    ) -> Any:
-        """One unary call (see :meth:`_call`), after a two-way authentication's exchange
-        when one is due. A call refused because the broker no longer takes the role token it
-        carried (expired early, its key revoked) runs the exchange again and is tried once
-        more; a wrong password fails the exchange itself with AuthenticationError.
-        ``route``: the headers that send it through a proxy (:meth:`LookupResult.route`)."""
-        auth = self._authentication
-        route = route or {}
-        exchange = self._exchange_on(method, request, topic, route)
-        try:
-            if auth is not None:
-                await auth.prepare(exchange)
-            metadata = self._metadata(topic, {**route})
-            try:
-                return await self._call(method, request, metadata)
-            except grpc.aio.AioRpcError as exc:
-                sent = dict(metadata).get("authorization")
-                if auth is None or exc.code() != grpc.StatusCode.UNAUTHENTICATED:
-                    raise
-                if not auth.refused(sent if isinstance(sent, str) else None):
-                    raise
-                await auth.prepare(exchange)
-            return await self._call(method, request, self._metadata(topic, {**route}))
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(exc) from None
-
-    async def _call(
-        self, method: Callable[..., Awaitable[Any]], request: Any, metadata: Metadata
-    ) -> Any:
-        """One call, tried a second time at once when it found the broker unreachable: a
-        connection that was cut silently fails the first call made on it, and the second
-        dials afresh. A broker that is really down (or refuses the TLS handshake) still fails
-        promptly; reconnecting handles add their own backoff."""
-        try:
-            return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                raise
-        return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
-
-    def _exchange_on(
-        self,
-        method: Callable[..., Awaitable[Any]],
-        request: Any,
-        topic: str | None,
-        route: Mapping[str, str],
-    ) -> Exchange:
-        """A two-way authentication's steps ride on the call about to be made (PIP-59): each
-        ends UNAUTHENTICATED with the broker's answer before the broker does anything for it.
-        Any other failure (the broker unreachable) is the call's own, raised as it would be."""
-
-        async def exchange(authorization: str) -> ExchangeAnswer:
-            metadata = self._metadata(topic, {**route, "authorization": authorization})
-            try:
-                await self._call(method, request, metadata)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAUTHENTICATED:
-                    raise
-                trailers = {k: v for k, v in exc.trailing_metadata() or () if isinstance(v, str)}
-                return ExchangeAnswer(exc.code(), exc.details() or "", trailers)
-            return ExchangeAnswer(grpc.StatusCode.OK, "", {})
-
-        return exchange
-
     async def _partition_count(self, topic: str) -> int:
         """The topic's partition count (0: not partitioned). The first call of every
         creation: retried while the broker is restarting, within the operation timeout."""
         request = pb.PartitionedTopicMetadataRequest(topic=topic)
 
         async def attempt() -> int:
-            stub = self._stub()
-            response = await self._unary(stub.GetPartitionedTopicMetadata, request, topic)
+            stub = self._calls.stub()
+            response = await self._calls.unary(stub.GetPartitionedTopicMetadata, request, topic)
             return int(response.partitions)
 
         return await retry_creation(attempt, Backoff(*self._backoff_s), self._operation_timeout_s)
@@ -766,9 +635,9 @@ class Client:
         params = {**params, **await schema_params(schema, partial(self._register_schema, topic))}
 
         async def connect(overrides: Params) -> StreamCall:
-            result, (target, tls) = await self._lookup(topic)
-            call: StreamCall = getattr(self._stub(target, tls), method)(
-                metadata=self._metadata(topic, {**params, **overrides, **result.route()})
+            result, (target, tls) = await self._calls.lookup(topic)
+            call: StreamCall = getattr(self._calls.stub(target, tls), method)(
+                metadata=self._calls.metadata(topic, {**params, **overrides, **result.route()})
             )
             return call
 

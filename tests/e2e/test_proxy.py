@@ -143,7 +143,9 @@ async def test_the_sdk_produces_and_consumes_through_the_proxy_on_both_brokers(
             assert (await client.get_last_message_id(topic.full_name)) is not None
         # Every stream went to the proxy: the client opened no channel to a broker. It named
         # the broker on each call, so the proxy looked nothing up for it.
-        assert {target for target, _ in client._pool.addresses} == {cluster.proxy.grpc_address}
+        assert {target for target, _ in client._calls.pool.addresses} == {
+            cluster.proxy.grpc_address
+        }
     assert routes[Route.NAMED] - named == 3 * len(topics)  # producer, consumer, last id
     assert routes[Route.LOOKED_UP] == looked_up
     served = {

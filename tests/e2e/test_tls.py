@@ -76,7 +76,7 @@ async def test_client_verifying_the_server_produces_and_consumes_over_tls(tls_br
         assert result.grpc_url.startswith("grpc://127.0.0.1:")  # both are answered
         assert await produce_and_consume(c, "t", b"secret") == b"secret"
         # Lookup and streams went over the TLS address only: the TLS URL was chosen by scheme.
-        assert c._pool.addresses == [(url.removeprefix("grpc+ssl://"), True)]
+        assert c._calls.pool.addresses == [(url.removeprefix("grpc+ssl://"), True)]
 
 
 async def test_client_trusting_another_ca_is_refused_with_a_clear_error(tls_broker, tls_files):
@@ -219,7 +219,7 @@ async def test_tls_bind_addresses_serve_their_listener_to_a_plaintext_service_ur
         assert (result.grpc_url, result.grpc_url_tls) == ("", f"grpc+ssl://127.0.0.2:{external}")
         assert result.http_url_tls == f"https://127.0.0.2:{https}"
         assert await produce_and_consume(c, "t", b"external") == b"external"
-        assert c._pool.addresses == [
+        assert c._calls.pool.addresses == [
             (f"127.0.0.1:{internal}", False),
             (f"127.0.0.2:{external}", True),
         ]

@@ -213,7 +213,7 @@ async def test_plaintext_service_url_answered_with_tls_only_connects_over_tls(tl
         service.lookup_answers["t"] = answer(owner.url)
         async with Client(service.url, tls_trust_certs_file_path=str(tls_files.ca)) as c:
             assert await produce_and_consume(c, "t") == b"payload"
-            assert c._pool.addresses == [
+            assert c._calls.pool.addresses == [
                 (service.url.removeprefix("grpc://"), False),
                 (owner.url.removeprefix("grpc+ssl://"), True),
             ]
@@ -252,7 +252,7 @@ async def test_tls_service_url_prefers_the_tls_address_and_server_name_override(
             tls_server_name="broker.example.com",
         ) as c:
             assert await produce_and_consume(c, "t") == b"payload"
-            assert c._pool.addresses == [(target, True)]
+            assert c._calls.pool.addresses == [(target, True)]
         assert stream_topics(owner) == ["t", "t"]
 
 

@@ -455,7 +455,7 @@ def test_channels_take_messages_of_any_size_and_redial_quickly():
     assert options["grpc.max_send_message_length"] == -1
     assert options["grpc.max_reconnect_backoff_ms"] <= 1000
     c = client.Client("grpc://h:1", max_message_size=8 << 20)
-    assert dict(c._pool._options)["grpc.max_receive_message_length"] == 8 << 20
+    assert dict(c._calls.pool._options)["grpc.max_receive_message_length"] == 8 << 20
 
 
 async def test_reader_reconnecting_after_a_seek_resumes_at_the_sought_message():

@@ -156,8 +156,8 @@ def test_channels_ping_while_calls_are_open_at_the_configured_interval():
     assert "grpc.keepalive_time_ms" not in dict(channel_options(-1, 100, 0))
     # The default is Pulsar's keepAliveIntervalSeconds.
     c = client.Client("grpc://h:1")
-    assert dict(c._pool._options)["grpc.keepalive_time_ms"] == 30_000
+    assert dict(c._calls.pool._options)["grpc.keepalive_time_ms"] == 30_000
     c = client.Client("grpc://h:1", keep_alive_interval_seconds=300)
-    assert dict(c._pool._options)["grpc.keepalive_time_ms"] == 300_000
+    assert dict(c._calls.pool._options)["grpc.keepalive_time_ms"] == 300_000
     with pytest.raises(ValueError, match="keep_alive"):
         client.Client("grpc://h:1", keep_alive_interval_seconds=-1)

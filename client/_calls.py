@@ -1,0 +1,186 @@
+"""The calls a client makes to brokers outside its streams: lookups (following redirects),
+unary calls at the broker that owns a topic, and the metadata every call carries.
+
+:class:`BrokerCalls` owns the client's channels and credentials; the client, its producers and
+consumers reach brokers only through it, so how a call is routed, authenticated (a two-way
+exchange riding on the call itself) and retried is in one place.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import grpc
+
+from pulsargrpc.v1 import pulsar_pb2 as pb
+from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
+
+from ._auth import Authentication, Exchange, ExchangeAnswer
+from ._channels import ChannelPool, LookupResult, grpc_url
+from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
+from ._stream import Metadata, Params, call_metadata
+
+__all__ = ["BrokerCalls", "CallsState"]
+
+
+class CallsState(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"  # the client is closed: no new call starts
+
+
+class BrokerCalls:
+    """Lookups and unary calls over the client's channel pool (see the module doc)."""
+
+    def __init__(
+        self,
+        service: tuple[str, bool],
+        pool: ChannelPool,
+        listener_name: str | None,
+        authentication: Authentication | None,
+        operation_timeout_s: float,
+        max_lookup_redirects: int,
+    ) -> None:
+        self._target, self._tls = service
+        self.pool = pool
+        self._listener_name = listener_name
+        self._authentication = authentication
+        self._operation_timeout_s = operation_timeout_s
+        self._max_lookup_redirects = max_lookup_redirects
+        self.state = CallsState.OPEN
+
+    async def close(self) -> None:
+        """Refuse new calls, then close the channels."""
+        self.state = CallsState.CLOSED
+        await self.pool.close()
+
+    async def at_owner(self, topic: str, method: str, request: Any) -> Any:
+        """A unary call about ``topic``, made at the broker that owns it (through the proxy
+        that answered the lookup, when one did)."""
+        result, (target, tls) = await self.lookup(topic)
+        stub = self.stub(target, tls)
+        return await self.unary(getattr(stub, method), request, topic, result.route())
+
+    def stub(self, target: str | None = None, tls: bool = False) -> pb_grpc.PulsarServiceStub:
+        """The stub for an address; by default the service URL's."""
+        if self.state is CallsState.CLOSED:
+            raise AlreadyClosed("the client is closed")
+        if target is None:
+            target, tls = self._target, self._tls
+        return self.pool.stub(target, tls)
+
+    async def lookup(self, topic: str) -> tuple[LookupResult, tuple[str, bool]]:
+        """The lookup answer for ``topic`` and the (``host:port``, tls) to connect to.
+
+        Starts at the service URL; each Redirect is looked up again at the address it
+        answers, up to ``max_lookup_redirects`` times, passing its ``authoritative`` on (as
+        Pulsar's clients do: the broker the leader chose then takes the topic's bundle).
+        """
+        request = pb.LookupRequest(topic=topic, listener_name=self._listener_name or "")
+        target, tls = self._target, self._tls
+        hops = [grpc_url(target, tls)]
+        for _ in range(self._max_lookup_redirects + 1):
+            response = await self.unary(self.stub(target, tls).Lookup, request, topic)
+            result = LookupResult(
+                grpc_url=response.grpc_url,
+                grpc_url_tls=response.grpc_url_tls,
+                http_url=response.http_url,
+                http_url_tls=response.http_url_tls,
+                authoritative=response.authoritative,
+                redirect=response.response == pb.LookupResponse.Redirect,
+                listener_name=response.listener_name,
+                proxy_through_service_url=response.proxy_through_service_url,
+                proxy_to_broker_url=response.proxy_to_broker_url,
+            )
+            try:
+                address = result.grpc_address(self._tls)
+            except LookupFailed as exc:
+                raise LookupFailed(f"lookup of {topic} at {hops[-1]}: {exc.message}") from None
+            if not result.redirect:
+                return result, address
+            target, tls = address
+            request.authoritative = result.authoritative
+            hops.append(grpc_url(target, tls))
+        raise LookupFailed(
+            f"lookup of {topic} was redirected more than {self._max_lookup_redirects} times: "
+            + " -> ".join(hops)
+        )
+
+    def metadata(self, topic: str | None, params: Params) -> Metadata:
+        base: Params = {
+            "x-pulsar-topic": topic,
+            "x-pulsar-listenername": self._listener_name,
+            "authorization": self._authentication.authorization() if self._authentication else None,
+        }
+        return call_metadata({**base, **params})
+
+    async def unary(
+        self,
+        method: Callable[..., Awaitable[Any]],
+        request: Any,
+        topic: str | None,
+        route: Mapping[str, str] | None = None,
+    ) -> Any:
+        """One unary call (see :meth:`_call`), after a two-way authentication's exchange
+        when one is due. A call refused because the broker no longer takes the role token it
+        carried (expired early, its key revoked) runs the exchange again and is tried once
+        more; a wrong password fails the exchange itself with AuthenticationError.
+        ``route``: the headers that send it through a proxy (:meth:`LookupResult.route`)."""
+        auth = self._authentication
+        route = route or {}
+        exchange = self._exchange_on(method, request, topic, route)
+        try:
+            if auth is not None:
+                await auth.prepare(exchange)
+            metadata = self.metadata(topic, {**route})
+            try:
+                return await self._call(method, request, metadata)
+            except grpc.aio.AioRpcError as exc:
+                sent = dict(metadata).get("authorization")
+                if auth is None or exc.code() != grpc.StatusCode.UNAUTHENTICATED:
+                    raise
+                if not auth.refused(sent if isinstance(sent, str) else None):
+                    raise
+                await auth.prepare(exchange)
+            return await self._call(method, request, self.metadata(topic, {**route}))
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+
+    async def _call(
+        self, method: Callable[..., Awaitable[Any]], request: Any, metadata: Metadata
+    ) -> Any:
+        """One call, tried a second time at once when it found the broker unreachable: a
+        connection that was cut silently fails the first call made on it, and the second
+        dials afresh. A broker that is really down (or refuses the TLS handshake) still fails
+        promptly; reconnecting handles add their own backoff."""
+        try:
+            return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+        return await method(request, metadata=metadata, timeout=self._operation_timeout_s)
+
+    def _exchange_on(
+        self,
+        method: Callable[..., Awaitable[Any]],
+        request: Any,
+        topic: str | None,
+        route: Mapping[str, str],
+    ) -> Exchange:
+        """A two-way authentication's steps ride on the call about to be made (PIP-59): each
+        ends UNAUTHENTICATED with the broker's answer before the broker does anything for it.
+        Any other failure (the broker unreachable) is the call's own, raised as it would be."""
+
+        async def exchange(authorization: str) -> ExchangeAnswer:
+            metadata = self.metadata(topic, {**route, "authorization": authorization})
+            try:
+                await self._call(method, request, metadata)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAUTHENTICATED:
+                    raise
+                trailers = {k: v for k, v in exc.trailing_metadata() or () if isinstance(v, str)}
+                return ExchangeAnswer(exc.code(), exc.details() or "", trailers)
+            return ExchangeAnswer(grpc.StatusCode.OK, "", {})
+
+        return exchange
