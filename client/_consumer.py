@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ._connection import HandleState
 from ._errors import (
@@ -375,10 +375,13 @@ class Consumer:
         >>> await consumer.acknowledge(msg)
         >>> await consumer.acknowledge([m.message_id() for m in batch])
         """
+        if not wait and isinstance(message, Message):  # the hot path: no id, no list
+            self._stream_of(message).acknowledge_message(message)
+            return
         if not isinstance(message, _ONE):
             await self._ack(list(message), cumulative=False, wait=wait)
             return
-        stream, message_id = self._route(message)  # one message: the hot path, no lists
+        stream, message_id = self._route(message)
         if wait:
             await stream.acknowledge_and_wait([message_id], False)
         else:
@@ -500,6 +503,14 @@ class Consumer:
             await asyncio.gather(task, return_exceptions=True)
 
     async def _ack(self, targets: list[MessageTarget], cumulative: bool, wait: bool) -> None:
+        if not wait and not cumulative:
+            for target in targets:
+                if isinstance(target, Message):
+                    self._stream_of(target).acknowledge_message(target)
+                else:
+                    stream, message_id = self._route(target)
+                    stream.acknowledge(message_id, False)
+            return
         routed = [self._route(t) for t in targets]
         if not wait:
             for stream, message_id in routed:
@@ -515,22 +526,29 @@ class Consumer:
             )
         )
 
+    def _stream_of(self, message: Message) -> PartitionConsumer:
+        """The stream ``message`` came from."""
+        stream = self._streams.get(message._origin.topic_name)
+        if stream is None:
+            self._not_ours(message.message_id())
+        return stream
+
     def _route(self, target: MessageTarget) -> tuple[PartitionConsumer, MessageId]:
         """The stream a message (id) belongs to, and its id."""
         if isinstance(target, Message):
+            return self._stream_of(target), target.message_id()
+        if isinstance(target, TopicMessageId):
             stream = self._streams.get(target.topic_name())
-            message_id = target.message_id()
-        elif isinstance(target, TopicMessageId):
-            stream = self._streams.get(target.topic_name())
-            message_id = target
         else:
             stream = self._partitions.get(target.partition)
-            message_id = target
         if stream is None:
-            hint = (
-                " (a multi-topic consumer needs the message, or msg.message_id())"
-                if self._config.topic_ids
-                else ""
-            )
-            raise ValueError(f"message id {message_id} is not from {self._topic}{hint}")
-        return stream, message_id
+            self._not_ours(target)
+        return stream, target
+
+    def _not_ours(self, message_id: MessageId) -> NoReturn:
+        hint = (
+            " (a multi-topic consumer needs the message, or msg.message_id())"
+            if self._config.topic_ids
+            else ""
+        )
+        raise ValueError(f"message id {message_id} is not from {self._topic}{hint}")
