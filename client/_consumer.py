@@ -311,8 +311,9 @@ class Consumer:
             if not len(queue):  # ask for the one message this call returns
                 for stream in self._streams.values():
                     stream.want_one()
-        message = await queue.get(None if timeout is None else timeout / 1000)
-        self._streams[message.topic_name()].dequeued(message)
+        # Under load a message is waiting: take it without a coroutine, a timer or an event.
+        message = queue.take() or await queue.get(None if timeout is None else timeout / 1000)
+        self._streams[message._origin.topic_name].dequeued(message)
         return message
 
     async def batch_receive(self) -> list[Message]:
@@ -376,8 +377,10 @@ class Consumer:
         >>> await consumer.acknowledge([m.message_id() for m in batch])
         """
         if not wait and isinstance(message, Message):  # the hot path: no id, no list
-            self._stream_of(message).acknowledge_message(message)
-            return
+            stream = self._streams.get(message._origin.topic_name)
+            if stream is not None:
+                stream.acknowledge_message(message)
+                return
         if not isinstance(message, _ONE):
             await self._ack(list(message), cumulative=False, wait=wait)
             return

@@ -93,9 +93,13 @@ class MessageQueue:
         self._items = kept
         return removed
 
+    def take(self) -> Message | None:
+        """The next message if one is waiting, else None."""
+        return self._items.popleft() if self._items else None
+
     async def get(self, timeout_s: float | None) -> Message:
         """The next message; raises Timeout after ``timeout_s`` (None: wait forever)."""
-        if self._items:  # the common case under load: no timer, no event
+        if self._items:
             return self._items.popleft()
         self.waiting += 1
         try:
@@ -247,7 +251,9 @@ class PartitionConsumer:
     def dequeued(self, message: Message) -> None:
         """The application took ``message`` of this stream."""
         self._last_dequeued = message
-        self.consumed(1)
+        permits = self._permits.consumed(1)
+        if permits:
+            self._grant(permits)
 
     def want_one(self) -> None:
         """Zero-queue consumers: a receive() waits and nothing is queued: grant one permit
@@ -260,7 +266,10 @@ class PartitionConsumer:
         """The application took (or the client dropped) ``count`` messages of this stream."""
         permits = self._permits.consumed(count)
         if permits:
-            self._send(pb.ConsumeRequest(flow=pb.Flow(permits=permits)))
+            self._grant(permits)
+
+    def _grant(self, permits: int) -> None:
+        self._send(pb.ConsumeRequest(flow=pb.Flow(permits=permits)))
 
     def acknowledge(self, message_id: MessageId, cumulative: bool = False) -> None:
         """Group an ack; it goes out within ``ack_group_time_ms`` (or once reconnected)."""
