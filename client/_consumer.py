@@ -327,30 +327,35 @@ class Consumer:
         if not self._config.receiver_queue_size:
             raise InvalidConfiguration("batch_receive needs a receiver queue (size above 0)")
         policy = self._batch_policy
+        max_count, max_bytes = policy.max_num_message, policy.max_num_bytes
         loop = asyncio.get_running_loop()
         deadline = loop.time() + policy.timeout_ms / 1000 if policy.timeout_ms > 0 else None
+        queue, streams = self._queue, self._streams
         batch: list[Message] = []
         size = 0
-        while policy.max_num_message <= 0 or len(batch) < policy.max_num_message:
-            remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            if remaining == 0.0 and not len(self._queue):
-                break
-            try:
-                message = await self._queue.get(remaining)
-            except Timeout:
-                break
-            except PulsarException:  # closed or failed: hand out what was taken, raise next time
-                if batch:
+        while max_count <= 0 or len(batch) < max_count:
+            message = queue.take()  # what is queued already: no coroutine, no clock
+            if message is None:
+                remaining = None if deadline is None else max(0.0, deadline - loop.time())
+                if remaining == 0.0:
                     break
-                raise
-            length = len(message.data())
-            if batch and policy.max_num_bytes > 0 and size + length > policy.max_num_bytes:
-                self._queue.put_back(message)  # first of the next batch
-                break
-            self._streams[message.topic_name()].dequeued(message)
+                try:
+                    message = await queue.get(remaining)
+                except Timeout:
+                    break
+                except PulsarException:  # closed or failed: hand out what was taken, raise next
+                    if batch:
+                        break
+                    raise
+            if max_bytes > 0:
+                length = len(message.data())
+                if batch and size + length > max_bytes:
+                    queue.put_back(message)  # first of the next batch
+                    break
+                size += length
+            streams[message._origin.topic_name].dequeued(message)
             batch.append(message)
-            size += length
-            if policy.max_num_bytes > 0 and size >= policy.max_num_bytes:
+            if max_bytes > 0 and size >= max_bytes:
                 break
         return batch
 
@@ -507,12 +512,16 @@ class Consumer:
 
     async def _ack(self, targets: list[MessageTarget], cumulative: bool, wait: bool) -> None:
         if not wait and not cumulative:
+            # Messages by stream, each stream's added at once; ids one by one.
+            batches: dict[PartitionConsumer, list[Message]] = {}
             for target in targets:
                 if isinstance(target, Message):
-                    self._stream_of(target).acknowledge_message(target)
+                    batches.setdefault(self._stream_of(target), []).append(target)
                 else:
                     stream, message_id = self._route(target)
                     stream.acknowledge(message_id, False)
+            for stream, messages in batches.items():
+                stream.acknowledge_messages(messages)
             return
         routed = [self._route(t) for t in targets]
         if not wait:

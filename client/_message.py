@@ -134,7 +134,7 @@ class EntryOrigin:
     message costs two fields; ``key`` is the entry's (ledger id, entry id), what an ack of
     one of its messages is grouped under, read from the protobuf once per entry."""
 
-    __slots__ = ("decode", "entry", "key", "partition", "topic_ids", "topic_name")
+    __slots__ = ("decode", "entry", "key", "messages", "partition", "topic_ids", "topic_name")
 
     def __init__(
         self,
@@ -145,6 +145,8 @@ class EntryOrigin:
         decode: Callable[[bytes], Any] | None,
     ) -> None:
         self.entry = entry
+        # The entry's messages: looked up once here, not by each field a message reads.
+        self.messages = entry.messages
         self.key = (entry.ledger_id, entry.entry_id)
         self.partition = partition  # the consumer's own partition index: where acks go
         self.topic_name = topic_name
@@ -184,7 +186,7 @@ class Message:
         except AttributeError:
             pass
         decode = self._origin.decode
-        payload = self._origin.entry.messages[self._index].payload
+        payload = self._origin.messages[self._index].payload
         value = self._value = payload if decode is None else decode(payload)
         return value
 
@@ -194,7 +196,7 @@ class Message:
 
     def data(self) -> bytes:
         """The payload."""
-        return self._origin.entry.messages[self._index].payload
+        return self._origin.messages[self._index].payload
 
     def message_id(self) -> MessageId:
         """The id to acknowledge or seek to."""
@@ -222,19 +224,19 @@ class Message:
 
     def partition_key(self) -> str:
         """The key the producer set; empty when none."""
-        return self._origin.entry.messages[self._index].key
+        return self._origin.messages[self._index].key
 
     def ordering_key(self) -> bytes:
         """The ordering key the producer set; empty when none."""
-        return self._origin.entry.messages[self._index].ordering_key
+        return self._origin.messages[self._index].ordering_key
 
     def properties(self) -> dict[str, str]:
         """Application properties (a new dict on each call)."""
-        return dict(self._origin.entry.messages[self._index].properties)
+        return dict(self._origin.messages[self._index].properties)
 
     def event_timestamp(self) -> int:
         """Event time in ms since the epoch set by the producer; 0 when unset."""
-        return self._origin.entry.messages[self._index].event_time
+        return self._origin.messages[self._index].event_time
 
     def publish_timestamp(self) -> int:
         """Time in ms since the epoch the broker stored the message."""
@@ -276,7 +278,7 @@ def messages_of_entry(
     """
     decompress_entry(entry)
     origin = EntryOrigin(entry, partition, topic_name, topic_ids, decode)
-    count = len(entry.messages)
+    count = len(origin.messages)
     if not entry.acked_batch_indexes:  # map calls the class from C: cheaper than a loop
         return list(map(Message, itertools.repeat(origin, count), range(count)))
     skipped = set(entry.acked_batch_indexes)

@@ -291,6 +291,15 @@ class PartitionConsumer:
         elif self._ack_timer is None:
             self._ack_timer = self._loop.call_later(self._ack_delay_s, self.flush_acks)
 
+    def acknowledge_messages(self, messages: list[Message]) -> None:
+        """Group individual acks of messages this stream delivered (a list acked at once)."""
+        self._check_open()
+        acks, partition = self._acks, self.partition
+        for message in messages:
+            if acks.index(message._origin.key, message._index, partition):
+                self.flush_acks()
+        self._schedule_acks()
+
     def negative_acknowledge(self, message_id: MessageId) -> None:
         """Group a nack; the broker redelivers after the negative-ack delay."""
         self._check_open()
