@@ -373,12 +373,14 @@ class Consumer:
     async def acknowledge(
         self, message: MessageTarget | Sequence[MessageId], *, wait: bool = False
     ) -> None:
-        """Acknowledge a message, a message id, or a list of message ids.
+        """Acknowledge a message, a message id, or a list of messages or message ids.
 
         Acks are grouped and sent within ``ack_group_time_ms``; with ``wait=True`` they go
-        out at once and this returns when the broker reports them durable.
+        out at once and this returns when the broker reports them durable. Once every
+        message of a produced batch is acked, the batch goes out as one id.
 
         >>> await consumer.acknowledge(msg)
+        >>> await consumer.acknowledge(await consumer.batch_receive())
         >>> await consumer.acknowledge([m.message_id() for m in batch])
         """
         if not wait and isinstance(message, Message):  # the hot path: no id, no list
