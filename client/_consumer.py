@@ -371,7 +371,7 @@ class Consumer:
     # ------------------------------------------------------------ acknowledging
 
     async def acknowledge(
-        self, message: MessageTarget | Sequence[MessageId], *, wait: bool = False
+        self, message: MessageTarget | Sequence[MessageTarget], *, wait: bool = False
     ) -> None:
         """Acknowledge a message, a message id, or a list of messages or message ids.
 
