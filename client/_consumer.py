@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ._connection import HandleState
 from ._crypto_message import EncryptedMessage, failed_decryption
@@ -313,8 +313,9 @@ class Consumer:
             if not len(queue):  # ask for the one message this call returns
                 for stream in self._streams.values():
                     stream.want_one()
-        message = await queue.get(None if timeout is None else timeout / 1000)
-        self._streams[message.topic_name()].dequeued(message)
+        # Under load a message is waiting: take it without a coroutine, a timer or an event.
+        message = queue.take() or await queue.get(None if timeout is None else timeout / 1000)
+        self._streams[message._origin.topic_name].dequeued(message)
         if isinstance(message, EncryptedMessage):
             message.raise_if_failed()  # crypto_failure_action=FAIL: an error in its place
         return message
@@ -330,33 +331,40 @@ class Consumer:
         if not self._config.receiver_queue_size:
             raise InvalidConfiguration("batch_receive needs a receiver queue (size above 0)")
         policy = self._batch_policy
+        max_count, max_bytes = policy.max_num_message, policy.max_num_bytes
         loop = asyncio.get_running_loop()
         deadline = loop.time() + policy.timeout_ms / 1000 if policy.timeout_ms > 0 else None
+        queue, streams = self._queue, self._streams
         batch: list[Message] = []
         size = 0
-        while policy.max_num_message <= 0 or len(batch) < policy.max_num_message:
-            remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            if remaining == 0.0 and not len(self._queue):
-                break
-            try:
-                message = await self._queue.get(remaining)
-            except Timeout:
-                break
-            except PulsarException:  # closed or failed: hand out what was taken, raise next time
-                if batch:
+        while max_count <= 0 or len(batch) < max_count:
+            message = queue.take()  # what is queued already: no coroutine, no clock
+            if message is None:
+                remaining = None if deadline is None else max(0.0, deadline - loop.time())
+                if remaining == 0.0:
                     break
-                raise
-            length = len(message.data())
-            over = policy.max_num_bytes > 0 and size + length > policy.max_num_bytes
-            if batch and (over or failed_decryption(message)):
-                self._queue.put_back(message)  # first of the next batch (or its error)
+                try:
+                    message = await queue.get(remaining)
+                except Timeout:
+                    break
+                except PulsarException:  # closed or failed: hand out what was taken, raise next
+                    if batch:
+                        break
+                    raise
+            if batch and failed_decryption(message):
+                queue.put_back(message)  # its error is the next call's
                 break
-            self._streams[message.topic_name()].dequeued(message)
+            if max_bytes > 0:
+                length = len(message.data())
+                if batch and size + length > max_bytes:
+                    queue.put_back(message)  # first of the next batch
+                    break
+                size += length
+            streams[message._origin.topic_name].dequeued(message)
             if isinstance(message, EncryptedMessage):
                 message.raise_if_failed()
             batch.append(message)
-            size += length
-            if policy.max_num_bytes > 0 and size >= policy.max_num_bytes:
+            if max_bytes > 0 and size >= max_bytes:
                 break
         return batch
 
@@ -372,20 +380,27 @@ class Consumer:
     # ------------------------------------------------------------ acknowledging
 
     async def acknowledge(
-        self, message: MessageTarget | Sequence[MessageId], *, wait: bool = False
+        self, message: MessageTarget | Sequence[MessageTarget], *, wait: bool = False
     ) -> None:
-        """Acknowledge a message, a message id, or a list of message ids.
+        """Acknowledge a message, a message id, or a list of messages or message ids.
 
         Acks are grouped and sent within ``ack_group_time_ms``; with ``wait=True`` they go
-        out at once and this returns when the broker reports them durable.
+        out at once and this returns when the broker reports them durable. Once every
+        message of a produced batch is acked, the batch goes out as one id.
 
         >>> await consumer.acknowledge(msg)
+        >>> await consumer.acknowledge(await consumer.batch_receive())
         >>> await consumer.acknowledge([m.message_id() for m in batch])
         """
+        if not wait and isinstance(message, Message):  # the hot path: no id, no list
+            stream = self._streams.get(message._origin.topic_name)
+            if stream is not None:
+                stream.acknowledge_message(message)
+                return
         if not isinstance(message, _ONE):
             await self._ack(list(message), cumulative=False, wait=wait)
             return
-        stream, message_id = self._route(message)  # one message: the hot path, no lists
+        stream, message_id = self._route(message)
         if wait:
             await stream.acknowledge_and_wait([message_id], False)
         else:
@@ -509,6 +524,18 @@ class Consumer:
             await asyncio.gather(task, return_exceptions=True)
 
     async def _ack(self, targets: list[MessageTarget], cumulative: bool, wait: bool) -> None:
+        if not wait and not cumulative:
+            # Messages by stream, each stream's added at once; ids one by one.
+            batches: dict[PartitionConsumer, list[Message]] = {}
+            for target in targets:
+                if isinstance(target, Message):
+                    batches.setdefault(self._stream_of(target), []).append(target)
+                else:
+                    stream, message_id = self._route(target)
+                    stream.acknowledge(message_id, False)
+            for stream, messages in batches.items():
+                stream.acknowledge_messages(messages)
+            return
         routed = [self._route(t) for t in targets]
         if not wait:
             for stream, message_id in routed:
@@ -524,22 +551,29 @@ class Consumer:
             )
         )
 
+    def _stream_of(self, message: Message) -> PartitionConsumer:
+        """The stream ``message`` came from."""
+        stream = self._streams.get(message._origin.topic_name)
+        if stream is None:
+            self._not_ours(message.message_id())
+        return stream
+
     def _route(self, target: MessageTarget) -> tuple[PartitionConsumer, MessageId]:
         """The stream a message (id) belongs to, and its id."""
         if isinstance(target, Message):
+            return self._stream_of(target), target.message_id()
+        if isinstance(target, TopicMessageId):
             stream = self._streams.get(target.topic_name())
-            message_id = target.message_id()
-        elif isinstance(target, TopicMessageId):
-            stream = self._streams.get(target.topic_name())
-            message_id = target
         else:
             stream = self._partitions.get(target.partition)
-            message_id = target
         if stream is None:
-            hint = (
-                " (a multi-topic consumer needs the message, or msg.message_id())"
-                if self._config.topic_ids
-                else ""
-            )
-            raise ValueError(f"message id {message_id} is not from {self._topic}{hint}")
-        return stream, message_id
+            self._not_ours(target)
+        return stream, target
+
+    def _not_ours(self, message_id: MessageId) -> NoReturn:
+        hint = (
+            " (a multi-topic consumer needs the message, or msg.message_id())"
+            if self._config.topic_ids
+            else ""
+        )
+        raise ValueError(f"message id {message_id} is not from {self._topic}{hint}")

@@ -24,7 +24,7 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._crypto import ConsumerCryptoFailureAction, CryptoFailure, EncryptionContext
 from ._errors import CryptoError, PulsarException
-from ._message import Message, MessageId
+from ._message import EntryOrigin, Message, MessageId
 
 if TYPE_CHECKING:
     from ._partition_consumer import PartitionConsumer
@@ -47,7 +47,7 @@ class EncryptedMessage(Message):
         topic_ids: bool,
         failure: CryptoFailure,
     ) -> None:
-        super().__init__(entry, -1, partition, topic_name, topic_ids)
+        super().__init__(EntryOrigin(entry, partition, topic_name, topic_ids, None), -1)
         self._failure = failure
 
     def raise_if_failed(self) -> None:
@@ -60,11 +60,11 @@ class EncryptedMessage(Message):
 
     def encryption_context(self) -> EncryptionContext | None:
         """How the payload is encrypted (keys, algorithm, nonce, compression, sizes)."""
-        return EncryptionContext.of(self._entry.compressed)
+        return EncryptionContext.of(self._origin.entry.compressed)
 
     def data(self) -> bytes:
         """The encrypted batch, as the producer sent it."""
-        return self._entry.compressed.messages
+        return self._origin.entry.compressed.messages
 
     def value(self) -> Any:
         """The encrypted bytes: no schema can read them."""
@@ -72,7 +72,7 @@ class EncryptedMessage(Message):
 
     def partition_key(self) -> str:
         """The batch's key in clear."""
-        return self._entry.compressed.key.decode(errors="replace")
+        return self._origin.entry.compressed.key.decode(errors="replace")
 
     def ordering_key(self) -> bytes:
         """Not known apart from the key: empty."""
@@ -88,7 +88,7 @@ class EncryptedMessage(Message):
 
     def sequence_id(self) -> int:
         """The sequence id of the batch's first message."""
-        return self._entry.sequence_id
+        return self._origin.entry.sequence_id
 
 
 def failed_decryption(message: Message) -> bool:

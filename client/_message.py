@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Callable
 from functools import partial
@@ -132,46 +133,53 @@ MessageId.earliest = MessageId(-1, -1, -1, -1)
 MessageId.latest = MessageId(_MAX_LONG, _MAX_LONG, -1, -1)
 
 
+class EntryOrigin:
+    """What the messages of one delivered entry share: the entry, where it came from and how
+    to decode it. One per entry rather than copies in every message, so that making a
+    message costs two fields; ``key`` is the entry's (ledger id, entry id), what an ack of
+    one of its messages is grouped under, read from the protobuf once per entry."""
+
+    __slots__ = ("decode", "entry", "key", "messages", "partition", "topic_ids", "topic_name")
+
+    def __init__(
+        self,
+        entry: pb.DeliveredEntry,
+        partition: int,
+        topic_name: str,
+        topic_ids: bool,
+        decode: Callable[[bytes], Any] | None,
+    ) -> None:
+        self.entry = entry
+        # The entry's messages: looked up once here, not by each field a message reads.
+        self.messages = entry.messages
+        self.key = (entry.ledger_id, entry.entry_id)
+        self.partition = partition  # the consumer's own partition index: where acks go
+        self.topic_name = topic_name
+        self.topic_ids = topic_ids  # message_id() names the topic (multi-topic consumers)
+        # The consumer's schema resolved for the version this entry was written with.
+        self.decode = decode
+
+
 class Message:
     """One received message; the accessors follow the Apache Pulsar Python client.
 
     Fields are read from the delivered entry when asked for, not copied up front: a consumer
     receives hundreds of thousands of messages a second and most applications read only a few
-    fields of each.
+    fields of each. Even the id is made only when asked for: an ack of the message itself
+    goes by its entry's key and its index.
 
     >>> msg = await consumer.receive()
     >>> msg.data(), msg.message_id(), msg.properties()
     """
 
-    __slots__ = (
-        "_decode",
-        "_entry",
-        "_id",
-        "_index",
-        "_partition",
-        "_topic_ids",
-        "_topic_name",
-        "_value",
-    )
+    __slots__ = ("_id", "_index", "_origin", "_value")
+    _id: MessageId  # once message_id() has been asked for (unset until then)
     _value: Any  # the decoded value, once value() has been asked for (unset until then)
 
-    def __init__(
-        self,
-        entry: pb.DeliveredEntry,
-        index: int,
-        partition: int,
-        topic_name: str,
-        topic_ids: bool = False,
-        decode: Callable[[bytes], Any] | None = None,
-    ) -> None:
-        self._entry = entry
-        # The consumer's schema resolved for the version this message was written with.
-        self._decode = decode
-        self._index = index
-        self._partition = partition
-        self._topic_name = topic_name
-        self._topic_ids = topic_ids  # message_id() names the topic (multi-topic consumers)
-        self._id: MessageId | None = None
+    def __init__(self, origin: EntryOrigin, index: int) -> None:
+        # Read by the consumer's ack path too (PartitionConsumer.acknowledge_message).
+        self._origin = origin
+        self._index = index  # in the batch (the entry)
 
     def value(self) -> Any:
         """The payload decoded with the consumer's schema (the bytes without one), from the
@@ -182,70 +190,74 @@ class Message:
             return self._value
         except AttributeError:
             pass
-        payload = self._entry.messages[self._index].payload
-        value = self._value = payload if self._decode is None else self._decode(payload)
+        decode = self._origin.decode
+        payload = self._origin.messages[self._index].payload
+        value = self._value = payload if decode is None else decode(payload)
         return value
 
     def schema_version(self) -> bytes:
         """The version of the producer's schema (Pulsar's 8 bytes); empty without one."""
-        return self._entry.schema_version
+        return self._origin.entry.schema_version
 
     def data(self) -> bytes:
         """The payload."""
-        return self._entry.messages[self._index].payload
+        return self._origin.messages[self._index].payload
 
     def message_id(self) -> MessageId:
         """The id to acknowledge or seek to."""
-        if self._id is None:
-            entry = self._entry
-            fields = (entry.ledger_id, entry.entry_id, self._index, self._partition)
-            self._id = (
-                TopicMessageId.of(self._topic_name, *fields)
-                if self._topic_ids
-                else MessageId(*fields)
-            )
-        return self._id
+        try:
+            return self._id
+        except AttributeError:
+            pass
+        origin = self._origin
+        fields = (*origin.key, self._index, origin.partition)
+        self._id = message_id = (
+            TopicMessageId.of(origin.topic_name, *fields)
+            if origin.topic_ids
+            else MessageId(*fields)
+        )
+        return message_id
 
     @property
     def partition(self) -> int:
         """The partition this message came from (-1: the topic is not partitioned)."""
-        return self._partition
+        return self._origin.partition
 
     def topic_name(self) -> str:
         """Full name of the topic (of the partition, for a partitioned topic)."""
-        return self._topic_name
+        return self._origin.topic_name
 
     def partition_key(self) -> str:
         """The key the producer set; empty when none."""
-        return self._entry.messages[self._index].key
+        return self._origin.messages[self._index].key
 
     def ordering_key(self) -> bytes:
         """The ordering key the producer set; empty when none."""
-        return self._entry.messages[self._index].ordering_key
+        return self._origin.messages[self._index].ordering_key
 
     def properties(self) -> dict[str, str]:
         """Application properties (a new dict on each call)."""
-        return dict(self._entry.messages[self._index].properties)
+        return dict(self._origin.messages[self._index].properties)
 
     def event_timestamp(self) -> int:
         """Event time in ms since the epoch set by the producer; 0 when unset."""
-        return self._entry.messages[self._index].event_time
+        return self._origin.messages[self._index].event_time
 
     def publish_timestamp(self) -> int:
         """Time in ms since the epoch the broker stored the message."""
-        return self._entry.publish_time
+        return self._origin.entry.publish_time
 
     def producer_name(self) -> str:
         """Name of the producer that published the message."""
-        return self._entry.producer_name
+        return self._origin.entry.producer_name
 
     def sequence_id(self) -> int:
         """The producer's sequence id of this message."""
-        return self._entry.sequence_id + self._index
+        return self._origin.entry.sequence_id + self._index
 
     def redelivery_count(self) -> int:
         """How many times the message was delivered before."""
-        return self._entry.redelivery_count
+        return self._origin.entry.redelivery_count
 
     def encryption_context(self) -> EncryptionContext | None:
         """How the payload is encrypted, for a batch the consumer could not decrypt and was
@@ -254,7 +266,8 @@ class Message:
 
     def __repr__(self) -> str:
         return (
-            f"Message(id={self.message_id()}, topic={self._topic_name!r}, len={len(self.data())})"
+            f"Message(id={self.message_id()}, topic={self._origin.topic_name!r}, "
+            f"len={len(self.data())})"
         )
 
 
@@ -274,15 +287,12 @@ def messages_of_entry(
     compressed batch is decompressed first (InvalidMessage if it cannot be).
     """
     decompress_entry(entry)
-    count = len(entry.messages)
-    if not entry.acked_batch_indexes:
-        return [Message(entry, i, partition, topic_name, topic_ids, decode) for i in range(count)]
+    origin = EntryOrigin(entry, partition, topic_name, topic_ids, decode)
+    count = len(origin.messages)
+    if not entry.acked_batch_indexes:  # map calls the class from C: cheaper than a loop
+        return list(map(Message, itertools.repeat(origin, count), range(count)))
     skipped = set(entry.acked_batch_indexes)
-    return [
-        Message(entry, i, partition, topic_name, topic_ids, decode)
-        for i in range(count)
-        if i not in skipped
-    ]
+    return [Message(origin, i) for i in range(count) if i not in skipped]
 
 
 _new_message_id = partial(tuple.__new__, MessageId)

@@ -48,6 +48,9 @@ from ._stream import (
     open_expecting,
 )
 
+# Looked up once: on the ack path, an enum member's lookup costs as much as the ack itself.
+_CLOSING = HandleState.CLOSING
+
 # Seeking to "latest" is seeking to a publish time after every message (Java's Long.MAX_VALUE).
 _AFTER_EVERY_MESSAGE_MS = 2**63 - 1
 
@@ -92,9 +95,13 @@ class MessageQueue:
         self._items = kept
         return removed
 
+    def take(self) -> Message | None:
+        """The next message if one is waiting, else None."""
+        return self._items.popleft() if self._items else None
+
     async def get(self, timeout_s: float | None) -> Message:
         """The next message; raises Timeout after ``timeout_s`` (None: wait forever)."""
-        if self._items:  # the common case under load: no timer, no event
+        if self._items:
             return self._items.popleft()
         self.waiting += 1
         try:
@@ -178,6 +185,7 @@ class PartitionConsumer:
         self._permits = PermitTracker(config.receiver_queue_size)
         self._acks = AckGroup(config.max_pending_acks)
         self._ack_timer: asyncio.TimerHandle | None = None
+        self._ack_delay_s = config.ack_group_time_ms / 1000
         self._request_ids = itertools.count(1)
         self._requests: dict[int, asyncio.Future[None]] = {}
         self._dropping: set[int] = set()  # request ids whose answer ends a drop window
@@ -247,7 +255,9 @@ class PartitionConsumer:
     def dequeued(self, message: Message) -> None:
         """The application took ``message`` of this stream."""
         self._last_dequeued = message
-        self.consumed(1)
+        permits = self._permits.consumed(1)
+        if permits:
+            self._grant(permits)
 
     def want_one(self) -> None:
         """Zero-queue consumers: a receive() waits and nothing is queued: grant one permit
@@ -260,7 +270,10 @@ class PartitionConsumer:
         """The application took (or the client dropped) ``count`` messages of this stream."""
         permits = self._permits.consumed(count)
         if permits:
-            self._send(pb.ConsumeRequest(flow=pb.Flow(permits=permits)))
+            self._grant(permits)
+
+    def _grant(self, permits: int) -> None:
+        self._send(pb.ConsumeRequest(flow=pb.Flow(permits=permits)))
 
     def acknowledge(self, message_id: MessageId, cumulative: bool = False) -> None:
         """Group an ack; it goes out within ``ack_group_time_ms`` (or once reconnected)."""
@@ -269,6 +282,26 @@ class PartitionConsumer:
             self._acks.cumulative(message_id)
         else:
             self._acks.individual(message_id)
+        self._schedule_acks()
+
+    def acknowledge_message(self, message: Message) -> None:
+        """Group an individual ack of a message this stream delivered: the hot path of a
+        consumer acking message by message, so no MessageId is made, only the index added
+        to its entry's acks."""
+        if self._error is not None or self.connection.state is _CLOSING:
+            self._check_open()
+        if self._acks.index(message._origin.key, message._index, self.partition):
+            self.flush_acks()
+        elif self._ack_timer is None:
+            self._ack_timer = self._loop.call_later(self._ack_delay_s, self.flush_acks)
+
+    def acknowledge_messages(self, messages: list[Message]) -> None:
+        """Group individual acks of messages this stream delivered (a list acked at once)."""
+        self._check_open()
+        acks, partition = self._acks, self.partition
+        for message in messages:
+            if acks.index(message._origin.key, message._index, partition):
+                self.flush_acks()
         self._schedule_acks()
 
     def negative_acknowledge(self, message_id: MessageId) -> None:
@@ -367,7 +400,9 @@ class PartitionConsumer:
                 )
                 messages.extend(of_entry)
                 if not self._dropping:
-                    self._acks.delivered(entry.ledger_id, entry.entry_id, len(of_entry))
+                    self._acks.delivered(
+                        entry.ledger_id, entry.entry_id, len(of_entry), self.partition
+                    )
             if self._dropping:
                 self.consumed(len(messages))  # the broker charged them: give the permits back
                 if not self.config.receiver_queue_size and self._queue.waiting:
@@ -421,8 +456,7 @@ class PartitionConsumer:
         if self._acks.is_full():
             self.flush_acks()
         elif self._ack_timer is None:
-            delay_s = self.config.ack_group_time_ms / 1000
-            self._ack_timer = self._loop.call_later(delay_s, self.flush_acks)
+            self._ack_timer = self._loop.call_later(self._ack_delay_s, self.flush_acks)
 
     async def _wait_ready(self) -> None:
         """Requests need a stream: wait for a reconnect, at most the operation timeout."""

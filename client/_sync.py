@@ -197,9 +197,9 @@ class SyncConsumer:
         return self._runner.run(self._consumer.batch_receive())
 
     def acknowledge(
-        self, message: MessageTarget | Sequence[MessageId], *, wait: bool = False
+        self, message: MessageTarget | Sequence[MessageTarget], *, wait: bool = False
     ) -> None:
-        """Ack a message, an id or a list of ids (grouped; ``wait=True``: until durable)."""
+        """Ack a message, an id or a list of them (grouped; ``wait=True``: until durable)."""
         self._runner.run(self._consumer.acknowledge(message, wait=wait))
 
     def acknowledge_cumulative(self, message: MessageTarget, *, wait: bool = False) -> None:

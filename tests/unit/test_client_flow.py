@@ -92,6 +92,49 @@ def test_group_full_at_max_pending():
     assert g.is_full()
 
 
+def test_an_entry_acked_over_several_flushes_sends_each_index_once_then_the_entry():
+    g = AckGroup()
+    g.delivered(1, 7, 4, partition=2)
+    assert g.index((1, 7), 0, 2) is False
+    g.individual(MessageId(1, 7, 1, 2))  # by id: the same entry's tracking
+    (request,) = g.take()
+    assert [(i.entry_id, i.batch_index, i.partition) for i in request.ack.ids] == [
+        (7, 0, 2),
+        (7, 1, 2),
+    ]
+    g.index((1, 7), 1, 2)  # a duplicate of an index already sent
+    g.index((1, 7), 2, 2)
+    (request,) = g.take()
+    assert [(i.entry_id, i.batch_index) for i in request.ack.ids] == [(7, 2)]
+    g.index((1, 7), 3, 2)
+    (request,) = g.take()
+    assert [(i.entry_id, i.batch_index, i.partition) for i in request.ack.ids] == [(7, -1, 2)]
+    g.index((1, 7), 3, 2)  # the entry is done: a late duplicate goes out as itself
+    (request,) = g.take()
+    assert [(i.entry_id, i.batch_index) for i in request.ack.ids] == [(7, 3)]
+
+
+def test_acks_added_before_deliveries_are_forgotten_still_go_out():
+    g = AckGroup()
+    g.delivered(1, 1, 2)
+    g.index((1, 1), 0, -1)
+    g.index((1, 1), 1, -1)
+    g.forget_deliveries()  # a seek: the entry will be delivered anew
+    g.index((1, 1), 0, -1)  # untracked now: by itself
+    (request,) = g.take()
+    assert sorted((i.entry_id, i.batch_index) for i in request.ack.ids) == [(1, -1), (1, 0)]
+
+
+def test_an_id_the_broker_cannot_take_is_refused_when_acked_not_when_sent():
+    g = AckGroup()
+    g.individual(MessageId(1, 1, 0))
+    for add in (g.individual, g.cumulative, g.negative):
+        with pytest.raises(ValueError, match="cannot be sent"):
+            add(MessageId(-1, -1, -1, 0))  # what a deduplicated send resolves to
+    (request,) = g.take()
+    assert [(i.entry_id, i.batch_index) for i in request.ack.ids] == [(1, 0)]
+
+
 def test_seek_request_targets():
     assert seek_request(MessageId(3, 4, 1, 0), 7).message_id.entry_id == 4
     assert seek_request(1700, 7).publish_time == 1700
@@ -126,9 +169,9 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def start_consumer(call: FakeCall, **conf) -> Consumer:
+async def start_consumer(call: FakeCall, topic: str = "t", **conf) -> Consumer:
     queue = MessageQueue()
-    part = PartitionConsumer(ConsumerConfig(**conf), queue, "t")
+    part = PartitionConsumer(ConsumerConfig(**conf), queue, topic)
     call.push(subscribed())
     await part.start(call.connect)
     return consumer_of([part], queue)
@@ -182,6 +225,31 @@ async def test_acks_are_grouped_into_one_request():
     await eventually(lambda: len(call.of("ack")) == 2)
     ack = call.of("ack")[-1]
     assert [(i.entry_id, i.batch_index) for i in ack.ids] == [(1, -1)]
+
+
+async def test_a_list_of_messages_is_acked_in_one_call_as_whole_entries():
+    call = FakeCall()
+    consumer = await start_consumer(call, ack_group_time_ms=10_000)
+    call.push(batch(0, 3))
+    call.push(batch(1, 2))
+    msgs = [await consumer.receive(timeout_ms=1000) for _ in range(5)]
+    await consumer.acknowledge(msgs[:4])
+    await consumer.acknowledge([msgs[4].message_id()])  # ids compress the same way
+    await consumer.close()
+    (ack,) = call.of("ack")
+    assert sorted((i.entry_id, i.batch_index) for i in ack.ids) == [(0, -1), (1, -1)]
+
+
+async def test_a_message_of_another_consumer_is_refused():
+    call, other_call = FakeCall(), FakeCall()
+    consumer = await start_consumer(call)
+    other = await start_consumer(other_call, topic="other")
+    other_call.push(batch(0, 1))
+    foreign = await other.receive(timeout_ms=1000)
+    with pytest.raises(ValueError, match="is not from"):
+        await consumer.acknowledge(foreign)
+    await consumer.close()
+    await other.close()
 
 
 async def test_acknowledge_wait_returns_on_ack_receipt():
