@@ -224,14 +224,21 @@ async def consume(
     revoked = ended_when_revoked(
         broker, ctx.topic, TopicOperation.CONSUME, transport.close, params.subscription or None
     )
+    # A failure ends the call at once, not behind what is queued (a client may not be
+    # reading), and with no write in progress: the writer is cancelled, then the call aborts.
+    # (A callback, not asyncio.wait: that would hold a set, a future and two callbacks for
+    # every idle consumer.)
+    transport.failed.add_done_callback(lambda _: writer.cancel())
     try:
         with revoked:
-            await asyncio.wait((writer, transport.failed), return_when=asyncio.FIRST_COMPLETED)
-        if transport.failed.done():  # not behind what is queued: a client may not be reading
-            writer.cancel()  # and no write in progress while the call aborts
-            await asyncio.gather(writer, return_exceptions=True)
+            try:
+                await writer
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not transport.failed.done() or (task is not None and task.cancelling()):
+                    raise  # this call itself was cancelled
+        if transport.failed.done():
             await abort(context, transport.failed.result())
-        await writer
     finally:
         unwatch()
         reader.cancel()
