@@ -15,7 +15,10 @@ One run, on one fresh data directory (a temporary one):
    own cost is not counted), each its own subscription, left idle once ``subscribed``: RSS
    after minus before over the number of streams, the subscription and its cursor included,
    as an idle application has them;
-4. **restart** twice, graceful (SIGTERM) and ``kill -9``: the broker starts again on the same
+4. **floor** (measured last, once the broker has stopped): as many idle bidi streams on a
+   bare grpc.aio server (a child process on uvloop, one method that reads until the end):
+   what gRPC itself keeps per stream, under any consumer's figure;
+5. **restart** twice, graceful (SIGTERM) and ``kill -9``: the broker starts again on the same
    data directory. *Serving* is the time from the new process's start to its ready line (it
    answers calls); *all topics ready* is the time from the same start until every one of the
    topics has been loaded again by clients coming back, which open their Produce calls (as in
@@ -180,6 +183,7 @@ async def measure(args: argparse.Namespace, data_dir: Path, log_dir: Path) -> di
         result["consumer_kb"] = (rss(pid) - before) / args.consumers / KB
         result["rss_loaded_mb"] = rss(pid) / KB / KB
         await consumers.close()
+        await settle()  # the stop below finds the topics idle, not the streams still ending
 
         for how in ("graceful", "kill9"):
             began = time.monotonic()
@@ -199,8 +203,61 @@ async def measure(args: argparse.Namespace, data_dir: Path, log_dir: Path) -> di
             result["log_problems"] = problems[:20]
     finally:
         broker.stop()
+    result["bare_stream_kb"] = await bare_stream_floor(args.consumers)
     result["load_after"] = os.getloadavg()[0]
     return result
+
+
+async def bare_stream_floor(count: int) -> float:
+    """RSS per idle bidi stream of a bare grpc.aio server (on uvloop, as the broker runs):
+    the floor under a consumer stream, whatever the broker keeps for it."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.broker_memory", "--bare-server",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdout is not None
+    try:
+        port = int(await child.stdout.readline())
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            method = channel.stream_stream("/bench.Bare/Idle")
+            warm = [method() for _ in range(200)]
+            for call in warm:
+                await call.write(b"x")
+            await settle()
+            before = rss(child.pid)
+            calls = [method() for _ in range(count)]
+            for call in calls:
+                await call.write(b"x")
+            await settle()
+            after = rss(child.pid)
+            for call in warm + calls:
+                call.cancel()
+    finally:
+        child.kill()
+        await child.wait()
+    return (after - before) / count / KB
+
+
+def run_bare_server() -> None:
+    """The child of :func:`bare_stream_floor`: one bidi method that reads until the end."""
+    import uvloop
+
+    async def serve() -> None:
+        async def idle(requests: Any, context: grpc.aio.ServicerContext) -> None:
+            async for _ in requests:
+                pass
+
+        server = grpc.aio.server()
+        handler = grpc.stream_stream_rpc_method_handler(idle)
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("bench.Bare", {"Idle": handler}),)
+        )
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        print(port, flush=True)
+        await server.wait_for_termination()
+
+    uvloop.run(serve())
 
 
 def address_of(broker: Broker) -> str:
@@ -213,6 +270,7 @@ ROWS = [
     ("topics loaded per second (fresh)", "topics_per_s", "{:,.0f}"),
     ("broker CPU per 1,000 topic loads", "topic_cpu_ms", "{:.2f} s"),
     ("consumers subscribed per second", "consumers_per_s", "{:,.0f}"),
+    ("floor: an idle stream of a bare grpc.aio server", "bare_stream_kb", "{:.2f} KB"),
     ("broker RSS after warm-up", "rss_start_mb", "{:.1f} MB"),
     ("broker RSS, topics + consumers", "rss_loaded_mb", "{:.1f} MB"),
     ("graceful stop", "graceful_stop_s", "{:.2f} s"),
@@ -325,6 +383,7 @@ def main() -> None:
     parser.add_argument("--tracemalloc", action="store_true", help="top allocation sites")
     parser.add_argument("--frames", type=int, default=1, help="traceback depth (tracemalloc)")
     parser.add_argument("--top", type=int, default=25, help="sites shown (tracemalloc)")
+    parser.add_argument("--bare-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", help=argparse.SUPPRESS)  # a --tracemalloc run's child
     parser.add_argument("--step", choices=["topics", "consumers"], help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
@@ -332,6 +391,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.client:
         asyncio.run(run_client(args))
+        return
+    if args.bare_server:
+        run_bare_server()
         return
     work = Path(tempfile.mkdtemp(prefix="broker-memory-"))
     try:
