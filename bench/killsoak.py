@@ -114,6 +114,12 @@ class Broker:
     def service_url(self) -> str:
         return f"grpc://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        """The running incarnation's process id (its RSS and CPU time are measured)."""
+        assert self._proc is not None
+        return self._proc.pid
+
     def log_path(self, incarnation: int) -> Path:
         return self.log_dir / f"broker-{incarnation}.log"
 

@@ -8,6 +8,7 @@ figures of the last interval, so reading changes nothing and two reads between t
 from __future__ import annotations
 
 import bisect
+import functools
 import time
 from collections.abc import Callable
 
@@ -88,9 +89,12 @@ class Buckets:
         self.bounds = bounds
         self._counts = [0] * (len(bounds) + 1)
         self._sum = 0.0
-        self._seen = [0] * (len(bounds) + 1)
+        # Tuples, and all-zero ones shared by the meters of the same bounds: a broker holds
+        # two of these per topic, most of them idle (their intervals stay the zeros).
+        zeros = _zeros(len(bounds) + 1)
+        self._seen: tuple[int, ...] = zeros
         self._seen_sum = 0.0
-        self.interval = [0] * (len(bounds) + 1)
+        self.interval: tuple[int, ...] = zeros
         self.interval_sum = 0.0
 
     def add(self, value: float) -> None:
@@ -99,14 +103,24 @@ class Buckets:
 
     def update(self) -> None:
         """The stats task's tick: the interval that ends now becomes the one reported."""
-        self.interval = [now - before for now, before in zip(self._counts, self._seen, strict=True)]
+        if self._sum == self._seen_sum and sum(self._counts) == sum(self._seen):
+            self.interval = _zeros(len(self._counts))  # nothing new: no new tuples
+        else:
+            self.interval = tuple(
+                now - before for now, before in zip(self._counts, self._seen, strict=True)
+            )
+            self._seen = tuple(self._counts)
         self.interval_sum = self._sum - self._seen_sum
-        self._seen = list(self._counts)
         self._seen_sum = self._sum
 
     @property
     def interval_count(self) -> int:
         return sum(self.interval)
+
+
+@functools.cache
+def _zeros(length: int) -> tuple[int, ...]:
+    return (0,) * length
 
 
 def iso_utc(ts: float) -> str:

@@ -62,7 +62,8 @@ class ManagedCursor:
         # The waiters of the state write being committed, so an ack that changes nothing can
         # still wait for the write that holds it (an earlier request made the change).
         self._in_flight: list[asyncio.Future[None]] | None = None
-        self._unresolved: set[asyncio.Future[None]] = set()  # acks not yet durable
+        # Acks not yet durable: a dict as a set (empty, 64 B to a set's 216).
+        self._unresolved: dict[asyncio.Future[None], None] = {}
         self._flush_scheduled = False
         self._closed = False
 
@@ -371,9 +372,12 @@ class ManagedCursor:
         """A future resolved with the state write that ``waiters`` belongs to."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters.append(fut)
-        self._unresolved.add(fut)
-        fut.add_done_callback(self._unresolved.discard)
+        self._unresolved[fut] = None
+        fut.add_done_callback(self._resolved)
         return fut
+
+    def _resolved(self, fut: asyncio.Future[None]) -> None:
+        self._unresolved.pop(fut, None)
 
     def _refusal(self, positions: Iterable[Position]) -> asyncio.Future[None] | None:
         """A failed future when one of ``positions`` cannot be acked, else None."""

@@ -70,6 +70,10 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# Shared by every ledger with no rollover in flight (an empty frozenset is 0.2 KB each).
+_NONE_UNREGISTERED: frozenset[int] = frozenset()
+
+
 class LedgerState(enum.Enum):
     OPEN = "open"
     FENCED = "fenced"  # another owner opened it since: every write is refused
@@ -131,14 +135,18 @@ class ManagedLedger:
         self._cursor_lock = asyncio.Lock()
         self._cur_entries = self._ledgers[-1].entries  # assigned (not only durable) in current
         self._cur_bytes = self._ledgers[-1].size
-        self._pending: deque[_PendingAdd] = deque()
+        # Made by the first add_entry (a deque is 0.6 KB; most of a broker's thousands of
+        # ledgers may never take an entry while loaded).
+        self._pending: deque[_PendingAdd] | None = None
         self._batch: list[_PendingAdd] = []
-        self._unregistered: set[int] = set()
+        # Rolled-over ledgers whose metadata is not written yet; replaced, never changed in
+        # place (rollovers are rare), so the idle ones all share the empty frozenset.
+        self._unregistered = _NONE_UNREGISTERED
         self._needs_rollover = False
         self._listeners: list[Callable[[], None]] = []
         self._trim_task: asyncio.Task[None] | None = None
         self._trim_again = False
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[Any]] | None = None  # made by the first _spawn
         self.state = LedgerState.OPEN
         # Resolved once, with the error, when a commit finds this ledger fenced.
         self.fenced: asyncio.Future[ManagedLedgerFencedError] = (
@@ -182,6 +190,8 @@ class ManagedLedger:
         self.stats.entry_size.add(len(data))
         self._cur_entries += 1
         self._cur_bytes += len(data)
+        if self._pending is None:
+            self._pending = deque()
         self._pending.append(pending)
         if not self._batch:
             loop.call_soon(self._submit_batch)
@@ -224,6 +234,8 @@ class ManagedLedger:
     def _drain(self) -> None:
         """Confirm the committed, registered entries at the head of the pending queue."""
         pending = self._pending
+        if pending is None:
+            return
         cache = self._shared.cache
         added = False
         now = time.monotonic()
@@ -275,11 +287,13 @@ class ManagedLedger:
     def _fail_pending(self, error: BaseException) -> None:
         """Fail every unconfirmed add and move to a new ledger, so no ledger has a gap."""
         exc = error if isinstance(error, BrokerError) else PersistenceError(str(error))
-        self.stats.add_errors.record(len(self._pending))
-        for p in self._pending:
+        pending = self._pending or ()
+        self.stats.add_errors.record(len(pending))
+        for p in pending:
             if not p.future.done():
                 p.future.set_exception(exc)
-        self._pending.clear()
+        if self._pending is not None:
+            self._pending.clear()
         self._batch.clear()
         self._needs_rollover = True
 
@@ -296,7 +310,7 @@ class ManagedLedger:
         info = LedgerInfo(new_id)
         self._ledgers.append(info)
         self._by_id[new_id] = info
-        self._unregistered.add(new_id)
+        self._unregistered |= {new_id}
         self._cur_entries = 0
         self._cur_bytes = 0
         self._spawn(self._register_rollover(old, last_add))
@@ -564,22 +578,27 @@ class ManagedLedger:
     # -- trimming ----------------------------------------------------------------------------
 
     def schedule_trim(self) -> None:
-        """Run trim() in the background, coalescing requests made while one runs."""
+        """Run trim() in the background, coalescing requests made while one runs. No task
+        when nothing is trimmable now (every topic load asks: most have nothing to trim);
+        whatever makes a ledger trimmable later (an ack, a rollover) asks again."""
         if self.state is not LedgerState.OPEN:
             return
-        if self._trim_task is None or self._trim_task.done():
-            self._trim_task = self._spawn(self._trim_loop())
-        else:
+        if self._trim_task is not None and not self._trim_task.done():
             self._trim_again = True
+        elif self._trimmable():
+            self._trim_task = self._spawn(self._trim_loop())
 
     async def _trim_loop(self) -> None:
         self._trim_again = True
-        while self._trim_again and self.state is LedgerState.OPEN:
-            self._trim_again = False
-            try:
-                await self.trim()
-            except Exception:
-                log.exception("%s: trim failed", self.name)
+        try:
+            while self._trim_again and self.state is LedgerState.OPEN:
+                self._trim_again = False
+                try:
+                    await self.trim()
+                except Exception:
+                    log.exception("%s: trim failed", self.name)
+        finally:
+            self._trim_task = None  # a finished task is not kept for the ledger's life
 
     async def trim(self) -> None:
         """Delete the ledgers every durable cursor has consumed, beyond retention."""
@@ -631,6 +650,8 @@ class ManagedLedger:
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
+        if self._tasks is None:
+            self._tasks = set()
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

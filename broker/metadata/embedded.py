@@ -1,9 +1,15 @@
 """EmbeddedMetadataStore: the `standalone` metadata store, persisted in SQLite.
 
-Every put is its own committed transaction in WAL mode with synchronous=FULL: metadata writes
-are rare (ledger rollover, cursor creation, policies) so paying a full sync for each is cheap
-and makes them survive power loss as well as kill -9. All SQLite calls run in one dedicated
-worker thread holding the only connection, so the event loop never blocks on disk.
+Every write is committed in WAL mode with synchronous=FULL before it returns, so it survives
+power loss as well as kill -9. All SQLite calls run in one dedicated worker thread holding the
+only connection, so the event loop never blocks on disk, and they go there in groups: the calls
+that arrive while the worker is busy go together as its next job, their writes in one
+transaction (one fsync), each inside its own savepoint (a write that fails, on a version check
+say, is rolled back alone and fails alone), and no call is answered before that transaction
+has committed. Writes are rare in steady state (ledger rollover, cursor creation, policies),
+but loading a topic reads several nodes and writes one (its ledger list), and thousands of
+topics load at once after a restart: a thread hand-off per read and an fsync per write bounded
+that to a few hundred topics a second.
 
 The session is the store object's life: ephemeral nodes are deleted when it closes, and those a
 killed process left behind are deleted when the next one opens the file. Only this store writes
@@ -13,11 +19,13 @@ the file (the data-directory lock), so it notifies its listeners of every change
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from pulsar_grpc.broker.metadata.store import (
     BadVersionError,
@@ -55,6 +63,15 @@ CREATE TABLE IF NOT EXISTS sequences (
 _EPHEMERAL_COLUMN = "ALTER TABLE nodes ADD COLUMN ephemeral INTEGER NOT NULL DEFAULT 0"
 
 
+@dataclass(slots=True)
+class _Call:
+    """A call waiting for the worker's next job, and its caller's answer."""
+
+    op: Callable[[sqlite3.Connection], Any]
+    writes: bool  # run inside the job's transaction, in a savepoint of its own
+    done: asyncio.Future[Any]
+
+
 class EmbeddedMetadataStore(MetadataStore):
     """MetadataStore in `<data_dir>/metadata.db` (the directory is created if missing)."""
 
@@ -66,6 +83,8 @@ class EmbeddedMetadataStore(MetadataStore):
         # an open failure surfaces on the first operation.
         self._conn = self._executor.submit(self._open)
         self._closed = False
+        self._calls: list[_Call] = []  # for the worker's next job, in arrival order
+        self._committer: asyncio.Task[None] | None = None  # hands the calls over in groups
 
     def _open(self) -> sqlite3.Connection:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,6 +110,40 @@ class EmbeddedMetadataStore(MetadataStore):
         except (sqlite3.Error, OSError) as e:
             raise MetadataStoreError(f"metadata store failure: {e}") from e
 
+    async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """``op`` run by the worker (with the calls that arrive meanwhile); its result."""
+        return await self._call(op, writes=False)
+
+    async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """``op`` committed (with the calls that arrive meanwhile); its result or error."""
+        return await self._call(op, writes=True)
+
+    async def _call(self, op: Callable[[sqlite3.Connection], T], writes: bool) -> T:
+        if self._closed:
+            raise MetadataStoreError("metadata store is closed")
+        loop = asyncio.get_running_loop()
+        call = _Call(op, writes, loop.create_future())
+        self._calls.append(call)
+        if self._committer is None or self._committer.done():
+            # An empty context: the task outlives no caller's, and keeps none alive.
+            self._committer = loop.create_task(self._commit(), context=contextvars.Context())
+        return cast(T, await call.done)
+
+    async def _commit(self) -> None:
+        """Hand the waiting calls to the worker, one job per round, until none are left."""
+        while self._calls:
+            batch, self._calls = self._calls, []
+            try:
+                outcomes = await self._run(_group(batch))
+            except BaseException as e:  # the transaction failed, so did each of its calls
+                failed = e if isinstance(e, MetadataStoreError) else MetadataStoreError(str(e))
+                outcomes = [_Failed(failed)] * len(batch)
+                if not isinstance(e, Exception):  # cancelled: the callers hear of it
+                    _answer(batch + self._calls, outcomes + [_Failed(failed)] * len(self._calls))
+                    self._calls = []
+                    raise
+            _answer(batch, outcomes)
+
     async def get(self, path: str) -> GetResult | None:
         validate_path(path)
 
@@ -98,7 +151,7 @@ class EmbeddedMetadataStore(MetadataStore):
             row = conn.execute("SELECT value, version FROM nodes WHERE path=?", (path,)).fetchone()
             return None if row is None else GetResult(bytes(row[0]), row[1])
 
-        return await self._run(op)
+        return await self._read(op)
 
     async def put(
         self,
@@ -111,8 +164,8 @@ class EmbeddedMetadataStore(MetadataStore):
         data = bytes(value)
         ephemeral = CreateOption.EPHEMERAL in options
 
-        version, created = await self._run(
-            _transaction(lambda conn: _put_locked(conn, path, data, expected_version, ephemeral))
+        version, created = await self._write(
+            lambda conn: _put_locked(conn, path, data, expected_version, ephemeral)
         )
         self._notify_created(created)
         if not created:
@@ -131,8 +184,8 @@ class EmbeddedMetadataStore(MetadataStore):
         data = bytes(value)
         ephemeral = CreateOption.EPHEMERAL in options
 
-        path, created = await self._run(
-            _transaction(lambda conn: _put_sequential_locked(conn, prefix, data, ephemeral))
+        path, created = await self._write(
+            lambda conn: _put_sequential_locked(conn, prefix, data, ephemeral)
         )
         self._notify_created(created)
         return path
@@ -140,7 +193,7 @@ class EmbeddedMetadataStore(MetadataStore):
     async def delete(self, path: str, expected_version: int | None = None) -> None:
         validate_path(path)
 
-        await self._run(_transaction(lambda conn: _delete_locked(conn, path, expected_version)))
+        await self._write(lambda conn: _delete_locked(conn, path, expected_version))
         self._notify(Notification(NotificationType.DELETED, path))
         self._notify(Notification(NotificationType.CHILDREN_CHANGED, parent_of(path)))
 
@@ -152,7 +205,7 @@ class EmbeddedMetadataStore(MetadataStore):
             rows = conn.execute("SELECT path FROM nodes WHERE parent=?", (path,)).fetchall()
             return sorted(row[0][len(prefix) :] for row in rows)
 
-        return await self._run(op)
+        return await self._read(op)
 
     async def exists(self, path: str) -> bool:
         validate_path(path)
@@ -162,11 +215,13 @@ class EmbeddedMetadataStore(MetadataStore):
         def op(conn: sqlite3.Connection) -> bool:
             return conn.execute("SELECT 1 FROM nodes WHERE path=?", (path,)).fetchone() is not None
 
-        return await self._run(op)
+        return await self._read(op)
 
     async def close(self) -> None:
         if self._closed:
             return
+        if self._committer is not None:  # the calls already accepted are answered first
+            await asyncio.gather(self._committer, return_exceptions=True)
 
         def end_session(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM nodes WHERE ephemeral=1")
@@ -179,18 +234,53 @@ class EmbeddedMetadataStore(MetadataStore):
             self._executor.shutdown(wait=False)
 
 
-def _transaction(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
-    """`fn` in one write transaction: committed whole, or rolled back when it raises."""
+@dataclass(slots=True)
+class _Failed:
+    """One write's own failure inside a group commit (the others may have succeeded)."""
 
-    def run(conn: sqlite3.Connection) -> T:
-        conn.execute("BEGIN IMMEDIATE")
+    error: MetadataStoreError
+
+
+def _answer(calls: list[_Call], outcomes: list[Any]) -> None:
+    for call, outcome in zip(calls, outcomes, strict=True):
+        if call.done.done():  # its caller was cancelled
+            continue
+        if isinstance(outcome, _Failed):
+            call.done.set_exception(outcome.error)
+        else:
+            call.done.set_result(outcome)
+
+
+def _group(calls: list[_Call]) -> Callable[[sqlite3.Connection], list[Any]]:
+    """``calls`` in order, their writes in one transaction, each in a savepoint: one that
+    raises is rolled back alone, and its outcome is the error (:class:`_Failed`)."""
+    writes = any(call.writes for call in calls)
+
+    def run(conn: sqlite3.Connection) -> list[Any]:
+        if writes:
+            conn.execute("BEGIN IMMEDIATE")
+        outcomes: list[Any] = []
         try:
-            result = fn(conn)
+            for call in calls:
+                if call.writes:
+                    conn.execute("SAVEPOINT write")
+                try:
+                    outcomes.append(call.op(conn))
+                except (MetadataStoreError, sqlite3.Error) as e:
+                    if call.writes:
+                        conn.execute("ROLLBACK TO write")
+                    if isinstance(e, sqlite3.Error):
+                        e = MetadataStoreError(f"metadata store failure: {e}")
+                    outcomes.append(_Failed(e))
+                if call.writes:
+                    conn.execute("RELEASE write")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if writes:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
-        return result
+        if writes:
+            conn.execute("COMMIT")
+        return outcomes
 
     return run
 

@@ -172,6 +172,7 @@ class Dispatcher(ABC):
             log.exception("dispatcher of %s failed", self.subscription)
         finally:
             self._reading = False
+            self._task = None  # not kept while idle (most subscriptions of a broker are)
 
     def _read_after(self, wait_s: float) -> None:
         if self._throttle_timer is not None:

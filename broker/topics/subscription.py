@@ -74,7 +74,9 @@ class Subscription:
         self.state = SubscriptionState.OPEN
         # Pulsar's InMemoryRedeliveryTracker: how often each entry was redelivered.
         self._redeliveries: dict[Position, int] = {}
-        self._timers: set[asyncio.TimerHandle] = set()
+        # Negative-ack timers: a dict as an ordered set (empty, 64 B to a set's 216; most
+        # subscriptions of a broker with thousands have none).
+        self._timers: dict[asyncio.TimerHandle, None] = {}
         self._ack_timeout_task: asyncio.Task[None] | None = None
         # Delivered (msgOutCounter, bytesOutCounter, msgRateOut...), redelivered
         # (msgRedeliverCounter, msgRateRedeliver); epoch ms of the last delivery and ack.
@@ -337,11 +339,11 @@ class Subscription:
         handle: asyncio.TimerHandle
 
         def fire() -> None:
-            self._timers.discard(handle)
+            self._timers.pop(handle, None)
             self.redeliver(consumer, wanted)
 
         handle = loop.call_later(delay, fire)
-        self._timers.add(handle)
+        self._timers[handle] = None
 
     def redeliver(self, consumer: Consumer, positions: Iterable[Position] | None = None) -> None:
         """Take entries back from a consumer and deliver them again, counting redeliveries;

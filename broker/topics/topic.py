@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 from typing import TYPE_CHECKING, Literal
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from pulsar_grpc.broker.topics.registry import TopicRegistry
 
 _ids = itertools.count(1)
+SYSTEM_PRODUCER = "pulsar.system"  # the producer name of broker-made entries (dead letters)
 
 
 class PersistentTopic:
@@ -58,7 +60,7 @@ class PersistentTopic:
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self._dedup = dedup
-        self._system_producer = Producer(self, "pulsar.system")
+        self._system_producer: Producer | None = None  # made at its first dead letter
         self._closed = False
         self._fencing: asyncio.Task[None] | None = None  # the close after a fence, kept alive
         # Rate limits (rate_policies.RatePolicies keeps them current): the publish rate of all
@@ -68,7 +70,8 @@ class PersistentTopic:
         self.rate_in = RateMeter()
         self.publish_throttle = Throttle(broker_default(self.config, RateKind.PUBLISH))
         # Set (and replaced) when the limits change: producers held back wake to the new ones.
-        self._limits_changed = asyncio.Event()
+        # Made by the first producer held back: most topics never are (an Event is 0.7 KB).
+        self._limits_changed: asyncio.Event | None = None
         self.dispatch_throttle = Throttle(
             broker_default(self.config, RateKind.DISPATCH), publish_rate=self.rate_in.rates
         )
@@ -94,7 +97,9 @@ class PersistentTopic:
                 config.brokerDeduplicationSnapshotFrequencyInSeconds,
             )
         topic = cls(registry, topic_name, ledger, dedup)
-        ledger.fenced.add_done_callback(topic._on_fenced)
+        # An empty context: the callback would otherwise keep a copy of the loading call's
+        # context (its CallContext, headers...) for the topic's whole life.
+        ledger.fenced.add_done_callback(topic._on_fenced, context=contextvars.Context())
         for name, cursor in ledger.cursors.items():
             if name != DEDUPLICATION_CURSOR:
                 topic.subscriptions[name] = Subscription(topic, name, cursor, config)
@@ -196,6 +201,8 @@ class PersistentTopic:
         began = loop.time()
         try:
             while wait > 0:
+                if self._limits_changed is None:
+                    self._limits_changed = asyncio.Event()
                 changed = self._limits_changed
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(wait):
@@ -208,8 +215,9 @@ class PersistentTopic:
     def set_rate_limits(self, limits: TopicLimits) -> None:
         """New limits, live: open producers and subscriptions are held to them at once."""
         self.publish_throttle.update(limits.publish)
-        changed, self._limits_changed = self._limits_changed, asyncio.Event()
-        changed.set()
+        changed, self._limits_changed = self._limits_changed, None
+        if changed is not None:
+            changed.set()
         self.dispatch_throttle.update(limits.dispatch)
         self.subscription_dispatch_limit = limits.subscription_dispatch
         for subscription in self.subscriptions.values():
@@ -221,8 +229,10 @@ class PersistentTopic:
     async def publish_system(self, batch: bytes, schema_version: bytes = b"") -> Position:
         """Publish a broker-made batch (dead-letter messages), its messages written with this
         topic's ``schema_version`` of a schema (empty: none)."""
+        if self._system_producer is None:
+            self._system_producer = Producer(self, SYSTEM_PRODUCER)
         producer = (
-            Producer(self, self._system_producer.name, schema_version=schema_version)
+            Producer(self, SYSTEM_PRODUCER, schema_version=schema_version)
             if schema_version
             else self._system_producer
         )

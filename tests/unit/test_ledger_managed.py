@@ -464,6 +464,6 @@ async def test_estimated_size_after_a_position_and_the_ledger_stats(env: Env) ->
     await ml.read_entry(positions[0])
     ml.stats.update()
     assert ml.stats.added.interval_messages == 7 and ml.stats.added.bytes == 70
-    assert ml.stats.entry_size.interval == [7, 0, 0, 0, 0, 0, 0, 0, 0]
+    assert ml.stats.entry_size.interval == (7, 0, 0, 0, 0, 0, 0, 0, 0)
     assert ml.stats.add_latency_ms.interval_count == 7
     assert ml.stats.read.interval_messages == 1

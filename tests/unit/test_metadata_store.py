@@ -398,6 +398,33 @@ async def test_embedded_persists_across_reopen(tmp_path: Path) -> None:
     assert (tmp_path / "metadata.db").exists()
 
 
+async def test_embedded_writes_together_fail_alone_and_survive_a_reopen(tmp_path: Path) -> None:
+    """Writes that arrive together are committed together (one fsync for a restart's
+    thousands of topic loads): one refused among them (a stale version) fails alone, and
+    the others are all there after a reopen."""
+    s = EmbeddedMetadataStore(tmp_path)
+    await s.put("/g/stale", b"0")
+    await s.put("/g/stale", b"1")
+    results = await asyncio.gather(
+        *(s.put(f"/g/n{i:02}", b"v") for i in range(50)),
+        s.put("/g/stale", b"x", expected_version=0),
+        s.delete("/g/absent"),
+        *(s.put(f"/g/m{i:02}", b"v") for i in range(50)),
+        return_exceptions=True,
+    )
+    assert results[:50] == [0] * 50 and results[52:] == [0] * 50
+    assert isinstance(results[50], BadVersionError)
+    assert isinstance(results[51], MetadataNotFoundError)
+    await s.close()
+    s = EmbeddedMetadataStore(tmp_path)
+    children = await s.get_children("/g")
+    assert children == sorted(
+        [f"n{i:02}" for i in range(50)] + [f"m{i:02}" for i in range(50)] + ["stale"]
+    )
+    assert await s.get("/g/stale") == GetResult(b"1", 1)
+    await s.close()
+
+
 async def test_embedded_drops_a_killed_predecessors_ephemeral_nodes(tmp_path: Path) -> None:
     crashed = EmbeddedMetadataStore(tmp_path)  # never closed before its successor opens
     await crashed.put("/brokers/me", b"", options=CreateOption.EPHEMERAL)
