@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 from hdrh.log import HistogramLogWriter
 
+from pulsar_grpc.broker.stalls import freeze_startup_heap
 from pulsar_grpc.cli.perf.flags import (
     DEFAULT_RUN_S,
     Verb,
@@ -255,6 +256,7 @@ def _measure(
     import uvloop
 
     rec = recorder or Recorder(label, spec.size)
+    freeze_startup_heap()  # no generation-2 walks of the imported modules mid-run
     try:
         uvloop.run(runner(spec, rec))
     except KeyboardInterrupt:  # Ctrl-C ends a run without a budget, as it ends pulsar-perf's
@@ -300,6 +302,7 @@ def _run_e2e(args: argparse.Namespace, spec: LoadSpec, log: HistogramLogWriter |
 
     produced = Recorder("e2e publish", spec.size, LineStyle.PRODUCED)
     received = Recorder("e2e receive", spec.size, LineStyle.RECEIVED, log)
+    freeze_startup_heap()
     try:
         counts = uvloop.run(e2e(spec, produced, received))
         lost = counts["sent"] - counts["received"]
