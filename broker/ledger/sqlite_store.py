@@ -10,8 +10,10 @@ happens before COMMIT returns), synchronous=FULL also survives power loss (fsync
 like BookKeeper's journalSyncData). Group commit amortizes that sync over every append that
 arrived while the previous commit was running.
 
-All SQLite work runs in one dedicated thread owning the only connection, so the event loop
-never blocks on disk and no locking between connections is needed.
+All reads and writes run in one dedicated thread owning the writing connection, so the event
+loop never blocks on disk and no locking between writers is needed. A checkpointer thread with a
+connection of its own copies the WAL back into the database (see _Checkpointer), so that a
+checkpoint never holds the writer.
 """
 
 from __future__ import annotations
