@@ -57,6 +57,7 @@ _DELETE_SLICE_MAX = 2000
 # WAL to about this much of the write rate, in checkpoints few enough to cost little.
 _CHECKPOINT_EVERY_S = 0.2
 
+# Store work that held its thread longer than this is logged at DEBUG (_log_slow)
 _SLOW_S = 0.005
 
 _SCHEMA = """
