@@ -52,6 +52,7 @@ from pulsar_grpc.broker.schema import SchemaPolicies, SchemaRegistry, SchemaStor
 from pulsar_grpc.broker.security.authentication import AuthenticationService
 from pulsar_grpc.broker.security.authorization import AuthorizationService
 from pulsar_grpc.broker.security.permissions import PermissionStore
+from pulsar_grpc.broker.stalls import StallMonitor
 from pulsar_grpc.broker.tls import read_tls_files
 from pulsar_grpc.broker.topics import PersistentTopic
 from pulsar_grpc.broker.topics.registry import TopicRegistry
@@ -102,6 +103,7 @@ class BrokerService:
         self.web: WebService | None = None
         self.load_reporter: LoadReporter | None = None
         self.stats_task: StatsTask | None = None
+        self.stalls: StallMonitor | None = None
         self.election: LeaderElection | None = None
         self._lock = DataDirectoryLock(Path(config.dataDirectory))
         self.state = ServiceState.OPEN
@@ -174,6 +176,8 @@ class BrokerService:
         )
         self.stats_task = StatsTask(topics, self.config.statsUpdateFrequencyInSecs)
         self.stats_task.start()
+        self.stalls = StallMonitor(self.config.statsUpdateFrequencyInSecs)
+        self.stalls.start()
         dynamic = self.dynamic_config = DynamicConfig(
             self.config, metadata, topics.rate_properties_changed
         )
@@ -231,6 +235,8 @@ class BrokerService:
             await self.dynamic_config.close()
         if self.stats_task is not None:
             await self.stats_task.close()
+        if self.stalls is not None:
+            await self.stalls.close()
         if self._topics is not None:
             await self._topics.close_all()
         if self._namespaces is not None:

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from pulsar_grpc.broker.stalls import freeze_startup_heap
+
 log = logging.getLogger("pulsar_grpc.serving")
 
 
@@ -57,6 +59,7 @@ def serve_until_signalled(service: Served, ready_line: Callable[[], str]) -> Non
         except BaseException:
             await service.close()
             raise
+        log.debug("%d start-up objects frozen", freeze_startup_heap())
         print(ready_line(), flush=True)
         try:
             await stop.wait()

@@ -66,6 +66,10 @@ InitialPosition = Literal["earliest", "latest"]
 _MB = 1024 * 1024
 
 
+def _ms_since(started: float) -> float:
+    return (time.monotonic() - started) * 1000
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -318,6 +322,7 @@ class ManagedLedger:
     async def _register_rollover(
         self, old: LedgerInfo, last_add: asyncio.Future[Position] | None
     ) -> None:
+        rolled = time.monotonic()
         # The old ledger's entry count goes into the metadata only once it is final.
         if last_add is not None:
             await asyncio.wait([last_add])
@@ -328,6 +333,8 @@ class ManagedLedger:
             log.exception("%s: cannot register ledger after rollover", self.name)
             self._fail_pending(e)
             return
+        # Until now the new ledger's entries were held back, committed or not: a latency spike.
+        log.debug("%s: ledger registered %.1f ms after rollover", self.name, _ms_since(rolled))
         self._drain()
         self.schedule_trim()
 

@@ -10,7 +10,11 @@ The families are Pulsar's (PrometheusMetricsGenerator, NamespaceStatsAggregator,
 ManagedLedgerMetrics): per topic with labels ``cluster``, ``namespace``, ``topic`` (and
 ``subscription``), per namespace (``pulsar_topics_count``, ``pulsar_ml_*``), and the process'
 own (``process_*``, ``python_gc_*``, prometheus-client's collectors, as Pulsar exports the
-JVM's). What the public Grafana dashboards query is checked in tests/e2e/test_dashboards.py.
+JVM's), with the stalls of the broker's event loop (broker/stalls.py): GC pauses per generation
+(``python_gc_pause_seconds``, as the JVM's ``jvm_gc_collection_seconds``) and the event loop's
+lag (``pulsar_broker_event_loop_lag_seconds``), each a histogram since start-up and the longest
+of the last stats interval (``..._max``). What the public Grafana dashboards query is checked in
+tests/e2e/test_dashboards.py.
 """
 
 from __future__ import annotations
@@ -21,10 +25,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from pulsar_grpc.broker.meters import ENTRY_LATENCY_BUCKETS_MS, ENTRY_SIZE_BUCKETS_BYTES, Buckets
+from pulsar_grpc.broker.stalls import PauseMeter, StallMonitor
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.ledger.stats import LedgerStats
@@ -90,6 +100,8 @@ class BrokerCollector(Collector):
         yield from self._topic_metrics()
         yield from self._process.collect()
         yield from self._gc.collect()
+        if self.service.stalls is not None:
+            yield from _stall_metrics(self.service.stalls)
 
     def _topic_metrics(self) -> Iterator[Metric]:
         cluster = self.service.config.clusterName
@@ -272,3 +284,34 @@ def _namespace_metrics(
     for family, overflow in families.values():
         yield family
         yield overflow
+
+
+def _stall_metrics(stalls: StallMonitor) -> Iterator[Metric]:
+    """GC pauses per generation and the event loop's lag: histograms, and the longest pause of
+    the last stats interval."""
+    families: list[tuple[str, str, list[str], list[tuple[list[str], PauseMeter]]]] = [
+        (
+            "python_gc_pause_seconds",
+            "Garbage collections of the broker process, by duration",
+            ["generation"],
+            [([str(gen)], meter) for gen, meter in stalls.gc.items()],
+        ),
+        (
+            "pulsar_broker_event_loop_lag_seconds",
+            "How late the event loop ran a timer: how long it was held by something else",
+            [],
+            [([], stalls.lag)],
+        ),
+    ]
+    for name, doc, labels, meters in families:
+        histogram = HistogramMetricFamily(name, doc, labels=labels)
+        longest = _gauge(f"{name}_max", f"{doc}: the longest of the last stats interval", labels)
+        for values, meter in meters:
+            histogram.add_metric(values, _buckets(meter), meter.sum)
+            longest.add_metric(values, meter.interval_max)
+        yield histogram
+        yield longest
+
+
+def _buckets(meter: PauseMeter) -> list[tuple[str, float]]:
+    return [(le, float(n)) for le, n in meter.cumulative()]

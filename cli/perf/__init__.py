@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 from hdrh.log import HistogramLogWriter
 
+from pulsar_grpc.broker.stalls import freeze_startup_heap
 from pulsar_grpc.cli.perf import curves
 from pulsar_grpc.cli.perf.flags import (
     DEFAULT_RUN_S,
@@ -274,6 +275,7 @@ def _run_e2e(args: argparse.Namespace, spec: LoadSpec, log: HistogramLogWriter |
         return _run_e2e_separate(args, spec)
     produced = Recorder("e2e publish", spec.size, LineStyle.PRODUCED)
     received = Recorder("e2e receive", spec.size, LineStyle.RECEIVED, log)
+    freeze_startup_heap()
     try:
         counts = uvloop.run(e2e(spec, produced, received))
         lost = counts["sent"] - counts["received"]

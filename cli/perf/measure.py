@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from pulsar_grpc.broker.stalls import freeze_startup_heap
 from pulsar_grpc.cli.perf.spec import LoadSpec
 from pulsar_grpc.cli.perf.stats import Recorder
 
@@ -26,6 +27,7 @@ def measure(
     import uvloop
 
     rec = recorder or Recorder(label, spec.size)
+    freeze_startup_heap()  # no generation-2 walks of the imported modules mid-run
     try:
         uvloop.run(runner(spec, rec))
     except KeyboardInterrupt:  # Ctrl-C ends a run without a budget, as it ends pulsar-perf's

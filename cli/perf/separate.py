@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from pulsar_grpc.broker.stalls import freeze_startup_heap
 from pulsar_grpc.cli.perf.load import consume_stamped, produce_stamped
 from pulsar_grpc.cli.perf.measure import measure, result
 from pulsar_grpc.cli.perf.procs import wait_ready
@@ -128,6 +129,7 @@ def consumer_main() -> None:
         expected = asyncio.get_running_loop().run_in_executor(None, _expected_from_stdin)
         return await consume_stamped(spec, rec, subscribed, expected)
 
+    freeze_startup_heap()  # as the producing side: no generation-2 walks mid-run
     try:
         counts = uvloop.run(main())
         end_to_end = result("e2e receive", spec, rec)  # folds (and logs) the last interval

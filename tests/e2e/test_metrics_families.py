@@ -92,3 +92,7 @@ async def test_topic_namespace_and_process_families(
 
     assert value("process_cpu_seconds_total") > 0
     assert ("python_gc_objects_collected_total", frozenset({("generation", "0")})) in samples
+    # The event loop's stalls (broker/stalls.py): GC pauses per generation and the loop's lag.
+    assert ("python_gc_pause_seconds_count", frozenset({("generation", "2")})) in samples
+    assert value("pulsar_broker_event_loop_lag_seconds_count") > 0
+    assert ("pulsar_broker_event_loop_lag_seconds_max", frozenset()) in samples
