@@ -37,7 +37,9 @@ from ._compression import CompressionType
 from ._crypto_keys import (
     DATA_KEY_SIZE,
     NONCE_SIZE,
+    EncryptionKeyInfo,
     KeyReader,
+    PrivateKey,
     PublicKey,
     load_private_key,
     load_public_key,
@@ -52,6 +54,13 @@ ALGORITHM = "AES-256-GCM"
 DATA_KEY_ROTATION_S = 4 * 3600.0  # Pulsar's producer renews its data key every 4 hours
 DATA_KEY_CACHE_SIZE = 100  # unwrapped data keys a consumer keeps (a producer rotates rarely)
 MISS_RETRY_S = 30.0  # how long a consumer trusts that its reader has no key for a data key
+# Keys of one batch a consumer tries: a producer names a few, and each try may cost a private
+# key operation, so a batch listing thousands (anyone who may produce can send one) must not
+# hold the consumer's event loop for minutes.
+MAX_KEYS_TRIED = 16
+# Private keys kept loaded, by their PEM bytes: loading and checking an RSA key costs ~35 ms,
+# and a reader typically gives the same key for every name it is asked.
+PRIVATE_KEY_CACHE_SIZE = 16
 
 
 class ConsumerCryptoFailureAction(IntEnum):
@@ -227,6 +236,7 @@ class EntryDecryptor:
         self.action = ConsumerCryptoFailureAction(action)
         self._cache: _Lru[bytes, bytes] = _Lru(cache_size)
         self._misses: _Lru[bytes, float] = _Lru(cache_size)  # key list digest -> retry time
+        self._private_keys: _Lru[bytes, PrivateKey] = _Lru(PRIVATE_KEY_CACHE_SIZE)
         self._clock = clock
 
     def decrypt(self, entry: pb.DeliveredEntry) -> CryptoFailure | None:
@@ -244,9 +254,12 @@ class EntryDecryptor:
             )
         if self.reader is None:
             return self._failed(f"{where} is encrypted and the consumer has no crypto_key_reader")
-        data_key = self._data_key(encryption.keys)
+        keys = encryption.keys[:MAX_KEYS_TRIED]
+        data_key = self._data_key(keys)
         if data_key is None:
-            names = ", ".join(repr(k.key) for k in encryption.keys) or "none"
+            names = ", ".join(repr(k.key[:64]) for k in keys[:4]) or "none"
+            if len(encryption.keys) > 4:
+                names += f" and {len(encryption.keys) - 4} more"
             return self._failed(
                 f"{where} is encrypted for keys {names}: the crypto_key_reader has no private "
                 "key that unwraps its data key"
@@ -284,13 +297,21 @@ class EntryDecryptor:
                 info = self.reader.get_private_key(key.key, dict(key.metadata))
                 if info is None:
                     continue
-                data_key = unwrap(load_private_key(key.key, info), key.value)
+                data_key = unwrap(self._private_key(key.key, info), key.value)
             except Exception as exc:  # the reader's, the key's or the unwrapping's
                 log.debug("key %r does not unwrap the data key: %s", key.key, exc)
                 continue
             self._cache.put(key.value, data_key)
             return data_key
         return None
+
+    def _private_key(self, name: str, info: EncryptionKeyInfo) -> PrivateKey:
+        """``info``'s key, loaded once for all the names a reader gives it under."""
+        key = self._private_keys.get(info.key)
+        if key is None:
+            key = load_private_key(name, info)
+            self._private_keys.put(info.key, key)
+        return key
 
 
 def producer_encryptor(

@@ -45,7 +45,7 @@ class EncryptionKeyInfo:
     """A key as a CryptoKeyReader gives it (Pulsar's EncryptionKeyInfo): PEM bytes, and
     metadata that travels with the wrapped data key (e.g. a key version)."""
 
-    key: bytes
+    key: bytes = field(repr=False)  # a private key's PEM must not end up in a log line
     metadata: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -51,12 +51,22 @@ class EncryptedMessage(Message):
         self._failure = failure
 
     def raise_if_failed(self) -> None:
-        """Under FAIL, the error the application gets instead of this message."""
+        """Under FAIL, the error the application gets instead of this message; the error's
+        ``position`` says how far a reader got (:meth:`last_position`)."""
         if self._failure.action is ConsumerCryptoFailureAction.FAIL:
-            raise CryptoError(
+            error = CryptoError(
                 f"{self._failure.reason} (crypto_failure_action=FAIL: not acknowledged, the "
                 "broker redelivers it)"
             )
+            error.position = self.last_position()
+            raise error
+
+    def last_position(self) -> MessageId:
+        """The id of the batch's last message: what the broker's last message id is when this
+        batch ends the topic (a reader compares the two to know it read everything)."""
+        entry = self._origin.entry
+        last = max(entry.compressed.num_messages - 1, 0)
+        return MessageId(entry.ledger_id, entry.entry_id, last, self._origin.partition)
 
     def encryption_context(self) -> EncryptionContext | None:
         """How the payload is encrypted (keys, algorithm, nonce, compression, sizes)."""
@@ -104,7 +114,8 @@ def undecryptable(
 ) -> list[Message]:
     """The messages ``stream`` queues for an entry it could not decrypt (see the module doc);
     gives back the permits of the batch's other messages, and under DISCARD acks it."""
-    permits = max(entry.compressed.num_messages, 1)
+    # What the broker charged: the batch's messages less those acked before (a redelivery).
+    permits = max(entry.compressed.num_messages - len(entry.acked_batch_indexes), 1)
     action, topic = failure.action, stream.topic
     if action is ConsumerCryptoFailureAction.DISCARD:
         log.warning("%s: %s: discarded (crypto_failure_action=DISCARD)", topic, failure.reason)

@@ -29,11 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import IntEnum
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import grpc
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
+
+if TYPE_CHECKING:
+    from ._message import MessageId
 
 ERROR_CODE_KEY = "pulsar-error-code"
 # A call refused because another broker owns the topic names the owner's gRPC addresses
@@ -328,9 +331,12 @@ class TopicTerminated(PulsarException):
 
 
 class CryptoError(PulsarException):
-    """pulsar-client's name for an encryption failure (this client does not encrypt)."""
+    """pulsar-client's name for an encryption failure: no key to decrypt a batch, a key that
+    cannot be read, or a namespace that requires encryption refusing a plain batch."""
 
     result_code = Result.CryptoError
+    # The batch's last message id when a consumer or reader failed to decrypt a batch.
+    position: MessageId | None = None
 
 
 class IncompatibleSchema(PulsarException):
@@ -493,6 +499,10 @@ def error_from_rpc(err: RpcErrorLike) -> PulsarException:
     cls: type[PulsarException]
     if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
         cls = MessageTooBig
+    elif code == pb.MetadataError and status == grpc.StatusCode.FAILED_PRECONDITION:
+        # Pulsar's answer to an unencrypted batch on an encryption_required namespace: the
+        # producer must encrypt, so it is not the retried broker fault MetadataError means.
+        cls = CryptoError
     elif code is not None and code in _BY_CODE:
         cls = _BY_CODE[code]
     else:

@@ -409,6 +409,8 @@ class PartitionConsumer:
                     self.want_one()  # the message a receive() asked for was stale
             else:
                 self._queue.put_many(messages)
+                if not messages and not self.config.receiver_queue_size and self._queue.waiting:
+                    self.want_one()  # the one message asked for was discarded (DISCARD)
         elif kind in ("ack_receipt", "seek_done", "unsubscribed", "redeliver_done"):
             request_id = getattr(response, kind).request_id
             self._dropping.discard(request_id)

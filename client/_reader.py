@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from ._consumer import Consumer
-from ._errors import AlreadyClosed
+from ._crypto_message import EncryptedMessage
+from ._errors import AlreadyClosed, CryptoError
 from ._message import Message, MessageId
 
 LastMessageId = Callable[[str], Awaitable[MessageId | None]]
@@ -59,11 +60,24 @@ class Reader:
 
         >>> msg = await reader.read_next(timeout_millis=500)
         """
-        message = await self._consumer.receive(timeout_millis, timeout_ms=timeout_ms)
-        index = max(message.partition, 0)
-        self._read[index] = message.message_id()
-        self._inclusive[index] = False
+        try:
+            message = await self._consumer.receive(timeout_millis, timeout_ms=timeout_ms)
+        except CryptoError as exc:  # a batch it cannot decrypt (FAIL) was read all the same
+            if exc.position is not None:
+                self._passed(exc.position)
+            raise
+        if isinstance(message, EncryptedMessage):  # CONSUME: the whole batch in one message
+            self._passed(message.last_position())
+        else:
+            self._passed(message.message_id())
         return message
+
+    def _passed(self, message_id: MessageId) -> None:
+        """The reader got to ``message_id`` in its partition (what has_message_available
+        compares with the broker's last id)."""
+        index = max(message_id.partition, 0)
+        self._read[index] = message_id
+        self._inclusive[index] = False
 
     async def has_message_available(self) -> bool:
         """Whether :meth:`read_next` would return a message now or once it arrives: asks the

@@ -7,7 +7,9 @@ Two kinds of source, each in two flavours:
 - the ledger store (entries and cursor-state rows): the embedded ``ledgers.db``, or the
   cluster's shared PostgreSQL.
 
-None of them can write. SQLite files are opened with ``mode=ro`` URIs (a running broker is
+None of them can write. SQLite files are opened with ``mode=ro`` URIs, or ``immutable=1`` when
+no write-ahead log is beside them (no broker has them open; SQLite would otherwise create an
+empty log next to them) (a running broker is
 never blocked: in WAL mode a reader and the writer do not wait on each other; each query is its
 own short read transaction, so a checkpoint is never held back for long). ZooKeeper is read
 with plain gets (no watch, no node created, no lock or ownership taken: the session holds no
@@ -77,9 +79,13 @@ class LedgerSource(Protocol):
 def _open_sqlite_ro(path: Path, what: str) -> sqlite3.Connection:
     if not path.is_file():
         raise StorageUnavailableError(f"no {what} at {path}")
+    # Without a write-ahead log beside it no broker has the file open (its last connection
+    # removed the log when it closed): read it as immutable, or SQLite would create an empty
+    # -wal and -shm next to a stopped broker's data (or fail on read-only media).
+    mode = "ro" if path.with_name(path.name + "-wal").exists() else "ro&immutable=1"
     try:
         conn = sqlite3.connect(
-            path.resolve().as_uri() + "?mode=ro", uri=True, timeout=5, check_same_thread=False
+            path.resolve().as_uri() + f"?mode={mode}", uri=True, timeout=5, check_same_thread=False
         )
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as e:

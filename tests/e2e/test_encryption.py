@@ -322,7 +322,33 @@ async def test_reader_decrypts_and_consume_reader_sees_ciphertext(broker: Broker
         )
         batches = await receive_n(raw, 3)
         assert all(m.encryption_context() is not None for m in batches)
+        assert not await raw.has_message_available()  # the last batch ends the topic
         await assert_nothing_more(raw)
+        failing = await client.create_reader("enc-reader", "earliest")  # FAIL, no key
+        errors = 0
+        while await failing.has_message_available():  # ends: each failed batch counts as read
+            with pytest.raises(CryptoError, match="no crypto_key_reader"):
+                await failing.read_next(timeout_millis=5000)
+            errors += 1
+        assert errors == 3
+
+
+async def test_a_zero_queue_consumer_goes_on_after_a_discarded_batch(
+    broker: BrokerThread,
+) -> None:
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe(
+            "enc-zero",
+            "s",
+            initial_position="Earliest",
+            receiver_queue_size=0,
+            crypto_failure_action=ConsumerCryptoFailureAction.DISCARD,
+        )
+        await publish(client, "enc-zero", public_only(RSA), batching_max_messages=1)
+        producer = await client.create_producer("enc-zero")
+        await producer.send(b"plain after the encrypted ones")
+        received = await asyncio.wait_for(consumer.receive(), 20)  # not a hang
+        assert received.data() == b"plain after the encrypted ones"
 
 
 async def test_producer_errors(broker: BrokerThread) -> None:

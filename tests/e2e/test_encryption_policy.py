@@ -15,6 +15,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
+from pulsar_grpc import Client, CryptoError
 from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.cli.main import main
 from pulsargrpc.v1 import pulsar_pb2 as pb
@@ -207,3 +208,18 @@ async def test_a_policy_set_on_another_broker_reaches_the_owner(
         await set_required(other.broker, True)
         await eventually(lambda: plain_is_refused(channel, topic.full_name), timeout=20)
         assert_refused_as_pulsar_does(await producer.refused(batch(1, [b"after"])))
+
+
+async def test_a_plain_sdk_producer_fails_at_once_with_the_brokers_reason(
+    broker: BrokerThread, channel: grpc.aio.Channel
+) -> None:
+    """The SDK does not retry the refusal until its send timeout: the producer must encrypt,
+    and the application is told so in the broker's words."""
+    await set_required(broker, True)
+    await eventually(lambda: plain_is_refused(channel, "sdk-plain"), timeout=20)
+    async with Client(broker.service_url) as client:
+        producer = await client.create_producer("sdk-plain", send_timeout_millis=60_000)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(CryptoError, match=REFUSAL):
+            await producer.send(b"in clear")
+        assert asyncio.get_running_loop().time() - started < 30  # not the send timeout

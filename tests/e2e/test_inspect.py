@@ -194,8 +194,10 @@ async def test_inspect_a_standalone_running_stopped_and_killed(
     docs = [json.loads(line) for line in lines.stdout.splitlines()]
     assert len(docs) == 7 and docs[6]["messages"][0]["payload"] == b"while inspecting".hex()
 
-    # (b) after a graceful stop: the ledger closed, the same counts, the same cursor
+    # (b) after a graceful stop: the ledger closed, the same counts, the same cursor; and
+    # the stopped broker's directory is left exactly as it was (no SQLite -wal/-shm made)
     assert broker.stop() == 0
+    files_before = sorted(p.name for p in data.rglob("*"))
     with open_storage(data) as inspector:
         rows = ledger_rows(inspector)
         assert [r[:3] for r in rows] == [r[:3] for r in stats_rows(stats)]
@@ -216,6 +218,7 @@ async def test_inspect_a_standalone_running_stopped_and_killed(
     assert raw.returncode == 0 and "payload=" not in raw.stdout, raw.stderr
     assert sorted(p.name for p in payloads.iterdir()) == [f"{ledger}-5-{i}.bin" for i in range(4)]
     assert (payloads / f"{ledger}-5-3.bin").read_bytes() == b"z" * 100 + b"3"
+    assert sorted(p.name for p in data.rglob("*")) == files_before
 
     # (c) after a kill -9: every message that had a receipt is there
     broker = standalone_factory(data)

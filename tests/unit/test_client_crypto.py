@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from pulsar_grpc.client import ConsumerCryptoFailureAction, CryptoError, CryptoKeyReader
 from pulsar_grpc.client._compression import CompressionType, compress_batch, decompress_entry
 from pulsar_grpc.client._crypto import (
+    MAX_KEYS_TRIED,
     MISS_RETRY_S,
     BatchEncryptor,
     EntryDecryptor,
@@ -224,3 +225,25 @@ def test_a_consumer_without_the_key_asks_its_reader_once_per_data_key_until_retr
     entry = seal(producer)
     assert decryptor.decrypt(entry) is None and reader.asked == 2
     assert payloads(entry) == [b"m0", b"m1", b"m2"]
+
+
+def test_a_batch_listing_thousands_of_keys_costs_a_bounded_number_of_tries() -> None:
+    """Anyone who may produce can list many keys: the consumer tries MAX_KEYS_TRIED of them,
+    loads its private key once, and names only a few in the failure."""
+    reader = Counting(RSA)
+    decryptor = EntryDecryptor(reader)
+    entry = seal(BatchEncryptor(["k"], EC))  # for the EC key: RSA's never unwraps it
+    real = entry.compressed.encryption.keys[0]
+    bogus = [pb.EncryptionKey(key=f"bogus-{i}", value=real.value) for i in range(5000)]
+    del entry.compressed.encryption.keys[:]
+    entry.compressed.encryption.keys.extend(bogus)
+    failure = decryptor.decrypt(entry)
+    assert failure is not None
+    assert reader.asked == MAX_KEYS_TRIED
+    assert "'bogus-0'" in failure.reason and "and 4996 more" in failure.reason
+    assert "'bogus-10'" not in failure.reason and len(failure.reason) < 400
+
+
+def test_a_key_info_does_not_show_its_key() -> None:
+    info = EncryptionKeyInfo(b"-----BEGIN PRIVATE KEY-----secret", {"v": "1"})
+    assert "secret" not in repr(info) and "'v'" in repr(info)
