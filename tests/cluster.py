@@ -251,6 +251,20 @@ def start_brokers(
     return members
 
 
+@pytest.fixture
+def zk_postgres_cluster(
+    broker_factory: Callable[..., BrokerThread],
+    zookeeper: ZooKeeperServer,
+    zk_chroot: str,
+    postgres_url: str,
+) -> list[BrokerMember]:
+    """:func:`start_brokers` on the test's ZooKeeper chroot, sharing one PostgreSQL ledger
+    store (the module using it imports the zookeeper and postgres fixtures)."""
+    return start_brokers(
+        broker_factory, f"zk:{zookeeper.hosts}{zk_chroot}", ledgerStorageUrl=postgres_url
+    )
+
+
 def one_topic_per_bundle(prefix: str = "spread", count: int = 4) -> list[TopicName]:
     """Topics of public/default, one in each of its ``count`` bundles (4 by default), in
     bundle order."""

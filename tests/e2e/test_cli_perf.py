@@ -41,6 +41,18 @@ def run_perf(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[dict, str]
     return json.loads(out), err
 
 
+def logged_count(log: Path) -> int:
+    """How many latencies an HdrHistogram log (pulsar-perf's --histogram-file) holds."""
+    reader = HistogramLogReader(str(log), HdrHistogram(1, 600_000_000, 3))
+    counted = 0
+    try:
+        while (interval := reader.get_next_interval_histogram()) is not None:
+            counted += interval.get_total_count()
+    finally:
+        reader.close()
+    return counted
+
+
 def test_pulsar_perfs_defaults_and_flag_names() -> None:
     parser = build_parser()
     produce = parser.parse_args(["perf", "produce", "my-topic"])
@@ -94,14 +106,7 @@ def test_produce_prints_pulsar_perfs_line_and_logs_hdr_histograms(
     # The histogram log: pulsar-perf's header, and every measured send in its intervals.
     text = log.read_text()
     assert text.startswith("#[Histogram log format version 1.2]\n"), text[:200]
-    reader = HistogramLogReader(str(log), HdrHistogram(1, 600_000_000, 3))
-    counted = 0
-    try:
-        while (interval := reader.get_next_interval_histogram()) is not None:
-            counted += interval.get_total_count()
-    finally:
-        reader.close()
-    assert counted == 3000
+    assert logged_count(log) == 3000
 
 
 def test_consume_measures_latency_from_publish_time(

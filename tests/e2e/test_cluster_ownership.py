@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 
 import aiohttp
 import grpc
@@ -25,28 +24,26 @@ from tests.cluster import (
     lookup_path,
     one_topic_per_bundle,
     place,
-    start_brokers,
+    zk_postgres_cluster,
 )
 from tests.e2e.messaging import receive_n
 from tests.e2e.wire import stub
 from tests.postgres import postgres_server, postgres_url
-from tests.support import BrokerThread
 from tests.waiting import eventually
 from tests.zookeeper import ZooKeeperServer, end_session, zk_chroot, zookeeper
 
-__all__ = ["postgres_server", "postgres_url", "zk_chroot", "zookeeper"]  # fixtures
+__all__ = [  # fixtures
+    "postgres_server",
+    "postgres_url",
+    "zk_chroot",
+    "zk_postgres_cluster",
+    "zookeeper",
+]
 
 
 @pytest.fixture
-def cluster(
-    broker_factory: Callable[..., BrokerThread],
-    zookeeper: ZooKeeperServer,
-    zk_chroot: str,
-    postgres_url: str,
-) -> list[BrokerMember]:
-    return start_brokers(
-        broker_factory, f"zk:{zookeeper.hosts}{zk_chroot}", ledgerStorageUrl=postgres_url
-    )
+def cluster(zk_postgres_cluster: list[BrokerMember]) -> list[BrokerMember]:
+    return zk_postgres_cluster
 
 
 def loaded(service: BrokerService) -> set[str]:

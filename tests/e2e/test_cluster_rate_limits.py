@@ -5,34 +5,31 @@ Policies node in ZooKeeper)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import grpc
 import pytest
 
 from pulsar_grpc.broker.naming import TopicName
-from tests.cluster import BrokerMember, place, start_brokers
+from tests.cluster import BrokerMember, place, zk_postgres_cluster
 from tests.e2e.ratelimit_support import Flood, within
 from tests.e2e.test_authorization import http
 from tests.postgres import postgres_server, postgres_url
-from tests.support import BrokerThread
-from tests.zookeeper import ZooKeeperServer, zk_chroot, zookeeper
+from tests.zookeeper import zk_chroot, zookeeper
 
-__all__ = ["postgres_server", "postgres_url", "zk_chroot", "zookeeper"]  # fixtures
+__all__ = [
+    "postgres_server",
+    "postgres_url",
+    "zk_chroot",
+    "zk_postgres_cluster",
+    "zookeeper",
+]  # fixtures
 
 RATE_PATH = "/admin/v2/namespaces/public/default/publishRate"
 
 
 @pytest.fixture
-def cluster(
-    broker_factory: Callable[..., BrokerThread],
-    zookeeper: ZooKeeperServer,
-    zk_chroot: str,
-    postgres_url: str,
-) -> list[BrokerMember]:
-    return start_brokers(
-        broker_factory, f"zk:{zookeeper.hosts}{zk_chroot}", ledgerStorageUrl=postgres_url
-    )
+def cluster(zk_postgres_cluster: list[BrokerMember]) -> list[BrokerMember]:
+    return zk_postgres_cluster
 
 
 async def set_rate(member: BrokerMember, messages: int) -> None:

@@ -19,15 +19,21 @@ from pulsar_grpc import Client, CryptoError
 from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.cli.main import main
 from pulsargrpc.v1 import pulsar_pb2 as pb
-from tests.cluster import BrokerMember, place, start_brokers
+from tests.cluster import BrokerMember, place, zk_postgres_cluster
 from tests.e2e.test_authorization import http
 from tests.e2e.wire import batch, error_code, stub
 from tests.postgres import postgres_server, postgres_url
 from tests.support import BrokerThread
 from tests.waiting import eventually
-from tests.zookeeper import ZooKeeperServer, zk_chroot, zookeeper
+from tests.zookeeper import zk_chroot, zookeeper
 
-__all__ = ["postgres_server", "postgres_url", "zk_chroot", "zookeeper"]  # fixtures
+__all__ = [
+    "postgres_server",
+    "postgres_url",
+    "zk_chroot",
+    "zk_postgres_cluster",
+    "zookeeper",
+]  # fixtures
 
 POLICY_PATH = "/admin/v2/namespaces/public/default/encryptionRequired"
 REFUSAL = "Messages must be encrypted"
@@ -185,15 +191,8 @@ async def test_the_policy_survives_a_restart(broker_factory: Callable[..., Broke
 
 
 @pytest.fixture
-def cluster(
-    broker_factory: Callable[..., BrokerThread],
-    zookeeper: ZooKeeperServer,
-    zk_chroot: str,
-    postgres_url: str,
-) -> list[BrokerMember]:
-    return start_brokers(
-        broker_factory, f"zk:{zookeeper.hosts}{zk_chroot}", ledgerStorageUrl=postgres_url
-    )
+def cluster(zk_postgres_cluster: list[BrokerMember]) -> list[BrokerMember]:
+    return zk_postgres_cluster
 
 
 async def test_a_policy_set_on_another_broker_reaches_the_owner(
