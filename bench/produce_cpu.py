@@ -13,35 +13,26 @@ spends per message does much less. The SDK producer is bound by its process's co
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 from dataclasses import replace
 
 import uvloop
 
+from bench.broker_memory import cpu_s
 from pulsar_grpc.cli.perf.load import produce_sdk
-from pulsar_grpc.cli.perf.procs import CEILING, child, standalone
+from pulsar_grpc.cli.perf.procs import ceiling_server, standalone
 from pulsar_grpc.cli.perf.raw import produce_raw
 from pulsar_grpc.cli.perf.spec import LoadSpec
 from pulsar_grpc.cli.perf.stats import Recorder
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid: int) -> float:
-    """utime + stime of a process, in seconds."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def _run(label: str, runner: object, spec: LoadSpec, server_pid: int) -> float:
     """One run; prints msg/s and µs of CPU per message (load process, server); returns the
     load process's."""
     rec = Recorder(label, spec.size)
-    cpu, server, wall = time.process_time(), _cpu_s(server_pid), time.perf_counter()
+    cpu, server, wall = time.process_time(), cpu_s(server_pid), time.perf_counter()
     uvloop.run(runner(spec, rec))  # type: ignore[operator]
-    cpu, server = time.process_time() - cpu, _cpu_s(server_pid) - server
+    cpu, server = time.process_time() - cpu, cpu_s(server_pid) - server
     wall = time.perf_counter() - wall
     n = rec.count
     print(
@@ -57,9 +48,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     args = parser.parse_args()
     spec = LoadSpec(service_url="", topics=("c",), messages=args.messages, interval=3600)
-    code = "from pulsar_grpc.cli.perf.raw import serve_ceiling; serve_ceiling()"
-    with child([sys.executable, "-c", code], CEILING, "ceiling server") as (match, pid):
-        url = f"grpc://127.0.0.1:{match.group(1)}"
+    with ceiling_server() as (url, pid):
         ceiling = _run("ceiling", produce_raw, replace(spec, service_url=url), pid)
     with standalone() as broker:
         on_broker = replace(spec, service_url=broker.service_url)

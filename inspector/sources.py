@@ -30,6 +30,7 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from pulsar_grpc.broker.ledger.sqlite_store import ENTRY_BITS, ENTRY_MASK
 from pulsar_grpc.broker.ledger.store import LedgerStats
 from pulsar_grpc.inspector.model import CorruptDataError, StorageUnavailableError
 
@@ -44,9 +45,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-_ENTRY_BITS = 32  # the embedded store's rowid is ledger_id << 32 | entry_id (sqlite_store.py)
-_ENTRY_MASK = (1 << _ENTRY_BITS) - 1
 
 
 class MetadataSource(Protocol):
@@ -147,24 +145,24 @@ class SqliteLedgerSource:
         return {name: bytes(state) for name, state in rows}
 
     def ledger_stats(self, ledger_id: int) -> LedgerStats:
-        lo, hi = ledger_id << _ENTRY_BITS, (ledger_id << _ENTRY_BITS) | _ENTRY_MASK
+        lo, hi = ledger_id << ENTRY_BITS, (ledger_id << ENTRY_BITS) | ENTRY_MASK
         ((last, size),) = _sqlite_query(
             self._conn,
             self._path,
             "SELECT max(id), total(length(data)) FROM entries WHERE id BETWEEN ? AND ?",
             (lo, hi),
         )
-        return LedgerStats(0 if last is None else (last & _ENTRY_MASK) + 1, int(size))
+        return LedgerStats(0 if last is None else (last & ENTRY_MASK) + 1, int(size))
 
     def read(self, ledger_id: int, first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
-        base = ledger_id << _ENTRY_BITS
+        base = ledger_id << ENTRY_BITS
         rows = _sqlite_query(
             self._conn,
             self._path,
             "SELECT id, data FROM entries WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?",
             (base | first, base | last, limit),
         )
-        return [(key & _ENTRY_MASK, bytes(data)) for key, data in rows]
+        return [(key & ENTRY_MASK, bytes(data)) for key, data in rows]
 
     def close(self) -> None:
         self._conn.close()

@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_ENTRY_BITS = 32
-_ENTRY_MASK = (1 << _ENTRY_BITS) - 1
+# An entry's rowid is ledger_id << ENTRY_BITS | entry_id (the inspector reads the same layout).
+ENTRY_BITS = 32
+ENTRY_MASK = (1 << ENTRY_BITS) - 1
 # Deleting a ledger in slices lets appends interleave instead of waiting behind one big
 # delete transaction in the single worker thread: a commit waits for one slice at most. A slice
 # is sized to take about _DELETE_SLICE_S, since what an entry costs to delete varies with its
@@ -82,7 +83,7 @@ def _log_slow(started: float, what: str, *args: object) -> None:
 
 
 def _key(ledger_id: int, entry_id: int) -> int:
-    return (ledger_id << _ENTRY_BITS) | entry_id
+    return (ledger_id << ENTRY_BITS) | entry_id
 
 
 class _Checkpointer:
@@ -263,25 +264,25 @@ class SqliteLedgerStore(GroupCommittedStore):
                 cur = conn.execute(
                     "SELECT id, data FROM entries WHERE id BETWEEN ? AND ? ORDER BY id", (lo, hi)
                 )
-                out.extend((k >> _ENTRY_BITS, k & _ENTRY_MASK, d) for k, d in cur)
+                out.extend((k >> ENTRY_BITS, k & ENTRY_MASK, d) for k, d in cur)
             return out
 
         return await self._run(op)
 
     async def ledger_stats(self, ledger_id: int) -> LedgerStats:
-        lo, hi = _key(ledger_id, 0), _key(ledger_id, _ENTRY_MASK)
+        lo, hi = _key(ledger_id, 0), _key(ledger_id, ENTRY_MASK)
 
         def op(conn: sqlite3.Connection) -> LedgerStats:
             last, size = conn.execute(
                 "SELECT max(id), total(length(data)) FROM entries WHERE id BETWEEN ? AND ?",
                 (lo, hi),
             ).fetchone()
-            return LedgerStats(0 if last is None else (last & _ENTRY_MASK) + 1, int(size))
+            return LedgerStats(0 if last is None else (last & ENTRY_MASK) + 1, int(size))
 
         return await self._run(op)
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        lo, end = _key(ledger_id, 0), _key(ledger_id, _ENTRY_MASK)
+        lo, end = _key(ledger_id, 0), _key(ledger_id, ENTRY_MASK)
         size = _DELETE_SLICE_FIRST
 
         def op(conn: sqlite3.Connection) -> tuple[int, float]:

@@ -107,7 +107,7 @@ def _run_load(args: argparse.Namespace) -> int:
         return _run_all(args)
     if args.verb == "ceiling":
         spec = _spec(args, "", ("ceiling",))
-        with ceiling_server() as url:
+        with ceiling_server() as (url, _):
             result, rec = measure("ceiling", produce_raw, replace(spec, service_url=url))
         return _finish(args, [result], [rec], ok=succeeded(result))
     try:
@@ -326,7 +326,7 @@ def _e2e_finish(
 def _run_all(args: argparse.Namespace) -> int:
     spec = _spec(args, "", ("",))
     report: dict[str, Any] = {"machine": machine(), "settings": _settings(args, spec)}
-    with ceiling_server() as url:
+    with ceiling_server() as (url, _):
         ceiling, _ = measure("ceiling", produce_raw, replace(spec, service_url=url, topics=("c",)))
     report["ceiling"] = ceiling
     rows = [{**ceiling, "durability": "none (no broker)"}]

@@ -95,8 +95,9 @@ def standalone(*extra: str, data: str | None = None) -> Iterator[Broker]:
 
 
 @contextmanager
-def ceiling_server() -> Iterator[str]:
-    """The bare-stream server in its own process, like the broker; yields its service URL."""
+def ceiling_server() -> Iterator[tuple[str, int]]:
+    """The bare-stream server in its own process, like the broker; yields its service URL
+    and process id."""
     code = "from pulsar_grpc.cli.perf.raw import serve_ceiling; serve_ceiling()"
-    with child([sys.executable, "-c", code], CEILING, "ceiling server") as (match, _):
-        yield f"grpc://127.0.0.1:{match.group(1)}"
+    with child([sys.executable, "-c", code], CEILING, "ceiling server") as (match, pid):
+        yield f"grpc://127.0.0.1:{match.group(1)}", pid

@@ -115,7 +115,9 @@ def test_crypto_failure_actions(broker: BrokerThread) -> None:
         "consume", topic, "-s", "drop", "-n", "1", "--timeout", "3",
         "-ekv", str(KEYS / "ec_private.pem"), "--service-url", url,
     )  # fmt: skip
+    assert again.returncode == 0, again.stderr
     assert contents(again.stdout) == []  # acknowledged when discarded
+    assert "no message within 3 s; 0 messages successfully consumed" in again.stderr
 
 
 def test_bad_encryption_flags_are_usage_errors(broker: BrokerThread, tmp_path: Path) -> None:

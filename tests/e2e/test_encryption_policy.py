@@ -124,7 +124,8 @@ async def test_unencrypted_batches_are_refused_and_encrypted_ones_carried(
     assert json.loads(await asyncio.to_thread(admin_cli, broker, *get)) is True
     policies = json.loads(await asyncio.to_thread(admin_cli, broker, "policies", "public/default"))
     assert policies["encryption_required"] is True
-    await eventually(lambda: plain_is_refused(channel, "sealed"), timeout=20)
+    # The policy is the namespace's: probe another topic, so none of "sealed" is a probe's.
+    await eventually(lambda: plain_is_refused(channel, "sealed-probe"), timeout=20)
 
     producer = await RawProducer(channel, "sealed").open()
     receipt = await producer.send(encrypted(0))

@@ -83,16 +83,18 @@ async def test_an_encrypted_batch_is_served_unchanged_and_counts_its_messages_as
     )
     await consumer.read()
     reader = EntryReader(consumer)
-    await consumer.write(pb.ConsumeRequest(flow=pb.Flow(permits=3)))
-    (first,) = await reader.next(5)
-    assert first.compressed == sent[0] and first.compressed.HasField("encryption")
-    # The 3 permits are spent on the batch's 3 messages: the second batch waits for more.
-    assert await reader.next(DELAY_MS / 1000) == []
-    await consumer.write(pb.ConsumeRequest(flow=pb.Flow(permits=1)))
-    (second,) = await reader.next(5)
-    assert second.compressed == sent[1]
-    consumer.cancel()
-    await asyncio.gather(reader.task, return_exceptions=True)
+    try:
+        await consumer.write(pb.ConsumeRequest(flow=pb.Flow(permits=3)))
+        (first,) = await reader.next(5)
+        assert first.compressed == sent[0] and first.compressed.HasField("encryption")
+        # The 3 permits are spent on the batch's 3 messages: the second batch waits for more.
+        assert await reader.next(DELAY_MS / 1000) == []
+        await consumer.write(pb.ConsumeRequest(flow=pb.Flow(permits=1)))
+        (second,) = await reader.next(5)
+        assert second.compressed == sent[1]
+    finally:
+        consumer.cancel()
+        await asyncio.gather(reader.task, return_exceptions=True)
 
 
 async def test_key_shared_dispatches_encrypted_batches_by_their_clear_key(
@@ -113,7 +115,9 @@ async def test_key_shared_dispatches_encrypted_batches_by_their_clear_key(
         await produce(channel, "raw-enc-ks", [encrypted(k, 1) for k in keys * 2])
         owner: dict[str, int] = {}
         received = 0
+        deadline = asyncio.get_running_loop().time() + 30
         while received < len(keys) * 2:
+            assert asyncio.get_running_loop().time() < deadline, f"{received} received"
             for index, consumer in enumerate(consumers):
                 for message in await consumer.batch_receive():
                     received += 1
