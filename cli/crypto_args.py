@@ -24,9 +24,8 @@ from urllib.parse import unquote, urlparse
 
 from pulsar_grpc.cli.client_cmd import UsageError
 from pulsar_grpc.client import ConsumerCryptoFailureAction, EncryptionKeyInfo
+from pulsar_grpc.client._crypto_message import log as sdk_crypto_log  # where it logs a failure
 
-# Where the SDK logs what it does with a batch it cannot decrypt.
-SDK_CRYPTO_LOGGER = "pulsar_grpc.client._crypto_message"
 KEY_HELP = (
     "file:///path/key.pem, data:application/x-pem-file;base64,... or a path (PEM: RSA, or EC "
     "as `openssl ecparam -name secp521r1 -genkey` makes)"
@@ -106,7 +105,7 @@ def receiver_decryption(args: argparse.Namespace) -> dict[str, Any]:
     SDK's own log record of that failure would print it twice, so it is silenced (DISCARD's
     warnings, one per dropped batch, stay)."""
     if args.crypto_failure_action is ConsumerCryptoFailureAction.FAIL:
-        logging.getLogger(SDK_CRYPTO_LOGGER).setLevel(logging.CRITICAL)
+        sdk_crypto_log.setLevel(logging.CRITICAL)
     value = args.encryption_key_value
     reader = None if value is None else PemKeys(private=key_bytes("-ekv", value))
     return {"crypto_key_reader": reader, "crypto_failure_action": args.crypto_failure_action}

@@ -86,11 +86,7 @@ class AckGroup:
     def individual(self, message_id: MessageId) -> None:
         """Ack one message by its id (duplicates collapse)."""
         ledger_id, entry_id, batch_index, partition = _sendable(message_id)
-        if batch_index < 0:
-            self._loose[(ledger_id, entry_id, batch_index, partition)] = None
-            self._pending += 1
-        else:
-            self.index((ledger_id, entry_id), batch_index, partition)
+        self.index((ledger_id, entry_id), batch_index, partition)
 
     def cumulative(self, message_id: MessageId) -> None:
         """Ack every message up to and including ``message_id``."""

@@ -22,7 +22,7 @@ from ._channels import ChannelPool, LookupResult, grpc_url
 from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
 from ._stream import Metadata, Params, call_metadata
 
-__all__ = ["BrokerCalls", "CallsState"]
+__all__ = ["BrokerCalls"]
 
 
 class CallsState(enum.Enum):
@@ -48,11 +48,17 @@ class BrokerCalls:
         self._authentication = authentication
         self._operation_timeout_s = operation_timeout_s
         self._max_lookup_redirects = max_lookup_redirects
-        self.state = CallsState.OPEN
+        self._state = CallsState.OPEN
 
-    async def close(self) -> None:
-        """Refuse new calls, then close the channels."""
-        self.state = CallsState.CLOSED
+    def refuse_new(self) -> bool:
+        """From now on no call starts (the client is closing); False if that was so already."""
+        if self._state is CallsState.CLOSED:
+            return False
+        self._state = CallsState.CLOSED
+        return True
+
+    async def close_channels(self) -> None:
+        """Close the channels, once no new call can start (:meth:`refuse_new`)."""
         await self.pool.close()
 
     async def at_owner(self, topic: str, method: str, request: Any) -> Any:
@@ -64,7 +70,7 @@ class BrokerCalls:
 
     def stub(self, target: str | None = None, tls: bool = False) -> pb_grpc.PulsarServiceStub:
         """The stub for an address; by default the service URL's."""
-        if self.state is CallsState.CLOSED:
+        if self._state is CallsState.CLOSED:
             raise AlreadyClosed("the client is closed")
         if target is None:
             target, tls = self._target, self._tls

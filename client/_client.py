@@ -22,7 +22,7 @@ from ._auth import (
     CredentialRenewal,
 )
 from ._batching import BatchingType
-from ._calls import BrokerCalls, CallsState
+from ._calls import BrokerCalls
 from ._channels import (
     DEFAULT_KEEP_ALIVE_INTERVAL_S,
     ChannelPool,
@@ -521,9 +521,8 @@ class Client:
 
     async def close(self) -> None:
         """Close every producer, consumer and reader, then the channels. Idempotent."""
-        if self._calls.state is CallsState.CLOSED:
+        if not self._calls.refuse_new():
             return
-        self._calls.state = CallsState.CLOSED
         handles = list(self._handles)
         await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
         # Consumers dropped and not closed yet (the drop is still on its way to this loop).
@@ -531,7 +530,7 @@ class Client:
         await asyncio.gather(
             *(close() for close in closers), *self._closing_dropped, return_exceptions=True
         )
-        await self._calls.close()
+        await self._calls.close_channels()
 
     async def __aenter__(self) -> Client:
         return self

@@ -111,13 +111,9 @@ class EncryptionContext:
         )
 
 
-def encrypt_payload(data_key: bytes, nonce: bytes, plaintext: bytes) -> bytes:
-    """AES-256-GCM, no associated data: ciphertext || 16-byte tag."""
-    return AESGCM(data_key).encrypt(nonce, plaintext, None)
-
-
 def decrypt_payload(data_key: bytes, nonce: bytes, ciphertext: bytes) -> bytes:
-    """Inverse of :func:`encrypt_payload`; raises ``InvalidTag`` if anything was altered."""
+    """AES-256-GCM with no associated data, ``ciphertext`` ending in its 16-byte tag (what
+    :meth:`BatchEncryptor.seal` makes); raises ``InvalidTag`` if anything was altered."""
     return AESGCM(data_key).decrypt(nonce, ciphertext, None)
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from pulsar_grpc.client import CryptoKeyReader, EncryptionKeyInfo
-from pulsar_grpc.client._compression import decompress_entry
-from pulsar_grpc.client._crypto import EntryDecryptor, encrypt_payload
+from pulsar_grpc.client import CryptoKeyReader, EncryptionKeyInfo, _crypto
+from pulsar_grpc.client._compression import CompressionType, compress_batch, decompress_entry
+from pulsar_grpc.client._crypto import BatchEncryptor, EntryDecryptor
 from pulsar_grpc.client._crypto_keys import load_private_key, load_public_key, unwrap, wrap
-from pulsar_grpc.client._wire import encode_message
+from pulsar_grpc.client._wire import frame_message
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,12 +63,22 @@ def test_the_vector_has_every_value() -> None:
 
 
 def test_plaintext_is_the_framed_messages() -> None:
-    framed = [encode_message(b"hello", "user-1"), encode_message(b"world", "user-1")]
-    assert V["plaintext"] == b"".join(b"\x6a" + bytes([len(m)]) + m for m in framed)
+    framed = [frame_message(b"hello", "user-1"), frame_message(b"world", "user-1")]
+    assert V["plaintext"] == b"".join(framed)
 
 
-def test_aes_gcm_part_is_reproduced_exactly() -> None:
-    assert encrypt_payload(V["data key"], V["nonce"], V["plaintext"]) == V["messages"]
+def test_the_producers_sealing_reproduces_the_aes_gcm_part_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the producer's own path (compress_batch, BatchEncryptor.seal), with its random
+    data key and nonce replaced by the vector's."""
+    randoms = {len(V["data key"]): V["data key"], len(V["nonce"]): V["nonce"]}
+    monkeypatch.setattr(_crypto.os, "urandom", lambda size: randoms[size])
+    sealer = BatchEncryptor(["k"], CryptoKeyReader(str(KEYS / "rsa_public.pem"), None))
+    batch = compress_batch(CompressionType.NONE, V["plaintext"], 2, b"user-1", sealer)
+    assert batch.messages == V["messages"]
+    assert (batch.encryption.algorithm, batch.encryption.param) == ("AES-256-GCM", V["nonce"])
+    assert batch.uncompressed_size == len(V["plaintext"])
 
 
 def test_ecies_wrapping_is_reproduced_with_the_fixed_ephemeral_key() -> None:
