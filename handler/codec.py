@@ -127,9 +127,10 @@ def message_count(request: pulsar_pb2.ProduceRequest) -> int:
 
 
 def encrypted(request: pulsar_pb2.ProduceRequest) -> bool:
-    """Whether the batch is end-to-end encrypted: it carries at least one encrypted data key
-    (Pulsar's test for encryption_required; the broker never decrypts)."""
-    return request.HasField("compressed") and len(request.compressed.encryption.keys) > 0
+    """Whether the batch is end-to-end encrypted (Pulsar's test for encryption_required is that
+    it carries an encrypted data key: :func:`parse_produce_request` refused an encryption
+    without one; the broker never decrypts)."""
+    return request.HasField("compressed") and request.compressed.HasField("encryption")
 
 
 def serialize_response(

@@ -30,7 +30,7 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from pulsar_grpc.broker.ledger.sqlite_store import ENTRY_BITS, ENTRY_MASK
+from pulsar_grpc.broker.ledger.sqlite_store import ENTRY_MASK, entry_key
 from pulsar_grpc.broker.ledger.store import LedgerStats
 from pulsar_grpc.inspector.model import CorruptDataError, StorageUnavailableError
 
@@ -145,7 +145,7 @@ class SqliteLedgerSource:
         return {name: bytes(state) for name, state in rows}
 
     def ledger_stats(self, ledger_id: int) -> LedgerStats:
-        lo, hi = ledger_id << ENTRY_BITS, (ledger_id << ENTRY_BITS) | ENTRY_MASK
+        lo, hi = entry_key(ledger_id, 0), entry_key(ledger_id, ENTRY_MASK)
         ((last, size),) = _sqlite_query(
             self._conn,
             self._path,
@@ -155,12 +155,11 @@ class SqliteLedgerSource:
         return LedgerStats(0 if last is None else (last & ENTRY_MASK) + 1, int(size))
 
     def read(self, ledger_id: int, first: int, last: int, limit: int) -> list[tuple[int, bytes]]:
-        base = ledger_id << ENTRY_BITS
         rows = _sqlite_query(
             self._conn,
             self._path,
             "SELECT id, data FROM entries WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?",
-            (base | first, base | last, limit),
+            (entry_key(ledger_id, first), entry_key(ledger_id, last), limit),
         )
         return [(key & ENTRY_MASK, bytes(data)) for key, data in rows]
 

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# An entry's rowid is ledger_id << ENTRY_BITS | entry_id (the inspector reads the same layout).
+# An entry's rowid is ledger_id << ENTRY_BITS | entry_id (entry_key).
 ENTRY_BITS = 32
 ENTRY_MASK = (1 << ENTRY_BITS) - 1
 # Deleting a ledger in slices lets appends interleave instead of waiting behind one big
@@ -82,7 +82,8 @@ def _log_slow(started: float, what: str, *args: object) -> None:
         log.debug(f"{what}: %.1f ms", *args, took * 1000)
 
 
-def _key(ledger_id: int, entry_id: int) -> int:
+def entry_key(ledger_id: int, entry_id: int) -> int:
+    """An entry's rowid (the inspector reads entries by the same layout)."""
     return (ledger_id << ENTRY_BITS) | entry_id
 
 
@@ -218,7 +219,7 @@ class SqliteLedgerStore(GroupCommittedStore):
                     != (owner.epoch,)
                 }
                 rows = [
-                    (_key(e.ledger_id, e.entry_id), e.data)
+                    (entry_key(e.ledger_id, e.entry_id), e.data)
                     for owner, writes in batch.items()
                     if owner not in fenced
                     for e in writes.entries
@@ -255,7 +256,8 @@ class SqliteLedgerStore(GroupCommittedStore):
 
     async def read_entries(self, spans: Sequence[EntrySpan]) -> list[tuple[int, int, bytes]]:
         bounds = [
-            (_key(s.ledger_id, s.first_entry), _key(s.ledger_id, s.last_entry)) for s in spans
+            (entry_key(s.ledger_id, s.first_entry), entry_key(s.ledger_id, s.last_entry))
+            for s in spans
         ]
 
         def op(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
@@ -270,7 +272,7 @@ class SqliteLedgerStore(GroupCommittedStore):
         return await self._run(op)
 
     async def ledger_stats(self, ledger_id: int) -> LedgerStats:
-        lo, hi = _key(ledger_id, 0), _key(ledger_id, ENTRY_MASK)
+        lo, hi = entry_key(ledger_id, 0), entry_key(ledger_id, ENTRY_MASK)
 
         def op(conn: sqlite3.Connection) -> LedgerStats:
             last, size = conn.execute(
@@ -282,7 +284,7 @@ class SqliteLedgerStore(GroupCommittedStore):
         return await self._run(op)
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        lo, end = _key(ledger_id, 0), _key(ledger_id, ENTRY_MASK)
+        lo, end = entry_key(ledger_id, 0), entry_key(ledger_id, ENTRY_MASK)
         size = _DELETE_SLICE_FIRST
 
         def op(conn: sqlite3.Connection) -> tuple[int, float]:
