@@ -5,6 +5,7 @@ test's own, with a short ZooKeeper session timeout so that a killed broker's bun
 within seconds.
 
 ``cluster_factory(**properties)`` starts one (extra broker.conf properties for every member;
+``proxied=True`` puts each member's ZooKeeper and PostgreSQL links behind fault proxies;
 ``start_cluster`` for a module's own, of any size);
 each member can be killed (kill -9), stopped and started again on its ports. Every process is
 stopped at teardown; each broker's output goes to its log file (nothing to drain), and a failed
@@ -19,6 +20,7 @@ path.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,7 @@ from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.test_listeners import EXTERNAL_HOST, INTERNAL_HOST, Ports, two_listener_config
 from tests.e2e.wire import stub
+from tests.faultproxy import ProxyThread
 from tests.support import BrokerThread
 from tests.zookeeper import ZooKeeperServer
 
@@ -47,6 +50,7 @@ __all__ = [
     "BrokerMember",
     "Cluster",
     "Member",
+    "StoreLinks",
     "addresses",
     "cluster_factory",
     "grpc_lookup",
@@ -72,10 +76,24 @@ EXTERNAL_GRPC_TLS = "grpc+ssl://broker.example.com:6651"
 
 
 @dataclass
+class StoreLinks:
+    """A member's own connections to ZooKeeper and PostgreSQL, each through a proxy that can
+    cut, blackhole or refuse them (that broker's network to its stores failing, no other's)."""
+
+    zookeeper: ProxyThread
+    postgres: ProxyThread
+
+    def close(self) -> None:
+        self.zookeeper.close()
+        self.postgres.close()
+
+
+@dataclass
 class Member:
     name: str
     ports: MemberPorts
     process: BrokerProcess
+    links: StoreLinks | None = None  # with start_cluster(..., proxied=True)
 
     def address(self, listener: str = "internal") -> str:
         """Where this broker serves gRPC for ``listener`` (host:port)."""
@@ -110,6 +128,9 @@ class Cluster:
     def stop(self) -> None:
         for member in self.members:
             member.process.stop()
+        for member in self.members:
+            if member.links is not None:
+                member.links.close()
 
 
 def start_cluster(
@@ -121,24 +142,34 @@ def start_cluster(
     *,
     brokers: int = BROKERS,
     prefix: str = "broker",
+    proxied: bool = False,
 ) -> Cluster:
     """``brokers`` broker processes under ``chroot``, their data under ``workdir``, all
-    started and serving (``properties``: more broker.conf for every one). The caller stops
-    them (:meth:`Cluster.stop`, then :func:`print_logs`)."""
+    started and serving (``properties``: more broker.conf for every one). With ``proxied``,
+    each reaches ZooKeeper and PostgreSQL through proxies of its own (``Member.links``). The
+    caller stops them (:meth:`Cluster.stop`, then :func:`print_logs`)."""
     members = []
-    metadata = f"zk:{zookeeper.hosts}{chroot}"
+    zk_port = int(zookeeper.hosts.rsplit(":", 1)[1])
+    pg = urllib.parse.urlsplit(postgres_url)
     for i in range(brokers):
         name = f"{prefix}-{i}"
         ports = MemberPorts.free()
+        links = None
+        metadata, ledgers = f"zk:{zookeeper.hosts}{chroot}", postgres_url
+        if proxied:
+            assert pg.port is not None
+            links = StoreLinks(ProxyThread(zk_port), ProxyThread(pg.port))
+            metadata = f"zk:{links.zookeeper.address}{chroot}"
+            ledgers = pg._replace(netloc=f"postgres@{links.postgres.address}").geturl()
         config = {
-            **broker_properties(ports, workdir / name / "data", metadata, postgres_url),
+            **broker_properties(ports, workdir / name / "data", metadata, ledgers),
             "metadataStoreSessionTimeoutMillis": str(SESSION_TIMEOUT_MS),
             # The members share one machine's CPU: a report written at a busier moment
             # must not make the leader's placement pass a broker over as overloaded.
             "loadBalancerBrokerOverloadedThresholdPercentage": "100",
             **properties,
         }
-        members.append(Member(name, ports, write_broker(workdir, name, config)))
+        members.append(Member(name, ports, write_broker(workdir, name, config), links))
     cluster = Cluster(members, zookeeper, chroot)
     try:
         for member in members:
@@ -167,10 +198,10 @@ def cluster_factory(
 ) -> Iterator[Callable[..., Cluster]]:
     clusters: list[Cluster] = []
 
-    def make(**properties: str) -> Cluster:
+    def make(proxied: bool = False, **properties: str) -> Cluster:
         prefix = f"c{len(clusters)}-broker"
         cluster = start_cluster(
-            zookeeper, zk_chroot, postgres_url, tmp_path, properties, prefix=prefix
+            zookeeper, zk_chroot, postgres_url, tmp_path, properties, prefix=prefix, proxied=proxied
         )
         clusters.append(cluster)
         return cluster

@@ -14,17 +14,22 @@ send streams through it too) and then:
   connections, as each end's kernel answers the other's packets once they get through again,
   and new connections forward normally.
 
-It runs on the event loop of the test that starts it.
+It runs on the event loop of the test that starts it; :class:`ProxyThread` runs one on a loop
+of its own instead, for proxies that must keep forwarding while the test blocks (the ZooKeeper
+and PostgreSQL links of broker processes, which a synchronous fixture starts and waits for).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
 
 from pulsar_grpc.cli.local_servers import free_port
 
-__all__ = ["FaultProxy", "free_port"]
+__all__ = ["FaultProxy", "ProxyThread", "free_port"]
 
 
 class FaultProxy:
@@ -149,3 +154,65 @@ class FaultProxy:
                     continue  # lost on the way
                 writer.write(data)
                 await writer.drain()
+
+
+class ProxyThread:
+    """A :class:`FaultProxy` serving from a thread and event loop of its own, driven by plain
+    (blocking) calls from any thread or loop: ``cut``, ``blackhole``, ``heal``, ``refuse``."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.proxy = self._call(FaultProxy(target_port, target_host=target_host).start)
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        """fn() on the proxy's loop (awaited when it returns a coroutine); its result."""
+
+        async def run() -> Any:
+            result = fn()
+            return await result if asyncio.iscoroutine(result) else result
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)
+
+    @property
+    def port(self) -> int:
+        return self.proxy.port
+
+    @property
+    def address(self) -> str:
+        return self.proxy.address
+
+    def cut(self) -> int:
+        """Reset every open connection (new ones forward normally)."""
+        return int(self._call(self.proxy.cut))
+
+    def blackhole(self) -> int:
+        """Silence open and new connections until :meth:`heal`."""
+        return int(self._call(self.proxy.blackhole))
+
+    def heal(self) -> int:
+        """End a blackhole (resetting the connections it held) or a refusal."""
+
+        def heal() -> int:
+            self.proxy.refusing = False
+            return self.proxy.heal()
+
+        return int(self._call(heal))
+
+    def refuse(self) -> int:
+        """Reset every open connection and refuse new ones until :meth:`heal`: the server is
+        unreachable and says so at once (a closed port, a firewall's reset)."""
+
+        def refuse() -> int:
+            self.proxy.refusing = True
+            return self.proxy.cut()
+
+        return int(self._call(refuse))
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._call(self.proxy.close)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            self._loop.close()

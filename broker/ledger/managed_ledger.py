@@ -84,6 +84,20 @@ class LedgerState(enum.Enum):
     CLOSED = "closed"
 
 
+class CurrentLedger(enum.Enum):
+    """Whether the ledger being written may take the next entry (BookKeeper's ledger handle
+    after an add: open, or closed for good once an add failed)."""
+
+    WRITABLE = "writable"
+    # Reached max entries or size: the next add starts a new ledger when an id is at hand,
+    # else it may still go here (nothing is missing before it).
+    FULL = "full"
+    # An add failed: its position may hold nothing, or an entry nobody was told about. No
+    # later entry may go here (a receipt past a hole would be lost to a recount), so adds are
+    # refused until a new ledger starts.
+    BROKEN = "broken"
+
+
 @dataclass(slots=True)
 class _PendingAdd:
     position: Position
@@ -146,7 +160,7 @@ class ManagedLedger:
         # Rolled-over ledgers whose metadata is not written yet; replaced, never changed in
         # place (rollovers are rare), so the idle ones all share the empty frozenset.
         self._unregistered = _NONE_UNREGISTERED
-        self._needs_rollover = False
+        self._current = CurrentLedger.WRITABLE
         self._listeners: list[Callable[[], None]] = []
         self._trim_task: asyncio.Task[None] | None = None
         self._trim_again = False
@@ -186,8 +200,16 @@ class ManagedLedger:
         if self.state is not LedgerState.OPEN:
             fut.set_exception(self._refusal())
             return fut
-        if self._needs_rollover:
-            self._rollover()
+        if self._current is not CurrentLedger.WRITABLE and not self._rollover():
+            if self._current is CurrentLedger.BROKEN:
+                self.stats.add_errors.record(1)
+                fut.set_exception(
+                    PersistenceError(
+                        f"managed ledger {self.name}: a write failed and no new ledger can be"
+                        " started yet (the ledger store is unreachable?)"
+                    )
+                )
+                return fut
         pending = _PendingAdd(
             Position(self.current_ledger_id, self._cur_entries), data, fut, time.monotonic()
         )
@@ -204,6 +226,7 @@ class ManagedLedger:
             self._cur_entries >= self.config.max_entries_per_ledger
             or self._cur_bytes >= self.config.max_size_per_ledger_bytes
         ):
+            self._current = CurrentLedger.FULL
             self._rollover()
         return fut
 
@@ -289,7 +312,8 @@ class ManagedLedger:
         return PersistenceError(f"managed ledger {self.name} is closed")
 
     def _fail_pending(self, error: BaseException) -> None:
-        """Fail every unconfirmed add and move to a new ledger, so no ledger has a gap."""
+        """Fail every unconfirmed add and move to a new ledger, so no ledger has a gap: the
+        current one takes nothing more (CurrentLedger.BROKEN)."""
         exc = error if isinstance(error, BrokerError) else PersistenceError(str(error))
         pending = self._pending or ()
         self.stats.add_errors.record(len(pending))
@@ -299,16 +323,17 @@ class ManagedLedger:
         if self._pending is not None:
             self._pending.clear()
         self._batch.clear()
-        self._needs_rollover = True
+        self._current = CurrentLedger.BROKEN
 
-    def _rollover(self) -> None:
+    def _rollover(self) -> bool:
+        """Start a new ledger (the current one is FULL or BROKEN); False when no ledger id is
+        at hand yet (a refill is under way: the next add tries again)."""
         try:
             new_id = self._shared.ids.take()
         except PersistenceError:
-            log.warning("%s: no ledger id for rollover yet, retrying on next add", self.name)
-            self._needs_rollover = True
-            return
-        self._needs_rollover = False
+            log.debug("%s: no ledger id for a rollover yet, retrying on the next add", self.name)
+            return False
+        self._current = CurrentLedger.WRITABLE
         old = self._ledgers[-1]
         last_add = self._pending[-1].future if self._pending else None
         info = LedgerInfo(new_id)
@@ -318,6 +343,7 @@ class ManagedLedger:
         self._cur_entries = 0
         self._cur_bytes = 0
         self._spawn(self._register_rollover(old, last_add))
+        return True
 
     async def _register_rollover(
         self, old: LedgerInfo, last_add: asyncio.Future[Position] | None

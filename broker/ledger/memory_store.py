@@ -104,7 +104,10 @@ class MemoryLedgerStore(GroupCommittedStore):
     async def ledger_stats(self, ledger_id: int) -> LedgerStats:
         self._check_open()
         ledger = self.data.entries.get(ledger_id, {})
-        return LedgerStats(max(ledger) + 1 if ledger else 0, sum(map(len, ledger.values())))
+        entries = 0
+        while entries in ledger:
+            entries += 1
+        return LedgerStats(entries, sum(len(ledger[e]) for e in range(entries)))
 
     async def delete_ledger(self, ledger_id: int) -> None:
         self._check_open()

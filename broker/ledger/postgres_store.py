@@ -117,8 +117,23 @@ DELETE FROM ledger_entries WHERE ledger_id = $1 AND entry_id IN (
 )
 """
 _STATS = """
-SELECT max(entry_id), coalesce(sum(octet_length(data)), 0)::bigint
+SELECT count(*), max(entry_id), coalesce(sum(octet_length(data)), 0)::bigint
 FROM ledger_entries WHERE ledger_id = $1
+"""
+# When the count says there is a hole (rare: an add failed and the owner stopped before its
+# next ledger): the first missing entry id, then the size of the entries before it.
+_FIRST_HOLE = """
+SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM ledger_entries WHERE ledger_id = $1 AND entry_id = 0)
+THEN 0 ELSE (
+    SELECT min(e.entry_id) + 1 FROM ledger_entries e
+    WHERE e.ledger_id = $1 AND NOT EXISTS (
+        SELECT 1 FROM ledger_entries n WHERE n.ledger_id = $1 AND n.entry_id = e.entry_id + 1
+    )
+) END
+"""
+_SIZE_BEFORE = """
+SELECT coalesce(sum(octet_length(data)), 0)::bigint
+FROM ledger_entries WHERE ledger_id = $1 AND entry_id < $2
 """
 _ALLOCATE = """
 UPDATE ledger_counters SET value = value + $1 WHERE name = 'ledger_id' RETURNING value - $1
@@ -246,10 +261,14 @@ class PostgresLedgerStore(GroupCommittedStore):
         return [(r[0], r[1], r[2]) for r in rows]
 
     async def ledger_stats(self, ledger_id: int) -> LedgerStats:
-        row = await self._run(lambda conn: conn.fetchrow(_STATS, ledger_id))
-        assert row is not None  # an aggregate always returns one row
-        last, size = row
-        return LedgerStats(0 if last is None else last + 1, size)
+        async def op(conn: asyncpg.Connection) -> LedgerStats:
+            count, last, size = await conn.fetchrow(_STATS, ledger_id)
+            if last is None or count == last + 1:
+                return LedgerStats(count, size)
+            entries = await conn.fetchval(_FIRST_HOLE, ledger_id)
+            return LedgerStats(entries, await conn.fetchval(_SIZE_BEFORE, ledger_id, entries))
+
+        return await self._run(op)
 
     async def delete_ledger(self, ledger_id: int) -> None:
         # In slices: a full ledger (50,000 entries by default) in one statement could outlast

@@ -275,11 +275,26 @@ class SqliteLedgerStore(GroupCommittedStore):
         lo, hi = entry_key(ledger_id, 0), entry_key(ledger_id, ENTRY_MASK)
 
         def op(conn: sqlite3.Connection) -> LedgerStats:
-            last, size = conn.execute(
-                "SELECT max(id), total(length(data)) FROM entries WHERE id BETWEEN ? AND ?",
+            count, last, size = conn.execute(
+                "SELECT count(*), max(id), total(length(data)) FROM entries"
+                " WHERE id BETWEEN ? AND ?",
                 (lo, hi),
             ).fetchone()
-            return LedgerStats(0 if last is None else (last & ENTRY_MASK) + 1, int(size))
+            if last is None or count == (last & ENTRY_MASK) + 1:
+                return LedgerStats(count, int(size))
+            # A hole (an add failed and the owner stopped before its next ledger): count up
+            # to the first missing entry (rare; see LedgerStats).
+            (first_missing,) = conn.execute(
+                "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM entries WHERE id = ?) THEN ?"
+                " ELSE (SELECT min(e.id) + 1 FROM entries e WHERE e.id BETWEEN ? AND ?"
+                " AND NOT EXISTS (SELECT 1 FROM entries n WHERE n.id = e.id + 1)) END",
+                (lo, lo, lo, hi),
+            ).fetchone()
+            (size,) = conn.execute(
+                "SELECT total(length(data)) FROM entries WHERE id >= ? AND id < ?",
+                (lo, first_missing),
+            ).fetchone()
+            return LedgerStats(first_missing - lo, int(size))
 
         return await self._run(op)
 

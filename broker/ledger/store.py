@@ -57,7 +57,13 @@ class EntrySpan:
 
 @dataclass(frozen=True, slots=True)
 class LedgerStats:
-    """What the store holds for a ledger: entries = last entry id + 1, size in bytes."""
+    """What a ledger holds as recovery reads it (BookKeeper's recovery read): ``entries``
+    entries 0..entries-1 with no hole, ``size`` their bytes.
+
+    Entries past the first hole are not counted: a hole is an add that failed (or never
+    committed), and a managed ledger confirms an entry only after every one before it, and
+    writes nothing more to a ledger once an add failed. So an entry past a hole was never
+    receipted, and a recount that counted it would make readers wait on the hole."""
 
     entries: int
     size: int
@@ -98,7 +104,8 @@ class LedgerStore(ABC):
 
     @abstractmethod
     async def ledger_stats(self, ledger_id: int) -> LedgerStats:
-        """Recovery of a ledger that was open when the broker stopped."""
+        """Recovery of a ledger that was open when its owner stopped: its entries up to the
+        first hole (see LedgerStats)."""
 
     @abstractmethod
     async def delete_ledger(self, ledger_id: int) -> None:

@@ -418,6 +418,55 @@ async def test_failed_commit_fails_futures_and_moves_to_new_ledger(env: Env) -> 
     assert [e.data for e in await reader.read_entries(10)] == [b"ok", b"after"]
 
 
+@pytest.mark.allow_broker_errors  # the failed commit is logged with its traceback
+async def test_no_entry_goes_past_a_failed_one_while_no_new_ledger_can_start(env: Env) -> None:
+    """A commit fails while the store cannot hand out ledger ids (it is unreachable): adds are
+    refused until a new ledger starts, never written past the hole, so every receipt stays
+    readable on this broker and after a recount on the next (the entry count in the metadata
+    is the number of entries from 0 with no hole)."""
+    ml = await env.factory.open(NAME)
+    await ml.open_cursor("holds-ledgers", "earliest")
+    ok = await ml.add_entry(b"ok")
+    original_commit = env.store._committer._commit
+    original_allocate = env.store.allocate_ledger_ids
+
+    async def failing(batch: CommitBatch) -> set[LedgerOwner]:
+        raise OSError("connection reset")
+
+    async def no_ids(count: int) -> int:
+        raise PersistenceError("ledger store unreachable")
+
+    env.store._committer._commit = failing
+    env.store.allocate_ledger_ids = no_ids  # type: ignore[method-assign]
+    while env.factory._shared.ids.available():
+        env.factory._shared.ids.take()
+    with pytest.raises(PersistenceError):
+        await ml.add_entry(b"bad")
+    env.store._committer._commit = original_commit
+    with pytest.raises(PersistenceError, match="no new ledger can be started yet"):
+        await ml.add_entry(b"refused, not written past the hole")
+    env.store.allocate_ledger_ids = original_allocate  # type: ignore[method-assign]
+    positions = []
+    async with asyncio.timeout(10):
+        while len(positions) < 3:  # the refill the refusals started, then a new ledger
+            try:
+                positions.append(await ml.add_entry(b"after"))
+            except PersistenceError:
+                await asyncio.sleep(0.01)
+    assert {p.ledger_id for p in positions} != {ok.ledger_id}
+    assert [p.entry_id for p in positions] == [0, 1, 2]
+    reader = ml.new_non_durable_cursor("earliest")
+    assert [e.data for e in await reader.read_entries(10)] == [b"ok"] + [b"after"] * 3
+    await env.close()
+    reopened = Env.open(env.dir, ManagedLedgerConfig(max_entries_per_ledger=5))
+    try:
+        ml = await reopened.factory.open(NAME)
+        reader = ml.new_non_durable_cursor("earliest")
+        assert [e.data for e in await reader.read_entries(10)] == [b"ok"] + [b"after"] * 3
+    finally:
+        await reopened.close()
+
+
 async def test_tailing_reads_come_from_cache(env: Env) -> None:
     ml = await env.factory.open(NAME)
     cursor = await ml.open_cursor("sub", "latest")

@@ -250,6 +250,20 @@ async def test_ledger_stats_and_idempotent_delete(store: LedgerStore, owner: Led
     assert len(await store.read_entries([EntrySpan(5, 0, 9)])) == 2  # other ledgers untouched
 
 
+@pytest.mark.parametrize(
+    ("present", "counted"),
+    [([0, 1, 2, 5, 6], 3), ([1, 2, 3], 0), ([0, 2], 1), ([0, 1, 2, 3], 4)],
+    ids=["hole-in-the-middle", "no-first-entry", "hole-after-first", "no-hole"],
+)
+async def test_ledger_stats_count_up_to_the_first_hole(
+    store: LedgerStore, owner: LedgerOwner, present: list[int], counted: int
+) -> None:
+    """Recovery counts the entries before the first hole: an entry past a failed add was never
+    confirmed, and counting it would leave readers waiting on the hole."""
+    await store.append(owner, [EntryWrite(7, i, b"x" * (i + 1)) for i in present])
+    assert await store.ledger_stats(7) == LedgerStats(counted, sum(range(1, counted + 1)))
+
+
 async def test_ledger_ids_are_never_reused_across_reopen(
     backing: Backing, store: LedgerStore
 ) -> None:

@@ -1,0 +1,168 @@
+"""Network faults between a broker and its stores, in a three-broker cluster on ZooKeeper and
+PostgreSQL: nothing receipted is lost, and the clients move on.
+
+Each member reaches ZooKeeper and PostgreSQL through fault proxies of its own
+(``cluster_factory(proxied=True)``). SDK producers send without pause to a partitioned topic
+whose partitions every broker owns; a Shared consumer receives and acks; an ``audit``
+subscription, created before the first send, is read only at the end. Then one broker's link
+to a store fails, as a real deployment's does, and at the end every message that got a receipt
+is delivered to the audit subscription.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.client import Client, ConsumerType, MessageId, Producer
+from pulsar_grpc.client.exceptions import PulsarException, Timeout
+from tests.cluster import (
+    SESSION_TIMEOUT_MS,
+    Cluster,
+    Member,
+    cluster_factory,
+    place,
+    topic_over_every_bundle,
+)
+from tests.postgres import postgres_server, postgres_url
+from tests.waiting import eventually
+from tests.zookeeper import zk_chroot, zookeeper
+
+__all__ = ["cluster_factory", "postgres_server", "postgres_url", "zk_chroot", "zookeeper"]
+
+PARTITIONS = 16
+PRODUCERS = 4
+DRAIN_TIMEOUT_S = 60
+
+
+@dataclass
+class Load:
+    """What the producers were told: payload -> receipt, and how sends went."""
+
+    receipts: dict[bytes, MessageId] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def receipted_from(self, partitions: set[int]) -> int:
+        return sum(1 for mid in self.receipts.values() if mid.partition in partitions)
+
+
+async def produce(producer: Producer, k: int, load: Load) -> None:
+    """Send p<k>-0, p<k>-1, ... (16 in flight) until stopped; a failed send is recorded and
+    the payload is not sent again (it has no receipt: nothing is promised of it)."""
+    i = 0
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def one(payload: bytes) -> None:
+        try:
+            load.receipts[payload] = await producer.send(payload)
+        except PulsarException as e:
+            load.failures.append(f"{payload.decode()}: {type(e).__name__}")
+
+    while not load.stop.is_set():
+        if len(in_flight) >= 16:
+            await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            continue
+        task = asyncio.create_task(one(f"p{k}-{i}".encode()))
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+        i += 1
+        await asyncio.sleep(0.005)
+    await asyncio.gather(*in_flight)
+
+
+def create_partitioned(member: Member, topic: TopicName, partitions: int) -> None:
+    request = urllib.request.Request(
+        f"{member.http_url()}/admin/v2/{topic.rest_path}/partitions",
+        data=str(partitions).encode(),
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=30)
+
+
+async def audit(client: Client, topic: TopicName, load: Load) -> None:
+    """Every receipted payload reaches the audit subscription (read from where it began)."""
+    consumer = await client.subscribe(topic.full_name, "audit", consumer_type=ConsumerType.Shared)
+    seen: set[bytes] = set()
+
+    async def missing() -> None:
+        while True:
+            try:
+                message = await consumer.receive(timeout_millis=100)
+            except Timeout:
+                break
+            seen.add(message.data())
+            await consumer.acknowledge(message)
+        lost = sorted((str(mid), p.decode()) for p, mid in load.receipts.items() if p not in seen)
+        assert not lost, f"{len(lost)} receipted messages never delivered: {lost[:20]}"
+
+    await eventually(missing, timeout=DRAIN_TIMEOUT_S)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fault", ["reset", "silent"])
+async def test_a_postgres_cut_then_kill_9_while_cut_loses_no_receipted_message(
+    cluster_factory: Callable[..., Cluster], fault: str
+) -> None:
+    """The owner of some partitions loses PostgreSQL for 12 s (``reset``: its connections are
+    reset and new ones refused, so commits fail at once; ``silent``: nothing answers, so
+    commits time out), gets it back, loses it again and is killed with kill -9 while cut. The
+    new owners deliver every message any broker receipted.
+
+    While the store is gone no new ledger can start (ledger ids come from the store): once an
+    add failed, the managed ledger must refuse adds rather than write past the hole."""
+    cluster = cluster_factory(proxied=True)
+    members = cluster.members
+    topic = topic_over_every_bundle("pgcut", PARTITIONS)
+    await asyncio.to_thread(create_partitioned, members[0], topic, PARTITIONS)
+    owners = [
+        await place(members, members[0].service_url(), topic.get_partition(p))
+        for p in range(PARTITIONS)
+    ]
+    victim = max(members, key=owners.count)
+    theirs = {p for p, owner in enumerate(owners) if owner is victim}
+    via = next(m for m in members if m is not victim)
+    load = Load()
+    async with Client(via.service_url()) as client:
+        # The audit subscription exists before the first send; it is read only at the end.
+        await (
+            await client.subscribe(topic.full_name, "audit", consumer_type=ConsumerType.Shared)
+        ).close()
+        producers = [await client.create_producer(topic.full_name) for _ in range(PRODUCERS)]
+        tasks = [asyncio.create_task(produce(p, k, load)) for k, p in enumerate(producers)]
+        try:
+            await eventually(lambda: load.receipted_from(theirs) >= 400, timeout=60)
+            assert victim.links is not None
+            cut = (
+                victim.links.postgres.refuse
+                if fault == "reset"
+                else victim.links.postgres.blackhole
+            )
+            cut()
+            await asyncio.sleep(12)  # the fault's length: past the store's 10 s deadline
+            victim.links.postgres.heal()
+            before = load.receipted_from(theirs)
+            await eventually(lambda: load.receipted_from(theirs) >= before + 200, timeout=60)
+            cut()
+            await asyncio.sleep(2)  # sends reach the victim and stay unanswered
+            victim.process.kill9()
+            killed_at = time.monotonic()
+            before = load.receipted_from(theirs)
+            await eventually(lambda: load.receipted_from(theirs) >= before + 200, timeout=60)
+            recovered_s = time.monotonic() - killed_at
+        finally:
+            load.stop.set()
+            await asyncio.gather(*tasks)
+        await audit(client, topic, load)
+    print(
+        f"\n{len(load.receipts)} receipted, {len(load.failures)} sends failed; the victim's "
+        f"partitions took receipts again {recovered_s:.1f} s after the kill "
+        f"(session timeout {SESSION_TIMEOUT_MS / 1000:g} s)"
+    )
