@@ -137,10 +137,20 @@ async def _serve(
             await reader
         except asyncio.CancelledError:
             pass
+        for item in pending:  # no receipt will be written for them: nobody hears how they end
+            if isinstance(item, asyncio.Future):
+                item.add_done_callback(_outcome_unheard)
     if producer.ended.done():  # whatever else failed, the client must retry elsewhere
         await abort(context, producer.ended.result())
     if failure:
         await abort(context, failure[0])
+
+
+def _outcome_unheard(publish: asyncio.Future[PublishReceipt]) -> None:
+    """Retrieve the outcome of a publish whose stream ended first (its error was the stream's
+    too, or the client left), so that asyncio does not log it as an error nobody saw."""
+    if not publish.cancelled():
+        publish.exception()
 
 
 def _stored_already(

@@ -84,6 +84,11 @@ class GroupCommitter:
                 fenced: set[LedgerOwner] = set()
                 try:
                     fenced = await self._commit(batch)
+                except PersistenceError as e:  # the store's own account: no traceback
+                    log.warning(
+                        "ledger store commit of %d owners' writes failed: %s", len(batch), e
+                    )
+                    error = e
                 except Exception as e:
                     log.exception("ledger store commit of %d owners' writes failed", len(batch))
                     error = e

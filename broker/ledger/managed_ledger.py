@@ -52,6 +52,7 @@ from pulsar_grpc.broker.ledger.position import Entry, Position
 from pulsar_grpc.broker.ledger.stats import LedgerStats
 from pulsar_grpc.broker.ledger.store import EntrySpan, EntryWrite, LedgerOwner, LedgerStore
 from pulsar_grpc.broker.metadata.store import (
+    BadVersionError,
     MetadataNotFoundError,
     MetadataStore,
     MetadataStoreError,
@@ -355,8 +356,10 @@ class ManagedLedger:
         old.timestamp = now_ms()
         try:
             await self._write_info()
+        except ManagedLedgerFencedError:
+            return  # the ledger is fenced: its adds failed with it
         except Exception as e:
-            log.exception("%s: cannot register ledger after rollover", self.name)
+            log.warning("%s: cannot register the new ledger after a rollover: %s", self.name, e)
             self._fail_pending(e)
             return
         # Until now the new ledger's entries were held back, committed or not: a latency spike.
@@ -381,9 +384,20 @@ class ManagedLedger:
                 ledgers = ledgers[: i + 1]
                 break
         registered = {i.ledger_id for i in ledgers}
-        self._metadata_version = await self._shared.metadata.put(
-            ledger_path(self.name), encode_ledgers(ledgers), self._metadata_version
-        )
+        try:
+            self._metadata_version = await self._shared.metadata.put(
+                ledger_path(self.name), encode_ledgers(ledgers), self._metadata_version
+            )
+        except BadVersionError as e:
+            # Another broker opened the ledger since, or a write of ours whose answer was
+            # lost did land: either way this view is stale and every later write would fail
+            # the same check. Pulsar fences the ledger (handleBadVersion); the topic closes
+            # and its next load reads the metadata afresh.
+            fenced = ManagedLedgerFencedError(
+                f"managed ledger {self.name}: its metadata changed behind this broker ({e})"
+            )
+            self.mark_fenced(fenced)
+            raise fenced from e
         self._unregistered -= registered
 
     # -- reading -----------------------------------------------------------------------------
@@ -628,6 +642,8 @@ class ManagedLedger:
                 self._trim_again = False
                 try:
                     await self.trim()
+                except ManagedLedgerFencedError:
+                    return  # logged by mark_fenced; the ledger takes no more writes
                 except Exception:
                     log.exception("%s: trim failed", self.name)
         finally:
@@ -718,7 +734,7 @@ class ManagedLedger:
             self._ledgers[-1].timestamp = now_ms()
             try:
                 await self._write_info()
-            except MetadataStoreError as e:
+            except (MetadataStoreError, ManagedLedgerFencedError) as e:
                 # e.g. another broker took the ledger over: its metadata is not ours to write.
                 log.warning("%s: cannot record the closed ledger: %s", self.name, e)
                 return

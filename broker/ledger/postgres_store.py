@@ -22,6 +22,7 @@ is discarded, never reused in an unknown state, and the next call connects again
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -197,7 +198,11 @@ class PostgresLedgerStore(GroupCommittedStore):
                 try:
                     result = await op(conn)
                 except BaseException:
-                    conn.terminate()  # its state is unknown: a later call gets a new one
+                    # Its state is unknown: a later call gets a new one. (A connection the
+                    # pool took back already, when the server went away, needs nothing, and
+                    # must not hide the error that matters.)
+                    with contextlib.suppress(asyncpg.InterfaceError):
+                        conn.terminate()
                     raise
                 finally:
                     await pool.release(conn)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pulsar_grpc.broker.errors import NotFoundError, PersistenceError
+from pulsar_grpc.broker.errors import ManagedLedgerFencedError, NotFoundError, PersistenceError
 from pulsar_grpc.broker.ledger import (
     Entry,
     ManagedLedger,
@@ -465,6 +465,26 @@ async def test_no_entry_goes_past_a_failed_one_while_no_new_ledger_can_start(env
         assert [e.data for e in await reader.read_entries(10)] == [b"ok"] + [b"after"] * 3
     finally:
         await reopened.close()
+
+
+async def test_metadata_changed_behind_the_ledger_fences_it(env: Env) -> None:
+    """The ledger list was rewritten by someone else (another owner, or a write of ours whose
+    answer was lost): the next metadata write fails its version check, and the ledger is
+    fenced (its topic closes and reloads) rather than failing every rollover from then on."""
+    ml = await env.factory.open(NAME)
+    await add_all(ml, [b"x"] * 3)
+    got = await env.metadata.get(ledger_path(NAME))
+    assert got is not None
+    await env.metadata.put(ledger_path(NAME), got.value, got.version)
+    await add_all(ml, [b"y"] * 2)  # the fifth entry fills the ledger: a rollover's write
+    fenced = await asyncio.wait_for(asyncio.shield(ml.fenced), 5)
+    assert "metadata changed" in fenced.message
+    with pytest.raises(ManagedLedgerFencedError):
+        await ml.add_entry(b"z")
+    reopened = await env.factory.open(NAME)
+    assert reopened is not ml
+    reader = reopened.new_non_durable_cursor("earliest")
+    assert [e.data for e in await reader.read_entries(10)] == [b"x"] * 3 + [b"y"] * 2
 
 
 async def test_tailing_reads_come_from_cache(env: Env) -> None:
