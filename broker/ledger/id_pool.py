@@ -94,4 +94,4 @@ class LedgerIdPool:
 def _log_failure(task: asyncio.Task[None]) -> None:
     """A background refill (from take()) has no awaiter: its failure is logged here."""
     if not task.cancelled() and (exc := task.exception()) is not None:
-        log.error("cannot allocate ledger ids: %s", exc)
+        log.warning("cannot allocate ledger ids: %s", exc)

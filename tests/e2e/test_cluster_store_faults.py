@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -26,6 +26,7 @@ from tests.cluster import (
     SESSION_TIMEOUT_MS,
     Cluster,
     Member,
+    StoreLinks,
     cluster_factory,
     place,
     topic_over_every_bundle,
@@ -106,6 +107,60 @@ async def audit(client: Client, topic: TopicName, load: Load) -> None:
     await eventually(missing, timeout=DRAIN_TIMEOUT_S)
 
 
+@dataclass
+class Scene:
+    """A running load on a proxied cluster: the victim owns ``theirs`` partitions."""
+
+    victim: Member
+    theirs: set[int]
+    load: Load
+
+    @property
+    def links(self) -> StoreLinks:
+        assert self.victim.links is not None
+        return self.victim.links
+
+    async def receipts_grow(self, by: int = 200) -> None:
+        """Wait until the victim's partitions have ``by`` more receipts (from whoever owns
+        them now)."""
+        before = self.load.receipted_from(self.theirs)
+        await eventually(lambda: self.load.receipted_from(self.theirs) >= before + by, timeout=60)
+
+
+async def under_load(
+    cluster: Cluster, prefix: str, faults: Callable[[Scene], Awaitable[None]]
+) -> Load:
+    """Produce to a 16-partition topic through a broker that is not the victim (the owner of
+    the most partitions), run ``faults`` once the victim's partitions have receipts, stop,
+    and check that the audit subscription gets every receipted message."""
+    members = cluster.members
+    topic = topic_over_every_bundle(prefix, PARTITIONS)
+    await asyncio.to_thread(create_partitioned, members[0], topic, PARTITIONS)
+    owners = [
+        await place(members, members[0].service_url(), topic.get_partition(p))
+        for p in range(PARTITIONS)
+    ]
+    victim = max(members, key=owners.count)
+    scene = Scene(victim, {p for p, owner in enumerate(owners) if owner is victim}, Load())
+    via = next(m for m in members if m is not victim)
+    async with Client(via.service_url()) as client:
+        # The audit subscription exists before the first send; it is read only at the end.
+        await (
+            await client.subscribe(topic.full_name, "audit", consumer_type=ConsumerType.Shared)
+        ).close()
+        producers = [await client.create_producer(topic.full_name) for _ in range(PRODUCERS)]
+        load = scene.load
+        tasks = [asyncio.create_task(produce(p, k, load)) for k, p in enumerate(producers)]
+        try:
+            await eventually(lambda: load.receipted_from(scene.theirs) >= 400, timeout=60)
+            await faults(scene)
+        finally:
+            load.stop.set()
+            await asyncio.gather(*tasks)
+        await audit(client, topic, load)
+    return load
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fault", ["reset", "silent"])
 async def test_a_postgres_cut_then_kill_9_while_cut_loses_no_receipted_message(
@@ -118,51 +173,58 @@ async def test_a_postgres_cut_then_kill_9_while_cut_loses_no_receipted_message(
 
     While the store is gone no new ledger can start (ledger ids come from the store): once an
     add failed, the managed ledger must refuse adds rather than write past the hole."""
-    cluster = cluster_factory(proxied=True)
-    members = cluster.members
-    topic = topic_over_every_bundle("pgcut", PARTITIONS)
-    await asyncio.to_thread(create_partitioned, members[0], topic, PARTITIONS)
-    owners = [
-        await place(members, members[0].service_url(), topic.get_partition(p))
-        for p in range(PARTITIONS)
-    ]
-    victim = max(members, key=owners.count)
-    theirs = {p for p, owner in enumerate(owners) if owner is victim}
-    via = next(m for m in members if m is not victim)
-    load = Load()
-    async with Client(via.service_url()) as client:
-        # The audit subscription exists before the first send; it is read only at the end.
-        await (
-            await client.subscribe(topic.full_name, "audit", consumer_type=ConsumerType.Shared)
-        ).close()
-        producers = [await client.create_producer(topic.full_name) for _ in range(PRODUCERS)]
-        tasks = [asyncio.create_task(produce(p, k, load)) for k, p in enumerate(producers)]
-        try:
-            await eventually(lambda: load.receipted_from(theirs) >= 400, timeout=60)
-            assert victim.links is not None
-            cut = (
-                victim.links.postgres.refuse
-                if fault == "reset"
-                else victim.links.postgres.blackhole
-            )
-            cut()
-            await asyncio.sleep(12)  # the fault's length: past the store's 10 s deadline
-            victim.links.postgres.heal()
-            before = load.receipted_from(theirs)
-            await eventually(lambda: load.receipted_from(theirs) >= before + 200, timeout=60)
-            cut()
-            await asyncio.sleep(2)  # sends reach the victim and stay unanswered
-            victim.process.kill9()
-            killed_at = time.monotonic()
-            before = load.receipted_from(theirs)
-            await eventually(lambda: load.receipted_from(theirs) >= before + 200, timeout=60)
-            recovered_s = time.monotonic() - killed_at
-        finally:
-            load.stop.set()
-            await asyncio.gather(*tasks)
-        await audit(client, topic, load)
+    recovered_s = 0.0
+
+    async def faults(scene: Scene) -> None:
+        nonlocal recovered_s
+        postgres = scene.links.postgres
+        cut = postgres.refuse if fault == "reset" else postgres.blackhole
+        cut()
+        await asyncio.sleep(12)  # the fault's length: past the store's 10 s deadline
+        postgres.heal()
+        await scene.receipts_grow()
+        cut()
+        await asyncio.sleep(2)  # sends reach the victim and stay unanswered
+        scene.victim.process.kill9()
+        killed_at = time.monotonic()
+        await scene.receipts_grow()
+        recovered_s = time.monotonic() - killed_at
+
+    load = await under_load(cluster_factory(proxied=True), "pgcut", faults)
     print(
         f"\n{len(load.receipts)} receipted, {len(load.failures)} sends failed; the victim's "
         f"partitions took receipts again {recovered_s:.1f} s after the kill "
         f"(session timeout {SESSION_TIMEOUT_MS / 1000:g} s)"
     )
+
+
+@pytest.mark.timeout(240)
+async def test_rollovers_under_store_resets_then_kill_9_lose_no_receipted_message(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    """Ledgers of 20 entries, so that rollovers (a new ledger id from PostgreSQL, the ledger
+    list written to ZooKeeper) keep happening while the owner's links are reset again and
+    again: ZooKeeper's connection (kazoo reconnects within the session), PostgreSQL's for a
+    second, both at once; then kill -9 with PostgreSQL refused. Nothing receipted is lost,
+    whichever write of a rollover a reset interrupted."""
+
+    async def faults(scene: Scene) -> None:
+        links = scene.links
+        for _ in range(3):
+            links.zookeeper.cut()
+            await scene.receipts_grow(50)
+            links.postgres.refuse()
+            await asyncio.sleep(1)
+            links.postgres.heal()
+            await scene.receipts_grow(50)
+            links.zookeeper.cut()
+            links.postgres.cut()
+            await scene.receipts_grow(50)
+        links.postgres.refuse()
+        await asyncio.sleep(1)
+        scene.victim.process.kill9()
+        await scene.receipts_grow(100)
+
+    cluster = cluster_factory(proxied=True, managedLedgerMaxEntriesPerLedger="20")
+    load = await under_load(cluster, "rollovers", faults)
+    print(f"\n{len(load.receipts)} receipted, {len(load.failures)} sends failed")
