@@ -17,7 +17,8 @@ refused with ServiceNotReady at once, leadership is given up, the load report is
 broker leaves the cluster), then topics close (each ends its producers' and consumers' streams with
 ServiceNotReady, a status every client retries, once what it accepted is durable), then the
 bundles are given up, the handlers' servers stop (their streams have ended: nothing is left for
-gRPC to cancel), then the web service and storage.
+gRPC to cancel), then the web service, the managed ledgers, the metadata store (the end of its
+session gives whatever this broker still holds to the others at once) and the ledger store.
 
 A stop takes at most brokerShutdownTimeoutMs whatever the stores do (Pulsar bounds its close the
 same way): each step gets what is left of four fifths of it, the stores' own closing (which ends
@@ -284,11 +285,14 @@ class BrokerService:
         return steps
 
     def _store_steps(self) -> list[CloseStep]:
+        """The stores, the metadata store first: ending its session frees what this broker
+        still holds (a step left unfinished may have kept bundles) even when the ledger store
+        does not answer."""
         steps: list[CloseStep] = []
-        if self._store is not None:
-            steps.append(("closing the ledger store", self._store.close))
         if self.metadata is not None:
             steps.append(("closing the metadata store", self.metadata.close))
+        if self._store is not None:
+            steps.append(("closing the ledger store", self._store.close))
         return steps
 
     def check_open(self) -> None:
