@@ -84,6 +84,10 @@ class ServiceConfiguration(ClientAuthenticationSettings):
     # bundles go to the others only once it has passed; the server bounds it (2 to 20 ticks
     # unless configured otherwise).
     metadataStoreSessionTimeoutMillis: int = 30000
+    # Pulsar's name and default: the longest a stop (SIGTERM) takes. Past it, what is not
+    # closed yet is left (a store that does not answer: its nodes go with the session, its
+    # unwritten entries had no receipt) and the broker exits all the same.
+    brokerShutdownTimeoutMs: int = 60000
     # Where the entries live: empty is the embedded store in dataDirectory; a cluster's brokers
     # share a PostgreSQL database, postgresql://user[:password]@host[:port]/database.
     ledgerStorageUrl: str = ""
@@ -462,6 +466,7 @@ _AT_LEAST: dict[str, float] = {
     "loadBalancerReportUpdateMinIntervalMillis": 1,
     "loadBalancerReportUpdateMaxIntervalMinutes": 1,
     "metadataStoreSessionTimeoutMillis": 1,
+    "brokerShutdownTimeoutMs": 1,
     "loadBalancerBrokerOverloadedThresholdPercentage": 0,
     "loadBalancerNamespaceMaximumBundles": 1,
     "loadBalancerSheddingIntervalMinutes": 0.001,

@@ -17,7 +17,14 @@ refused with ServiceNotReady at once, leadership is given up, the load report is
 broker leaves the cluster), then topics close (each ends its producers' and consumers' streams with
 ServiceNotReady, a status every client retries, once what it accepted is durable), then the
 bundles are given up, the handlers' servers stop (their streams have ended: nothing is left for
-gRPC to cancel), then the web service and storage.
+gRPC to cancel), then the web service, the managed ledgers, the metadata store (the end of its
+session gives whatever this broker still holds to the others at once) and the ledger store.
+
+A stop takes at most brokerShutdownTimeoutMs whatever the stores do (Pulsar bounds its close the
+same way): each step gets what is left of four fifths of it, the stores' own closing (which ends
+the ZooKeeper session, so the other brokers take this broker's bundles at once) what is left of
+the whole. A step that does not finish in time is left behind, and one line names what was
+left; a step that fails is logged in one line and the next one runs.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from pulsar_grpc.broker.cluster import broker_id, is_cluster_store
@@ -60,6 +68,11 @@ from pulsar_grpc.broker.topics.stats_task import StatsTask
 from pulsar_grpc.broker.web.app import WebService
 
 log = logging.getLogger(__name__)
+
+# The share of brokerShutdownTimeoutMs kept for closing the stores themselves.
+_STORES_SHARE = 0.2
+
+CloseStep = tuple[str, Callable[[], Awaitable[object]]]
 
 
 class ServiceState(enum.Enum):
@@ -221,37 +234,66 @@ class BrokerService:
         await election.start()
 
     async def close(self) -> None:
-        """Stop in the order the module docstring gives; a second call does nothing."""
+        """Stop in the order the module docstring gives, within brokerShutdownTimeoutMs; a
+        second call does nothing."""
         if self.state is ServiceState.CLOSING:
             return
         self.state = ServiceState.CLOSING
-        for handler in self.handlers:
-            await handler.drain()  # load balancers stop sending new calls before any ends
-        if self.election is not None:
-            await self.election.close()  # another broker leads at once
-        if self.load_reporter is not None:
-            await self.load_reporter.close()  # leave the cluster before serving stops
-        if self.dynamic_config is not None:
-            await self.dynamic_config.close()
-        if self.stats_task is not None:
-            await self.stats_task.close()
-        if self.stalls is not None:
-            await self.stalls.close()
-        if self._topics is not None:
-            await self._topics.close_all()
-        if self._namespaces is not None:
-            await self._namespaces.close()
-        for handler in self.handlers:
-            await handler.close()
-        if self.web is not None:
-            await self.web.close()
-        if self._ledgers is not None:
-            await self._ledgers.close()
-        if self._store is not None:
-            await self._store.close()
-        if self.metadata is not None:
-            await self.metadata.close()
+        timeout_s = self.config.brokerShutdownTimeoutMs / 1000
+        start = asyncio.get_running_loop().time()
+        left: list[str] = []
+        for name, step in self._serving_steps():
+            await _bounded(name, step, start + timeout_s * (1 - _STORES_SHARE), left)
+        for name, step in self._store_steps():
+            await _bounded(name, step, start + timeout_s, left)
         self._lock.release()
+        if left:
+            log.warning(
+                "shutdown reached brokerShutdownTimeoutMs=%d: stopping without finishing %s "
+                "(what they held goes with the stores' sessions)",
+                self.config.brokerShutdownTimeoutMs,
+                ", ".join(left),
+            )
+
+    def _serving_steps(self) -> list[CloseStep]:
+        """What stops serving, in order (those of the parts that were started)."""
+        steps: list[CloseStep] = []
+        for handler in self.handlers:
+            # Load balancers stop sending new calls before any ends.
+            steps.append((f"draining {handler.protocol_name()}", handler.drain))
+        if self.election is not None:
+            steps.append(("leaving the election", self.election.close))  # another leads at once
+        if self.load_reporter is not None:
+            # Leave the cluster before serving stops.
+            steps.append(("removing the load report", self.load_reporter.close))
+        if self.dynamic_config is not None:
+            steps.append(("dynamic configuration", self.dynamic_config.close))
+        if self.stats_task is not None:
+            steps.append(("stats", self.stats_task.close))
+        if self.stalls is not None:
+            steps.append(("stall monitor", self.stalls.close))
+        if self._topics is not None:
+            steps.append(("closing the topics", self._topics.close_all))
+        if self._namespaces is not None:
+            steps.append(("giving up the bundles", self._namespaces.close))
+        for handler in self.handlers:
+            steps.append((f"closing {handler.protocol_name()}", handler.close))
+        if self.web is not None:
+            steps.append(("web service", self.web.close))
+        if self._ledgers is not None:
+            steps.append(("closing the managed ledgers", self._ledgers.close))
+        return steps
+
+    def _store_steps(self) -> list[CloseStep]:
+        """The stores, the metadata store first: ending its session frees what this broker
+        still holds (a step left unfinished may have kept bundles) even when the ledger store
+        does not answer."""
+        steps: list[CloseStep] = []
+        if self.metadata is not None:
+            steps.append(("closing the metadata store", self.metadata.close))
+        if self._store is not None:
+            steps.append(("closing the ledger store", self._store.close))
+        return steps
 
     def check_open(self) -> None:
         """Refuse a request once the broker is closing, with a status clients retry (on this
@@ -342,3 +384,21 @@ class BrokerService:
 
     async def list_topics(self, namespace: str) -> list[str]:
         return await self.resources.list_topics(namespace)
+
+
+async def _bounded(
+    name: str, step: Callable[[], Awaitable[object]], deadline: float, left: list[str]
+) -> None:
+    """Run one close step until ``deadline`` (loop time); past it the step is cancelled and
+    named in ``left``. A step that fails is logged in one line: the next one runs anyway."""
+    bound = asyncio.timeout_at(deadline)
+    try:
+        async with bound:
+            await step()
+    except TimeoutError:
+        if not bound.expired():
+            log.warning("shutdown: %s failed: timed out", name)
+        else:
+            left.append(name)
+    except Exception as exc:
+        log.warning("shutdown: %s failed: %s", name, exc)

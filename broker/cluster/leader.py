@@ -6,9 +6,13 @@ with its metadata session. Every broker reads the node (the read arms a watch); 
 disappears (the leader closed, or its session expired) the others race to create it and the
 store lets exactly one win.
 
-A broker that loses its session stops acting as leader at once: the leader-only tasks are
-cancelled as the session event arrives, before any other broker can have taken over. A new
-session runs the election again.
+A leader stops acting as leader as soon as its connection to the store drops (as Curator's
+LeaderLatch does on SUSPENDED), not when its session is presumed lost: ZooKeeper expires the
+session a whole session timeout after it last heard from the broker, while the broker notices
+the silence only after two thirds of it and presumes the session lost a full timeout later, so
+another broker could lead for seconds before a leader that waited for SessionLost stopped. Back
+within the session (Reconnected), or in a new one, the election runs again: a leader whose node
+lived on leads again, the others follow whoever holds it.
 
 Leader-only work hangs on the election as periodic tasks (:meth:`LeaderElection.add_task`):
 they start when this broker becomes leader and are cancelled when it stops being one.
@@ -31,6 +35,7 @@ from pulsar_grpc.broker.metadata.store import (
     Notification,
     NotificationType,
     SessionEvent,
+    release_at_close,
 )
 
 __all__ = ["LEADER_PATH", "LeaderBroker", "LeaderElection", "LeaderState"]
@@ -180,6 +185,8 @@ class LeaderElection:
                 await asyncio.sleep(task.interval_s)
                 try:
                     await task.run()
+                except MetadataStoreError as exc:  # the store is away: the next run retries
+                    log.warning("leader task %s failed: %s", task.name, exc)
                 except Exception:
                     log.exception("leader task %s failed", task.name)
 
@@ -201,21 +208,23 @@ class LeaderElection:
     def _on_session_event(self, event: SessionEvent) -> None:
         if self.state is LeaderState.STOPPED:
             return
-        if event is SessionEvent.SESSION_LOST:
+        if event is SessionEvent.SESSION_LOST or (
+            event is SessionEvent.CONNECTION_LOST and self.is_leader
+        ):
             # Another broker may lead as soon as the node expires: stop at once.
             self._stop_leading()
             self.state = LeaderState.NO_LEADER
             self.leader = None
-        elif event is SessionEvent.SESSION_REESTABLISHED:
+        elif event in (SessionEvent.RECONNECTED, SessionEvent.SESSION_REESTABLISHED):
             self._spawn_election()
 
     def _spawn_election(self) -> None:
         async def run() -> None:
             try:
                 await self._elect()
-            except MetadataStoreError:
-                # The session is down: its re-establishment runs the election again.
-                log.warning("leader election failed", exc_info=True)
+            except MetadataStoreError as exc:
+                # The connection is down: its return runs the election again.
+                log.warning("leader election failed: %s", exc)
 
         self._track(asyncio.get_running_loop().create_task(run(), name="leader election"))
 
@@ -231,11 +240,10 @@ class LeaderElection:
             if not task.cancelling():  # one cancelled already is left to wind down
                 task.cancel()
         await asyncio.gather(*unfinished, return_exceptions=True)
-        if not was_leader:
-            return
-        try:
-            found = await self.store.get(LEADER_PATH)
-            if found is not None and found.value == self._me_json:
-                await self.store.delete(LEADER_PATH, found.version)
-        except MetadataStoreError as exc:  # gone already, or the store is: the session ends
-            log.info("could not give up leadership: %s", exc)
+        if was_leader:
+            await release_at_close(self.store, "leadership", self._give_up)
+
+    async def _give_up(self) -> None:
+        found = await self.store.get(LEADER_PATH)
+        if found is not None and found.value == self._me_json:
+            await self.store.delete(LEADER_PATH, found.version)

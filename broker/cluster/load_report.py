@@ -36,6 +36,7 @@ from pulsar_grpc.broker.metadata import (
     MetadataStore,
     MetadataStoreError,
     SessionEvent,
+    release_at_close,
 )
 from pulsar_grpc.broker.naming import NamespaceBundle
 
@@ -293,8 +294,8 @@ class LoadReporter:
     async def _recreate(self) -> None:
         try:
             await self._create()
-        except MetadataStoreError:
-            log.warning("could not write the load report %s again", self.path, exc_info=True)
+        except MetadataStoreError as exc:
+            log.warning("could not write the load report %s again: %s", self.path, exc)
 
     async def _run(self) -> None:
         interval = self.config.loadBalancerReportUpdateMinIntervalMillis / 1000
@@ -314,9 +315,9 @@ class LoadReporter:
             return False
         try:
             await self.store.put(self.path, _encode(data), None, CreateOption.EPHEMERAL)
-        except MetadataStoreError:
+        except MetadataStoreError as exc:
             # The session is down; the next tick (or a re-established session) writes again.
-            log.warning("could not write the load report %s", self.path, exc_info=True)
+            log.warning("could not write the load report %s: %s", self.path, exc)
             return False
         self._written(sample)
         return True
@@ -330,10 +331,13 @@ class LoadReporter:
                 await running
             except asyncio.CancelledError:
                 pass
+        await release_at_close(self.store, f"the load report {self.path}", self._delete)
+
+    async def _delete(self) -> None:
         try:
             await self.store.delete(self.path)
-        except MetadataStoreError:
-            pass  # gone already, or the session is: either way the node goes with it
+        except MetadataNotFoundError:
+            pass  # gone already (an expired session took it)
 
 
 def _rates(topics: list[PersistentTopic]) -> tuple[float, float, float, float]:

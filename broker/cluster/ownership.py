@@ -7,7 +7,11 @@ creates the node (:meth:`OwnershipCache.acquire`): ZooKeeper lets exactly one cr
 others read the winner's data. A Produce or Consume never takes a bundle.
 
 Every broker keeps a cache of the owners it has read, kept fresh by the store's notifications
-(a read arms a watch, so a deletion is heard and the next lookup reads again). A broker whose
+(a read arms a watch, so a deletion is heard and the next lookup reads again). A connection to
+the store that dropped took its watches along, so the cache is emptied when it is back (the
+store also notifies every path it watched): a lookup must never answer an owner read on a
+connection whose watches are gone, as that owner may be long gone too (it would refuse the
+client, and the client, looking up again, would be sent back to it). A broker whose
 session is lost stops serving what it owned at once (``on_lost``); when its session is back it
 re-owns only what is still recorded as its own, and leaves the rest to the leader's placement.
 
@@ -40,6 +44,7 @@ from pulsar_grpc.broker.metadata.store import (
     Notification,
     NotificationType,
     SessionEvent,
+    release_at_close,
 )
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceBundles, NamespaceName, TopicName
 
@@ -357,7 +362,10 @@ class OwnershipCache:
             if owned:
                 log.warning("metadata session lost: no longer serving %d bundles", len(owned))
                 self._lose(owned)
+        elif event is SessionEvent.RECONNECTED:
+            self._others.clear()  # read on the connection that dropped, without watches now
         elif event is SessionEvent.SESSION_REESTABLISHED:
+            self._others.clear()
             lost, self._lost = self._lost, []
             self._spawn(self._reown(lost))
 
@@ -369,7 +377,11 @@ class OwnershipCache:
         what the expiry deleted is placed again by the next lookup."""
         for bundle in bundles:
             path = bundle_path(bundle)
-            found = await self.store.get(path)
+            try:
+                found = await self.store.get(path)
+            except MetadataStoreError as exc:  # lost again: the next lookup places it
+                log.warning("cannot re-own %s: %s", bundle, exc)
+                continue
             if found is not None and found.value == self._me_json:
                 self._owned[path] = bundle
                 log.info("re-owned bundle %s", bundle)
@@ -378,6 +390,8 @@ class OwnershipCache:
         async def run() -> None:
             try:
                 await coro
+            except MetadataStoreError as exc:  # the store is away: a lookup sorts it out
+                log.warning("ownership task failed: %s", exc)
             except Exception:
                 log.exception("ownership task failed")
 
@@ -392,8 +406,16 @@ class OwnershipCache:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         owned, self._owned = list(self._owned), {}
-        for path in owned:
+        if owned:
+            await release_at_close(self.store, f"{len(owned)} bundles", lambda: self._delete(owned))
+
+    async def _delete(self, paths: list[str]) -> None:
+        """Delete the nodes side by side (one round trip for all, within the release bound)."""
+
+        async def one(path: str) -> None:
             try:
                 await self.store.delete(path)
-            except MetadataStoreError as exc:  # gone already, or the store is: the session ends
+            except MetadataStoreError as exc:  # gone already (an expired session took it)
                 log.info("could not release %s: %s", path, exc)
+
+        await asyncio.gather(*(one(path) for path in paths))

@@ -6,6 +6,7 @@ from pulsar_grpc.broker.metadata.factory import open_metadata_store, parse_metad
 from pulsar_grpc.broker.metadata.memory import MemoryMetadataStore
 from pulsar_grpc.broker.metadata.store import (
     BadVersionError,
+    ConnectionState,
     CreateOption,
     GetResult,
     MetadataNotFoundError,
@@ -14,11 +15,13 @@ from pulsar_grpc.broker.metadata.store import (
     Notification,
     NotificationType,
     SessionEvent,
+    release_at_close,
 )
 from pulsar_grpc.broker.metadata.zookeeper import ZooKeeperMetadataStore
 
 __all__ = [
     "BadVersionError",
+    "ConnectionState",
     "CreateOption",
     "EmbeddedMetadataStore",
     "GetResult",
@@ -32,4 +35,5 @@ __all__ = [
     "ZooKeeperMetadataStore",
     "open_metadata_store",
     "parse_metadata_store_url",
+    "release_at_close",
 ]

@@ -3,8 +3,10 @@
 As Pulsar's LocalMemoryMetadataStore, stores opened with the same name in one process share one
 tree, so several brokers (each on its own thread and event loop) can form a cluster without a
 ZooKeeper. Each store is a client with its own session: its ephemeral nodes go when it closes or
-when a test calls expire_session(), which is what a ZooKeeper session expiry does. Every store on
-the tree is notified of every change, on its own event loop.
+when a test calls expire_session(), which is what a ZooKeeper session expiry does; a test's
+lose_connection() and reconnect() are a connection that drops and comes back within the session
+(the nodes stay; calls in between fail, as they would time out). Every store on the tree is
+notified of every change, on its own event loop.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 
 from pulsar_grpc.broker.metadata.store import (
     BadVersionError,
+    ConnectionState,
     CreateOption,
     GetResult,
     MetadataNotFoundError,
@@ -112,6 +115,7 @@ class MemoryMetadataStore(MetadataStore):
         self._loop = asyncio.get_running_loop()
         self._session = next(_SESSION_IDS)
         self._open = True
+        self._connected = ConnectionState.CONNECTED
         with self._tree.lock:
             self._tree.clients.add(self)
 
@@ -130,6 +134,23 @@ class MemoryMetadataStore(MetadataStore):
     def _check_open(self) -> None:
         if not self._open:
             raise MetadataStoreError("metadata store is closed")
+        if self._connected is ConnectionState.DISCONNECTED:
+            raise MetadataStoreError("connection to the metadata store lost")
+
+    @property
+    def connection(self) -> ConnectionState:
+        return self._connected if self._open else ConnectionState.CLOSED
+
+    def lose_connection(self) -> None:
+        """The connection drops; the session (and its nodes) lives on: ConnectionLost."""
+        self._check_open()
+        self._connected = ConnectionState.DISCONNECTED
+        self._loop.call_soon_threadsafe(self._session_event, SessionEvent.CONNECTION_LOST)
+
+    def reconnect(self) -> None:
+        """Back within the session: Reconnected."""
+        self._connected = ConnectionState.CONNECTED
+        self._loop.call_soon_threadsafe(self._session_event, SessionEvent.RECONNECTED)
 
     async def get(self, path: str) -> GetResult | None:
         validate_path(path)

@@ -15,21 +15,29 @@ Notification coverage follows ZooKeeper's watches, the weakest implementation: a
 at least about the paths it has read through get / exists / get_children since their last
 notification (the read arms a one-shot watch, as Pulsar's ZKMetadataStore does), which is what
 a cache needs: it re-reads on a notification, and that re-arms the watch. Stores without
-watches notify about every change.
+watches notify about every change. A store whose watches die with a connection (kazoo's do, and
+it does not set them again on the new one) notifies every path it was watching once it is
+connected again, before it reports RECONNECTED or SESSION_REESTABLISHED: what changed meanwhile
+is unknown, so a notification means "read it again", never "this is what happened".
+
+``connection`` says whether the store can be reached now; a broker that is stopping does not
+wait on one that cannot (its ephemeral nodes go with its session anyway).
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pulsar_grpc.broker.errors import MetadataError
 
 __all__ = [
     "BadVersionError",
+    "ConnectionState",
     "CreateOption",
     "GetResult",
     "MetadataNotFoundError",
@@ -38,6 +46,7 @@ __all__ = [
     "Notification",
     "NotificationType",
     "SessionEvent",
+    "release_at_close",
     "sequential_name",
     "validate_path",
 ]
@@ -104,6 +113,15 @@ class SessionEvent(enum.Enum):
     SESSION_REESTABLISHED = "SessionReestablished"
 
 
+class ConnectionState(enum.Enum):
+    """Whether a store's server can be reached now (a store without one always can)."""
+
+    CONNECTED = "connected"
+    # The connection is down (its session may live on, or be lost): calls wait or fail.
+    DISCONNECTED = "disconnected"
+    CLOSED = "closed"
+
+
 NotificationListener = Callable[[Notification], None]
 SessionListener = Callable[[SessionEvent], None]
 
@@ -145,6 +163,11 @@ class MetadataStore(ABC):
     def __init__(self) -> None:
         self._listeners: list[NotificationListener] = []
         self._session_listeners: list[SessionListener] = []
+
+    @property
+    def connection(self) -> ConnectionState:
+        """Whether the store can be reached now (see the module docstring)."""
+        return ConnectionState.CONNECTED
 
     def register_listener(self, listener: NotificationListener) -> None:
         """Call `listener` on the event loop for each change (see the module docstring)."""
@@ -224,3 +247,28 @@ class MetadataStore(ABC):
                 await self.delete(path)
             except MetadataNotFoundError:
                 pass
+
+
+# How long a closing broker waits to give back an ephemeral node: giving it back only saves
+# the others the wait for the session's end, so it is not worth holding a shutdown for.
+RELEASE_TIMEOUT_S = 5.0
+
+
+async def release_at_close(
+    store: MetadataStore, what: str, release: Callable[[], Awaitable[object]]
+) -> None:
+    """Give back ``what`` (ephemeral nodes) as a broker closes, without waiting long: not at
+    all when the store is known to be unreachable, else at most RELEASE_TIMEOUT_S. Whatever
+    is not given back goes with the session; one line says so (never a traceback)."""
+    if store.connection is not ConnectionState.CONNECTED:
+        log.info(
+            "%s left to the session's end: the metadata store is %s", what, store.connection.value
+        )
+        return
+    try:
+        async with asyncio.timeout(RELEASE_TIMEOUT_S):
+            await release()
+    except TimeoutError:
+        log.info("%s not given back within %gs: left to the session's end", what, RELEASE_TIMEOUT_S)
+    except MetadataStoreError as exc:  # gone already, or the session is
+        log.info("could not give back %s: %s", what, exc)

@@ -9,6 +9,16 @@ loop the same way, so listeners always run on the loop.
 Notifications follow Pulsar's ZKMetadataStore without persistent watches: get, exists and
 get_children arm a one-shot watch on what they read (get and get_children of a missing node arm
 an exists watch, so its creation is seen), and the watch fires one notification.
+
+kazoo forgets every watch when its connection drops (even for a moment, within the session) and
+does not set them again on the next connection, as ZooKeeper's Java client does: a cache kept by
+watches would then never hear of a change again (a bundle owner whose session expired would be
+answered to lookups for ever). So the store remembers which paths are watched, and once
+connected again it notifies each of them, before it reports the reconnection.
+
+Closing never waits on ZooKeeper longer than a bound: kazoo's stop runs in a daemon thread of
+its own (with ZooKeeper unreachable it can take many seconds, and a thread of the loop's default
+executor would hold the process's exit until it ends).
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +51,7 @@ from kazoo.retry import KazooRetry
 
 from pulsar_grpc.broker.metadata.store import (
     BadVersionError,
+    ConnectionState,
     CreateOption,
     GetResult,
     MetadataNotFoundError,
@@ -60,6 +72,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SESSION_TIMEOUT_S = 30.0
 DEFAULT_OPERATION_TIMEOUT_S = 30.0
 _RECONNECT_MAX_DELAY_S = 1.0
+# How long close waits for kazoo to end the session; past it the session expires by itself.
+_STOP_TIMEOUT_S = 5.0
 
 _NOTIFICATION_TYPES = {
     EventType.CREATED: NotificationType.CREATED,
@@ -67,6 +81,13 @@ _NOTIFICATION_TYPES = {
     EventType.DELETED: NotificationType.DELETED,
     EventType.CHILD: NotificationType.CHILDREN_CHANGED,
 }
+
+
+class _Watch(enum.Enum):
+    """Which kind of watch a read arms (kazoo keeps data and child watches apart)."""
+
+    DATA = "data"  # get, exists: the node's creation, change or deletion
+    CHILDREN = "children"  # get_children: a child created or deleted
 
 
 class _Session(enum.Enum):
@@ -112,6 +133,11 @@ class ZooKeeperMetadataStore(MetadataStore):
         # Pulsar's ZKSessionWatcher: disconnected for a whole session timeout means the
         # session is lost, whether or not ZooKeeper can tell us yet (it may be unreachable).
         self._presumed_lost: asyncio.TimerHandle | None = None
+        # A reconnection's notifications and event, waiting for their loop turn.
+        self._reconnection: tuple[asyncio.Handle, SessionEvent] | None = None
+        # The paths whose watches are armed (or may be): notified when a connection drops
+        # them. Bounded by the paths the broker reads; a fired watch leaves the set.
+        self._watched: dict[_Watch, set[str]] = {_Watch.DATA: set(), _Watch.CHILDREN: set()}
         self._client.add_listener(self._on_state_change)
         self._closed = False
 
@@ -138,6 +164,14 @@ class ZooKeeperMetadataStore(MetadataStore):
         return store
 
     @property
+    def connection(self) -> ConnectionState:
+        if self._closed:
+            return ConnectionState.CLOSED
+        if self._session is _Session.CONNECTED:
+            return ConnectionState.CONNECTED
+        return ConnectionState.DISCONNECTED
+
+    @property
     def client_id(self) -> tuple[int, bytes] | None:
         """ZooKeeper's (session id, password) of the current session; None when not connected.
         A second client that connects with it and closes ends the session (how tests expire
@@ -155,6 +189,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         """kazoo's SUSPENDED / LOST / CONNECTED, in Pulsar's SessionEvent terms."""
         if self._closed:
             return
+        self._flush_reconnection()  # told before whatever comes next
         if state == KazooState.SUSPENDED:
             if self._session is _Session.CONNECTED:
                 self._tell(_Session.CONNECTION_LOST, SessionEvent.CONNECTION_LOST)
@@ -169,9 +204,40 @@ class ZooKeeperMetadataStore(MetadataStore):
             if self._session is not _Session.LOST:
                 self._tell(_Session.LOST, SessionEvent.SESSION_LOST)
         elif self._session is _Session.CONNECTION_LOST:
-            self._tell(_Session.CONNECTED, SessionEvent.RECONNECTED)
+            self._reconnected(SessionEvent.RECONNECTED)
         elif self._session is _Session.LOST:
-            self._tell(_Session.CONNECTED, SessionEvent.SESSION_REESTABLISHED)
+            self._reconnected(SessionEvent.SESSION_REESTABLISHED)
+
+    def _reconnected(self, event: SessionEvent) -> None:
+        """Connected again: the watches died with the old connection, so every path that was
+        watched is notified (its readers read it again, which arms a new watch), then the
+        event is told.
+
+        One loop turn later, not now: a read answered on the old connection has its result
+        on the loop already, and the task awaiting it must store what it read before the
+        notification that makes it stale (both are queued in the order kazoo produced them,
+        and the task resumes one turn after its result)."""
+        self._session = _Session.CONNECTED
+        self._reconnection = (self._loop.call_soon(self._tell_reconnected, event), event)
+
+    def _flush_reconnection(self) -> None:
+        """Tell a reconnection still waiting for its loop turn now, so that events keep
+        their order."""
+        if self._reconnection is not None:
+            handle, event = self._reconnection
+            handle.cancel()
+            self._tell_reconnected(event)
+
+    def _tell_reconnected(self, event: SessionEvent) -> None:
+        self._reconnection = None
+        if self._closed:
+            return
+        lost, self._watched = self._watched, {_Watch.DATA: set(), _Watch.CHILDREN: set()}
+        for path in sorted(lost[_Watch.DATA]):
+            self._notify(Notification(NotificationType.MODIFIED, path))
+        for path in sorted(lost[_Watch.CHILDREN]):
+            self._notify(Notification(NotificationType.CHILDREN_CHANGED, path))
+        self._session_event(event)
 
     def _tell(self, session: _Session, event: SessionEvent) -> None:
         self._session = session
@@ -184,8 +250,16 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._call_on_loop(self._deliver, Notification(kind, event.path))
 
     def _deliver(self, notification: Notification) -> None:
-        if not self._closed:
-            self._notify(notification)
+        if self._closed:
+            return
+        # A one-shot watch fired: nothing is watched there until the next read.
+        if notification.type is NotificationType.CHILDREN_CHANGED:
+            self._watched[_Watch.CHILDREN].discard(notification.path)
+        else:
+            self._watched[_Watch.DATA].discard(notification.path)
+            if notification.type is NotificationType.DELETED:
+                self._watched[_Watch.CHILDREN].discard(notification.path)
+        self._notify(notification)
 
     def _call_on_loop(self, fn: Callable[..., None], *args: Any) -> None:
         try:
@@ -193,13 +267,19 @@ class ZooKeeperMetadataStore(MetadataStore):
         except RuntimeError:  # the loop is closed: nobody is left to tell
             pass
 
-    async def _call(self, start: Callable[[], IAsyncResult], path: str) -> Any:
-        """Run one kazoo asynchronous call; its result arrives on the loop."""
+    async def _call(
+        self, start: Callable[[], IAsyncResult], path: str, watch: _Watch | None = None
+    ) -> Any:
+        """Run one kazoo asynchronous call; its result arrives on the loop. ``watch``: the
+        kind of watch the call arms on ``path`` (remembered as the answer arrives, in the
+        order kazoo read it, so a connection lost afterwards is known to have dropped it)."""
         if self._closed:
             raise MetadataStoreError("metadata store is closed")
         future: asyncio.Future[Any] = self._loop.create_future()
 
         def settle(result: IAsyncResult) -> None:  # on the loop
+            if watch is not None:
+                self._watched[watch].add(path)
             if future.done():
                 return
             if result.successful():
@@ -236,12 +316,14 @@ class ZooKeeperMetadataStore(MetadataStore):
         client = self._client
         while True:
             try:
-                value, stat = await self._call(lambda: client.get_async(path, self._on_watch), path)
+                value, stat = await self._call(
+                    lambda: client.get_async(path, self._on_watch), path, _Watch.DATA
+                )
                 return GetResult(value, stat.version)
             except NoNodeError:
                 pass
             # Watch for its creation; should it have been created meanwhile, read it.
-            if await self._call(lambda: client.exists_async(path, self._on_watch), path) is None:
+            if await self._exists(path) is None:
                 return None
 
     async def put(
@@ -318,26 +400,46 @@ class ZooKeeperMetadataStore(MetadataStore):
         client = self._client
         try:
             children = await self._call(
-                lambda: client.get_children_async(path, self._on_watch), path
+                lambda: client.get_children_async(path, self._on_watch), path, _Watch.CHILDREN
             )
         except NoNodeError:
-            await self._call(lambda: client.exists_async(path, self._on_watch), path)
+            await self._exists(path)
             return []
         return sorted(children)
 
     async def exists(self, path: str) -> bool:
         validate_path(path)
-        stat = await self._call(lambda: self._client.exists_async(path, self._on_watch), path)
-        return stat is not None
+        return await self._exists(path) is not None
+
+    async def _exists(self, path: str) -> Any:
+        """kazoo's stat of ``path`` (None when absent), arming a watch on it either way."""
+        client = self._client
+        return await self._call(
+            lambda: client.exists_async(path, self._on_watch), path, _Watch.DATA
+        )
 
     async def close(self) -> None:
-        """End the session: ZooKeeper deletes its ephemeral nodes at once."""
+        """End the session: ZooKeeper deletes its ephemeral nodes at once. With ZooKeeper
+        unreachable this waits at most a few seconds: the session then expires by itself,
+        and kazoo's thread is left to end on its own (it never holds the process's exit)."""
         if self._closed:
             return
+        reachable = self._session is _Session.CONNECTED
         self._closed = True
         if self._presumed_lost is not None:
             self._presumed_lost.cancel()
-        await asyncio.to_thread(_stop, self._client)
+        stopped = _in_daemon_thread(self._loop, lambda: _stop(self._client))
+        try:
+            async with asyncio.timeout(_STOP_TIMEOUT_S):
+                await stopped
+        except TimeoutError:
+            log.warning(
+                "ZooKeeper session not closed within %gs (%s): its nodes go when it expires",
+                _STOP_TIMEOUT_S,
+                "connected" if reachable else "ZooKeeper unreachable",
+            )
+        except KazooException as exc:
+            log.warning("ZooKeeper session not closed cleanly: %r", exc)
 
 
 def _client(hosts: str, session_timeout_s: float) -> KazooClient:
@@ -351,6 +453,36 @@ def _client(hosts: str, session_timeout_s: float) -> KazooClient:
 def _stop(client: KazooClient) -> None:
     client.stop()
     client.close()
+
+
+def _in_daemon_thread(
+    loop: asyncio.AbstractEventLoop, fn: Callable[[], None]
+) -> asyncio.Future[None]:
+    """Run ``fn`` in a daemon thread of its own; the future settles on ``loop`` when it ends
+    (or never, when the loop is gone first: nobody waits then)."""
+    future: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            fn()
+        except BaseException as exc:  # handed to the loop, which raises it to the awaiter
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, error)
+        except RuntimeError:  # the loop is closed: nobody is waiting
+            pass
+
+    threading.Thread(target=run, name="zookeeper stop", daemon=True).start()
+    return future
 
 
 def _ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
-from pulsar_grpc.broker.naming import TopicName
-from pulsar_grpc.client import Client, ConsumerType, MessageId, Producer
-from pulsar_grpc.client.exceptions import PulsarException, Timeout
+from pulsar_grpc.client import Client, ConsumerType
 from tests.cluster import (
     SESSION_TIMEOUT_MS,
     Cluster,
@@ -31,6 +28,7 @@ from tests.cluster import (
     place,
     topic_over_every_bundle,
 )
+from tests.cluster_load import Load, audit, create_partitioned, produce
 from tests.postgres import postgres_server, postgres_url
 from tests.waiting import eventually
 from tests.zookeeper import zk_chroot, zookeeper
@@ -39,72 +37,6 @@ __all__ = ["cluster_factory", "postgres_server", "postgres_url", "zk_chroot", "z
 
 PARTITIONS = 16
 PRODUCERS = 4
-DRAIN_TIMEOUT_S = 60
-
-
-@dataclass
-class Load:
-    """What the producers were told: payload -> receipt, and how sends went."""
-
-    receipts: dict[bytes, MessageId] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def receipted_from(self, partitions: set[int]) -> int:
-        return sum(1 for mid in self.receipts.values() if mid.partition in partitions)
-
-
-async def produce(producer: Producer, k: int, load: Load) -> None:
-    """Send p<k>-0, p<k>-1, ... (16 in flight) until stopped; a failed send is recorded and
-    the payload is not sent again (it has no receipt: nothing is promised of it)."""
-    i = 0
-    in_flight: set[asyncio.Task[None]] = set()
-
-    async def one(payload: bytes) -> None:
-        try:
-            load.receipts[payload] = await producer.send(payload)
-        except PulsarException as e:
-            load.failures.append(f"{payload.decode()}: {type(e).__name__}")
-
-    while not load.stop.is_set():
-        if len(in_flight) >= 16:
-            await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-            continue
-        task = asyncio.create_task(one(f"p{k}-{i}".encode()))
-        in_flight.add(task)
-        task.add_done_callback(in_flight.discard)
-        i += 1
-        await asyncio.sleep(0.005)
-    await asyncio.gather(*in_flight)
-
-
-def create_partitioned(member: Member, topic: TopicName, partitions: int) -> None:
-    request = urllib.request.Request(
-        f"{member.http_url()}/admin/v2/{topic.rest_path}/partitions",
-        data=str(partitions).encode(),
-        method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    urllib.request.urlopen(request, timeout=30)
-
-
-async def audit(client: Client, topic: TopicName, load: Load) -> None:
-    """Every receipted payload reaches the audit subscription (read from where it began)."""
-    consumer = await client.subscribe(topic.full_name, "audit", consumer_type=ConsumerType.Shared)
-    seen: set[bytes] = set()
-
-    async def missing() -> None:
-        while True:
-            try:
-                message = await consumer.receive(timeout_millis=100)
-            except Timeout:
-                break
-            seen.add(message.data())
-            await consumer.acknowledge(message)
-        lost = sorted((str(mid), p.decode()) for p, mid in load.receipts.items() if p not in seen)
-        assert not lost, f"{len(lost)} receipted messages never delivered: {lost[:20]}"
-
-    await eventually(missing, timeout=DRAIN_TIMEOUT_S)
 
 
 @dataclass

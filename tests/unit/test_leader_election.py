@@ -108,6 +108,29 @@ async def test_a_leader_losing_its_session_stops_at_once_and_another_leads(
     await eventually(lambda: leader.ticks >= ticks + 3)
 
 
+async def test_a_leader_whose_connection_drops_stops_at_once_and_leads_again_when_back(
+    members: list[Member],
+) -> None:
+    """ZooKeeper may expire the session a third of a session timeout after the broker notices
+    the silence, and another broker lead then: a leader stops at ConnectionLost, not at
+    SessionLost. Back within the session, its node is still there: it leads again."""
+    first = await agreed_leader(members)
+    seen: list[tuple[SessionEvent, LeaderState]] = []
+    first.store.register_session_listener(lambda e: seen.append((e, first.election.state)))
+    first.store.lose_connection()
+    await eventually(lambda: len(seen) == 1)
+    assert seen[0] == (SessionEvent.CONNECTION_LOST, LeaderState.NO_LEADER)
+    ticks = first.ticks
+    for _ in range(20):  # its leader-only task was cancelled: no tick comes any more
+        await asyncio.sleep(0.01)
+    assert first.ticks == ticks
+    others = [m for m in members if m is not first]
+    assert all(m.election.leader == first.election.me for m in others)  # its node lives
+    first.store.reconnect()
+    assert await agreed_leader(members) is first
+    await eventually(lambda: first.ticks >= ticks + 3)
+
+
 async def test_a_task_added_while_leading_starts_at_once(members: list[Member]) -> None:
     leader = await agreed_leader(members)
     ran = asyncio.Event()

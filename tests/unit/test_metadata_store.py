@@ -18,6 +18,7 @@ import pytest
 from pulsar_grpc.broker.errors import MetadataError
 from pulsar_grpc.broker.metadata import (
     BadVersionError,
+    ConnectionState,
     CreateOption,
     EmbeddedMetadataStore,
     GetResult,
@@ -31,6 +32,7 @@ from pulsar_grpc.broker.metadata import (
     ZooKeeperMetadataStore,
     open_metadata_store,
 )
+from tests.faultproxy import FaultProxy
 from tests.zookeeper import ZooKeeperServer, end_session, zk_chroot, zookeeper
 
 __all__ = ["zk_chroot", "zookeeper"]  # fixtures, imported to be found
@@ -486,3 +488,51 @@ async def test_ephemeral_nodes_have_no_children(store: MetadataStore) -> None:
     with pytest.raises(MetadataStoreError):
         await store.put_sequential("/eph/seq-", b"")
     assert await store.get_children("/eph") == []
+
+
+async def test_zookeeper_a_change_missed_while_disconnected_is_notified_once_back(
+    zookeeper: ZooKeeperServer, zk_chroot: str
+) -> None:
+    """kazoo forgets every watch when its connection drops, even within the session, and does
+    not set them again: the store notifies each path it was watching once it is connected
+    again (before Reconnected), so a cache reads again instead of keeping, for ever, a node
+    deleted while it was away (a bundle owner whose session expired meanwhile)."""
+    port = int(zookeeper.hosts.rsplit(":", 1)[1])
+    async with FaultProxy(port) as link:
+        reader = await ZooKeeperMetadataStore.connect(link.address, zk_chroot, session_timeout_s=20)
+        writer = await ZooKeeperMetadataStore.connect(zookeeper.hosts, zk_chroot)
+        try:
+            seen = Recorder(reader)
+            await writer.put("/owners/b1", b"broker-1")
+            assert await reader.get("/owners/b1") == GetResult(b"broker-1", 0)
+            assert await reader.get_children("/owners") == ["b1"]
+            link.refusing = True
+            link.cut()
+            await seen.wait(lambda: SessionEvent.CONNECTION_LOST in seen.sessions, "ConnectionLost")
+            await writer.delete("/owners/b1")  # while the reader cannot hear of it
+            link.refusing = False
+            await seen.wait(lambda: SessionEvent.RECONNECTED in seen.sessions, "Reconnected")
+            assert Notification(NotificationType.MODIFIED, "/owners/b1") in seen.notifications
+            assert Notification(NotificationType.CHILDREN_CHANGED, "/owners") in seen.notifications
+            assert SessionEvent.SESSION_LOST not in seen.sessions
+            assert await reader.get("/owners/b1") is None  # what the cache reads again
+            await writer.put("/owners/b1", b"broker-2")  # and the new watch hears the next one
+            await seen.notified(NotificationType.CREATED, "/owners/b1")
+        finally:
+            await reader.close()
+            await writer.close()
+
+
+async def test_zookeeper_close_with_zookeeper_unreachable_is_bounded(
+    zookeeper: ZooKeeperServer, zk_chroot: str
+) -> None:
+    """A store whose ZooKeeper does not answer closes within a few seconds (its session then
+    expires by itself) and says so in one line; nothing waits on kazoo's thread."""
+    port = int(zookeeper.hosts.rsplit(":", 1)[1])
+    async with FaultProxy(port) as link:
+        store = await ZooKeeperMetadataStore.connect(link.address, zk_chroot, session_timeout_s=20)
+        await store.put("/mine", b"", options=CreateOption.EPHEMERAL)
+        link.blackhole()
+        async with asyncio.timeout(30):
+            await store.close()
+        assert store.connection is ConnectionState.CLOSED

@@ -21,9 +21,17 @@ from pulsar_grpc.broker.cluster.ownership import (
 from pulsar_grpc.broker.errors import ServiceNotReadyError
 from pulsar_grpc.broker.listeners import Endpoint, Listener
 from pulsar_grpc.broker.lookup import BrokerData
-from pulsar_grpc.broker.metadata import MemoryMetadataStore
+from pulsar_grpc.broker.metadata import (
+    MemoryMetadataStore,
+    SessionEvent,
+    ZooKeeperMetadataStore,
+)
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundle, TopicName
+from tests.faultproxy import FaultProxy
 from tests.waiting import eventually
+from tests.zookeeper import ZooKeeperServer, zk_chroot, zookeeper
+
+__all__ = ["zk_chroot", "zookeeper"]  # fixtures, imported to be found
 
 _TREES = itertools.count()
 
@@ -124,6 +132,62 @@ async def test_closing_lets_go_of_every_bundle(members: tuple[Member, Member]) -
     await a.cache.close()  # the broker closed its topics; its session still lives
     assert not await a.store.exists(bundle_path(bundle))
     assert await b.cache.acquire(bundle) is b.cache.me
+
+
+async def test_closing_while_the_store_is_unreachable_does_not_wait_on_it(
+    members: tuple[Member, Member],
+) -> None:
+    """A broker stopping without its store gives nothing back (it could not): its nodes go
+    with its session, and the close returns at once instead of holding the shutdown."""
+    a, _ = members
+    bundle = NamespaceBundle(DEFAULT_NAMESPACE, 0, 0x80000000)
+    await a.cache.acquire(bundle)
+    a.store.lose_connection()
+    await a.cache.close()
+    assert a.cache.owned() == []
+    a.store.reconnect()
+    assert await a.store.exists(bundle_path(bundle))  # left to the session's end
+
+
+async def test_an_owner_read_before_a_reconnection_is_read_again(
+    zookeeper: ZooKeeperServer, zk_chroot: str
+) -> None:
+    """The reported bundle left without an owner: b cached a as the owner, b's connection to
+    ZooKeeper dropped and came back within its session (the watch went with it), and a's
+    node went meanwhile. b must not answer a (which would refuse the client): once
+    reconnected it reads again, finds no owner, and a lookup places the bundle."""
+    port = int(zookeeper.hosts.rsplit(":", 1)[1])
+    async with FaultProxy(port) as link:
+        a_store = await ZooKeeperMetadataStore.connect(zookeeper.hosts, zk_chroot)
+        b_store = await ZooKeeperMetadataStore.connect(
+            link.address, zk_chroot, session_timeout_s=20
+        )
+        a = OwnershipCache(a_store, broker(6650), _ignore)
+        b = OwnershipCache(b_store, broker(6660), _ignore)
+        try:
+            bundle = NamespaceBundle(DEFAULT_NAMESPACE, 0, 0x40000000)
+            await a.acquire(bundle)
+            assert await b.current_owner(bundle) == a.me
+            reconnected = asyncio.Event()
+            b_store.register_session_listener(
+                lambda e: reconnected.set() if e is SessionEvent.RECONNECTED else None
+            )
+            link.refusing = True
+            link.cut()
+            await a.release(bundle)  # while b cannot hear of it
+            link.refusing = False
+            await asyncio.wait_for(reconnected.wait(), 30)
+            assert await b.current_owner(bundle) is None
+            assert await b.acquire(bundle) is b.me
+        finally:
+            await a.close()
+            await b.close()
+            await a_store.close()
+            await b_store.close()
+
+
+async def _ignore(bundles: list[NamespaceBundle]) -> None:
+    pass
 
 
 async def test_owner_data_is_pulsars_namespace_ephemeral_data(
