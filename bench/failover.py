@@ -14,13 +14,14 @@ Exclusive consumer. Then the owner is hit:
 
 - ``unload``: its bundle is unloaded (admin API);
 - ``kill9-30s`` / ``kill9-5s``: kill -9, with a 30 s (Pulsar's default) / 5 s session timeout;
-- ``zk-partition``: its ZooKeeper link goes silent (blackhole) until the clients are back
-  (its session expires and the bundle moves), 5 s session;
-- ``pg-cut``: its PostgreSQL connections are reset and refused for 15 s, then allowed again
-  (the bundle stays owned: nothing moves), 5 s session.
+- ``zk-partition``: its ZooKeeper link goes silent (blackhole) for 20 s, past its 5 s session,
+  then is mended;
+- ``pg-cut``: its PostgreSQL connections are reset and new ones refused for 15 s, then allowed
+  again (5 s session).
 
-Blocked time: the longest wait for a receipt (producer) and between two deliveries (consumer)
-from the fault until both have had 20 more, or 150 s ("> 150" then).
+Blocked time: the longest wait for a receipt (producer) and between two deliveries (consumer),
+from the last before the fault until both have had 20 more after the fault ended (150 s at
+most: "> 150" when they did not).
 
 Usage (from a checkout whose .venv has the dev extras; ZooKeeper and PostgreSQL installed, as
 `make cluster-deps` does)::
@@ -45,16 +46,15 @@ import time
 import urllib.request
 from pathlib import Path
 
-SCENARIOS = {  # name -> ZooKeeper session timeout (ms)
-    "unload": 30_000,
-    "kill9-30s": 30_000,
-    "kill9-5s": 5_000,
-    "zk-partition": 5_000,
-    "pg-cut": 5_000,
+SCENARIOS = {  # name -> (ZooKeeper session timeout ms, how long the fault is held, s)
+    "unload": (30_000, 0.0),
+    "kill9-30s": (30_000, 0.0),
+    "kill9-5s": (5_000, 0.0),
+    "zk-partition": (5_000, 20.0),
+    "pg-cut": (5_000, 15.0),
 }
 AFTER_FAULT = 20  # receipts and deliveries after the fault that end a scenario
 DEADLINE_S = 150.0
-PG_OUTAGE_S = 15.0
 SEND_PAUSE_S = 0.02  # about 50 messages a second: light on a shared machine
 
 
@@ -70,7 +70,8 @@ async def run_scenario(name: str, workdir: Path) -> dict[str, float | None]:
 
     zookeeper = ZooKeeperServer(workdir / "zk").start()
     postgres = PostgresServer().start()
-    properties = {"metadataStoreSessionTimeoutMillis": str(SCENARIOS[name])}
+    session_ms, hold_s = SCENARIOS[name]
+    properties = {"metadataStoreSessionTimeoutMillis": str(session_ms)}
     cluster = start_cluster(
         zookeeper,
         "/failover",
@@ -114,27 +115,26 @@ async def run_scenario(name: str, workdir: Path) -> dict[str, float | None]:
             tasks = [asyncio.create_task(produce()), asyncio.create_task(consume())]
             await eventually(lambda: len(receipts) >= 50 and len(deliveries) >= 50, timeout=60)
             fault_at = time.monotonic()
-            healed = await fault(name, owner, topic)
+            await fault(name, owner, topic)
+            if hold_s:  # the owner's link stays broken this long, then is mended
+                await asyncio.sleep(hold_s)
+                assert owner.links is not None
+                owner.links.zookeeper.heal()
+                owner.links.postgres.heal()
+            ended = time.monotonic()
             deadline = fault_at + DEADLINE_S
             while time.monotonic() < deadline:
-                if name == "pg-cut" and not healed and time.monotonic() > fault_at + PG_OUTAGE_S:
-                    assert owner.links is not None
-                    owner.links.postgres.heal()
-                    healed = True
-                back = [sum(1 for t in ts if t > fault_at) for ts in (receipts, deliveries)]
+                back = [sum(1 for t in ts if t > ended) for ts in (receipts, deliveries)]
                 if min(back) >= AFTER_FAULT:
                     break
                 await asyncio.sleep(0.1)
-            if owner.links is not None and not healed:
-                owner.links.zookeeper.heal()
-                owner.links.postgres.heal()
             stop.set()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return {
-            "producer_s": blocked(receipts, fault_at),
-            "consumer_s": blocked(deliveries, fault_at),
+            "producer_s": blocked(receipts, fault_at, ended),
+            "consumer_s": blocked(deliveries, fault_at, ended),
         }
     finally:
         cluster.stop()
@@ -142,40 +142,38 @@ async def run_scenario(name: str, workdir: Path) -> dict[str, float | None]:
         zookeeper.stop()
 
 
-async def fault(name: str, owner: object, topic: object) -> bool:
-    """Hit the owner; True when nothing is left to heal."""
+async def fault(name: str, owner: object, topic: object) -> None:
+    """Hit the owner."""
+    from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
     from tests.cluster import Member
 
-    assert isinstance(owner, Member)
+    assert isinstance(owner, Member) and isinstance(topic, TopicName)
     if name == "unload":
-        from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
-
-        assert isinstance(topic, TopicName)
         bundle = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4).bundle_for(topic)
         request = urllib.request.Request(
             f"{owner.http_url()}/admin/v2/namespaces/public/default/{bundle.range_str}/unload",
             method="PUT",
         )
         await asyncio.to_thread(urllib.request.urlopen, request, timeout=60)
-        return True
-    if name.startswith("kill9"):
+    elif name.startswith("kill9"):
         owner.process.kill9()
-        return True
-    assert owner.links is not None
-    if name == "zk-partition":
+    elif name == "zk-partition":
+        assert owner.links is not None
         owner.links.zookeeper.blackhole()
     else:
+        assert owner.links is not None
         owner.links.postgres.refuse()
-    return False
 
 
-def blocked(times: list[float], fault_at: float) -> float | None:
-    """The longest gap from the last event before the fault through the AFTER_FAULT-th after."""
+def blocked(times: list[float], fault_at: float, ended: float) -> float | None:
+    """The longest gap between two events (receipts or deliveries) from the last before the
+    fault through the AFTER_FAULT-th after the fault ended (None: they never came)."""
     before = [t for t in times if t <= fault_at]
-    after = [t for t in times if t > fault_at]
+    during = [t for t in times if fault_at < t <= ended]
+    after = [t for t in times if t > ended]
     if len(after) < AFTER_FAULT:
         return None
-    points = [before[-1] if before else fault_at, *after[:AFTER_FAULT]]
+    points = [before[-1] if before else fault_at, *during, *after[:AFTER_FAULT]]
     return max(b - a for a, b in itertools.pairwise(points))
 
 
@@ -225,7 +223,7 @@ def main() -> None:
     )
     print(header + " |")
     print("|" + "---|" * (2 + 2 * len(columns)))
-    for name, session_ms in SCENARIOS.items():
+    for name, (session_ms, _) in SCENARIOS.items():
         cells = [
             f"{cell(r[name]['producer_s'])} | {cell(r[name]['consumer_s'])}"
             for r in columns.values()
