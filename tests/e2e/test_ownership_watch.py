@@ -3,14 +3,16 @@ brokers (a shared memory: metadata store, one real PostgreSQL ledger store).
 
 The raw RPC: the first responses are each bundle's state (initial), a lookup's placement is
 told with the owner's addresses for the listener the watch came through, an unload is told as
-UNLOADING then UNOWNED; bad requests end with INVALID_ARGUMENT and Pulsar's error code, and a
-standalone broker answers UNIMPLEMENTED. The SDK: a producer and a consumer whose backoff would
-keep them away for a minute are back right after an unload, woken by the event.
+UNLOADING then UNOWNED; bad requests end with INVALID_ARGUMENT and Pulsar's error code, a
+standalone broker answers UNIMPLEMENTED, and only once the call's credentials passed. The SDK:
+a producer and a consumer whose backoff would keep them away for a minute are back right after
+an unload, woken by the event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -20,15 +22,17 @@ import pytest
 
 from pulsar_grpc.broker.errors import ServerError
 from pulsar_grpc.broker.naming import DEFAULT_NAMESPACE, NamespaceBundles, TopicName
+from pulsar_grpc.broker.security.tokens import create_token
 from pulsar_grpc.client import Client
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.cluster import BrokerMember, one_topic_per_bundle, start_brokers
+from tests.e2e.test_token_authentication import KEY, token_broker
 from tests.e2e.wire import error_code, stub
 from tests.postgres import postgres_server, postgres_url
 from tests.support import BrokerThread
 from tests.waiting import eventually
 
-__all__ = ["postgres_server", "postgres_url"]  # fixtures
+__all__ = ["postgres_server", "postgres_url", "token_broker"]  # fixtures
 
 NS = "/admin/v2/namespaces/public/default"
 BUNDLES = NamespaceBundles.with_count(DEFAULT_NAMESPACE, 4)
@@ -145,6 +149,21 @@ async def test_a_standalone_broker_answers_unimplemented(broker: BrokerThread) -
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await call.read()
     assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_the_watch_is_authenticated_like_every_call(token_broker: BrokerThread) -> None:
+    """A server-streaming call goes through the interceptors too: no credentials, no answer
+    (before the broker even says it has nothing to watch)."""
+    good = create_token(KEY, "alice", expires_at=int(time.time()) + 3600)
+    request = pb.WatchTopicOwnershipRequest(topics=["t"])
+    async with grpc.aio.insecure_channel(token_broker.grpc_address) as ch:
+        for metadata, status in [
+            ((), grpc.StatusCode.UNAUTHENTICATED),
+            ((("authorization", f"Bearer {good}"),), grpc.StatusCode.UNIMPLEMENTED),
+        ]:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub(ch).WatchTopicOwnership(request, metadata=metadata).read()
+            assert refused.value.code() == status
 
 
 async def test_after_an_unload_producer_and_consumer_are_back_before_their_backoff(
