@@ -22,6 +22,7 @@ from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.cluster.ownership import NamespaceEphemeralData
+    from pulsar_grpc.broker.cluster.ownership_watch import OwnershipWatchService
     from pulsar_grpc.broker.listeners import BindAddress
     from pulsar_grpc.broker.lookup import LookupResult
     from pulsar_grpc.broker.naming import TopicName
@@ -56,6 +57,11 @@ class BrokerContext(Protocol):
     def schemas(self) -> TopicSchemas:
         """Topics' schemas: a producer's or consumer's declared schema is applied here before
         it is added (IncompatibleSchemaError refuses it)."""
+
+    @property
+    def ownership_watches(self) -> OwnershipWatchService | None:
+        """Clients' watches of their topics' bundle ownership (a cluster member's; None
+        standalone, where bundles never move)."""
 
     def check_open(self) -> None:
         """Raise ServiceNotReadyError once the broker is closing."""

@@ -41,6 +41,7 @@ from pulsar_grpc.broker.cluster.leader import LeaderBroker, LeaderElection
 from pulsar_grpc.broker.cluster.load_manager import LoadManager
 from pulsar_grpc.broker.cluster.load_report import LoadReporter
 from pulsar_grpc.broker.cluster.ownership import NamespaceEphemeralData
+from pulsar_grpc.broker.cluster.ownership_watch import OwnershipWatchService
 from pulsar_grpc.broker.cluster.placement import BundlePlacement
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 from pulsar_grpc.broker.data_lock import DataDirectoryLock
@@ -118,6 +119,8 @@ class BrokerService:
         self.stats_task: StatsTask | None = None
         self.stalls: StallMonitor | None = None
         self.election: LeaderElection | None = None
+        # A cluster member's watches of topic ownership for clients (WatchTopicOwnership).
+        self.ownership_watches: OwnershipWatchService | None = None
         self._lock = DataDirectoryLock(Path(config.dataDirectory))
         self.state = ServiceState.OPEN
 
@@ -220,6 +223,7 @@ class BrokerService:
         """Own bundles, publish the load report, then take part in the leader election (the
         leader's placement reads the reports, its own included)."""
         namespaces.start_ownership(metadata, topics.unload_bundles)
+        self.ownership_watches = OwnershipWatchService(metadata)
         reporter = LoadReporter(self, metadata, bundles=namespaces.owned_bundles)
         await reporter.start()
         self.load_reporter = reporter
@@ -261,6 +265,9 @@ class BrokerService:
         for handler in self.handlers:
             # Load balancers stop sending new calls before any ends.
             steps.append((f"draining {handler.protocol_name()}", handler.drain))
+        if self.ownership_watches is not None:
+            # Clients watch through another broker from now on.
+            steps.append(("ending the ownership watches", self.ownership_watches.close))
         if self.election is not None:
             steps.append(("leaving the election", self.election.close))  # another leads at once
         if self.load_reporter is not None:

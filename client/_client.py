@@ -40,6 +40,7 @@ from ._connection import (
     DEFAULT_INITIAL_BACKOFF_MS,
     DEFAULT_MAX_BACKOFF_MS,
     Backoff,
+    ConnectionHandler,
     retry_creation,
 )
 from ._consumer import (
@@ -57,6 +58,7 @@ from ._crypto_keys import KeyReader
 from ._errors import InvalidConfiguration
 from ._message import MessageId
 from ._multi_consumer import TopicsPattern, watch_pattern
+from ._ownership_watch import OwnershipWatcher
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
@@ -70,6 +72,8 @@ DEFAULT_MAX_LOOKUP_REDIRECTS = 3
 
 
 class _Startable(Protocol):
+    connection: ConnectionHandler
+
     async def start(self, connect: Connect) -> None: ...
 
     async def close(self) -> None: ...
@@ -193,6 +197,8 @@ class Client:
             self._operation_timeout_s,
             max_lookup_redirects,
         )
+        # Wakes reconnecting producers and consumers when their topic's bundle moves.
+        self.ownership_watch = OwnershipWatcher(self._calls, service, listener_name)
         self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
         # How to close each consumer (reader) without referring to it, until it is dropped;
         # then the task closing it.
@@ -523,6 +529,7 @@ class Client:
         """Close every producer, consumer and reader, then the channels. Idempotent."""
         if not self._calls.refuse_new():
             return
+        await self.ownership_watch.close()
         handles = list(self._handles)
         await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
         # Consumers dropped and not closed yet (the drop is still on its way to this loop).
@@ -641,6 +648,7 @@ class Client:
             return call
 
         await stream.start(connect)
+        self.ownership_watch.add(full_topic_name(topic), stream.connection)
 
     async def _start_all(
         self,

@@ -18,6 +18,12 @@ attempt, no loop). With fixed credentials the error is the application's at once
 Ownership: the handle (PartitionProducer, PartitionConsumer) owns its stream objects and says
 what reopening means (:attr:`ConnectionHandler.reopen`); the handler owns the state and the
 reconnect task, and nothing else changes the state.
+
+Ownership events: the timer is the fallback. When the client's watch of topic ownership
+(client/_ownership_watch.py) hears that the topic's bundle was taken by a broker or left unowned,
+it calls :meth:`ConnectionHandler.ownership_changed`, and a reconnect waiting out its backoff
+tries at once instead (an event during an attempt makes the next wait none), however long the
+backoff has grown: the moment the topic can be served again is known, no need to guess it.
 """
 
 from __future__ import annotations
@@ -110,6 +116,23 @@ class HandleState(Enum):
     CLOSED = "closed"  # closed by the application or failed for good
 
 
+class Pause(Enum):
+    """How a reconnect's wait between attempts ended."""
+
+    ELAPSED = "elapsed"  # the backoff ran out
+    WOKEN = "woken"  # an ownership event cut it short
+
+
+class _Wake(Enum):
+    NONE = "none"
+    PENDING = "pending"  # an ownership event came: the reconnect's wait ends
+
+
+class _Phase(Enum):
+    ATTEMPTING = "attempting"  # opening a stream (or between steps)
+    PAUSING = "pausing"  # waiting out the backoff: an ownership event may cancel the wait
+
+
 class ConnectionHandler:
     """The state of one handle and its reconnect loop.
 
@@ -137,6 +160,13 @@ class ConnectionHandler:
         self._ready = asyncio.Event()  # mirrors READY, so requests can wait for a reconnect
         self._task: asyncio.Task[None] | None = None
         self.reconnects = 0  # successful reconnections, for tests and stats
+        # An ownership event while CONNECTING: the reconnect's current or next wait ends.
+        self._wake = _Wake.NONE
+        self._phase = _Phase.ATTEMPTING
+        # Reconnections whose last wait an ownership event cut short, for tests and stats.
+        self.reconnects_on_event = 0
+        # Called once when the handle closes or fails for good (the ownership watch lets go).
+        self.on_end: list[Callable[[], None]] = []
 
     @property
     def state(self) -> HandleState:
@@ -146,8 +176,50 @@ class ConnectionHandler:
         self._state = state
         if state is HandleState.READY:
             self._ready.set()
+            self._wake = _Wake.NONE
         else:
             self._ready.clear()
+        if state in (HandleState.CLOSING, HandleState.CLOSED):
+            ends, self.on_end = self.on_end, []
+            for end in ends:
+                end()
+
+    def ownership_changed(self) -> bool:
+        """The topic's bundle was just taken by a broker or left unowned (the next lookup
+        places it): a reconnect waiting for its backoff goes now (True). While connected, the
+        first wait of a reconnect that follows is none: the event and the end of the stream
+        come over different connections, and the event may be first (an unload ends the
+        streams, then releases the bundle). False when there is nothing to wake."""
+        if self._state is HandleState.READY:
+            self._wake = _Wake.PENDING
+            return False
+        if self._state is not HandleState.CONNECTING:
+            return False
+        if self._wake is _Wake.NONE:
+            self._wake = _Wake.PENDING
+            if self._phase is _Phase.PAUSING and self._task is not None:
+                self._task.cancel()  # taken back by _pause: the wait just ends early
+        return True
+
+    async def _pause(self, delay_s: float) -> Pause:
+        """Wait ``delay_s``, or less when an ownership event comes (then or meanwhile). The
+        wait runs in the reconnect task itself, which the event cancels: no task per wait."""
+        if self._wake is _Wake.NONE:
+            self._phase = _Phase.PAUSING
+            try:
+                await self._sleep(delay_s)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                ours = self._wake is _Wake.PENDING and self._state is HandleState.CONNECTING
+                if not ours or task is None or task.cancelling() != 1:
+                    raise  # closing
+                task.uncancel()
+            finally:
+                self._phase = _Phase.ATTEMPTING
+        if self._wake is _Wake.PENDING:
+            self._wake = _Wake.NONE
+            return Pause.WOKEN
+        return Pause.ELAPSED
 
     async def connect_first(self, timeout_s: float) -> None:
         """Open the first stream, retrying within ``timeout_s`` while the broker is only
@@ -213,7 +285,7 @@ class ConnectionHandler:
         """``at_once``: the stream ended naming the topic's new owner (a broker that does
         not own the topic refused it), so the first attempt looks up again without waiting."""
         while self._state is HandleState.CONNECTING:
-            await self._sleep(0.0 if at_once else self.backoff.next())
+            pause = await self._pause(0.0 if at_once else self.backoff.next())
             followed, at_once = at_once, False
             if self._state is not HandleState.CONNECTING:
                 return
@@ -230,4 +302,8 @@ class ConnectionHandler:
             self.backoff.reset()
             self.reconnects += 1
             self._set(HandleState.READY)
-            log.info("%s: reconnected", self.name)
+            if pause is Pause.WOKEN:
+                self.reconnects_on_event += 1
+                log.info("%s: reconnected on an ownership event", self.name)
+            else:
+                log.info("%s: reconnected", self.name)

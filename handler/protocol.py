@@ -22,6 +22,7 @@ from pulsar_grpc.handler import advertised, codec
 from pulsar_grpc.handler.access import authorize_namespace_topics, authorize_topic
 from pulsar_grpc.handler.consume import consume
 from pulsar_grpc.handler.errors import abort
+from pulsar_grpc.handler.ownership import watch_topic_ownership
 from pulsar_grpc.handler.produce import produce
 from pulsar_grpc.handler.reflection import enable_reflection
 from pulsar_grpc.handler.schemas import get_or_create_schema, get_schema
@@ -167,6 +168,11 @@ class GrpcProtocolHandler(ProtocolHandler):
                 "GetOrCreateSchema": unary(
                     self._get_or_create_schema, pb.GetOrCreateSchemaResponse
                 ),
+                "WatchTopicOwnership": grpc.unary_stream_rpc_method_handler(
+                    self._watch_topic_ownership,
+                    request_deserializer=codec.identity,
+                    response_serializer=pb.WatchTopicOwnershipResponse.SerializeToString,
+                ),
             },
         )
 
@@ -179,6 +185,10 @@ class GrpcProtocolHandler(ProtocolHandler):
         await consume(
             self.broker, codec.parse_stream(pb.ConsumeRequest, requests), context, self.expiry
         )
+
+    async def _watch_topic_ownership(self, raw: bytes, context: aio.ServicerContext) -> None:
+        assert self.broker is not None
+        await watch_topic_ownership(self.broker, raw, context)
 
     async def _get_schema(self, raw: bytes, context: aio.ServicerContext) -> pb.GetSchemaResponse:
         assert self.broker is not None

@@ -60,6 +60,28 @@ def wrap_handler(
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+    if handler.unary_stream is not None:
+        inner_us = handler.unary_stream
+        if inspect.isasyncgenfunction(inner_us):  # servicers that yield their responses
+
+            async def unary_stream(request: Any, context: aio.ServicerContext) -> Any:
+                await before(context)
+                async for response in inner_us(request, context):
+                    yield response
+
+        else:  # servicers that write them (context.write)
+
+            async def unary_stream(  # type: ignore[misc]
+                request: Any, context: aio.ServicerContext
+            ) -> Any:
+                await before(context)
+                return await inner_us(request, context)
+
+        return grpc.unary_stream_rpc_method_handler(
+            unary_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
     if handler.unary_unary is not None:
         inner_uu = handler.unary_unary
 
@@ -72,7 +94,8 @@ def wrap_handler(
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
-    return handler
+    # Any other kind would run without its interceptors (authentication among them): refuse.
+    raise TypeError(f"no interceptor wrapping for {handler!r}")
 
 
 class PreparingInterceptor(aio.ServerInterceptor):

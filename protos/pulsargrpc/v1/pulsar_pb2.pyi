@@ -248,6 +248,42 @@ Individual: AckType.ValueType  # 0
 Cumulative: AckType.ValueType  # 1
 Global___AckType: _TypeAlias = AckType  # noqa: Y015
 
+class _OwnershipState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OwnershipStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_OwnershipState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    OWNERSHIP_STATE_UNSPECIFIED: _OwnershipState.ValueType  # 0
+    OWNERSHIP_STATE_OWNED: _OwnershipState.ValueType  # 1
+    """A broker owns it and serves its topics: grpc_url / grpc_url_tls are that broker's."""
+    OWNERSHIP_STATE_UNLOADING: _OwnershipState.ValueType  # 2
+    """Its owner is unloading it (the node says disabled): lookups answer ServiceNotReady until
+    the next event, UNOWNED.
+    """
+    OWNERSHIP_STATE_UNOWNED: _OwnershipState.ValueType  # 3
+    """Nobody owns it: released by an unload or a split, or its owner's metadata session ended
+    (the owner died or lost the metadata store). The next lookup places it (Pulsar's
+    "assigned on next lookup"): look up now.
+    """
+
+class OwnershipState(_OwnershipState, metaclass=_OwnershipStateEnumTypeWrapper):
+    """Where a bundle's ownership stands (Pulsar's OwnershipCache: the bundle's ephemeral node)."""
+
+OWNERSHIP_STATE_UNSPECIFIED: OwnershipState.ValueType  # 0
+OWNERSHIP_STATE_OWNED: OwnershipState.ValueType  # 1
+"""A broker owns it and serves its topics: grpc_url / grpc_url_tls are that broker's."""
+OWNERSHIP_STATE_UNLOADING: OwnershipState.ValueType  # 2
+"""Its owner is unloading it (the node says disabled): lookups answer ServiceNotReady until
+the next event, UNOWNED.
+"""
+OWNERSHIP_STATE_UNOWNED: OwnershipState.ValueType  # 3
+"""Nobody owns it: released by an unload or a split, or its owner's metadata session ended
+(the owner died or lost the metadata store). The next lookup places it (Pulsar's
+"assigned on next lookup"): look up now.
+"""
+Global___OwnershipState: _TypeAlias = OwnershipState  # noqa: Y015
+
 @_typing.final
 class MessageId(_message.Message):
     """Pulsar's message id. Messages of one batch share ledger and entry and differ by batch_index."""
@@ -1549,3 +1585,78 @@ class GetTopicsOfNamespaceResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetTopicsOfNamespaceResponse: _TypeAlias = GetTopicsOfNamespaceResponse  # noqa: Y015
+
+@_typing.final
+class WatchTopicOwnershipRequest(_message.Message):
+    """---------------------------------------------------------------- WatchTopicOwnership
+
+    The topics whose bundles' ownership a client watches.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    LISTENER_NAME_FIELD_NUMBER: _builtins.int
+    listener_name: _builtins.str
+    """Overrides the x-pulsar-listenername header when set: whose addresses the events carry."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Topic names as every call takes them (partitions by their own names), at most 10000 and
+        each at most once; more, or a bad name, ends the call with INVALID_ARGUMENT.
+        """
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        listener_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["listener_name", b"listener_name", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchTopicOwnershipRequest: _TypeAlias = WatchTopicOwnershipRequest  # noqa: Y015
+
+@_typing.final
+class WatchTopicOwnershipResponse(_message.Message):
+    """One bundle's ownership, with the watched topics it holds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    BUNDLE_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    GRPC_URL_FIELD_NUMBER: _builtins.int
+    GRPC_URL_TLS_FIELD_NUMBER: _builtins.int
+    INITIAL_FIELD_NUMBER: _builtins.int
+    state: Global___OwnershipState.ValueType
+    bundle: _builtins.str
+    """"tenant/namespace/0x00000000_0x40000000" (Pulsar's bundle name)."""
+    grpc_url: _builtins.str
+    """OWNED: the owner's addresses for the listener, as a Lookup would answer them."""
+    grpc_url_tls: _builtins.str
+    initial: _builtins.bool
+    """Part of the first responses, one per bundle, sent before any change."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The watched topics in the bundle, as the request spelt them."""
+
+    def __init__(
+        self,
+        *,
+        state: Global___OwnershipState.ValueType = ...,
+        bundle: _builtins.str = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        grpc_url: _builtins.str = ...,
+        grpc_url_tls: _builtins.str = ...,
+        initial: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bundle", b"bundle", "grpc_url", b"grpc_url", "grpc_url_tls", b"grpc_url_tls", "initial", b"initial", "state", b"state", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchTopicOwnershipResponse: _TypeAlias = WatchTopicOwnershipResponse  # noqa: Y015

@@ -75,6 +75,11 @@ class PulsarServiceStub:
                 request_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaRequest.SerializeToString,
                 response_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaResponse.FromString,
                 _registered_method=True)
+        self.WatchTopicOwnership = channel.unary_stream(
+                '/pulsargrpc.v1.PulsarService/WatchTopicOwnership',
+                request_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.WatchTopicOwnershipRequest.SerializeToString,
+                response_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.WatchTopicOwnershipResponse.FromString,
+                _registered_method=True)
 
 
 class PulsarServiceServicer:
@@ -146,6 +151,19 @@ class PulsarServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchTopicOwnership(self, request, context):
+        """Tells the client, as it happens, who owns the bundles of the topics it names: first one
+        response per bundle (initial), then one each time a bundle is taken by a broker, marked as
+        being unloaded, or left unowned (unloaded, split, or its owner's metadata session ended).
+        Not in Apache Pulsar: a client reconnects its producers and consumers on these events
+        instead of on its backoff timer. Ask any broker that is up (the service URL's); the stream
+        stays open until the client cancels it or the broker ends it (UNAVAILABLE: watch again).
+        A standalone broker, whose bundles never move, answers UNIMPLEMENTED, as an older broker.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PulsarServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -188,6 +206,11 @@ def add_PulsarServiceServicer_to_server(servicer, server):
                     servicer.GetOrCreateSchema,
                     request_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaRequest.FromString,
                     response_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaResponse.SerializeToString,
+            ),
+            'WatchTopicOwnership': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTopicOwnership,
+                    request_deserializer=pulsargrpc_dot_v1_dot_pulsar__pb2.WatchTopicOwnershipRequest.FromString,
+                    response_serializer=pulsargrpc_dot_v1_dot_pulsar__pb2.WatchTopicOwnershipResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -407,6 +430,33 @@ class PulsarService:
             '/pulsargrpc.v1.PulsarService/GetOrCreateSchema',
             pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaRequest.SerializeToString,
             pulsargrpc_dot_v1_dot_pulsar__pb2.GetOrCreateSchemaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTopicOwnership(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/pulsargrpc.v1.PulsarService/WatchTopicOwnership',
+            pulsargrpc_dot_v1_dot_pulsar__pb2.WatchTopicOwnershipRequest.SerializeToString,
+            pulsargrpc_dot_v1_dot_pulsar__pb2.WatchTopicOwnershipResponse.FromString,
             options,
             channel_credentials,
             insecure,
