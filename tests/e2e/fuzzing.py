@@ -363,6 +363,11 @@ class Program:
                 self._ended(e)
                 self.producer = None
                 return
+            except TimeoutError:
+                self._violation(f"a Produce call not answered within {ANSWER_S:g} s")
+                self.producer.cancel()
+                self.producer = None
+                return
             assert first.HasField("ready"), first
         payloads = [bytes([i % 251]) * op.payload for i in range(op.messages)]
         request = pb.ProduceRequest(sequence_id=self.sequence)
