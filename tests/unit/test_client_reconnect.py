@@ -529,3 +529,10 @@ async def test_a_refusal_naming_the_owner_is_followed_at_once_but_only_once_in_a
     h = handler(rec)
     await h.connect_first(5)
     assert rec.delays == [0.0, 0.1, 0.0]
+
+
+async def test_a_producer_names_its_partition_only_when_it_has_one() -> None:
+    """Its reconnect log lines say "producer: connection lost", not "partition -1"."""
+    config = ProducerConfig()
+    assert PartitionProducer(config).connection.name == "producer"
+    assert PartitionProducer(config, 3).connection.name == "producer partition 3"
