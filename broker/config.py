@@ -51,6 +51,9 @@ class ServiceConfiguration(ClientAuthenticationSettings):
     # None disables the plain-text gRPC listener (PIP-59 handler port).
     grpcServicePort: int | None = 50051
     grpcServicePortTls: int | None = None
+    # Ours: new gRPC calls that may wait for the broker to take them (a burst of streams
+    # opened at once); past it gRPC core refuses them as CANCELLED (docs/protocol.md).
+    grpcMaxPendingCalls: int = 100_000
     webServicePort: int | None = 8080
     webServicePortTls: int | None = None
     messagingProtocols: list[str] = field(default_factory=lambda: ["grpc"])
@@ -435,6 +438,7 @@ def _check_grpc_listener(config: ServiceConfiguration) -> Iterator[tuple[str, st
 _AT_LEAST: dict[str, float] = {
     "maxMessageSize": 1,
     "keepAliveIntervalSeconds": 1,
+    "grpcMaxPendingCalls": 1,
     "statsUpdateFrequencyInSecs": 1,
     "authenticationRefreshCheckSeconds": 1,
     "defaultNumPartitions": 1,

@@ -98,8 +98,8 @@ def dead_letter(
     """The batch to publish on a dead-letter topic: the entry's unacked messages, each with
     Pulsar's REAL_TOPIC, REAL_SUBSCRIPTION and ORIGIN_MESSAGE_ID properties added (kept when
     already there, as Pulsar's client does, so a message dead-lettered twice names its first
-    origin). ORIGIN_MESSAGE_ID is written as this product prints message ids,
-    ``ledger:entry:batch:partition``. A compressed batch is copied whole (see below)."""
+    origin). ORIGIN_MESSAGE_ID is written as Pulsar's client and this product print message
+    ids, ``ledger:entry:partition:batch``. A compressed batch is copied whole (see below)."""
     entry = parse(data)
     out = entry_pb2.StoredEntry(sequence_id=entry.sequence_id)
     if entry.HasField("compressed"):
@@ -115,7 +115,7 @@ def dead_letter(
         origin = {
             "REAL_TOPIC": real_topic,
             "REAL_SUBSCRIPTION": real_subscription,
-            "ORIGIN_MESSAGE_ID": f"{origin_position}:{index}:{partition}",
+            "ORIGIN_MESSAGE_ID": f"{origin_position}:{partition}:{index}",
         }
         for key, value in origin.items():
             copy.properties.setdefault(key, value)

@@ -5,7 +5,7 @@
     delete TOPIC [-f] | delete-partitioned-topic TOPIC [-f] | unload TOPIC
     stats TOPIC | partitioned-stats TOPIC [--per-partition] | internal-stats TOPIC
     last-message-id TOPIC | subscriptions TOPIC
-    create-subscription TOPIC -s SUB [-m latest|earliest|LEDGER:ENTRY]
+    create-subscription TOPIC -s SUB [-m latest|earliest|LEDGER:ENTRY[:PARTITION[:BATCH]]]
     unsubscribe TOPIC -s SUB [-f] | skip TOPIC -s SUB -n N | clear-backlog TOPIC -s SUB
     reset-cursor TOPIC -s SUB (-t 10m | -m LEDGER:ENTRY[:PARTITION[:BATCH]] [-e])
     peek-messages TOPIC -s SUB [-n N] | examine-message TOPIC [-i earliest|latest] [-m N]
@@ -25,6 +25,7 @@ from urllib.parse import quote, unquote
 from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.cli.rest import AdminRequestError, print_lines, request, request_raw
+from pulsar_grpc.client import MessageId
 
 VERBS = (
     "list",
@@ -94,7 +95,7 @@ def add_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     sub = _subscription_verb(verbs, "create-subscription", "create a subscription")
     sub.add_argument(
         "-m", "--messageId", default="latest",
-        help="where it starts: latest (default), earliest or LEDGER:ENTRY",
+        help="where it starts: latest (default), earliest or LEDGER:ENTRY[:PARTITION[:BATCH]]",
     )  # fmt: skip
     _subscription_verb(verbs, "unsubscribe", "delete a subscription").add_argument(
         "-f", "--force", action="store_true", help="disconnect its consumers first"
@@ -157,27 +158,24 @@ def handles(args: argparse.Namespace) -> bool:
 
 
 def _message_id(text: str) -> dict[str, int]:
-    """latest, earliest or LEDGER:ENTRY[:PARTITION[:BATCH]] as Pulsar's MessageId JSON."""
+    """latest, earliest or LEDGER:ENTRY[:PARTITION[:BATCH]] (the SDK's MessageId text form,
+    Pulsar's) as Pulsar's MessageId JSON."""
     lowered = text.strip().lower()
     if lowered == "latest":
         return {"ledgerId": LONG_MAX, "entryId": LONG_MAX, "partitionIndex": -1}
     if lowered == "earliest":
         return {"ledgerId": -1, "entryId": -1, "partitionIndex": -1}
-    parts = lowered.split(":")
     try:
-        numbers = [int(p) for p in parts]
+        message_id = MessageId.parse(text)
     except ValueError:
-        numbers = []
-    if not 2 <= len(numbers) <= 4:
         raise AdminRequestError(
             f"not a message id: {text!r} (latest, earliest or LEDGER:ENTRY[:PARTITION[:BATCH]])"
-        )
-    numbers += [-1] * (4 - len(numbers))
+        ) from None
     return {
-        "ledgerId": numbers[0],
-        "entryId": numbers[1],
-        "partitionIndex": numbers[2],
-        "batchIndex": numbers[3],
+        "ledgerId": message_id.ledger_id,
+        "entryId": message_id.entry_id,
+        "partitionIndex": message_id.partition,
+        "batchIndex": message_id.batch_index,
     }
 
 

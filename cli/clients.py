@@ -118,11 +118,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     read.add_argument("topic", help=TOPIC_HELP)
     read.add_argument(
         "-m", "--start-message-id", default="latest", metavar="ID",
-        help="where to start: latest, earliest or LEDGER:ENTRY (default latest)",
+        help="where to start: latest (default), earliest or LEDGER:ENTRY[:PARTITION[:BATCH]]",
     )  # fmt: skip
     read.add_argument(
         "-i", "--start-message-id-inclusive", action="store_true",
-        help="read the -m LEDGER:ENTRY message too, not only those after it",
+        help="read the -m message too, not only those after it",
     )  # fmt: skip
     _receive_args(read, "read")
     read.set_defaults(run=run_read)

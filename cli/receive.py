@@ -3,7 +3,7 @@
 Both print each message as pulsar-client does (``----- got message -----``, then
 ``key:[...], properties:[...], content:...``) until ``-n`` messages (0: until Ctrl-C or
 ``--timeout``), at most ``-r`` a second. ``consume`` acknowledges on a subscription; ``read``
-opens a reader at ``-m earliest|latest|LEDGER:ENTRY`` and acknowledges nothing.
+opens a reader at ``-m earliest|latest|LEDGER:ENTRY[:PARTITION[:BATCH]]`` and acknowledges nothing.
 """
 
 from __future__ import annotations

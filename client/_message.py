@@ -33,14 +33,18 @@ class MessageId(_MessageIdFields):
     A named tuple: immutable, hashable, cheap to make (a consumer makes one per message).
 
     Ordered by ledger, entry, then batch index, so ids of one partition sort in publish
-    order. ``str()`` gives ``"ledger:entry:batch:partition"``, the format of
-    ``x-pulsar-start-message-id``. A send that deduplication dropped resolves to an id whose
-    ``ledger_id`` and ``entry_id`` are -1 (as in Pulsar).
+    order. A send that deduplication dropped resolves to an id whose ``ledger_id`` and
+    ``entry_id`` are -1 (as in Pulsar).
+
+    Its text form is Pulsar's ``MessageId.toString()``: ``ledger:entry:partition:batch``, or
+    ``ledger:entry:partition`` without a batch index; the one form the SDK, the CLI, the admin
+    commands, ``x-pulsar-start-message-id`` and ``ORIGIN_MESSAGE_ID`` print and parse (see
+    :func:`parse_message_id_text`).
 
     >>> MessageId.parse("7:3")
     MessageId(ledger_id=7, entry_id=3, batch_index=-1, partition=-1)
-    >>> str(MessageId(7, 3, 0, 2))
-    '7:3:0:2'
+    >>> str(MessageId(7, 3, 0, 2)), str(MessageId(7, 3, 0)), str(MessageId(7, 3))
+    ('7:3:2:0', '7:3:-1:0', '7:3:-1')
     >>> MessageId.deserialize(MessageId(7, 3).serialize()) == MessageId(7, 3)
     True
     """
@@ -55,25 +59,26 @@ class MessageId(_MessageIdFields):
             return "earliest"
         if self == MessageId.latest:
             return "latest"
-        return f"{self.ledger_id}:{self.entry_id}:{self.batch_index}:{self.partition}"
+        if self.batch_index < 0:
+            return f"{self.ledger_id}:{self.entry_id}:{self.partition}"
+        return f"{self.ledger_id}:{self.entry_id}:{self.partition}:{self.batch_index}"
 
     @classmethod
     def parse(cls, text: str) -> MessageId:
-        """Parse ``"ledger:entry[:batch[:partition]]"``, ``"earliest"`` or ``"latest"``."""
+        """Parse ``"ledger:entry[:partition[:batch]]"``, ``"earliest"`` or ``"latest"``.
+
+        >>> MessageId.parse("7:3:-1:4")
+        MessageId(ledger_id=7, entry_id=3, batch_index=4, partition=-1)
+        >>> MessageId.parse("7:3:4:-1")  # the earlier ledger:entry:batch:-1, unambiguous
+        MessageId(ledger_id=7, entry_id=3, batch_index=4, partition=-1)
+        """
         lowered = text.strip().lower()
         if lowered == "earliest":
             return cls.earliest
         if lowered == "latest":
             return cls.latest
-        parts = lowered.split(":")
-        if not 2 <= len(parts) <= 4:
-            raise ValueError(
-                f"invalid message id {text!r}: expected ledger:entry[:batch[:partition]]"
-            )
-        try:
-            return cls(*(int(p) for p in parts))
-        except ValueError:
-            raise ValueError(f"invalid message id {text!r}: parts must be integers") from None
+        ledger_id, entry_id, partition, batch_index = parse_message_id_text(text)
+        return cls(ledger_id, entry_id, batch_index, partition)
 
     def serialize(self) -> bytes:
         """24 bytes, big endian; stable across versions."""
@@ -311,3 +316,35 @@ def ids_of_receipt(receipt: pb.SendReceipt, count: int, partition: int) -> list[
     ledger, entry = receipt.ledger_id, receipt.entry_id
     fields = zip(repeat(ledger), repeat(entry), range(count), repeat(partition), strict=False)
     return list(map(_new_message_id, fields))
+
+
+MESSAGE_ID_FORM = "ledger:entry[:partition[:batch]]"
+
+
+def parse_message_id_text(text: str) -> tuple[int, int, int, int]:
+    """``(ledger, entry, partition, batch)`` from Pulsar's text form
+    ``ledger:entry[:partition[:batch]]`` (a missing partition or batch is -1).
+
+    This product printed ``ledger:entry:batch:partition`` before issue 25. That form is still
+    read where it cannot be mistaken for Pulsar's: four parts ending in ``-1`` with a batch
+    index before it (``7:3:4:-1``, how it printed every message of a non-partitioned topic),
+    since Pulsar's form never prints a batch index of -1 (it leaves the part out). Three
+    parts are Pulsar's ``ledger:entry:partition``, not the earlier ``ledger:entry:batch``.
+    """
+    parts = text.strip().split(":")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(
+            f"invalid message id {text!r}: expected {MESSAGE_ID_FORM} (integers), "
+            "earliest or latest"
+        ) from None
+    if not 2 <= len(numbers) <= 4:
+        raise ValueError(
+            f"invalid message id {text!r}: expected {MESSAGE_ID_FORM}, earliest or latest"
+        )
+    numbers += [-1] * (4 - len(numbers))
+    ledger_id, entry_id, partition, batch_index = numbers
+    if batch_index == -1 and len(parts) == 4 and partition >= 0:
+        partition, batch_index = -1, partition  # the earlier ledger:entry:batch:-1
+    return ledger_id, entry_id, partition, batch_index

@@ -124,7 +124,8 @@ class PartitionProducer:
         self._connect: Connect | None = None
         self._error: PulsarException | None = None
         self.connection = ConnectionHandler(
-            f"producer partition {partition}",
+            # "partition -1" named no partition: a non-partitioned topic's producer is "producer"
+            f"producer partition {partition}" if partition >= 0 else "producer",
             Backoff(config.initial_backoff_s, config.max_backoff_s),
             self._reopen,
             self._fail,

@@ -109,7 +109,9 @@ class GrpcProtocolHandler(ProtocolHandler):
         server = aio.server(
             interceptors=interceptors,
             options=server_options(
-                self.config.maxMessageSize, self.config.keepAliveIntervalSeconds
+                self.config.maxMessageSize,
+                self.config.keepAliveIntervalSeconds,
+                self.config.grpcMaxPendingCalls,
             ),
         )
         server.add_generic_rpc_handlers((self._rpc_handlers(),))

@@ -14,8 +14,19 @@ def max_frame(max_message_size: int) -> int:
     return max_message_size + FRAME_MARGIN
 
 
-def server_options(max_message_size: int, keepalive_interval_s: int) -> list[tuple[str, int]]:
-    """grpc.aio server options for maxMessageSize and keepAliveIntervalSeconds."""
+# gRPC core's default is 1,000 calls waiting (soft: above it, calls are refused at random)
+# and 3,000 (hard): a burst of streams opened at once overflowed it, and the refused ones ended
+# CANCELLED, which a client cannot tell from its own cancellation, so it did not retry.
+DEFAULT_MAX_PENDING_CALLS = 100_000
+
+
+def server_options(
+    max_message_size: int,
+    keepalive_interval_s: int,
+    max_pending_calls: int = DEFAULT_MAX_PENDING_CALLS,
+) -> list[tuple[str, int]]:
+    """grpc.aio server options for maxMessageSize, keepAliveIntervalSeconds and
+    grpcMaxPendingCalls."""
     frame = max_frame(max_message_size)
     keepalive_ms = keepalive_interval_s * 1000
     return [
@@ -37,4 +48,11 @@ def server_options(max_message_size: int, keepalive_interval_s: int) -> list[tup
         # without data with GOAWAY too_many_pings, cutting off idle consumers of any client
         # with keepalive on (the SDK pings every 30 s while it has calls).
         ("grpc.http2.max_ping_strikes", 0),
+        # Calls that arrived and wait for the server's loop to take them (grpc.aio takes them
+        # one at a time). Past the soft limit gRPC core refuses calls at random, past the hard
+        # one every call, always as CANCELLED with no log line: both are set to
+        # grpcMaxPendingCalls so that a burst of that many new streams waits to be served
+        # (docs/protocol.md "Many streams").
+        ("grpc.server.max_pending_requests", max_pending_calls),
+        ("grpc.server.max_pending_requests_hard_limit", max_pending_calls),
     ]

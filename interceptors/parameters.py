@@ -211,17 +211,23 @@ def _declared(binary: Mapping[str, bytes]) -> Declared:
 
 
 def parse_message_id(raw: str) -> tuple[Position | Literal["earliest", "latest"], int]:
-    """``ledger:entry[:batch[:partition]]``, ``earliest`` or ``latest``."""
+    """The entry and batch index of ``ledger:entry[:partition[:batch]]`` (Pulsar's
+    ``MessageId.toString()``), ``earliest`` or ``latest``. The form clients printed before,
+    ``ledger:entry:batch:partition``, is read where it cannot be mistaken for Pulsar's: four
+    parts ending in -1 after a batch index (the SDK's ``parse_message_id_text`` has the same
+    rule). The partition is not needed: the stream is on one partition already."""
     if raw.lower() in ("earliest", "latest"):
         return raw.lower(), -1  # type: ignore[return-value]
     parts = raw.split(":")
     numbers = [int(p) for p in parts] if all(_DECIMAL.fullmatch(p) for p in parts) else []
     if not 2 <= len(numbers) <= 4 or numbers[0] < 0 or numbers[1] < 0:
         raise InvalidArgumentError(
-            f"x-pulsar-start-message-id: '{raw}' is not ledger:entry[:batch[:partition]], "
+            f"x-pulsar-start-message-id: '{raw}' is not ledger:entry[:partition[:batch]], "
             "earliest or latest"
         )
-    batch = numbers[2] if len(numbers) > 2 else -1
+    batch = numbers[3] if len(numbers) == 4 else -1
+    if batch == -1 and len(numbers) == 4 and numbers[2] >= 0:
+        batch = numbers[2]  # the earlier ledger:entry:batch:-1
     return Position(numbers[0], numbers[1]), batch
 
 

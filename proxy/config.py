@@ -69,6 +69,8 @@ class ProxyConfiguration(ClientAuthenticationSettings):
     keepAliveIntervalSeconds: int = 30
     # The brokers' maxMessageSize: the proxy passes messages up to it (plus framing) both ways.
     maxMessageSize: int = 5 * 1024 * 1024
+    # As the broker's (ours): new calls that may wait for the proxy to take them.
+    grpcMaxPendingCalls: int = 100_000
 
     # --- clients' authentication at the proxy: ClientAuthenticationSettings' fields, the
     # broker's names and meaning. SCRAM needs metadataStoreUrl (role tokens are signed with the
@@ -166,6 +168,7 @@ def _check_minimums(config: ProxyConfiguration) -> Iterator[tuple[str, str]]:
         "maxConcurrentLookupRequests",
         "keepAliveIntervalSeconds",
         "maxMessageSize",
+        "grpcMaxPendingCalls",
         "metadataStoreSessionTimeoutMillis",
         "authenticationRefreshCheckSeconds",
     ):

@@ -181,7 +181,11 @@ class ProxyService:
             interceptors.append(AuthenticationInterceptor(self._authentication, None, abort))
         server = aio.server(
             interceptors=interceptors,
-            options=server_options(config.maxMessageSize, config.keepAliveIntervalSeconds),
+            options=server_options(
+                config.maxMessageSize,
+                config.keepAliveIntervalSeconds,
+                config.grpcMaxPendingCalls,
+            ),
         )
         server.add_generic_rpc_handlers((handler,))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

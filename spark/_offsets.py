@@ -37,9 +37,15 @@ def key(message_id: MessageId) -> Key:
 
 
 def parse_id(text: str) -> MessageId:
-    """An offset value -> MessageId, with the partition dropped (ranges are per partition)."""
-    mid = MessageId.parse(text)
-    return MessageId(mid.ledger_id, mid.entry_id, mid.batch_index, -1)
+    """An offset value (``ledger:entry[:batch[:partition]]``) -> MessageId, with the partition
+    dropped (ranges are per partition). Offsets keep this order of their own, not the SDK's
+    text form (Pulsar's ``ledger:entry:partition:batch``): checkpoints written before hold it,
+    and read in the SDK's form the offsets of partitioned topics would move."""
+    parts = [int(p) for p in text.strip().split(":")]
+    if not 2 <= len(parts) <= 4:
+        raise ValueError(f"invalid offset {text!r}: expected ledger:entry[:batch[:partition]]")
+    batch_index = parts[2] if len(parts) > 2 else -1
+    return MessageId(parts[0], parts[1], batch_index, -1)
 
 
 def format_id(message_id: MessageId, partition: int) -> str:
@@ -168,7 +174,7 @@ def split(span: Span, entries_per_split: int) -> list[Range]:
         return []
     until, ledger = span.until, span.until.ledger_id
     start_entry, count = span.start_entry(), math.ceil(span.entries() / entries_per_split)
-    last = Range(span.topic, span.after, str(until), span.until_inclusive)
+    last = Range(span.topic, span.after, format_id(until, until.partition), span.until_inclusive)
     if count <= 1:
         return [last]
     step = math.ceil(span.entries() / count)

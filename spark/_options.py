@@ -30,7 +30,6 @@ from pulsar_grpc.client import (
     Authentication,
     AuthenticationToken,
     Client,
-    MessageId,
     authentication_from,
 )
 
@@ -188,16 +187,16 @@ class _Raw:
             raise _bad(name, form, raw) from None
         if not isinstance(given, dict) or not given:
             raise _bad(name, form, raw)
+        from ._offsets import parse_id
+
         for value in given.values():
             text = str(value).strip().lower()
             if text in words:
                 continue
             try:
-                parsed = MessageId.parse(text)
+                parse_id(text)  # the offset form; _offsets imports this module
             except ValueError:
                 raise _bad(name, form, raw) from None
-            if parsed in (MessageId.earliest, MessageId.latest):
-                raise _bad(name, form, raw)
         return raw
 
     def pass_through(self, prefix: str) -> tuple[tuple[str, Any], ...]:

@@ -15,7 +15,7 @@ from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.errors import ConsumerBusyError, InvalidArgumentError, NotAllowedError
 from pulsar_grpc.broker.ledger import ManagedCursor, Position
 from pulsar_grpc.broker.meters import RateMeter, iso_utc
-from pulsar_grpc.broker.topics.consumer import Consumer
+from pulsar_grpc.broker.topics.consumer import Consumer, PendingEntry
 from pulsar_grpc.broker.topics.dispatcher import (
     Dispatcher,
     SharedDispatcher,
@@ -77,6 +77,15 @@ class Subscription:
         # Negative-ack timers: a dict as an ordered set (empty, 64 B to a set's 216; most
         # subscriptions of a broker with thousands have none).
         self._timers: dict[asyncio.TimerHandle, None] = {}
+        # The last negative ack of each entry pending on a consumer, waiting for its delay:
+        # the delivery it named and the timer that redelivers it (an earlier timer finds
+        # itself replaced and skips the entry). A nack names a delivery, not an entry: a
+        # batch whose messages were nacked in several requests is redelivered once, after
+        # the last of them (Pulsar's NegativeAcksTracker keys its map by entry, batch index
+        # discarded, and a later nack moves the deadline); an earlier delivery's nack never
+        # takes back a later delivery of the entry.
+        self._nacked: dict[tuple[Consumer, Position], tuple[PendingEntry, asyncio.TimerHandle]]
+        self._nacked = {}
         self._ack_timeout_task: asyncio.Task[None] | None = None
         # Delivered (msgOutCounter, bytesOutCounter, msgRateOut...), redelivered
         # (msgRedeliverCounter, msgRateRedeliver); epoch ms of the last delivery and ack.
@@ -332,18 +341,42 @@ class Subscription:
 
     def negative_acknowledge(self, consumer: Consumer, positions: Iterable[Position]) -> None:
         """Redeliver after the consumer's negative-ack delay (broker-side, unlike Pulsar's
-        client-side tracker, so a client in any language gets it for free)."""
-        wanted = list(dict.fromkeys(positions))
+        client-side tracker, so a client in any language gets it for free).
+
+        Only entries pending on ``consumer`` now count (one acked or already taken back has
+        nothing left to redeliver), and each delivery is redelivered at most once: nacking
+        more messages of a batch in a later request moves its redelivery to the later
+        deadline instead of redelivering it again (see ``_nacked``).
+        """
+        wanted: dict[Position, PendingEntry] = {}
+        for position in positions:
+            pending = consumer.pending.get(position)
+            if pending is None:
+                continue
+            wanted[position] = pending
+        if not wanted:
+            return
         delay = consumer.options.negative_ack_delay_ms / 1000
-        loop = asyncio.get_running_loop()
         handle: asyncio.TimerHandle
 
         def fire() -> None:
             self._timers.pop(handle, None)
-            self.redeliver(consumer, wanted)
+            due: list[Position] = []
+            for position, pending in wanted.items():
+                key = (consumer, position)
+                latest = self._nacked.get(key)
+                if latest is None or latest[1] is not handle:
+                    continue  # a later nack of the same entry took it over
+                del self._nacked[key]
+                if consumer.pending.get(position) is pending:
+                    due.append(position)
+            if due:
+                self.redeliver(consumer, due)
 
-        handle = loop.call_later(delay, fire)
+        handle = asyncio.get_running_loop().call_later(delay, fire)
         self._timers[handle] = None
+        for position, pending in wanted.items():
+            self._nacked[(consumer, position)] = (pending, handle)
 
     def redeliver(self, consumer: Consumer, positions: Iterable[Position] | None = None) -> None:
         """Take entries back from a consumer and deliver them again, counting redeliveries;
@@ -442,6 +475,7 @@ class Subscription:
         for handle in self._timers:
             handle.cancel()
         self._timers.clear()
+        self._nacked.clear()
         if self._ack_timeout_task is not None:
             self._ack_timeout_task.cancel()
             try:

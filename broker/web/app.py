@@ -6,10 +6,11 @@ Errors answer Pulsar's way: a JSON body ``{"reason": ...}`` with 400 (bad input)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from aiohttp import web
+from aiohttp import http_exceptions, web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -164,7 +165,7 @@ class WebService:
 
     async def start(self) -> None:
         """Listen on every http and https bind address (PIP-95), each tied to its listener."""
-        self._runner = web.AppRunner(self.app(), access_log=None)
+        self._runner = web.AppRunner(self.app(), access_log=None, logger=_SERVER_LOG)
         await self._runner.setup()
         binds = self.service.listeners.bind_addresses_for(WEB_SCHEMES)
         tls = server_ssl_context(self.service.config) if any(b.tls for b in binds) else None
@@ -336,3 +337,29 @@ class WebService:
         await self._served_here(request, TopicName.get(name))
         topic = await self.service.topics.get_topic(name, create=False)
         return web.json_response(topic.stats())
+
+
+class _OneLineForUnreadableRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse with its traceback; a gRPC client pointed at the
+    web service port (HTTP/2's preface ``PRI * HTTP/2.0``) is a client's mistake, not the
+    broker's: one line that names it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, http_exceptions.HttpProcessingError):
+            preface = "PRI" in str(exc)
+            what = record.getMessage()
+            first_line = str(exc.message).splitlines()[0] if exc.message else str(exc.code)
+            record.msg = "%s: %s%s"
+            record.args = (
+                what,
+                f"{type(exc).__name__}: {first_line}",
+                " (HTTP/2: a gRPC client on the web service port?)" if preface else "",
+            )
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_SERVER_LOG = logging.getLogger("pulsar_grpc.broker.web.server")
+_SERVER_LOG.addFilter(_OneLineForUnreadableRequests())

@@ -81,7 +81,7 @@ def test_produce_then_consume_prints_payloads_keys_and_properties(broker: Broker
     for block in blocks:
         assert "key:[user-1]" in block
         assert "properties:[n=1, source=cli]" in block
-        assert re.search(r"message id: \d+:\d+:\d+:-1", block), block
+        assert re.search(r"message id: \d+:\d+:-1:\d+", block), block
 
     # Every message was acked: nothing left for the subscription.
     def backlog_is_empty() -> None:
@@ -99,7 +99,7 @@ def test_produce_verbose_prints_every_message_id(broker: BrokerThread) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 4, result.stdout
-    assert all(re.fullmatch(r"\d+:\d+:\d+:-1", line) for line in lines[:3]), lines
+    assert all(re.fullmatch(r"\d+:\d+:-1:\d+", line) for line in lines[:3]), lines
     assert len(set(lines[:3])) == 3
     assert lines[3] == "3 messages successfully produced"
 

@@ -154,7 +154,7 @@ async def test_reader_metadata(broker):
         await reader.close()
     (md,) = broker.metadata
     assert md["x-pulsar-durable"] == "false"
-    assert md["x-pulsar-start-message-id"] == "4:5:0:-1"
+    assert md["x-pulsar-start-message-id"] == "4:5:-1:0"
     assert md["x-pulsar-start-message-id-inclusive"] == "true"
     assert md["x-pulsar-subscription"].startswith("reader-")
 

@@ -6,25 +6,65 @@ from pulsar_grpc.client import MessageId
 from pulsar_grpc.client._message import ids_of_receipt, messages_of_entry
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
-
-def test_str_is_the_start_message_id_format_and_parses_back():
-    mid = MessageId(12, 345, 6, 2)
-    assert str(mid) == "12:345:6:2"
-    assert MessageId.parse(str(mid)) == mid
+# One text form everywhere (issue 25): Pulsar's MessageId.toString(),
+# ledger:entry:partition[:batch]; the earlier ledger:entry:batch:-1 is read too, since Pulsar's
+# form never ends in a batch index of -1. (text, ledger, entry, partition, batch)
+FORMS = [
+    ("7:3", 7, 3, -1, -1),
+    ("7:3:2", 7, 3, 2, -1),  # Pulsar's non-batched form: the partition
+    ("7:3:-1", 7, 3, -1, -1),
+    ("7:3:-1:4", 7, 3, -1, 4),
+    (" 7:3:1:0 ", 7, 3, 1, 0),
+    ("12:345:2:6", 12, 345, 2, 6),
+    ("7:3:4:-1", 7, 3, -1, 4),  # printed before issue 25 for a non-partitioned topic
+    ("7:3:0:-1", 7, 3, -1, 0),
+]
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("mid", "text"),
     [
-        ("7:3", MessageId(7, 3, -1, -1)),
-        ("7:3:1", MessageId(7, 3, 1, -1)),
-        (" 7:3:1:0 ", MessageId(7, 3, 1, 0)),
-        ("EARLIEST", MessageId.earliest),
-        ("latest", MessageId.latest),
+        (MessageId(12, 345, 6, 2), "12:345:2:6"),
+        (MessageId(12, 345, 0, -1), "12:345:-1:0"),
+        (MessageId(12, 345, -1, 3), "12:345:3"),
+        (MessageId(12, 345), "12:345:-1"),
     ],
 )
-def test_parse(text, expected):
-    assert MessageId.parse(text) == expected
+def test_str_is_pulsars_form_and_parses_back(mid, text):
+    assert str(mid) == text
+    assert MessageId.parse(str(mid)) == mid
+
+
+@pytest.mark.parametrize(("text", "ledger", "entry", "partition", "batch"), FORMS)
+def test_parse(text, ledger, entry, partition, batch):
+    assert MessageId.parse(text) == MessageId(ledger, entry, batch, partition)
+
+
+@pytest.mark.parametrize(("text", "ledger", "entry", "partition", "batch"), FORMS)
+def test_the_broker_reads_the_start_message_id_header_alike(text, ledger, entry, partition, batch):
+    from pulsar_grpc.broker.ledger import Position
+    from pulsar_grpc.interceptors.parameters import parse_message_id
+
+    assert parse_message_id(text.strip()) == (Position(ledger, entry), batch)
+
+
+@pytest.mark.parametrize(("text", "ledger", "entry", "partition", "batch"), FORMS)
+def test_the_admin_command_sends_pulsars_message_id_json_alike(
+    text, ledger, entry, partition, batch
+):
+    from pulsar_grpc.cli.admin_topics import _message_id
+
+    assert _message_id(text) == {
+        "ledgerId": ledger,
+        "entryId": entry,
+        "partitionIndex": partition,
+        "batchIndex": batch,
+    }
+
+
+@pytest.mark.parametrize(("text", "expected"), [("EARLIEST", "earliest"), ("latest", "latest")])
+def test_parse_words(text, expected):
+    assert MessageId.parse(text) == getattr(MessageId, expected)
 
 
 @pytest.mark.parametrize("text", ["", "7", "1:2:3:4:5", "a:b", "1:x"])

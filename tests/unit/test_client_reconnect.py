@@ -397,14 +397,14 @@ async def test_reader_resumes_after_the_last_message_read():
     dialer.last.fail()
     await reconnected(dialer, 2)
     # Nothing read yet: from the start position, inclusive as asked.
-    assert dialer.params[1]["x-pulsar-start-message-id"] == "1:0:-1:-1"
+    assert dialer.params[1]["x-pulsar-start-message-id"] == "1:0:-1"
     assert dialer.params[1]["x-pulsar-start-message-id-inclusive"] is True
     dialer.last.push(batch(4, 3))
     assert (await consumer.receive(timeout_ms=1000)).message_id() == MessageId(1, 4, 0, -1)
     assert (await consumer.receive(timeout_ms=1000)).message_id() == MessageId(1, 4, 1, -1)
     dialer.last.fail()
     await reconnected(dialer, 3)
-    assert dialer.params[2]["x-pulsar-start-message-id"] == "1:4:1:-1"
+    assert dialer.params[2]["x-pulsar-start-message-id"] == "1:4:-1:1"
     assert dialer.params[2]["x-pulsar-start-message-id-inclusive"] is False
     assert consumer.queued() == 0
 
@@ -470,7 +470,7 @@ async def test_reader_reconnecting_after_a_seek_resumes_at_the_sought_message():
     await asyncio.wait_for(seeking, 1)
     dialer.last.fail()
     await reconnected(dialer, 2)
-    assert dialer.params[1]["x-pulsar-start-message-id"] == "1:2:-1:-1"
+    assert dialer.params[1]["x-pulsar-start-message-id"] == "1:2:-1"
     assert dialer.params[1]["x-pulsar-start-message-id-inclusive"] is True
 
 
@@ -529,3 +529,10 @@ async def test_a_refusal_naming_the_owner_is_followed_at_once_but_only_once_in_a
     h = handler(rec)
     await h.connect_first(5)
     assert rec.delays == [0.0, 0.1, 0.0]
+
+
+async def test_a_producer_names_its_partition_only_when_it_has_one() -> None:
+    """Its reconnect log lines say "producer: connection lost", not "partition -1"."""
+    config = ProducerConfig()
+    assert PartitionProducer(config).connection.name == "producer"
+    assert PartitionProducer(config, 3).connection.name == "producer partition 3"
