@@ -55,7 +55,7 @@ from ._consumer import (
 )
 from ._crypto import ConsumerCryptoFailureAction, EntryDecryptor, producer_encryptor
 from ._crypto_keys import KeyReader
-from ._errors import InvalidConfiguration
+from ._errors import InvalidConfiguration, refusal_names
 from ._message import MessageId
 from ._multi_consumer import TopicsPattern, watch_pattern
 from ._ownership_watch import OwnershipWatcher
@@ -285,13 +285,16 @@ class Client:
                 "max_pending_messages and max_pending_messages_across_partitions must be positive"
             )
         mode = PartitionsRoutingMode(message_routing_mode)
-        partitions = await self._partition_count(topic)
-        params: Params = {
-            "x-pulsar-producer-name": producer_name,
-        }
-        producers = [PartitionProducer(config, index) for index in partition_indexes(partitions)]
-        topics = partition_topics(topic, partitions)
-        await self._start_all(producers, topics, "Produce", params, schema)
+        with refusal_names("produce", topic):
+            partitions = await self._partition_count(topic)
+            params: Params = {
+                "x-pulsar-producer-name": producer_name,
+            }
+            producers = [
+                PartitionProducer(config, index) for index in partition_indexes(partitions)
+            ]
+            topics = partition_topics(topic, partitions)
+            await self._start_all(producers, topics, "Produce", params, schema)
         router = Router(partitions, mode, batching_max_publish_delay_ms) if partitions else None
         budget = max_pending_messages
         if partitions:
@@ -391,16 +394,17 @@ class Client:
         consumer = Consumer(
             label, subscription_name, config, MessageQueue(), message_listener, batch_receive_policy
         )
-        if pattern is not None:
-            await watch_pattern(
-                consumer,
-                pattern,
-                pattern_auto_discovery_period,
-                self.get_topics_of_namespace,
-                partial(self._attach, config=config, params=params),
-            )
-        else:
-            await self._attach(consumer, topics, config, params)
+        with refusal_names("consume", label):
+            if pattern is not None:
+                await watch_pattern(
+                    consumer,
+                    pattern,
+                    pattern_auto_discovery_period,
+                    self.get_topics_of_namespace,
+                    partial(self._attach, config=config, params=params),
+                )
+            else:
+                await self._attach(consumer, topics, config, params)
         consumer.start_listener()
         self._track(consumer)
         return consumer
@@ -430,7 +434,8 @@ class Client:
             if isinstance(start_message_id, str)
             else start_message_id
         )
-        partitions = await self._partition_count(topic)
+        with refusal_names("consume", topic):
+            partitions = await self._partition_count(topic)
         if partitions and start not in (MessageId.earliest, MessageId.latest):
             raise ValueError("a reader of a partitioned topic starts at earliest or latest")
         subscription = f"reader-{uuid.uuid4().hex[:10]}"
@@ -455,7 +460,8 @@ class Client:
             decryptor=EntryDecryptor(crypto_key_reader, crypto_failure_action),
         )
         consumer = Consumer(topic, subscription, config, MessageQueue())
-        await self._attach(consumer, [topic], config, params, [partitions])
+        with refusal_names("consume", topic):
+            await self._attach(consumer, [topic], config, params, [partitions])
         topics = partition_topics(full_topic_name(topic), partitions)
         reader = Reader(
             consumer, self.get_last_message_id, topics, start, start_message_id_inclusive

@@ -27,7 +27,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -175,6 +176,21 @@ class AuthorizationError(PulsarException):
     """The client's role may not perform the operation."""
 
     result_code = Result.AuthorizationError
+
+
+@contextlib.contextmanager
+def refusal_names(action: str, topic: object) -> Iterator[None]:
+    """Say which action authorization refused: a producer's or consumer's setup looks the
+    topic up first, and a role allowed neither to produce nor to consume is refused there,
+    with the broker's "not authorized to lookup". The application asked to ``action``."""
+    try:
+        yield
+    except AuthorizationError as e:
+        if f"to {action}" in str(e):
+            raise
+        raise AuthorizationError(
+            f"not authorized to {action} on {topic}: the broker refused the topic's lookup ({e})"
+        ) from e
 
 
 class ErrorGettingAuthenticationData(PulsarException):

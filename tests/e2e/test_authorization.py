@@ -143,10 +143,14 @@ async def test_a_role_without_grants_is_refused_and_leaves_nothing_behind(
     authz_broker: BrokerThread,
 ) -> None:
     async with client(authz_broker, "mallory") as c:
-        with pytest.raises(AuthorizationError):
+        # The SDK's setup is refused at the topic's lookup; its error names what the
+        # application asked for, not only the lookup.
+        with pytest.raises(AuthorizationError, match="not authorized to produce on nobody-t"):
             await asyncio.wait_for(c.create_producer("nobody-t"), TIMEOUT_S)
-        with pytest.raises(AuthorizationError):
+        with pytest.raises(AuthorizationError, match="not authorized to consume on nobody-t"):
             await asyncio.wait_for(c.subscribe("nobody-t", "s"), TIMEOUT_S)
+        with pytest.raises(AuthorizationError, match="not authorized to consume on nobody-t"):
+            await asyncio.wait_for(c.create_reader("nobody-t", "earliest"), TIMEOUT_S)
     assert_denied(
         await raw_produce(authz_broker, "mallory", "nobody-t"),
         "mallory",
