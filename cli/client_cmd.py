@@ -138,10 +138,24 @@ def client_of(args: argparse.Namespace) -> Client:
     )
 
 
-def unreachable(url: str, exc: BaseException) -> str:
+def unreachable(url: str, exc: BaseException, auth_plugin: str | None = None) -> str:
     """Why the broker at ``url`` could not be reached, naming the likely mistake when gRPC's
-    message shows one: an HTTP server (the web service port given as the gRPC URL)."""
+    message shows one: an HTTP server (the web service port given as the gRPC URL), or a TLS
+    broker that closed the connection during the handshake: gRPC says only "Socket closed"
+    when the broker wants a client certificate that was not given (or refuses the one that
+    was)."""
     text = " ".join(str(exc).split())
+    if url.startswith("grpc+ssl://") and "Socket closed" in text:
+        plugin = auth_plugin or ""
+        if plugin.lower() == "tls" or plugin.endswith("AuthenticationTls"):
+            why = "it may not trust the client certificate given (--auth-params tlsCertFile:...)"
+        else:
+            why = (
+                "it may require a client certificate (tlsRequireTrustedClientCertOnConnect): "
+                "give one with --auth-plugin tls --auth-params tlsCertFile:cert.pem,"
+                "tlsKeyFile:key.pem (client.conf's authPlugin and authParams)"
+            )
+        return f"the broker at {url} closed the connection during the TLS handshake: {why}"
     if "http1.x server" in text:
         return (
             f"{url} is an HTTP/1.x server (the web service port?), not gRPC: --url takes the "
@@ -157,7 +171,7 @@ def fail(command: str, args: argparse.Namespace, exc: BaseException) -> int:
     if isinstance(exc, UsageError | InvalidTopicName | ValueError):  # ValueError: --url
         code, text = 2, str(exc)
     elif isinstance(exc, ConnectError):
-        code, text = 1, unreachable(args.service_url, exc)
+        code, text = 1, unreachable(args.service_url, exc, getattr(args, "auth_plugin", None))
     elif isinstance(exc, PulsarError):
         code, text = 1, f"{type(exc).__name__}: {exc}"
     else:

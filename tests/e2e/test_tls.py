@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -138,6 +140,28 @@ async def test_mutual_tls_refuses_a_client_without_certificate(mtls_broker, tls_
         operation_timeout_ms=OPERATION_TIMEOUT_MS,
     ) as c:
         await refused(c)
+
+
+def test_the_cli_says_a_mutual_tls_broker_wants_a_client_certificate(mtls_broker, tls_files):
+    """gRPC reports only "Socket closed" when the broker ends the handshake for want of a
+    client certificate: the CLI names the likely cause and the flags that fix it."""
+    url = tls_url(mtls_broker)
+    trust = ("--url", url, "--tls-trust-cert-path", str(tls_files.ca))
+    base = [sys.executable, "-m", "pulsar_grpc.cli.main", "produce", "t", "-m", "x", *trust]
+    done = subprocess.run(base, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "closed the connection during the TLS handshake" in done.stderr, done.stderr
+    assert "--auth-plugin tls --auth-params tlsCertFile:" in done.stderr, done.stderr
+    other = f"tlsCertFile:{tls_files.other_client_cert},tlsKeyFile:{tls_files.other_client_key}"
+    done = subprocess.run(
+        [*base, "--auth-plugin", "tls", "--auth-params", other],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "may not trust the client certificate given" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 async def test_mutual_tls_refuses_a_certificate_from_another_ca(mtls_broker, tls_files):
