@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import enum
+import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -38,6 +39,8 @@ from pulsar_grpc.broker.security.scram import (
     parse_credentials,
 )
 from pulsar_grpc.broker.security.tokens import KeyValueError, TokenAuthenticator, expiry_of
+
+log = logging.getLogger(__name__)
 
 # An Authorization header longer than this is refused before it is decoded: a real token or
 # user:password pair is far shorter, and a client must not make the broker decode megabytes.
@@ -112,6 +115,16 @@ class TlsProvider(AuthenticationProvider):
 
     @classmethod
     def from_config(cls, config: ServiceConfiguration) -> TlsProvider:
+        if not config.tlsRequireTrustedClientCertOnConnect:
+            # Pulsar asks for the certificate optionally; grpcio's server credentials can
+            # only require one or not ask at all (its Python API has no "request but don't
+            # require" mode), so without the setting no client ever presents one.
+            log.warning(
+                "authenticationProviders has the TLS provider but "
+                "tlsRequireTrustedClientCertOnConnect=false: the gRPC listeners cannot ask for "
+                "an optional client certificate, so it authenticates no one; set "
+                "tlsRequireTrustedClientCertOnConnect=true (docs/protocol.md, Authentication)"
+            )
         return cls()
 
 
