@@ -1,6 +1,7 @@
 """What the cluster fault scenarios share: SDK producers sending without pause to a partitioned
 topic, a record of every receipt (and when it came, per partition), and the final audit that
-every receipted payload reaches a subscription created before the first send.
+every receipted payload reaches a subscription created before the first send; :func:`under_load`
+runs a scenario's faults inside that frame.
 
 Used by tests/e2e/test_cluster_store_faults.py (PostgreSQL faults) and
 tests/e2e/test_cluster_zk_faults.py (ZooKeeper faults, shutdown with a store gone).
@@ -13,17 +14,31 @@ import json
 import time
 import urllib.request
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.client import Client, ConsumerType, MessageId, Producer
 from pulsar_grpc.client.exceptions import PulsarException, Timeout
-from tests.cluster import Member
+from tests.cluster import Cluster, Member, StoreLinks, place, topic_over_every_bundle
 from tests.waiting import eventually
 
-__all__ = ["DRAIN_TIMEOUT_S", "Load", "audit", "create_partitioned", "leader_id", "produce"]
+__all__ = [
+    "DRAIN_TIMEOUT_S",
+    "Load",
+    "Scene",
+    "audit",
+    "create_partitioned",
+    "leader_id",
+    "most_partitions",
+    "produce",
+    "spread",
+    "under_load",
+]
 
 DRAIN_TIMEOUT_S = 60
+PARTITIONS = 16
+PRODUCERS = 4
 
 
 @dataclass
@@ -125,3 +140,92 @@ async def audit(client: Client, topic: TopicName, load: Load) -> None:
         assert not lost, f"{len(lost)} receipted messages never delivered: {lost[:20]}"
 
     await eventually(missing, timeout=DRAIN_TIMEOUT_S)
+
+
+async def spread(cluster: Cluster, prefix: str) -> tuple[TopicName, list[Member]]:
+    """A 16-partition topic placed over all three brokers; the topic and each partition's
+    owner."""
+    members = cluster.members
+    topic = topic_over_every_bundle(prefix, PARTITIONS)
+    await asyncio.to_thread(create_partitioned, members[0], topic, PARTITIONS)
+    owners = [
+        await place(members, members[0].service_url(), topic.get_partition(p))
+        for p in range(PARTITIONS)
+    ]
+    return topic, owners
+
+
+@dataclass
+class Scene:
+    """A running load on a proxied cluster: the victim owns ``theirs`` partitions."""
+
+    members: list[Member]
+    victim: Member
+    theirs: set[int]
+    load: Load
+
+    @property
+    def links(self) -> StoreLinks:
+        assert self.victim.links is not None
+        return self.victim.links
+
+    @property
+    def survivors(self) -> list[Member]:
+        return [m for m in self.members if m is not self.victim]
+
+    async def receipts_grow(self, by: int = 200) -> None:
+        """Wait until the victim's partitions have ``by`` more receipts (from whoever owns
+        them now)."""
+        before = self.load.receipted_from(self.theirs)
+        await eventually(lambda: self.load.receipted_from(self.theirs) >= before + by, timeout=60)
+
+    async def each_resumed(self, since: float, receipts: int) -> None:
+        """Wait until each of the victim's partitions has had ``receipts`` receipts since
+        ``since`` (monotonic seconds)."""
+        for p in sorted(self.theirs):
+            await eventually(
+                lambda p=p: self.load.receipted_since(p, since) >= receipts, timeout=60
+            )
+
+
+VictimChoice = Callable[[list[Member], list[Member]], Member]
+
+
+def most_partitions(members: list[Member], owners: list[Member]) -> Member:
+    """The broker owning the most partitions (``owners``: each partition's)."""
+    return max(members, key=owners.count)
+
+
+async def under_load(
+    cluster: Cluster,
+    prefix: str,
+    faults: Callable[[Scene], Awaitable[None]],
+    victim: VictimChoice = most_partitions,
+    warm_up: int = 400,
+) -> Scene:
+    """Produce to a 16-partition topic through a broker that is not the victim, run
+    ``faults`` once the victim's partitions have ``warm_up`` receipts, stop producing, and
+    check that the audit subscription gets every receipted message."""
+    members = cluster.members
+    topic, owners = await spread(cluster, prefix)
+    chosen = victim(members, owners)
+    theirs = {p for p, owner in enumerate(owners) if owner is chosen}
+    assert theirs, f"{chosen.name} owns no partition: nothing would move"
+    scene = Scene(members, chosen, theirs, Load())
+    via = scene.survivors[0]
+    async with Client(via.service_url()) as client:
+        # The audit subscription exists before the first send; it is read only at the end.
+        await (
+            await client.subscribe(topic.full_name, "audit", consumer_type=ConsumerType.Shared)
+        ).close()
+        producers = [await client.create_producer(topic.full_name) for _ in range(PRODUCERS)]
+        load = scene.load
+        tasks = [asyncio.create_task(produce(p, k, load)) for k, p in enumerate(producers)]
+        try:
+            await eventually(lambda: load.receipted_from(theirs) >= warm_up, timeout=60)
+            await faults(scene)
+        finally:
+            load.stop.set()
+            await asyncio.gather(*tasks)
+        await audit(client, topic, load)
+    return scene

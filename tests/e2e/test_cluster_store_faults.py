@@ -3,94 +3,30 @@ PostgreSQL: nothing receipted is lost, and the clients move on.
 
 Each member reaches ZooKeeper and PostgreSQL through fault proxies of its own
 (``cluster_factory(proxied=True)``). SDK producers send without pause to a partitioned topic
-whose partitions every broker owns; a Shared consumer receives and acks; an ``audit``
-subscription, created before the first send, is read only at the end. Then one broker's link
-to a store fails, as a real deployment's does, and at the end every message that got a receipt
-is delivered to the audit subscription.
+whose partitions every broker owns (tests/cluster_load.under_load); an ``audit`` subscription,
+created before the first send, is read only at the end. Then one broker's link to a store
+fails, as a real deployment's does, and at the end every message that got a receipt is
+delivered to the audit subscription.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import pytest
 
-from pulsar_grpc.client import Client, ConsumerType
 from tests.cluster import (
     SESSION_TIMEOUT_MS,
     Cluster,
-    Member,
-    StoreLinks,
     cluster_factory,
-    place,
-    topic_over_every_bundle,
 )
-from tests.cluster_load import Load, audit, create_partitioned, produce
+from tests.cluster_load import Scene, under_load
 from tests.postgres import postgres_server, postgres_url
-from tests.waiting import eventually
 from tests.zookeeper import zk_chroot, zookeeper
 
 __all__ = ["cluster_factory", "postgres_server", "postgres_url", "zk_chroot", "zookeeper"]
-
-PARTITIONS = 16
-PRODUCERS = 4
-
-
-@dataclass
-class Scene:
-    """A running load on a proxied cluster: the victim owns ``theirs`` partitions."""
-
-    victim: Member
-    theirs: set[int]
-    load: Load
-
-    @property
-    def links(self) -> StoreLinks:
-        assert self.victim.links is not None
-        return self.victim.links
-
-    async def receipts_grow(self, by: int = 200) -> None:
-        """Wait until the victim's partitions have ``by`` more receipts (from whoever owns
-        them now)."""
-        before = self.load.receipted_from(self.theirs)
-        await eventually(lambda: self.load.receipted_from(self.theirs) >= before + by, timeout=60)
-
-
-async def under_load(
-    cluster: Cluster, prefix: str, faults: Callable[[Scene], Awaitable[None]]
-) -> Load:
-    """Produce to a 16-partition topic through a broker that is not the victim (the owner of
-    the most partitions), run ``faults`` once the victim's partitions have receipts, stop,
-    and check that the audit subscription gets every receipted message."""
-    members = cluster.members
-    topic = topic_over_every_bundle(prefix, PARTITIONS)
-    await asyncio.to_thread(create_partitioned, members[0], topic, PARTITIONS)
-    owners = [
-        await place(members, members[0].service_url(), topic.get_partition(p))
-        for p in range(PARTITIONS)
-    ]
-    victim = max(members, key=owners.count)
-    scene = Scene(victim, {p for p, owner in enumerate(owners) if owner is victim}, Load())
-    via = next(m for m in members if m is not victim)
-    async with Client(via.service_url()) as client:
-        # The audit subscription exists before the first send; it is read only at the end.
-        await (
-            await client.subscribe(topic.full_name, "audit", consumer_type=ConsumerType.Shared)
-        ).close()
-        producers = [await client.create_producer(topic.full_name) for _ in range(PRODUCERS)]
-        load = scene.load
-        tasks = [asyncio.create_task(produce(p, k, load)) for k, p in enumerate(producers)]
-        try:
-            await eventually(lambda: load.receipted_from(scene.theirs) >= 400, timeout=60)
-            await faults(scene)
-        finally:
-            load.stop.set()
-            await asyncio.gather(*tasks)
-        await audit(client, topic, load)
-    return load
 
 
 @pytest.mark.timeout(240)
@@ -122,7 +58,7 @@ async def test_a_postgres_cut_then_kill_9_while_cut_loses_no_receipted_message(
         await scene.receipts_grow()
         recovered_s = time.monotonic() - killed_at
 
-    load = await under_load(cluster_factory(proxied=True), "pgcut", faults)
+    load = (await under_load(cluster_factory(proxied=True), "pgcut", faults)).load
     print(
         f"\n{len(load.receipts)} receipted, {len(load.failures)} sends failed; the victim's "
         f"partitions took receipts again {recovered_s:.1f} s after the kill "
@@ -158,5 +94,5 @@ async def test_rollovers_under_store_resets_then_kill_9_lose_no_receipted_messag
         await scene.receipts_grow(100)
 
     cluster = cluster_factory(proxied=True, managedLedgerMaxEntriesPerLedger="20")
-    load = await under_load(cluster, "rollovers", faults)
+    load = (await under_load(cluster, "rollovers", faults)).load
     print(f"\n{len(load.receipts)} receipted, {len(load.failures)} sends failed")
