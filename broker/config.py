@@ -2,10 +2,10 @@
 
 Operators coming from Pulsar can reuse their ``broker.conf`` lines and the docker image's
 ``PULSAR_PREFIX_<property>`` environment variables, so the field names are Pulsar's (camelCase on
-purpose). A property of Pulsar's standalone.conf that this broker has no use for (BookKeeper,
-transactions, WebSocket, ...) is ignored, and named once in a warning, so Pulsar's own file
-loads; any other unknown property is an error with a "did you mean" hint: a silently ignored typo
-is worse than a refused start.
+purpose). A property of Pulsar's standalone.conf or broker.conf that this broker has no use for
+(BookKeeper, transactions, WebSocket, the binary protocol's ports, ...) is ignored, and named
+once in a warning, so Pulsar's own file loads; any other unknown property is an error with a
+"did you mean" hint: a silently ignored typo is worse than a refused start.
 
 Sources, later ones winning: defaults, the file, ``PULSAR_PREFIX_*`` variables, ``--set`` flags.
 Every problem found is reported at once, each naming the property, the value and its source.
@@ -28,7 +28,7 @@ from pulsar_grpc.broker.cluster import is_cluster_store
 from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
 from pulsar_grpc.broker.metadata.factory import parse_metadata_store_url
-from pulsar_grpc.broker.pulsar_properties import PULSAR_STANDALONE_PROPERTIES
+from pulsar_grpc.broker.pulsar_properties import PULSAR_PROPERTIES
 from pulsar_grpc.broker.security.settings import ClientAuthenticationSettings
 from pulsar_grpc.broker.security.tokens import config_problems as token_config_problems
 from pulsar_grpc.broker.web.broker_client import config_problems as broker_client_problems
@@ -321,7 +321,7 @@ def parse_value(name: str, raw: str, settings: type = ServiceConfiguration) -> A
 
 
 # Pulsar's properties this broker has no use for: accepted, and named in one warning.
-IGNORED_PULSAR_PROPERTIES: frozenset[str] = PULSAR_STANDALONE_PROPERTIES - set(PROPERTY_NAMES)
+IGNORED_PULSAR_PROPERTIES: frozenset[str] = PULSAR_PROPERTIES - set(PROPERTY_NAMES)
 
 
 def _suggest(name: str, names: Iterable[str], ignorable: frozenset[str] = frozenset()) -> str:
@@ -653,7 +653,8 @@ def read_config(
 
     Raises :class:`ConfigError` listing every problem: unreadable or malformed lines, unknown
     properties, values of the wrong type, and failed validation rules. Properties of Pulsar's
-    standalone.conf that this broker does not have are no problem: the result names them.
+    standalone.conf and broker.conf that this broker does not have are no problem: the result
+    names them.
     """
     config, ignored = _read_settings(
         ServiceConfiguration,
