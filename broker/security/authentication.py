@@ -19,17 +19,15 @@ import asyncio
 import base64
 import enum
 import logging
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import bcrypt
-
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 from pulsar_grpc.broker.errors import AuthenticationError
 from pulsar_grpc.broker.metadata.store import MetadataStore
+from pulsar_grpc.broker.security.htpasswd import HashScheme, PasswordHash, parse_htpasswd
 from pulsar_grpc.broker.security.role_tokens import RoleTokens
 from pulsar_grpc.broker.security.scram import (
     ROLE_TOKEN_SCHEME,
@@ -45,12 +43,8 @@ log = logging.getLogger(__name__)
 # An Authorization header longer than this is refused before it is decoded: a real token or
 # user:password pair is far shorter, and a client must not make the broker decode megabytes.
 MAX_AUTHORIZATION_BYTES = 16 * 1024
-# bcrypt only reads the first 72 bytes of a password; a longer one is refused rather than
-# silently accepted on its prefix.
-_BCRYPT_MAX_PASSWORD = 72
-# A bcrypt hash as htpasswd -B writes it: $2y$ (or $2b$, $2a$), the cost, 53 characters of salt
-# and digest. Checked at load: a malformed one would otherwise fail at the first login.
-_BCRYPT_HASH = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
+# A cost-4 bcrypt hash: the decoy's pattern when the file names no user.
+_EMPTY_BCRYPT = "$2b$04$" + "." * 53
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,16 +123,14 @@ class TlsProvider(AuthenticationProvider):
 
 
 class BasicProvider(AuthenticationProvider):
-    """Users and bcrypt hashes from an htpasswd-style file (Pulsar's
-    AuthenticationProviderBasic): ``basicAuthConf`` is the file's path or its content as
-    ``data:;base64,...``. A line is ``user:$2y$...`` (or ``$2b$``/``$2a$``)."""
+    """Users and password hashes from an htpasswd file (Pulsar's AuthenticationProviderBasic):
+    ``basicAuthConf`` is the file's path or its content as ``data:;base64,...``; the schemes
+    are Pulsar's ($apr1$ MD5, crypt) and bcrypt (broker/security/htpasswd.py)."""
 
-    def __init__(self, users: Mapping[str, bytes]) -> None:
+    def __init__(self, users: Mapping[str, PasswordHash]) -> None:
         self._users = dict(users)
-        # An unknown user is checked against this hash (of the first user's cost) so that
-        # the answer takes as long as for a known one: timing does not tell who exists.
-        cost = int(next(iter(self._users.values()), b"$2b$04$")[4:6])
-        self._decoy = bcrypt.hashpw(b"decoy", bcrypt.gensalt(rounds=cost))
+        first = next(iter(self._users.values()), None)
+        self._decoy = (first or PasswordHash(HashScheme.BCRYPT, _EMPTY_BCRYPT)).decoy()
 
     @property
     def auth_method_name(self) -> str:
@@ -155,7 +147,7 @@ class BasicProvider(AuthenticationProvider):
         user, password = _basic_credentials(data.authorization)
         hashed = self._users.get(user)
         # bcrypt costs tens of milliseconds by design: off the event loop.
-        matches = await asyncio.to_thread(bcrypt.checkpw, password, hashed or self._decoy)
+        matches = await asyncio.to_thread((hashed or self._decoy).verify, password)
         if hashed is None or not matches:
             raise AuthenticationError("unknown user or wrong password")
         return user
@@ -174,25 +166,6 @@ def _read_conf(source: str, name: str = "basicAuthConf") -> str:
         raise ConfigError([f"{name}: cannot read {source}: {exc}"]) from None
 
 
-def parse_htpasswd(text: str) -> dict[str, bytes]:
-    """``user:hash`` lines; only bcrypt hashes (the other htpasswd schemes are weak)."""
-    users: dict[str, bytes] = {}
-    errors: list[str] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        user, sep, hashed = line.partition(":")
-        if not sep or not user or not _BCRYPT_HASH.fullmatch(hashed):
-            errors.append(f"basicAuthConf: line {number}: expected user:<bcrypt hash>")
-            continue
-        # $2y$ (htpasswd's name) is the same algorithm as $2b$.
-        users[user] = ("$2b$" + hashed[4:] if hashed.startswith("$2y$") else hashed).encode()
-    if errors:
-        raise ConfigError(errors)
-    return users
-
-
 def _basic_credentials(authorization: str | None) -> tuple[str, bytes]:
     encoded = (authorization or "").partition(" ")[2]
     try:
@@ -202,8 +175,6 @@ def _basic_credentials(authorization: str | None) -> tuple[str, bytes]:
     user, sep, password = decoded.partition(b":")
     if not sep or not user:
         raise AuthenticationError("Basic credentials are not user:password")
-    if len(password) > _BCRYPT_MAX_PASSWORD:
-        raise AuthenticationError("unknown user or wrong password")
     try:
         return user.decode(), password
     except UnicodeDecodeError:

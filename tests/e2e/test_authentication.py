@@ -377,6 +377,21 @@ def test_basic_auth_conf_as_a_data_url(broker_factory, tmp_path):
     assert http_get(url, basic("alice", "wonderland"))[0] == 200
 
 
+def test_pulsar_client_pythons_apr1_htpasswd_file(broker_factory, tmp_path):
+    """The .htpasswd of pulsar-client-python's CI (admin / 123456, an $apr1$ hash) as Pulsar
+    reads it: the user it names gets in over real HTTP, a wrong password does not."""
+    path = tmp_path / ".htpasswd"
+    path.write_text("admin:$apr1$FG4AO6aX$KGYPuMoLUou3i6vUkPUUf.\n")
+    broker = broker_factory(
+        authenticationEnabled="true",
+        authenticationProviders="org.apache.pulsar.broker.authentication.AuthenticationProviderBasic",
+        basicAuthConf=str(path),
+    )
+    url = f"{broker.http_url}/admin/v2/persistent/public/default"
+    assert http_get(url, basic("admin", "123456"))[0] == 200
+    assert http_get(url, basic("admin", "1234567"))[0] == 401
+
+
 # ------------------------------------------------------------------ CLI
 
 

@@ -22,6 +22,9 @@ from pulsar_grpc.broker.security.authentication import (
     TlsProvider,
     parse_htpasswd,
 )
+from pulsar_grpc.broker.security.htpasswd import (
+    PasswordHash,
+)
 from pulsar_grpc.cli.auth import authentication_of
 from pulsar_grpc.client import AuthenticationBasic, AuthenticationTLS, AuthenticationToken
 
@@ -34,7 +37,7 @@ def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-def users() -> dict[str, bytes]:
+def users() -> dict[str, PasswordHash]:
     hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
     return parse_htpasswd(f"# comment\n\nalice:$2y${hashed[4:]}\n")
 
@@ -64,10 +67,10 @@ async def test_anonymous_role_only_for_requests_without_credentials():
         await service.authenticate(data(basic("alice", "wrong")))
 
 
-def test_htpasswd_takes_bcrypt_hashes_only():
+def test_htpasswd_takes_well_formed_hashes_only():
     assert set(users()) == {"alice"}
     with pytest.raises(ConfigError, match="line 1"):
-        parse_htpasswd("bob:$apr1$salt$md5hash\n")
+        parse_htpasswd("bob:$apr1$salt$md5hash\n")  # a digest is 22 characters
     with pytest.raises(ConfigError, match="line 1"):
         parse_htpasswd("bob:$2y$10$cut-short\n")  # would fail at the first login otherwise
     with pytest.raises(ConfigError, match="line 2"):
