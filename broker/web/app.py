@@ -30,6 +30,7 @@ from pulsar_grpc.broker.web.broker_client import BrokerClient
 from pulsar_grpc.broker.web.broker_stats_admin import BrokerStatsAdmin
 from pulsar_grpc.broker.web.brokers_config_admin import BrokersConfigAdmin
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
+from pulsar_grpc.broker.web.clusters_admin import ClustersAdmin
 from pulsar_grpc.broker.web.console import OPEN_PATHS, Console
 from pulsar_grpc.broker.web.metrics import BrokerCollector
 from pulsar_grpc.broker.web.namespaces_admin import NamespacesAdmin
@@ -136,7 +137,6 @@ class WebService:
             [
                 web.get("/metrics", self.metrics),
                 web.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", self.lookup),
-                web.get("/admin/v2/clusters", self.clusters),
                 # leaderBroker before {cluster}: the first matching route answers
                 web.get("/admin/v2/brokers/leaderBroker", self.leader_broker),
                 web.get("/admin/v2/brokers/health", self.health),
@@ -155,6 +155,7 @@ class WebService:
         topics.add_routes(app)
         SubscriptionsAdmin(self.service, topics).add_routes(app)
         NamespacesAdmin(self.service, self.access, topics, bundles).add_routes(app)
+        ClustersAdmin(self.service, self.access).add_routes(app)
         PermissionsAdmin(self.service, self.access).add_routes(app)
         SchemasAdmin(self.service, self.access).add_routes(app)
         RateAdmin(self.service, self.access).add_routes(app)
@@ -244,9 +245,6 @@ class WebService:
         }
         location = URL(to_url).with_path(request.path).with_query(query)
         raise web.HTTPTemporaryRedirect(str(location))
-
-    async def clusters(self, request: web.Request) -> web.Response:
-        return web.json_response([self.service.config.clusterName])
 
     async def leader_broker(self, request: web.Request) -> web.Response:
         """Pulsar's GET /admin/v2/brokers/leaderBroker; a standalone broker leads itself."""
