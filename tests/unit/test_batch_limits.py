@@ -54,7 +54,7 @@ def test_a_count_over_max_messages_per_batch_is_refused_plain_or_compressed() ->
 def test_a_batch_whose_delivery_could_exceed_4_mib_is_too_large() -> None:
     fits = pb.ProduceRequest(messages=[pb.MessageData(payload=bytes(4_000_000))])
     check(fits)
-    over = pb.ProduceRequest(messages=[pb.MessageData(payload=bytes(4_194_200))])
+    over = pb.ProduceRequest(messages=[pb.MessageData(payload=bytes(4_194_304))])
     with pytest.raises(TooLargeError, match="receive limit of 4194304"):
         check(over)
 
