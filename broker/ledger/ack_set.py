@@ -7,13 +7,15 @@ is used: every operation on an int copies it, so a loop that tests or clears one
 time costs O(n) per index and O(n^2) per batch (a redelivery of a batch of 1,000,000 messages
 with one index acked took 26.7 s of the event loop that way). Everything here works on whole
 ints and bytes, in C: O(n/8) for a batch of n messages, plus O(k) for k indexes a client sent
-or O(r) for r runs of acked indexes, never O(n) Python steps per message.
+and O(n / 2^14) Python steps to list them, never a Python step per message. (``acked_runs``
+is per run of acked indexes: for tests and tools, not the delivery path.)
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 __all__ = [
     "acked_runs",
@@ -76,39 +78,32 @@ def acked_runs(mask: int) -> list[tuple[int, int]]:
 
 # -- the packed varints of DeliveredEntry.acked_batch_indexes --------------------------------
 #
-# The wire lists acked indexes one by one (repeated uint32, packed). The encoding of a run of
-# consecutive indexes is a slice of the varints of all indexes one after the other, so the list
-# is copied from blocks of 16,384 indexes (2^14: the varint width is the same across a block
-# but the first), each built once with slice assignments, never index by index.
+# The wire lists acked indexes one by one (repeated uint32, packed). They are copied out of the
+# varints of all indexes one after the other, kept in segments where every varint has the same
+# width: [0, 128) one byte, [128, 2^14) two, then blocks of 2^14 indexes of three bytes (four
+# from 2^21). A segment is selected from by the acked bits in C: each bit becomes `width` bytes
+# of 0xFF or 0x00, the segment is masked with them, and what was masked out, set to a byte
+# value no varint of the segment uses, is deleted with bytes.translate. So a batch costs a few
+# C passes over its n/8 bytes and O(n / 2^14) Python steps, whatever the pattern of its acks
+# (one ack every other index makes as many runs as indexes).
 
 _BLOCK_BITS = 14
 _BLOCK = 1 << _BLOCK_BITS
 _LOW = bytes(range(0x80, 0x100)) * (_BLOCK >> 7)  # (i & 0x7f) | 0x80 for i in a block
 _MID = b"".join(bytes([0x80 | h]) * 128 for h in range(128))  # (i >> 7 & 0x7f) | 0x80
-_blocks: dict[int, tuple[bytes, int]] = {}  # block number -> (varints, width; 0: block 0)
+# Each byte value as 8 bytes of 0xFF (bit set) or 0x00, least significant bit first.
+_SPREAD: tuple[bytes, ...] = tuple(
+    bytes(0xFF if byte >> bit & 1 else 0 for bit in range(8)) for byte in range(256)
+)
 
 
-def _block(number: int) -> tuple[bytes, int]:
-    cached = _blocks.get(number)
-    if cached is not None:
-        return cached
-    if number == 0:  # 0..127 take one byte, 128..16383 two: low 7 bits | 0x80, then i >> 7
-        two = bytearray(2 * (_BLOCK - 128))
-        two[0::2] = _LOW[128:]
-        two[1::2] = b"".join(bytes([h]) * 128 for h in range(1, 128))
-        block = bytes(range(128)) + bytes(two)
-        width = 0
-    else:
-        high = _varint(number)  # i >> 14: one byte below 2^21, two below 2^28
-        width = 2 + len(high)
-        buf = bytearray(_BLOCK * width)
-        buf[0::width] = _LOW
-        buf[1::width] = _MID
-        for offset, byte in enumerate(high):
-            buf[2 + offset :: width] = bytes([byte]) * _BLOCK
-        block = bytes(buf)
-    _blocks[number] = (block, width)
-    return block, width
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    first: int  # the segment's first index (a multiple of 128)
+    count: int
+    width: int  # bytes of each varint
+    varints: int  # the varints of first .. first + count - 1, as a little-endian int
+    unused: int  # a byte value no varint of the segment contains
 
 
 def _varint(value: int) -> bytes:
@@ -120,22 +115,65 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _offset(width: int, local: int) -> int:
-    """Where the varint of index ``local`` of a block starts in it."""
-    if width:
-        return local * width
-    return local if local <= 128 else 128 + 2 * (local - 128)
+def _build(first: int, count: int, width: int, unused: int) -> _Segment:
+    if width == 1:
+        raw = bytes(range(first, first + count))
+    else:
+        buf = bytearray(count * width)
+        buf[0::width] = _LOW[:count]
+        buf[1::width] = _MID[(first & (_BLOCK - 1)) : (first & (_BLOCK - 1)) + count]
+        if width == 2:  # [128, 2^14): the second byte is the last, i >> 7
+            buf[1::width] = bytes(b & 0x7F for b in _MID[128:])
+        else:
+            for offset, byte in enumerate(_varint(first >> _BLOCK_BITS)):
+                buf[2 + offset :: width] = bytes([byte]) * count
+        raw = bytes(buf)
+    return _Segment(first, count, width, int.from_bytes(raw, "little"), unused)
+
+
+_segments: dict[int, _Segment] = {}  # by first index
+
+
+def _segment_at(first: int) -> _Segment:
+    cached = _segments.get(first)
+    if cached is None:
+        if first == 0:
+            cached = _build(0, 128, 1, 0xFF)  # one-byte varints are 0..127
+        elif first == 128:
+            cached = _build(128, _BLOCK - 128, 2, 0x00)  # a last byte i >> 7 is never 0
+        else:  # a last byte i >> 14 (>> 21) is never 0 here
+            cached = _build(first, _BLOCK, 3 if first < 1 << 21 else 4, 0x00)
+        _segments[first] = cached
+    return cached
 
 
 def packed_varints(mask: int) -> bytes:
     """The set bits of ``mask`` as packed varints, in increasing order (the payload of
-    ``DeliveredEntry.acked_batch_indexes``): O(n/8) in C plus O(runs + blocks) in Python."""
+    ``DeliveredEntry.acked_batch_indexes``)."""
+    raw = to_bytes(mask)
     parts: list[bytes] = []
-    for first, end in acked_runs(mask):
-        while first < end:
-            number, local = first >> _BLOCK_BITS, first & (_BLOCK - 1)
-            stop = min(end - (number << _BLOCK_BITS), _BLOCK)
-            block, width = _block(number)
-            parts.append(block[_offset(width, local) : _offset(width, stop)])
-            first = (number << _BLOCK_BITS) + stop
+    first = 0
+    while first < len(raw) << 3:
+        segment = _segment_at(first)
+        bits = raw[first >> 3 : (first + segment.count) >> 3]
+        first += segment.count
+        if not bits.strip(b"\x00"):
+            continue
+        count, width = len(bits) << 3, segment.width
+        spread = b"".join(map(_SPREAD.__getitem__, bits))
+        if width == 1:
+            keep = spread
+        else:
+            wide = bytearray(count * width)
+            for offset in range(width):
+                wide[offset::width] = spread
+            keep = bytes(wide)
+        keep_int = int.from_bytes(keep, "little")
+        varints = segment.varints & ((1 << (count * width * 8)) - 1)
+        if segment.unused:  # masked-out bytes become 0xFF: set them, keep the others
+            selected = varints | (((1 << (count * width * 8)) - 1) ^ keep_int)
+        else:
+            selected = varints & keep_int
+        out = selected.to_bytes(count * width, "little")
+        parts.append(out.translate(None, bytes([segment.unused])))
     return b"".join(parts)
