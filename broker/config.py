@@ -113,6 +113,12 @@ class ServiceConfiguration(ClientAuthenticationSettings):
     forceDeleteTenantAllowed: bool = False
     defaultNumberOfNamespaceBundles: int = 4
     maxMessageSize: int = 5 * 1024 * 1024
+    # Ours (Pulsar has no broker limit on messages per batch): a produced batch may hold at
+    # most this many messages, well above Pulsar clients' batchingMaxMessages (1,000). Each
+    # message costs the broker per-message work on delivery and acks; the bytes alone bound a
+    # count too (each message takes at least 2 bytes), this bounds it by a number operators can
+    # read. A batch over it is refused with INVALID_ARGUMENT (docs/protocol.md).
+    maxMessagesPerBatch: int = 100_000
     brokerDeduplicationEnabled: bool = False
     # Pulsar's names and defaults: the deduplication state is snapshotted (and the ledgers
     # before it freed) every this many entries, every this many seconds (0: no timer) and at
@@ -437,6 +443,7 @@ def _check_grpc_listener(config: ServiceConfiguration) -> Iterator[tuple[str, st
 
 _AT_LEAST: dict[str, float] = {
     "maxMessageSize": 1,
+    "maxMessagesPerBatch": 1,
     "keepAliveIntervalSeconds": 1,
     "grpcMaxPendingCalls": 1,
     "statsUpdateFrequencyInSecs": 1,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pulsar_grpc.broker.ledger import ack_set
 from pulsargrpc.internal.v1 import entry_pb2
 
 _PUBLISH_TIME_TAG = b"\x50"  # field 10, varint
@@ -65,6 +66,18 @@ class EntryInfo:
     sticky_key: bytes
 
 
+# The most messages an entry stored before produce checked declared counts (handler/codec.py
+# check_batch) is taken to hold: above what any maxMessageSize of sense can frame, low enough
+# that a bit set over the batch stays small (512 KiB).
+_STORED_COUNT_CAP = 1 << 22
+
+
+def _count_bound(uncompressed_size: int) -> int:
+    """What a compressed batch's declared size can hold (each message is framed in at least 2
+    bytes): produce refuses more, and an entry stored before it did is read as this many."""
+    return max(1, min(uncompressed_size // 2, _STORED_COUNT_CAP))
+
+
 def parse(data: bytes) -> entry_pb2.StoredEntry:
     return entry_pb2.StoredEntry.FromString(data)
 
@@ -73,7 +86,8 @@ def info(data: bytes) -> EntryInfo:
     entry = parse(data)
     first = entry.messages[0] if entry.messages else None
     if entry.HasField("compressed"):  # opaque here: its count and key travel beside it
-        key, count = entry.compressed.key, entry.compressed.num_messages
+        batch = entry.compressed
+        key, count = batch.key, min(batch.num_messages, _count_bound(batch.uncompressed_size))
     elif first is None:
         key, count = b"", 0
     else:
@@ -89,7 +103,7 @@ def info(data: bytes) -> EntryInfo:
 
 def dead_letter(
     data: bytes,
-    acked: set[int],
+    acked: int,
     real_topic: str,
     real_subscription: str,
     origin_position: object,
@@ -99,7 +113,10 @@ def dead_letter(
     Pulsar's REAL_TOPIC, REAL_SUBSCRIPTION and ORIGIN_MESSAGE_ID properties added (kept when
     already there, as Pulsar's client does, so a message dead-lettered twice names its first
     origin). ORIGIN_MESSAGE_ID is written as Pulsar's client and this product print message
-    ids, ``ledger:entry:partition:batch``. A compressed batch is copied whole (see below)."""
+    ids, ``ledger:entry:partition:batch``. A compressed batch is copied whole (see below).
+    ``acked`` is the bit set of the indexes acked already (bit i = index i), tested through
+    its bytes: a shift of the int per message would copy it each time."""
+    acked_bits = ack_set.to_bytes(acked)
     entry = parse(data)
     out = entry_pb2.StoredEntry(sequence_id=entry.sequence_id)
     if entry.HasField("compressed"):
@@ -108,7 +125,7 @@ def dead_letter(
         out.compressed.CopyFrom(entry.compressed)
         return out.SerializeToString()
     for index, message in enumerate(entry.messages):
-        if index in acked:
+        if ack_set.contains(acked_bits, index):
             continue
         copy = out.messages.add()
         copy.CopyFrom(message)

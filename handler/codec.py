@@ -9,20 +9,33 @@ ids a consumer sees are the broker's.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import TypeVar
 
 from google.protobuf import unknown_fields
 from google.protobuf.message import Message
 
 from pulsar_grpc.broker.entry_format import encode_varint
-from pulsar_grpc.broker.errors import InvalidArgumentError
+from pulsar_grpc.broker.errors import InvalidArgumentError, TooLargeError
+from pulsar_grpc.broker.ledger.ack_set import packed_varints
 from pulsar_grpc.broker.topics import Delivery
 from pulsargrpc.v1 import pulsar_pb2
 
-# Split consume responses so each stays well below gRPC's default 4 MB message limit. An entry
-# larger than this goes alone in its response: an entry is never split, so a client receiving
-# entries near maxMessageSize must raise its channel's receive limit (docs/protocol.md).
+# Split consume responses so each stays well below gRPC's default 4 MiB message limit. An
+# entry larger than this goes alone in its response: an entry is never split, so the broker
+# stores only batches whose delivery fits GRPC_DEFAULT_RECEIVE_LIMIT (check_deliverable).
 MAX_RESPONSE_BYTES = 1 << 20
+# gRPC's default receive limit, the same in every implementation: what a client written from
+# docs/protocol.md without channel options accepts. Whatever the broker stores, such a client
+# must be able to read, or the subscription would be stuck behind an entry it cannot take.
+GRPC_DEFAULT_RECEIVE_LIMIT = 4 << 20
+# The bytes a compressed batch's messages take at least, each, once decompressed: the field-13
+# tag and a zero length (an empty MessageData).
+MIN_FRAMED_MESSAGE_BYTES = 2
+# The broker's fields of a stored entry besides the producer's (publish time: tag + varint).
+_PUBLISH_TIME_BYTES = 11
+# A delivery's ids: ledger_id, entry_id, partition (a negative int32 takes 10), redelivery count.
+_DELIVERY_ID_BYTES = 4 * 11
 
 
 def _int32(value: int) -> bytes:
@@ -42,8 +55,8 @@ def encode_delivery(delivery: Delivery, partition: int) -> bytes:
         b"\x20",
         encode_varint(delivery.redelivery_count),
     ]
-    if delivery.acked_batch_indexes:
-        packed = b"".join(encode_varint(i) for i in sorted(delivery.acked_batch_indexes))
+    if delivery.acked_indexes:
+        packed = packed_varints(delivery.acked_indexes)
         parts += [b"\x2a", encode_varint(len(packed)), packed]
     return b"".join(parts)
 
@@ -92,6 +105,67 @@ async def parse_stream(message_type: type[M], requests: AsyncIterator[bytes]) ->
     """:func:`parse` for each request of a stream, in order."""
     async for raw in requests:
         yield parse(message_type, raw)
+
+
+def varints_size(count: int) -> int:
+    """Bytes of the varints of 0, 1, ..., count - 1 one after the other (each takes one byte
+    more from 2^7, 2^14, 2^21 and 2^28 on)."""
+    return count + sum(max(0, count - (1 << bits)) for bits in (7, 14, 21, 28))
+
+
+def delivered_size_bound(stored_size: int, num_messages: int) -> int:
+    """The largest consume response one entry can make: an entry of ``stored_size`` bytes
+    (sealed) alone in its response, redelivered with every index but one listed as acked."""
+    acked = varints_size(num_messages)
+    entry = stored_size + _DELIVERY_ID_BYTES + (1 + len(encode_varint(acked)) + acked)
+    framed = 1 + len(encode_varint(entry)) + entry
+    return 1 + len(encode_varint(framed)) + framed
+
+
+def check_batch(request: pulsar_pb2.ProduceRequest, raw_size: int, limits: BatchLimits) -> None:
+    """Refuse a batch whose message count is not backed by its bytes or is over
+    ``maxMessagesPerBatch``, or whose delivery would not fit a client's default receive limit.
+
+    The count sizes the broker's per-batch work and memory (permits, the bit set of acked
+    indexes, listing them on a redelivery), so it is checked before anything is allocated for
+    it: a plain batch's count is what was parsed, a compressed batch's is declared, and each
+    of its messages takes at least MIN_FRAMED_MESSAGE_BYTES of its declared uncompressed size,
+    which itself may not exceed maxMessageSize (Pulsar's consumer refuses an uncompressed size
+    over maxMessageSize)."""
+    count = message_count(request)
+    if request.HasField("compressed"):
+        size = request.compressed.uncompressed_size
+        if size > limits.max_message_size:
+            raise InvalidArgumentError(
+                f"ProduceRequest.compressed.uncompressed_size {size} exceeds maxMessageSize "
+                f"{limits.max_message_size}"
+            )
+        if count > size // MIN_FRAMED_MESSAGE_BYTES:
+            raise InvalidArgumentError(
+                f"ProduceRequest.compressed declares {count} messages in uncompressed_size {size} "
+                f"bytes: each message takes at least {MIN_FRAMED_MESSAGE_BYTES}"
+            )
+    if count > limits.max_messages:
+        raise InvalidArgumentError(
+            f"batch of {count} messages exceeds maxMessagesPerBatch {limits.max_messages}"
+        )
+    stored = raw_size + _PUBLISH_TIME_BYTES + limits.producer_fields_size
+    delivered = delivered_size_bound(stored, count)
+    if delivered > GRPC_DEFAULT_RECEIVE_LIMIT:
+        raise TooLargeError(
+            f"batch of {raw_size} bytes and {count} messages would be delivered in up to "
+            f"{delivered} bytes, over gRPC's default receive limit of {GRPC_DEFAULT_RECEIVE_LIMIT} "
+            f"bytes (4 MiB) that every consumer must be able to read"
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class BatchLimits:
+    """What a produced batch is checked against (:func:`check_batch`)."""
+
+    max_messages: int  # maxMessagesPerBatch
+    max_message_size: int  # maxMessageSize
+    producer_fields_size: int  # what the broker appends to each of the producer's batches
 
 
 def parse_produce_request(raw: bytes) -> pulsar_pb2.ProduceRequest:

@@ -300,6 +300,25 @@ def _ack_reply(
     return reply
 
 
+def _check_batch_index(message_id: pb.MessageId) -> None:
+    """-1 names a whole entry (Pulsar's batch index of a message that is not batched); any
+    other negative index names no message, and is refused rather than read as -1 (which
+    would ack or seek a whole entry the client did not name)."""
+    if message_id.batch_index < -1:
+        raise InvalidArgumentError(
+            f"batch index {message_id.batch_index} of {message_id.ledger_id}:"
+            f"{message_id.entry_id} is negative (-1 names the whole entry)"
+        )
+
+
+def _ack_ids(ack: pb.Ack) -> list[AckId]:
+    ids: list[AckId] = []
+    for i in ack.ids:
+        _check_batch_index(i)
+        ids.append((Position(i.ledger_id, i.entry_id), i.batch_index))
+    return ids
+
+
 async def _apply(
     consumer: Consumer, transport: GrpcConsumerTransport, request: pb.ConsumeRequest
 ) -> None:
@@ -309,11 +328,8 @@ async def _apply(
         subscription.flow(consumer, request.flow.permits)
     elif kind == "ack":
         ack = request.ack
-        ids: list[AckId] = [
-            (Position(i.ledger_id, i.entry_id), i.batch_index if i.batch_index >= 0 else -1)
-            for i in ack.ids
-        ]
         try:
+            ids = _ack_ids(ack)
             done = await subscription.acknowledge(consumer, ids, ack.type == pb.Cumulative)
         except BrokerError as exc:
             # A refused ack changes nothing; the consumer stays open (request_id 0 when the
@@ -334,6 +350,7 @@ async def _apply(
         try:
             if seek.WhichOneof("target") == "message_id":
                 target = seek.message_id
+                _check_batch_index(target)
                 await subscription.seek(
                     lambda: transport.reply(done),
                     position=Position(target.ledger_id, target.entry_id),

@@ -93,6 +93,10 @@ async def _serve(
     room = asyncio.Semaphore(MAX_PENDING_BATCHES)  # taken before publishing: never lost
     partition = producer.topic.partition
     failure: list[BaseException] = []
+    config = producer.topic.config
+    limits = codec.BatchLimits(
+        config.maxMessagesPerBatch, config.maxMessageSize, producer.fields_size
+    )
 
     def queue(item: asyncio.Future[PublishReceipt] | object) -> None:
         pending.append(item)
@@ -102,6 +106,7 @@ async def _serve(
         try:
             async for raw in requests:
                 request = codec.parse_produce_request(raw)
+                codec.check_batch(request, len(raw), limits)
                 producer.topic.encryption.check(codec.encrypted(request))
                 await room.acquire()
                 queue(producer.publish(raw, request.sequence_id, codec.message_count(request)))

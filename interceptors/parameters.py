@@ -77,6 +77,7 @@ KNOWN_PARAMETERS = frozenset(
 # than reaching timers and counters the broker would then have to defend.
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1  # MessageId.batch_index is an int32, as Pulsar's
 # An integer as a header carries it: ASCII digits, maybe a minus sign, nothing else.
 _DECIMAL = re.compile(r"-?[0-9]+")
 
@@ -219,8 +220,19 @@ def parse_message_id(raw: str) -> tuple[Position | Literal["earliest", "latest"]
     if raw.lower() in ("earliest", "latest"):
         return raw.lower(), -1  # type: ignore[return-value]
     parts = raw.split(":")
-    numbers = [int(p) for p in parts] if all(_DECIMAL.fullmatch(p) for p in parts) else []
-    if not 2 <= len(numbers) <= 4 or numbers[0] < 0 or numbers[1] < 0:
+    # At most 20 characters a number (a long's digits): int() of thousands of digits costs
+    # quadratic time, and Python refuses it past 4,300 with an error that is not the client's.
+    numbers = (
+        [int(p) for p in parts]
+        if all(len(p) <= 20 and _DECIMAL.fullmatch(p) for p in parts)
+        else []
+    )
+    if (
+        not 2 <= len(numbers) <= 4
+        or numbers[0] < 0
+        or numbers[1] < 0
+        or not all(-1 <= n <= INT32_MAX for n in numbers[2:])  # partition, batch: int32s
+    ):
         raise InvalidArgumentError(
             f"x-pulsar-start-message-id: '{raw}' is not ledger:entry[:partition[:batch]], "
             "earliest or latest"

@@ -22,6 +22,7 @@ from pulsar_grpc.broker.errors import (
     ManagedLedgerFencedError,
     PersistenceError,
 )
+from pulsar_grpc.broker.ledger.ack_set import acked_runs, indexes_mask
 from pulsar_grpc.broker.ledger.cursor_state import (
     CursorState,
     decode_position_info,
@@ -53,6 +54,7 @@ class ManagedCursor:
         # Pulsar's batchDeletedIndexes: per partly acked entry, the bitset of the indexes NOT
         # acked yet (Pulsar's ackSet, bit i = index i). Negative when restored from an earlier
         # version's state, which did not record the batch size: cut to it on the next ack.
+        # Only whole-int operations touch it (broker/ledger/ack_set.py): O(n/8) per batch.
         self.batch_deleted: dict[Position, int] = {}
         self.properties: dict[str, int] = {}
         self._ledger = ledger
@@ -153,12 +155,28 @@ class ManagedCursor:
     def is_deleted(self, position: Position) -> bool:
         return position <= self.mark_delete_position or position in self.individually_deleted
 
-    def acked_batch_indexes(self, position: Position, batch_size: int) -> set[int]:
-        """The acked indexes of the batch of ``batch_size`` messages at position."""
+    def acked_mask(self, position: Position, batch_size: int) -> int:
+        """The acked indexes of the batch of ``batch_size`` messages at position, as a bit set
+        (0: none, the common case, found with one dict lookup)."""
         unacked = self.batch_deleted.get(position)
         if unacked is None:
-            return set()
-        return {i for i in range(batch_size) if not unacked >> i & 1}
+            return 0
+        return ~unacked & ((1 << batch_size) - 1)
+
+    def unacked_count(self, position: Position, batch_size: int) -> int:
+        """Messages of the batch at position not acked yet (0 once the entry is deleted)."""
+        if self.is_deleted(position):
+            return 0
+        unacked = self.batch_deleted.get(position)
+        if unacked is None:
+            return batch_size
+        return (unacked & ((1 << batch_size) - 1)).bit_count()
+
+    def acked_batch_indexes(self, position: Position, batch_size: int) -> set[int]:
+        """The acked indexes as a set, for tests and tools: the broker's own paths use
+        :meth:`acked_mask`, which never lists indexes one by one."""
+        mask = self.acked_mask(position, batch_size)
+        return {i for first, end in acked_runs(mask) for i in range(first, end)}
 
     def check_ackable(self, position: Position) -> None:
         """Refuse an ack of an entry that does not exist (yet): acking ahead of the last
@@ -228,10 +246,7 @@ class ManagedCursor:
         if (refused := self._refusal([position])) is not None:
             return refused
         before = self.batch_deleted.get(position, -1) & ((1 << batch_size) - 1)
-        unacked = before
-        for i in indexes:
-            if 0 <= i < batch_size:
-                unacked &= ~(1 << i)
+        unacked = before & ~indexes_mask(indexes, batch_size)
         if not unacked:
             return self.delete([position])
         if unacked == before:

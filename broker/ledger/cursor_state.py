@@ -21,9 +21,11 @@ this encoding by the next state write.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pulsar_grpc.broker.ledger.ack_set import indexes_mask
 from pulsar_grpc.broker.ledger.position import Position
 from pulsargrpc.internal.v1 import ml_data_formats_pb2 as ml
 
@@ -62,7 +64,8 @@ class CursorState:
 def _legacy_batch_mask(acked: list[int]) -> int:
     """The unacked-index bitset for an entry whose batch size is unknown: all bits set but the
     acked ones (a negative int); the cursor cuts it to the batch size on the next ack."""
-    return ~sum(1 << i for i in set(acked) if i >= 0)
+    valid = [i for i in acked if i >= 0]
+    return ~indexes_mask(valid, max(valid) + 1) if valid else -1
 
 
 def encode_position_info(state: CursorState) -> bytes:
@@ -142,20 +145,19 @@ def _nested(position: Position) -> ml.NestedPositionInfo:
 
 def _to_words(mask: int) -> list[int]:
     """java.util.BitSet.toLongArray(): 64-bit words, lowest first, signed, no trailing zero
-    words. A negative (unknown-size) mask is cut after the word of its highest acked index."""
+    words. A negative (unknown-size) mask is cut after the word of its highest acked index.
+    Converted through bytes in one step each way: shifting a word off at a time would copy the
+    whole mask per word (O(n^2) for a batch of n messages, on every state write)."""
     if mask < 0:
         acked_words = -(-(~mask).bit_length() // _WORD)  # ceil: the words holding acked bits
         mask &= (1 << (acked_words * _WORD)) - 1
-    words = []
-    while mask:
-        word = mask & _WORD_MASK
-        words.append(word - (1 << _WORD) if word >> (_WORD - 1) else word)
-        mask >>= _WORD
-    return words
+    count = -(-mask.bit_length() // _WORD)
+    return list(struct.unpack(f"<{count}q", mask.to_bytes(count * 8, "little")))
 
 
-def _from_words(words: Iterable[int]) -> int:
-    return sum((w & _WORD_MASK) << (_WORD * i) for i, w in enumerate(words))
+def _from_words(words: Sequence[int]) -> int:
+    raw = struct.pack(f"<{len(words)}Q", *(w & _WORD_MASK for w in words))
+    return int.from_bytes(raw, "little")
 
 
 def _decode_legacy_json(data: bytes) -> CursorState:

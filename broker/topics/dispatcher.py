@@ -16,6 +16,7 @@ ledger, never in memory, and none is dropped.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
@@ -37,6 +38,45 @@ log = logging.getLogger(__name__)
 MAX_READ_BYTES = 5 << 20
 
 
+class ReplaySet(dict[Position, int | None]):
+    """Entries waiting to be delivered again: position -> sticky hash (None when the
+    dispatcher does not route by key), taken in position order.
+
+    A heap of the positions sits beside the dict, so taking the first ``n`` costs
+    O(n log R) for R waiting entries: sorting all of them for every read made draining a
+    redelivery of R entries cost O(R^2 log R) on the event loop. Positions removed from the
+    dict stay in the heap until they reach its top (or it is rebuilt, past twice the dict)."""
+
+    __slots__ = ("_heap",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._heap: list[Position] = []
+
+    def __setitem__(self, position: Position, sticky_hash: int | None) -> None:
+        if position not in self:
+            heapq.heappush(self._heap, position)
+            if len(self._heap) > 2 * len(self) + 64:
+                self._heap = sorted(self.keys() | {position})
+        super().__setitem__(position, sticky_hash)
+
+    def clear(self) -> None:
+        super().clear()
+        self._heap.clear()
+
+    def first(self, n: int) -> list[Position]:
+        """The ``n`` lowest positions waiting, in order; they stay in the set."""
+        heap = self._heap
+        out: list[Position] = []
+        while heap and len(out) < n:
+            position = heapq.heappop(heap)
+            if position in self and (not out or out[-1] != position):
+                out.append(position)
+        for position in out:
+            heapq.heappush(heap, position)
+        return out
+
+
 class Dispatcher(ABC):
     def __init__(
         self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
@@ -47,8 +87,7 @@ class Dispatcher(ABC):
         self.max_read_batch = max_read_batch
         # Pulsar applies maxUnackedMessagesPerConsumer to Shared and Key_Shared only.
         self.max_unacked_per_consumer: int | None = None
-        # position -> sticky hash (None when the dispatcher does not route by key)
-        self.replay: dict[Position, int | None] = {}
+        self.replay = ReplaySet()
         self._reading = False
         self._paused = False
         self._epoch = 0
@@ -201,7 +240,7 @@ class Dispatcher(ABC):
         return sum(c.permits for c in self.consumers if self.ready(c))
 
     def _replay_positions(self, n: int) -> list[Position]:
-        return sorted(self.replay)[:n] if self.replay else []
+        return self.replay.first(n) if self.replay else []
 
     def _may_read_new(self) -> bool:
         return True
@@ -211,14 +250,14 @@ class Dispatcher(ABC):
         total = 0
         for entry in entries:
             info = entry_format.info(entry.data)
-            acked = frozenset(self.cursor.acked_batch_indexes(entry.position, info.num_messages))
-            num = info.num_messages - len(acked)
+            acked = self.cursor.acked_mask(entry.position, info.num_messages)
+            num = info.num_messages - acked.bit_count() if acked else info.num_messages
             total += info.num_messages
             delivery = Delivery(
                 position=entry.position,
                 data=entry.data,
                 redelivery_count=self.subscription.redelivery_count(entry.position),
-                acked_batch_indexes=acked,
+                acked_indexes=acked,
                 num_messages=num,
                 batch_size=info.num_messages,
             )

@@ -52,6 +52,11 @@ class Producer:
     def __post_init__(self) -> None:
         self._fields = entry_format.producer_fields(self.name, self.schema_version)
 
+    @property
+    def fields_size(self) -> int:
+        """Bytes the broker appends to each batch of this producer, publish time aside."""
+        return len(self._fields)
+
     def publish(
         self, batch: bytes, sequence_id: int, num_messages: int
     ) -> asyncio.Future[PublishReceipt]:

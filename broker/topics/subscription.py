@@ -199,24 +199,25 @@ class Subscription:
         if cumulative:
             return self._ack_cumulative(consumer, max(ids), sizes)
         futures: list[asyncio.Future[None]] = []
-        by_entry: dict[Position, set[int]] = {}
+        by_entry: dict[Position, list[int]] = {}
         whole: list[Position] = []
         for position, batch_index in ids:
             if batch_index < 0 or position not in sizes:
                 whole.append(position)  # a whole entry, or one acked already
             else:
-                by_entry.setdefault(position, set()).add(batch_index)
+                by_entry.setdefault(position, []).append(batch_index)
+        completed: list[Position] = []  # entries whose last unacked indexes these were
         for position, indexes in by_entry.items():
             size = sizes[position]
-            acked = indexes | self.cursor.acked_batch_indexes(position, size)
-            if len(acked) >= size:
-                whole.append(position)
+            futures.append(self.cursor.ack_batch_indexes(position, indexes, size))
+            still_unacked = self.cursor.unacked_count(position, size)
+            if still_unacked:
+                self._partially_acked(position, still_unacked)
             else:
-                futures.append(self.cursor.ack_batch_indexes(position, indexes, size))
-                self._partially_acked(position, size - len(acked))
+                completed.append(position)
         if whole:
             futures.append(self.cursor.delete(whole))
-            self._forget(whole)
+        self._forget(whole + completed)
         return _gather(futures)
 
     def _ack_cumulative(
@@ -227,8 +228,7 @@ class Subscription:
         if size is not None and batch_index < size - 1:
             # Inside a batch: everything before the entry, and its indexes up to this one.
             done = self.cursor.mark_delete_before(position, range(batch_index + 1), size)
-            acked = self.cursor.acked_batch_indexes(position, size)
-            self._partially_acked(position, size - len(acked))
+            self._partially_acked(position, self.cursor.unacked_count(position, size))
             self._forget([p for p in consumer.pending if p < position])
         else:
             done = self.cursor.mark_delete(position)
@@ -427,7 +427,7 @@ class Subscription:
                     )
                 data = entry_format.dead_letter(
                     entries[0].data,
-                    acked=self.cursor.acked_batch_indexes(
+                    acked=self.cursor.acked_mask(
                         position, entry_format.info(entries[0].data).num_messages
                     ),
                     real_topic=self.topic.name,

@@ -24,7 +24,9 @@ class Delivery:
     position: Position
     data: bytes
     redelivery_count: int
-    acked_batch_indexes: frozenset[int]
+    # The batch indexes acked before this delivery, as a bit set (bit i = index i; 0: none):
+    # a redelivery of a partly acked batch lists them without a Python step per message.
+    acked_indexes: int
     num_messages: int  # messages delivered: the batch less its acked indexes
     batch_size: int
 

@@ -246,6 +246,29 @@ async def test_a_batch_index_outside_its_batch_is_refused(
     assert (await consumer.next()).ack_receipt.request_id == 4
 
 
+async def test_a_batch_index_below_minus_one_is_refused_not_read_as_the_whole_entry(
+    channel: grpc.aio.Channel, consumer_on: OpenConsumer
+) -> None:
+    (msg,) = await produce(channel, "ack-index-negative", [b"a", b"b"])
+    consumer = await consumer_on("ack-index-negative")
+    await consumer.flow(10)
+    await consumer.entries(1)
+    await consumer.ack([after(msg, 0, batch_index=-5)], request_id=3)
+    answer = await consumer.next()
+    assert answer.request_error.request_id == 3, answer
+    assert "-1 names the whole entry" in answer.request_error.message
+    seek = pb.Seek(message_id=after(msg, 0, batch_index=-2), request_id=4)
+    await consumer.send(seek=seek)
+    assert (await consumer.next()).request_error.request_id == 4
+    await consumer.ack([after(msg, 0, batch_index=0)], request_id=5)
+    assert (await consumer.next()).ack_receipt.request_id == 5
+    # The entry was not deleted by the refused ack: index 1 is still unacked.
+    await consumer.send(redeliver=pb.RedeliverUnacknowledged(request_id=6))
+    assert (await consumer.next()).redeliver_done.request_id == 6
+    (entry,) = await consumer.entries(1)
+    assert list(entry.acked_batch_indexes) == [0] and payloads_of([entry]) == [b"b"]
+
+
 @pytest.mark.parametrize("sub_type", ["Shared", "Key_Shared"])
 async def test_cumulative_ack_on_shared_types_is_refused_per_request(
     channel: grpc.aio.Channel, consumer_on: OpenConsumer, sub_type: str
