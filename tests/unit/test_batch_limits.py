@@ -66,7 +66,10 @@ def test_the_delivery_bound_covers_a_redelivery_listing_every_index_but_one() ->
     assert codec.varints_size(100_000) == sum(len(encode_varint(i)) for i in range(100_000))
 
 
-@pytest.mark.parametrize("raw", ["1:2:-2", "1:2:-5", "1:2:2147483648", "1:" + "9" * 5000])
+@pytest.mark.parametrize(
+    "raw",
+    ["1:2:-2", "1:2:-5", "1:2:2147483648", "1:2:0:-5", "1:2:0:2147483648", "1:" + "9" * 5000],
+)
 def test_a_start_message_id_with_a_bad_batch_index_or_a_huge_number_is_refused(raw: str) -> None:
     with pytest.raises(InvalidArgumentError, match="is not ledger:entry"):
         parse_message_id(raw)
@@ -74,4 +77,4 @@ def test_a_start_message_id_with_a_bad_batch_index_or_a_huge_number_is_refused(r
 
 def test_a_start_message_id_may_name_a_whole_entry_or_an_index() -> None:
     assert parse_message_id("1:2:-1")[1] == -1
-    assert parse_message_id("1:2:7:0")[1] == 7
+    assert parse_message_id("1:2:0:7")[1] == 7  # Pulsar's ledger:entry:partition:batch
