@@ -58,7 +58,12 @@ async def run_one(sub_type: ConsumerType, data: Path, receipted: bool) -> tuple[
                 topic, batching_max_messages=10, batching_max_publish_delay_ms=1000
             )
             consumer = await client.subscribe(
-                topic, "s", sub_type, "c0", initial_position="earliest", ack_group_time_ms=3000
+                topic,
+                "s",
+                sub_type,
+                consumer_name="c0",
+                initial_position="earliest",
+                ack_group_time_ms=3000,
             )
             futures = [await producer.enqueue(f"m{i}".encode()) for i in range(10)]
             ids = [await f for f in futures]

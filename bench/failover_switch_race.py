@@ -54,14 +54,14 @@ async def main() -> int:
         async with Client(broker.service_url) as client:
             producer = await client.create_producer(topic, batching_max_publish_delay_ms=200)
             later = await client.subscribe(
-                topic, "s", ConsumerType.Failover, "c-b", initial_position="earliest"
+                topic, "s", ConsumerType.Failover, consumer_name="c-b", initial_position="earliest"
             )
             ids = [await f for f in [await producer.enqueue(b"m%d" % i) for i in range(10)]]
             held = await later.receive(timeout_ms=10000)  # c-b holds m0 (and queues the rest)
             if args.ack_first:
                 await later.acknowledge(held.message_id(), wait=True)
             first = await client.subscribe(
-                topic, "s", ConsumerType.Failover, "c-a", initial_position="earliest"
+                topic, "s", ConsumerType.Failover, consumer_name="c-a", initial_position="earliest"
             )
             switched = await wait_for(lambda: first.is_active is True and later.is_active is False)
             await asyncio.sleep(args.ack_after_s)

@@ -449,7 +449,11 @@ class Soak:
                 topic.subscriptions[name] = sub
                 for i in range(count):
                     consumer = await client.subscribe(
-                        topic.name, name, sub_type, f"{name}-{i}", initial_position="earliest"
+                        topic.name,
+                        name,
+                        sub_type,
+                        consumer_name=f"{name}-{i}",
+                        initial_position="earliest",
                     )
                     consumers.append((consumer, sub, f"{name}-{i}"))
         return consumers
@@ -470,7 +474,9 @@ class Soak:
     async def _drain(self, client: Client, topic: TopicRecord, sub: SubscriptionRecord) -> None:
         """A fresh consumer on the subscription receives what is left, until idle."""
         short = sub.name.rsplit("/", 1)[1]
-        consumer = await client.subscribe(topic.name, short, sub.type, f"{short}-drain")
+        consumer = await client.subscribe(
+            topic.name, short, sub.type, consumer_name=f"{short}-drain"
+        )
         try:
             while True:
                 try:

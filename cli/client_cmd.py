@@ -131,7 +131,7 @@ def client_of(args: argparse.Namespace) -> Client:
         )
     return Client(
         args.service_url,
-        args.listener_name,
+        listener_name=args.listener_name,
         operation_timeout_ms=args.operation_timeout_ms,
         authentication=authentication_of(args),
         tls_trust_certs_file_path=args.tls_trust_cert_path,

@@ -65,7 +65,7 @@ async def _read(
 ) -> int:
     async with client_of(args) as client:
         reader = await client.create_reader(
-            topic, start, args.start_message_id_inclusive, **decryption
+            topic, start, start_message_id_inclusive=args.start_message_id_inclusive, **decryption
         )
         try:
             await _print_messages(args, "read", reader.read_next, None)

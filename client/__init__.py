@@ -20,6 +20,7 @@ from ._auth_params import authentication_from
 from ._batching import BatchingType
 from ._channels import LookupResult
 from ._client import Client
+from ._compat import ProducerAccessMode, RegexSubscriptionMode
 from ._compression import CompressionType
 from ._connection import HandleState
 from ._consumer import (
@@ -72,7 +73,9 @@ __all__ = [
     "MessageListener",
     "PartitionsRoutingMode",
     "Producer",
+    "ProducerAccessMode",
     "Reader",
+    "RegexSubscriptionMode",
     "Result",
     "SyncClient",
     "SyncConsumer",

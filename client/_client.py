@@ -10,7 +10,7 @@ import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
@@ -34,6 +34,7 @@ from ._channels import (
     partition_topics,
     tls_credentials_from,
 )
+from ._compat import ProducerAccessMode, RegexSubscriptionMode, one_of, refuse_unsupported
 from ._compression import CompressionType
 from ._compression import compression_type as compression_type_of
 from ._connection import (
@@ -100,9 +101,12 @@ class Client:
     answers for the listener of the address the client came through.
 
     TLS: ``Client("grpc+ssl://host:6651", tls_trust_certs_file_path="ca.pem")``, plus
-    ``tls_cert_file_path`` / ``tls_key_file_path`` for mutual TLS and ``tls_server_name`` to
+    ``tls_certificate_file_path`` / ``tls_private_key_file_path`` for mutual TLS (the earlier
+    names ``tls_cert_file_path`` / ``tls_key_file_path`` still work) and ``tls_server_name`` to
     verify the server's certificate against another name than the address's host. The same
     options apply when a plaintext service URL's lookup answers only a ``grpc+ssl`` address.
+    The parameters are pulsar-client's (names, positions, defaults): see docs/pulsar-client.md
+    for the few that mean nothing here and the values that cannot be honoured.
     Authentication: ``authentication=AuthenticationToken(token_or_supplier)``,
     ``AuthenticationBasic(user, password)`` (the ``authorization`` header of every call; a
     supplier is asked again for each call and reconnection, and a stream the broker ends
@@ -138,21 +142,60 @@ class Client:
     def __init__(
         self,
         service_url: str,
-        listener_name: str | None = None,
-        *,
+        authentication: Authentication | None = None,
+        operation_timeout_seconds: float = 30,
+        io_threads: int = 1,
+        message_listener_threads: int = 1,
+        concurrent_lookup_requests: int = 50000,
+        log_conf_file_path: str | None = None,
+        stats_interval_in_seconds: int = 600,
+        use_tls: bool = False,
         tls_trust_certs_file_path: str | None = None,
+        tls_allow_insecure_connection: bool = False,
+        tls_validate_hostname: bool = False,
+        logger: object = None,
+        connection_timeout_ms: int = 10000,
+        listener_name: str | None = None,
+        tls_private_key_file_path: str | None = None,
+        tls_certificate_file_path: str | None = None,
+        *,
         tls_cert_file_path: str | None = None,
         tls_key_file_path: str | None = None,
         tls_server_name: str | None = None,
         auth_token: str | None = None,
-        authentication: Authentication | None = None,
-        operation_timeout_ms: int = 30000,
+        operation_timeout_ms: int | None = None,
         max_lookup_redirects: int = DEFAULT_MAX_LOOKUP_REDIRECTS,
         initial_backoff_interval_ms: int = DEFAULT_INITIAL_BACKOFF_MS,
         max_backoff_interval_ms: int = DEFAULT_MAX_BACKOFF_MS,
         max_message_size: int = -1,
         keep_alive_interval_seconds: float = DEFAULT_KEEP_ALIVE_INTERVAL_S,
     ) -> None:
+        # pulsar-client's runtime tuning (io_threads, message_listener_threads,
+        # concurrent_lookup_requests, log_conf_file_path, stats_interval_in_seconds, logger)
+        # has no counterpart on asyncio and gRPC: accepted and ignored. tls_validate_hostname
+        # is always on (gRPC checks the name); connection_timeout_ms is covered by
+        # operation_timeout_seconds, within which creating a handle retries its connection.
+        refuse_unsupported(
+            "Client",
+            tls_allow_insecure_connection=(tls_allow_insecure_connection, False),
+            use_tls=(use_tls and not service_url.startswith("grpc+ssl://"), False),
+        )
+        tls_cert_file_path = one_of(
+            "tls_certificate_file_path",
+            tls_certificate_file_path,
+            "tls_cert_file_path",
+            tls_cert_file_path,
+        )
+        tls_key_file_path = one_of(
+            "tls_private_key_file_path",
+            tls_private_key_file_path,
+            "tls_key_file_path",
+            tls_key_file_path,
+        )
+        if operation_timeout_ms is None:
+            operation_timeout_ms = round(operation_timeout_seconds * 1000)
+        elif operation_timeout_seconds != 30:
+            raise ValueError("give operation_timeout_seconds or operation_timeout_ms, not both")
         service = parse_service_url(service_url)
         if keep_alive_interval_seconds < 0:
             raise ValueError("keep_alive_interval_seconds must be >= 0 (0: no keepalive)")
@@ -210,7 +253,7 @@ class Client:
         self,
         topic: str,
         producer_name: str | None = None,
-        *,
+        schema: Schema | None = None,
         initial_sequence_id: int | None = None,
         send_timeout_millis: int = 30000,
         compression_type: CompressionType | str = CompressionType.NONE,
@@ -221,13 +264,17 @@ class Client:
         batching_max_messages: int = 1000,
         batching_max_allowed_size_in_bytes: int = 128 * 1024,
         batching_max_publish_delay_ms: float = 10,
+        chunking_enabled: bool = False,
         message_routing_mode: PartitionsRoutingMode | str = (
             PartitionsRoutingMode.RoundRobinDistribution
         ),
+        lazy_start_partitioned_producers: bool = False,
+        properties: dict[str, str] | None = None,
         batching_type: BatchingType | str = BatchingType.Default,
-        schema: Schema | None = None,
         encryption_key: str | Sequence[str] | None = None,
         crypto_key_reader: KeyReader | None = None,
+        access_mode: ProducerAccessMode = ProducerAccessMode.Shared,
+        message_router: Callable[[Any, int], int] | None = None,
     ) -> Producer:
         """Create a producer; on a partitioned topic, one stream per partition. The parameters
         are pulsar-client's, with its defaults except ``batching_enabled`` (on, as in Pulsar's
@@ -263,7 +310,18 @@ class Client:
         >>> producer = await client.create_producer(
         ...     "my-topic", compression_type=CompressionType.LZ4, block_if_queue_full=True)
         >>> users = await client.create_producer("users", schema=AvroSchema(User))
+
+        ``lazy_start_partitioned_producers`` is accepted and ignored (every partition's
+        stream opens at once); ``chunking_enabled``, ``properties``, ``access_mode`` and
+        ``message_router`` take only their defaults (NotImplementedError otherwise).
         """
+        refuse_unsupported(
+            "create_producer",
+            chunking_enabled=(chunking_enabled, False),
+            properties=(properties or None, None),
+            access_mode=(ProducerAccessMode(access_mode), ProducerAccessMode.Shared),
+            message_router=(message_router, None),
+        )
         config = ProducerConfig(
             batching_max_messages=batching_max_messages if batching_enabled else 1,
             batching_max_bytes=batching_max_allowed_size_in_bytes,
@@ -310,23 +368,35 @@ class Client:
         topic: str | Sequence[str] | re.Pattern[str],
         subscription_name: str,
         consumer_type: ConsumerType | str = ConsumerType.Exclusive,
+        schema: Schema | None = None,
+        receiver_queue_size: int = 1000,
+        max_total_receiver_queue_size_across_partitions: int = 50000,
         consumer_name: str | None = None,
+        unacked_messages_timeout_ms: int | None = None,
+        broker_consumer_stats_cache_time_ms: int = 30000,
+        negative_ack_redelivery_delay_ms: int = 60000,
+        is_read_compacted: bool = False,
+        properties: dict[str, str] | None = None,
+        initial_position: InitialPosition | str = InitialPosition.Latest,
+        crypto_key_reader: KeyReader | None = None,
+        replicate_subscription_state_enabled: bool = False,
+        max_pending_chunked_message: int = 10,
+        auto_ack_oldest_chunked_message_on_queue_full: bool = False,
+        start_message_id_inclusive: bool = False,
+        batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
+        key_shared_policy: object = None,
+        batch_index_ack_enabled: bool = False,
+        regex_subscription_mode: RegexSubscriptionMode = RegexSubscriptionMode.PersistentOnly,
+        dead_letter_policy: DeadLetterPolicy | None = None,
+        crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
+        is_pattern_topic: bool = False,
         *,
         message_listener: MessageListener | None = None,
-        receiver_queue_size: int = 1000,
-        unacked_messages_timeout_ms: int | None = None,
-        negative_ack_redelivery_delay_ms: int = 60000,
         pattern_auto_discovery_period: float = 60,
-        initial_position: InitialPosition | str = InitialPosition.Latest,
-        batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
-        dead_letter_policy: DeadLetterPolicy | None = None,
         priority_level: int = 0,
         ack_group_time_ms: float = 1.0,
         subscription_type: ConsumerType | str | None = None,
         ack_timeout_ms: int | None = None,
-        schema: Schema | None = None,
-        crypto_key_reader: KeyReader | None = None,
-        crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
     ) -> Consumer:
         """Subscribe, with pulsar-client's parameters; every stream feeds one queue.
 
@@ -352,7 +422,31 @@ class Client:
         ...     "my-topic", "sub", ConsumerType.Shared, initial_position=InitialPosition.Earliest,
         ...     dead_letter_policy=ConsumerDeadLetterPolicy(max_redeliver_count=3))
         >>> every = await client.subscribe(re.compile("persistent://public/default/orders-.*"), "s")
+
+        The parameters are pulsar.asyncio's, in its order (``is_pattern_topic=True``: ``topic``
+        is a regex), then this SDK's own, by name. Accepted and ignored:
+        ``max_total_receiver_queue_size_across_partitions``,
+        ``broker_consumer_stats_cache_time_ms``, the two chunking options (no chunks arrive)
+        and ``batch_index_ack_enabled`` (acks are always per batch index here). Only their
+        defaults: ``is_read_compacted``, ``properties``, ``replicate_subscription_state_enabled``,
+        ``start_message_id_inclusive``, ``key_shared_policy``, ``regex_subscription_mode``.
         """
+        refuse_unsupported(
+            "subscribe",
+            is_read_compacted=(is_read_compacted, False),
+            properties=(properties or None, None),
+            replicate_subscription_state_enabled=(replicate_subscription_state_enabled, False),
+            start_message_id_inclusive=(start_message_id_inclusive, False),
+            key_shared_policy=(key_shared_policy, None),
+            regex_subscription_mode=(
+                RegexSubscriptionMode(regex_subscription_mode),
+                RegexSubscriptionMode.PersistentOnly,
+            ),
+        )
+        if is_pattern_topic:
+            if not isinstance(topic, str):
+                raise ValueError("is_pattern_topic=True takes the pattern as one string")
+            topic = re.compile(topic)
         sub_type = as_consumer_type(subscription_type or consumer_type)
         params = subscription_params(
             subscription_name,
@@ -413,12 +507,13 @@ class Client:
         self,
         topic: str,
         start_message_id: MessageId | str,
-        start_message_id_inclusive: bool = False,
-        *,
+        schema: Schema | None = None,
         receiver_queue_size: int = 1000,
         reader_name: str | None = None,
-        schema: Schema | None = None,
+        subscription_role_prefix: str | None = None,
+        is_read_compacted: bool = False,
         crypto_key_reader: KeyReader | None = None,
+        start_message_id_inclusive: bool = False,
         crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
     ) -> Reader:
         """Read from ``start_message_id`` (``MessageId.earliest``, ``MessageId.latest``, a
@@ -428,7 +523,11 @@ class Client:
         :meth:`subscribe`.
 
         >>> reader = await client.create_reader("my-topic", MessageId.earliest)
+
+        ``subscription_role_prefix`` starts the name of the reader's non-durable subscription,
+        as in Pulsar; ``is_read_compacted`` takes only False (the broker does not compact).
         """
+        refuse_unsupported("create_reader", is_read_compacted=(is_read_compacted, False))
         start = (
             MessageId.parse(start_message_id)
             if isinstance(start_message_id, str)
@@ -438,7 +537,7 @@ class Client:
             partitions = await self._partition_count(topic)
         if partitions and start not in (MessageId.earliest, MessageId.latest):
             raise ValueError("a reader of a partitioned topic starts at earliest or latest")
-        subscription = f"reader-{uuid.uuid4().hex[:10]}"
+        subscription = f"{subscription_role_prefix or 'reader'}-{uuid.uuid4().hex[:10]}"
         params: Params = {
             "x-pulsar-subscription": subscription,
             "x-pulsar-subscription-type": ConsumerType.Exclusive.value,

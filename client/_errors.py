@@ -103,7 +103,7 @@ class PulsarException(Exception):
     ``code`` is Pulsar's ServerError number (0 = UnknownError when the broker sent none),
     ``status`` the gRPC status code (None for errors raised by the client itself),
     ``owner_url`` the topic owner's address when a broker that does not own the topic refused
-    the call, and :meth:`result` the pulsar-client :class:`Result` of the class.
+    the call, and :meth:`error` the pulsar-client :class:`Result` of the class.
     """
 
     owner_url: str | None = None
@@ -121,8 +121,17 @@ class PulsarException(Exception):
         self.code = code
         self.status = status
 
+    def error(self) -> Result:
+        """The :class:`Result` of this error: pulsar-client's ``PulsarException.error()``,
+        and what a ``send_async`` callback gets for it.
+
+        >>> ProducerQueueIsFull("full").error()
+        <Result.ProducerQueueIsFull: 27>
+        """
+        return self.result_code
+
     def result(self) -> Result:
-        """The :class:`Result` a ``send_async`` callback gets for this error."""
+        """The name earlier versions of this SDK gave :meth:`error`."""
         return self.result_code
 
 

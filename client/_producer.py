@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -30,6 +31,7 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from ..schema import Schema
 from ._auth import CredentialRenewal
 from ._batching import BatchingType, BatchKey, Container, batch_container
+from ._compat import refuse_unsupported
 from ._compression import CompressionType, Sealer
 from ._connection import (
     DEFAULT_INITIAL_BACKOFF_MS,
@@ -389,9 +391,23 @@ def report_to(callback: SendCallback, future: asyncio.Future[MessageId]) -> None
     if error is None:
         callback(Result.Ok, future.result())
     elif isinstance(error, PulsarException):
-        callback(error.result(), None)
+        callback(error.error(), None)
     else:
         callback(Result.UnknownError, None)
+
+
+def refuse_unsupported_send(
+    replication_clusters: Sequence[str] | None,
+    deliver_at: int | None,
+    deliver_after: timedelta | None,
+) -> None:
+    """pulsar-client's send options that this broker cannot honour take only None."""
+    refuse_unsupported(
+        "send",
+        replication_clusters=(replication_clusters, None),
+        deliver_at=(deliver_at, None),
+        deliver_after=(deliver_after, None),
+    )
 
 
 def _as_is(content: Any) -> bytes:
@@ -479,8 +495,11 @@ class Producer:
         partition_key: str | None = None,
         ordering_key: str | bytes | None = None,
         sequence_id: int | None = None,
-        *,
+        replication_clusters: Sequence[str] | None = None,
+        disable_replication: bool | None = None,
         event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
     ) -> MessageId:
         """Publish one message and wait until it is stored; pulsar-client's ``send``.
         ``content`` is bytes, or a value of the producer's schema (encoded by it).
@@ -488,10 +507,14 @@ class Producer:
         ``partition_key`` picks the partition (and is the Key_Shared key unless
         ``ordering_key`` is set); ``event_timestamp`` is in ms since the epoch;
         ``sequence_id`` overrides the producer's next id (later ones go on from it).
+        The parameters are pulsar.asyncio's; ``replication_clusters``, ``deliver_at`` and
+        ``deliver_after`` take only None (no replication, no delayed delivery here), and
+        ``disable_replication`` is always true in effect.
 
         >>> await producer.send(b"data", partition_key="user-1", event_timestamp=1700000000000)
         MessageId(ledger_id=3, entry_id=0, batch_index=0, partition=-1)
         """
+        refuse_unsupported_send(replication_clusters, deliver_at, deliver_after)
         future = await self.enqueue(
             content,
             properties,
@@ -510,8 +533,11 @@ class Producer:
         partition_key: str | None = None,
         ordering_key: str | bytes | None = None,
         sequence_id: int | None = None,
-        *,
+        replication_clusters: Sequence[str] | None = None,
+        disable_replication: bool = False,
         event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
     ) -> None:
         """Queue one message without waiting; pulsar-client's ``send_async``.
 
@@ -522,6 +548,7 @@ class Producer:
 
         >>> producer.send_async(b"data", lambda result, msg_id: print(result, msg_id))
         """
+        refuse_unsupported_send(replication_clusters, deliver_at, deliver_after)
         payload = self._encode(content)
         try:
             message = frame_message(

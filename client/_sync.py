@@ -12,18 +12,31 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
+from ..schema import Schema
 from ._channels import LookupResult
 from ._client import Client
-from ._consumer import Consumer, MessageTarget
+from ._compat import RegexSubscriptionMode
+from ._consumer import (
+    Consumer,
+    ConsumerBatchReceivePolicy,
+    DeadLetterPolicy,
+    InitialPosition,
+    MessageTarget,
+)
+from ._crypto import ConsumerCryptoFailureAction
+from ._crypto_keys import KeyReader
 from ._errors import AlreadyClosed, PulsarException
 from ._message import Message, MessageId
-from ._producer import Producer, SendCallback, report_to
+from ._partition_consumer import ConsumerType
+from ._producer import Producer, SendCallback, refuse_unsupported_send, report_to
 from ._reader import Reader
 
 T = TypeVar("T")
@@ -91,10 +104,14 @@ class SyncProducer:
         partition_key: str | None = None,
         ordering_key: str | bytes | None = None,
         sequence_id: int | None = None,
-        *,
+        replication_clusters: Sequence[str] | None = None,
+        disable_replication: bool = False,
         event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
     ) -> MessageId:
         """Publish and block until stored (see :meth:`Producer.send`)."""
+        refuse_unsupported_send(replication_clusters, deliver_at, deliver_after)
         return self._runner.run(
             self._producer.send(
                 content,
@@ -114,8 +131,11 @@ class SyncProducer:
         partition_key: str | None = None,
         ordering_key: str | bytes | None = None,
         sequence_id: int | None = None,
-        *,
+        replication_clusters: Sequence[str] | None = None,
+        disable_replication: bool = False,
         event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
     ) -> None:
         """Queue a message; ``callback(result, message_id)`` runs on the client's thread once
         it is stored or failed, as in pulsar-client. With the queue full this blocks until
@@ -124,6 +144,8 @@ class SyncProducer:
 
         >>> producer.send_async(b"x", lambda result, msg_id: print(result, msg_id))
         """
+
+        refuse_unsupported_send(replication_clusters, deliver_at, deliver_after)
 
         async def queue() -> None:
             try:
@@ -136,7 +158,7 @@ class SyncProducer:
                     event_timestamp=event_timestamp,
                 )
             except PulsarException as exc:
-                callback(exc.result(), None)
+                callback(exc.error(), None)
                 return
             future.add_done_callback(partial(report_to, callback))
 
@@ -315,11 +337,11 @@ class SyncClient:
     this client (so it may block and call the consumer's blocking methods).
     """
 
-    def __init__(self, service_url: str, listener_name: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, service_url: str, *args: Any, **kwargs: Any) -> None:
         self._runner = _LoopThread()
         self._listener_thread: concurrent.futures.ThreadPoolExecutor | None = None
         try:
-            self._client = self._runner.run(_make_client(service_url, listener_name, kwargs))
+            self._client = self._runner.run(_make_client(service_url, args, kwargs))
         except BaseException:
             self._runner.stop()
             raise
@@ -333,24 +355,99 @@ class SyncClient:
         self,
         topic: str | Sequence[str] | re.Pattern[str],
         subscription_name: str,
-        *args: Any,
+        consumer_type: ConsumerType | str = ConsumerType.Exclusive,
+        schema: Schema | None = None,
         message_listener: SyncListener | None = None,
+        receiver_queue_size: int = 1000,
+        max_total_receiver_queue_size_across_partitions: int = 50000,
+        consumer_name: str | None = None,
+        unacked_messages_timeout_ms: int | None = None,
+        broker_consumer_stats_cache_time_ms: int = 30000,
+        negative_ack_redelivery_delay_ms: int = 60000,
+        is_read_compacted: bool = False,
+        properties: dict[str, str] | None = None,
+        pattern_auto_discovery_period: float = 60,
+        initial_position: InitialPosition | str = InitialPosition.Latest,
+        crypto_key_reader: KeyReader | None = None,
+        replicate_subscription_state_enabled: bool = False,
+        max_pending_chunked_message: int = 10,
+        auto_ack_oldest_chunked_message_on_queue_full: bool = False,
+        start_message_id_inclusive: bool = False,
+        batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
+        key_shared_policy: object = None,
+        batch_index_ack_enabled: bool = False,
+        regex_subscription_mode: RegexSubscriptionMode = RegexSubscriptionMode.PersistentOnly,
+        dead_letter_policy: DeadLetterPolicy | None = None,
+        crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
         **kwargs: Any,
     ) -> SyncConsumer:
-        """See :meth:`Client.subscribe`."""
+        """pulsar-client's ``subscribe``, in its order (``message_listener`` fifth); see
+        :meth:`Client.subscribe`, which takes the same by name (``kwargs``: its own)."""
         if message_listener is not None:
             kwargs["message_listener"] = self._on_listener_thread(message_listener)
         consumer = self._runner.run(
-            self._client.subscribe(topic, subscription_name, *args, **kwargs)
+            self._client.subscribe(
+                topic,
+                subscription_name,
+                consumer_type,
+                schema,
+                receiver_queue_size,
+                max_total_receiver_queue_size_across_partitions,
+                consumer_name,
+                unacked_messages_timeout_ms,
+                broker_consumer_stats_cache_time_ms,
+                negative_ack_redelivery_delay_ms,
+                is_read_compacted,
+                properties,
+                initial_position,
+                crypto_key_reader,
+                replicate_subscription_state_enabled,
+                max_pending_chunked_message,
+                auto_ack_oldest_chunked_message_on_queue_full,
+                start_message_id_inclusive,
+                batch_receive_policy,
+                key_shared_policy,
+                batch_index_ack_enabled,
+                regex_subscription_mode,
+                dead_letter_policy,
+                crypto_failure_action,
+                pattern_auto_discovery_period=pattern_auto_discovery_period,
+                **kwargs,
+            )
         )
         return SyncConsumer(self._runner, consumer)
 
     def create_reader(
-        self, topic: str, start_message_id: MessageId | str, *args: Any, **kwargs: Any
+        self,
+        topic: str,
+        start_message_id: MessageId | str,
+        schema: Schema | None = None,
+        reader_listener: Callable[[SyncReader, Message], None] | None = None,
+        receiver_queue_size: int = 1000,
+        reader_name: str | None = None,
+        subscription_role_prefix: str | None = None,
+        is_read_compacted: bool = False,
+        crypto_key_reader: KeyReader | None = None,
+        start_message_id_inclusive: bool = False,
+        crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
     ) -> SyncReader:
-        """See :meth:`Client.create_reader`."""
+        """pulsar-client's ``create_reader``, in its order; see :meth:`Client.create_reader`.
+        ``reader_listener`` takes only None here (read with ``read_next``)."""
+        if reader_listener is not None:
+            raise NotImplementedError("create_reader(reader_listener=...): read with read_next()")
         reader = self._runner.run(
-            self._client.create_reader(topic, start_message_id, *args, **kwargs)
+            self._client.create_reader(
+                topic,
+                start_message_id,
+                schema,
+                receiver_queue_size,
+                reader_name,
+                subscription_role_prefix,
+                is_read_compacted,
+                crypto_key_reader,
+                start_message_id_inclusive,
+                crypto_failure_action,
+            )
         )
         return SyncReader(self._runner, reader)
 
@@ -409,6 +506,14 @@ class SyncClient:
         return call
 
 
-async def _make_client(service_url: str, listener_name: str | None, kwargs: Any) -> Client:
+async def _make_client(service_url: str, args: Sequence[Any], kwargs: Any) -> Client:
     # Created on the loop's thread so that its channels bind to that loop.
-    return Client(service_url, listener_name, **kwargs)
+    return Client(service_url, *args, **kwargs)
+
+
+# The blocking client forwards its arguments as they come: its signature is the async one's,
+# which is pulsar-client's (what inspect and the compatibility test see).
+SyncClient.__init__.__signature__ = inspect.signature(Client.__init__)  # type: ignore[attr-defined]
+SyncClient.create_producer.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+    Client.create_producer
+)

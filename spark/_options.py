@@ -277,7 +277,7 @@ class ClientOptions:
             "operation_timeout_ms": self.operation_timeout_ms,
         }
         named.update(self.extra)
-        return Client(self.service_url, self.listener_name, **named)
+        return Client(self.service_url, listener_name=self.listener_name, **named)
 
 
 def _check_credentials(client: ClientOptions) -> None:

@@ -322,7 +322,7 @@ async def test_reader_starting_past_the_end_reads_what_is_published_next(
         producer = await client.create_producer(topic, batching_max_messages=1)
         last = await producer.send(b"old")
         start = MessageId(last.ledger_id, last.entry_id + 10, -1, -1)
-        reader = await client.create_reader(topic, start, inclusive)
+        reader = await client.create_reader(topic, start, start_message_id_inclusive=inclusive)
         await producer.send(b"new")
         assert (await reader.read_next(RECEIVE_MS)).data() == b"new"
         await reader.close()

@@ -32,7 +32,9 @@ async def one_batch_of_ten(client: Client) -> tuple[Producer, list[bytes]]:
 
 
 async def join(client: Client, name: str) -> Consumer:
-    return await client.subscribe(TOPIC, "s", "Failover", name, initial_position="earliest")
+    return await client.subscribe(
+        TOPIC, "s", "Failover", consumer_name=name, initial_position="earliest"
+    )
 
 
 async def test_ack_receipted_during_the_delay_is_not_delivered_to_the_new_active_consumer(

@@ -86,7 +86,9 @@ async def test_failover_spreads_partitions_over_consumers_and_moves_them_when_on
     await create_partitioned(broker.http_url, topic, PARTITIONS)
 
     async def join(name: str) -> Consumer:
-        return await client.subscribe(topic, "sub", "Failover", name, initial_position="earliest")
+        return await client.subscribe(
+            topic, "sub", "Failover", consumer_name=name, initial_position="earliest"
+        )
 
     # Joined out of name order on purpose: the rule sorts by name, not by arrival.
     consumers = {"b": await join("b"), "a": await join("a")}
@@ -125,7 +127,12 @@ async def test_failover_partitions_go_to_the_highest_priority_consumers_only(
     consumers: dict[str, Consumer] = {}
     for name, priority in (("0-standby", 1), ("b", 0), ("a", 0)):
         consumers[name] = await client.subscribe(
-            topic, "sub", "Failover", name, priority_level=priority, initial_position="earliest"
+            topic,
+            "sub",
+            "Failover",
+            consumer_name=name,
+            priority_level=priority,
+            initial_position="earliest",
         )
     await produce_to_every_partition(client, topic, "r1")
     await expect_partitions(consumers, {0: "a", 1: "b", 2: "a", 3: "b"}, "r1")
@@ -255,10 +262,10 @@ async def test_shared_serves_the_highest_priority_first_and_lower_only_beyond_it
     """Two priority-0 consumers with 5 permits each and one priority-1 consumer: the first 10
     messages go round robin to the priority-0 pair, only the rest to the priority-1 one."""
     topic = "shared-priority"
-    c1 = await client.subscribe(topic, "sub", "Shared", "c1", receiver_queue_size=5)
-    c2 = await client.subscribe(topic, "sub", "Shared", "c2", receiver_queue_size=5)
+    c1 = await client.subscribe(topic, "sub", "Shared", consumer_name="c1", receiver_queue_size=5)
+    c2 = await client.subscribe(topic, "sub", "Shared", consumer_name="c2", receiver_queue_size=5)
     low = await client.subscribe(
-        topic, "sub", "Shared", "low", receiver_queue_size=100, priority_level=1
+        topic, "sub", "Shared", consumer_name="low", receiver_queue_size=100, priority_level=1
     )
     producer = await client.create_producer(topic, batching_max_messages=1)
     for i in range(20):
@@ -282,8 +289,10 @@ async def test_shared_lower_priority_takes_over_when_the_higher_ones_leave(
     client: Client,
 ) -> None:
     topic = "shared-priority-leave"
-    high = await client.subscribe(topic, "sub", "Shared", "high", initial_position="earliest")
-    low = await client.subscribe(topic, "sub", "Shared", "low", priority_level=2)
+    high = await client.subscribe(
+        topic, "sub", "Shared", consumer_name="high", initial_position="earliest"
+    )
+    low = await client.subscribe(topic, "sub", "Shared", consumer_name="low", priority_level=2)
     producer = await client.create_producer(topic, batching_max_messages=1)
     for i in range(10):
         await producer.send(f"m{i}".encode())
@@ -300,7 +309,9 @@ async def test_key_shared_spreads_keyless_messages_and_keeps_keyed_ones_in_order
     client: Client,
 ) -> None:
     topic = "key-shared-keyless"
-    consumers = [await client.subscribe(topic, "sub", "Key_Shared", f"c{i}") for i in range(2)]
+    consumers = [
+        await client.subscribe(topic, "sub", "Key_Shared", consumer_name=f"c{i}") for i in range(2)
+    ]
     producer = await client.create_producer(topic, batching_max_messages=1)
     keys = [f"k{i}" for i in range(10)]
     total = 0

@@ -32,10 +32,10 @@ async def test_nacked_messages_go_to_the_other_consumer_after_the_delay(
     n = 10
     async with Client(broker.service_url) as client:
         a = await client.subscribe(
-            topic, "sub", "Shared", "A", negative_ack_redelivery_delay_ms=delay_ms
+            topic, "sub", "Shared", consumer_name="A", negative_ack_redelivery_delay_ms=delay_ms
         )
         b = await client.subscribe(
-            topic, "sub", "Shared", "B", negative_ack_redelivery_delay_ms=delay_ms
+            topic, "sub", "Shared", consumer_name="B", negative_ack_redelivery_delay_ms=delay_ms
         )
         producer = await client.create_producer(topic, batching_max_messages=1)
         ids = [await producer.send(f"n{i}".encode()) for i in range(n)]

@@ -99,12 +99,14 @@ async def test_exclusive_second_consumer_is_busy_and_takes_over_unacked_after_cl
     client: Client,
 ) -> None:
     topic = "excl-takeover"
-    first = await client.subscribe(topic, "sub", "Exclusive", "first", initial_position="earliest")
+    first = await client.subscribe(
+        topic, "sub", "Exclusive", consumer_name="first", initial_position="earliest"
+    )
     with pytest.raises(ConsumerBusy):
-        await client.subscribe(topic, "sub", "Exclusive", "second")
+        await client.subscribe(topic, "sub", "Exclusive", consumer_name="second")
     for other_type in ("Failover", "Shared", "Key_Shared"):
         with pytest.raises(ConsumerBusy):
-            await client.subscribe(topic, "sub", other_type, f"other-{other_type}")
+            await client.subscribe(topic, "sub", other_type, consumer_name=f"other-{other_type}")
 
     producer = await client.create_producer(topic)
     await send_all(producer, payloads("m", 10))
@@ -115,7 +117,7 @@ async def test_exclusive_second_consumer_is_busy_and_takes_over_unacked_after_cl
     await first.close()
 
     # The subscription exists: its position wins over initial_position (Latest by default).
-    second = await client.subscribe(topic, "sub", "Exclusive", "second")
+    second = await client.subscribe(topic, "sub", "Exclusive", consumer_name="second")
     assert data(await receive_n(second, 6)) == payloads("m", 10)[4:]
     await assert_nothing_more(second)
 
@@ -125,13 +127,13 @@ async def test_other_type_on_subscription_with_consumers_is_consumer_busy(
     client: Client, existing: str
 ) -> None:
     topic = f"type-clash-{existing.lower()}"
-    holder = await client.subscribe(topic, "sub", existing, "holder")
+    holder = await client.subscribe(topic, "sub", existing, consumer_name="holder")
     for other in {"Exclusive", "Shared", "Failover", "Key_Shared"} - {existing}:
         with pytest.raises(ConsumerBusy) as err:
-            await client.subscribe(topic, "sub", other, f"c-{other}")
+            await client.subscribe(topic, "sub", other, consumer_name=f"c-{other}")
         assert existing in str(err.value), str(err.value)
     # The same type is welcome, and the holder was not disturbed.
-    peer = await client.subscribe(topic, "sub", existing, "peer")
+    peer = await client.subscribe(topic, "sub", existing, consumer_name="peer")
     await peer.close()
     producer = await client.create_producer(topic)
     await producer.send(b"still-here")
@@ -148,7 +150,12 @@ async def test_failover_active_by_priority_then_name_and_handover_keeps_order(
 
     async def join(name: str, priority: int) -> Consumer:
         return await client.subscribe(
-            topic, "sub", "Failover", name, priority_level=priority, initial_position="earliest"
+            topic,
+            "sub",
+            "Failover",
+            consumer_name=name,
+            priority_level=priority,
+            initial_position="earliest",
         )
 
     # Joined in this order on purpose: the active one is neither the first nor the last.
@@ -182,7 +189,7 @@ async def test_failover_consumers_learn_whether_they_are_active(client: Client) 
     consumers: dict[str, Consumer] = {}
     for name, priority in (("b", 0), ("a", 1), ("c", 0)):
         consumers[name] = await client.subscribe(
-            topic, "sub", "Failover", name, priority_level=priority
+            topic, "sub", "Failover", consumer_name=name, priority_level=priority
         )
     await wait_active(consumers, {"b": True, "a": False, "c": False})
 
@@ -190,7 +197,9 @@ async def test_failover_consumers_learn_whether_they_are_active(client: Client) 
     await wait_active(consumers, {"a": False, "c": True})
 
     # A consumer joining with a better name at the same priority takes over.
-    consumers["0"] = await client.subscribe(topic, "sub", "Failover", "0", priority_level=0)
+    consumers["0"] = await client.subscribe(
+        topic, "sub", "Failover", consumer_name="0", priority_level=0
+    )
     await wait_active(consumers, {"a": False, "c": False, "0": True})
 
 
@@ -199,8 +208,8 @@ async def test_failover_consumers_learn_whether_they_are_active(client: Client) 
 
 async def test_shared_spreads_messages_round_robin(client: Client) -> None:
     topic = "shared-spread"
-    c1 = await client.subscribe(topic, "sub", "Shared", "c1")
-    c2 = await client.subscribe(topic, "sub", "Shared", "c2")
+    c1 = await client.subscribe(topic, "sub", "Shared", consumer_name="c1")
+    c2 = await client.subscribe(topic, "sub", "Shared", consumer_name="c2")
     producer = await client.create_producer(topic, batching_max_messages=1)
     sent = payloads("m", 1000)
     await send_all(producer, sent)
@@ -224,8 +233,10 @@ async def test_shared_unacked_messages_of_a_closed_consumer_go_to_the_others(
     """As in Pulsar, a consumer closing is not a redelivery the broker counts: the messages it
     held come back with redelivery_count 0, while a negative ack does count."""
     topic = "shared-close"
-    c1 = await client.subscribe(topic, "sub", "Shared", "c1")
-    c2 = await client.subscribe(topic, "sub", "Shared", "c2", negative_ack_redelivery_delay_ms=0)
+    c1 = await client.subscribe(topic, "sub", "Shared", consumer_name="c1")
+    c2 = await client.subscribe(
+        topic, "sub", "Shared", consumer_name="c2", negative_ack_redelivery_delay_ms=0
+    )
     producer = await client.create_producer(topic, batching_max_messages=1)
     sent = payloads("m", 20)
     await send_all(producer, sent)
@@ -261,7 +272,9 @@ async def test_key_shared_keeps_each_key_on_one_consumer_in_order(client: Client
     each key's messages: every batch then holds a single key, as Pulsar's KEY_BASED batcher
     would make it. Several rounds over the 30 keys check that the assignment is stable."""
     topic = "key-shared"
-    consumers = [await client.subscribe(topic, "sub", "Key_Shared", f"c{i}") for i in range(3)]
+    consumers = [
+        await client.subscribe(topic, "sub", "Key_Shared", consumer_name=f"c{i}") for i in range(3)
+    ]
     producer = await client.create_producer(topic)
     keys = [f"key-{k}" for k in range(30)]
     rounds, per_batch = 4, 3
@@ -296,7 +309,7 @@ async def test_key_shared_newcomer_never_overtakes_unacked_messages_of_its_keys(
     still holds unacked messages of them; c2 gets no later message until c1 has acked what it
     was given before the join, so no key is ever processed out of order."""
     topic = "key-shared-join"
-    c1 = await client.subscribe(topic, "sub", "Key_Shared", "c1")
+    c1 = await client.subscribe(topic, "sub", "Key_Shared", consumer_name="c1")
     producer = await client.create_producer(topic)
     keys = [f"key-{k}" for k in range(20)]
 
@@ -307,7 +320,7 @@ async def test_key_shared_newcomer_never_overtakes_unacked_messages_of_its_keys(
 
     await send_round(0)
     first = await receive_n(c1, len(keys))  # held, not acked yet
-    c2 = await client.subscribe(topic, "sub", "Key_Shared", "c2")
+    c2 = await client.subscribe(topic, "sub", "Key_Shared", consumer_name="c2")
     await send_round(1)
     # c1 keeps getting round 1 for the keys it still owns; c2 must wait for c1's acks.
     c1_round1 = []
@@ -394,8 +407,8 @@ async def test_unsubscribe_shared_with_other_consumers_fails_clearly(
     """Pulsar refuses to unsubscribe while other consumers are connected, with an error that
     says why; the subscription and the other consumers are untouched."""
     topic = "persistent://public/default/unsub-shared"
-    c1 = await client.subscribe(topic, "sub", "Shared", "c1")
-    c2 = await client.subscribe(topic, "sub", "Shared", "c2")
+    c1 = await client.subscribe(topic, "sub", "Shared", consumer_name="c1")
+    c2 = await client.subscribe(topic, "sub", "Shared", consumer_name="c2")
 
     with pytest.raises(PulsarError) as err:
         await c1.unsubscribe()
@@ -415,8 +428,8 @@ async def test_consumer_stays_connected_after_a_refused_unsubscribe(
     """In Pulsar a refused unsubscribe is a CommandError for that request only: the consumer
     that asked keeps consuming (round robin still reaches it)."""
     topic = "persistent://public/default/unsub-refused"
-    c1 = await client.subscribe(topic, "sub", "Shared", "c1")
-    c2 = await client.subscribe(topic, "sub", "Shared", "c2")
+    c1 = await client.subscribe(topic, "sub", "Shared", consumer_name="c1")
+    c2 = await client.subscribe(topic, "sub", "Shared", consumer_name="c2")
     with pytest.raises(NotAllowed):
         await c1.unsubscribe()
 

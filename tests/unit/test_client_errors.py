@@ -99,3 +99,12 @@ def test_pulsar_client_exception_names_and_results():
     assert client.PulsarError is client.PulsarException
     assert client.LookupFailed is client.LookupError
     assert client.NotAllowed is client.NotAllowedError
+
+
+def test_error_is_pulsar_clients_name_for_the_result() -> None:
+    """pulsar-client's ``except PulsarException as e: e.error()`` runs unchanged."""
+    from pulsar_grpc.client import ProducerQueueIsFull, Result
+
+    error = ProducerQueueIsFull("full")
+    assert error.error() is Result.ProducerQueueIsFull
+    assert error.result() is error.error()
