@@ -10,7 +10,7 @@ import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
@@ -40,9 +40,6 @@ from ._compression import compression_type as compression_type_of
 from ._connection import (
     DEFAULT_INITIAL_BACKOFF_MS,
     DEFAULT_MAX_BACKOFF_MS,
-    Backoff,
-    ConnectionHandler,
-    retry_creation,
 )
 from ._consumer import (
     Consumer,
@@ -56,28 +53,21 @@ from ._consumer import (
 )
 from ._crypto import ConsumerCryptoFailureAction, EntryDecryptor, producer_encryptor
 from ._crypto_keys import KeyReader
-from ._errors import InvalidConfiguration, refusal_names
+from ._errors import refusal_names
 from ._message import MessageId
 from ._multi_consumer import TopicsPattern, watch_pattern
 from ._ownership_watch import OwnershipWatcher
-from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
+from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
 from ._routing import PartitionsRoutingMode, Router
-from ._schemas import schema_params, value_decoder
-from ._stream import Connect, Params, StreamCall
+from ._schemas import value_decoder
+from ._starting import StreamStarter
+from ._stream import Params
 
 # Lookups answered with Redirect that the client follows before giving up (Pulsar's
 # maxLookupRedirects; a redirect loop between brokers ends with a clear error).
 DEFAULT_MAX_LOOKUP_REDIRECTS = 3
-
-
-class _Startable(Protocol):
-    connection: ConnectionHandler
-
-    async def start(self, connect: Connect) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 class Client:
@@ -242,6 +232,9 @@ class Client:
         )
         # Wakes reconnecting producers and consumers when their topic's bundle moves.
         self.ownership_watch = OwnershipWatcher(self._calls, service, listener_name)
+        self._streams = StreamStarter(
+            self._calls, self.ownership_watch, self._backoff_s, self._operation_timeout_s
+        )
         self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
         # How to close each consumer (reader) without referring to it, until it is dropped;
         # then the task closing it.
@@ -344,7 +337,7 @@ class Client:
             )
         mode = PartitionsRoutingMode(message_routing_mode)
         with refusal_names("produce", topic):
-            partitions = await self._partition_count(topic)
+            partitions = await self._streams.partition_count(topic)
             params: Params = {
                 "x-pulsar-producer-name": producer_name,
             }
@@ -352,7 +345,7 @@ class Client:
                 PartitionProducer(config, index) for index in partition_indexes(partitions)
             ]
             topics = partition_topics(topic, partitions)
-            await self._start_all(producers, topics, "Produce", params, schema)
+            await self._streams.start_all(producers, topics, "Produce", params, schema)
         router = Router(partitions, mode, batching_max_publish_delay_ms) if partitions else None
         budget = max_pending_messages
         if partitions:
@@ -495,10 +488,10 @@ class Client:
                     pattern,
                     pattern_auto_discovery_period,
                     self.get_topics_of_namespace,
-                    partial(self._attach, config=config, params=params),
+                    partial(self._streams.attach, config=config, params=params),
                 )
             else:
-                await self._attach(consumer, topics, config, params)
+                await self._streams.attach(consumer, topics, config, params)
         consumer.start_listener()
         self._track(consumer)
         return consumer
@@ -534,7 +527,7 @@ class Client:
             else start_message_id
         )
         with refusal_names("consume", topic):
-            partitions = await self._partition_count(topic)
+            partitions = await self._streams.partition_count(topic)
         if partitions and start not in (MessageId.earliest, MessageId.latest):
             raise ValueError("a reader of a partitioned topic starts at earliest or latest")
         subscription = f"{subscription_role_prefix or 'reader'}-{uuid.uuid4().hex[:10]}"
@@ -560,7 +553,7 @@ class Client:
         )
         consumer = Consumer(topic, subscription, config, MessageQueue())
         with refusal_names("consume", topic):
-            await self._attach(consumer, [topic], config, params, [partitions])
+            await self._streams.attach(consumer, [topic], config, params, [partitions])
         topics = partition_topics(full_topic_name(topic), partitions)
         reader = Reader(
             consumer, self.get_last_message_id, topics, start, start_message_id_inclusive
@@ -591,12 +584,6 @@ class Client:
         response = await self._calls.at_owner(topic, "GetSchema", request)
         return SchemaInfo.from_proto(response.schema)
 
-    async def _register_schema(self, topic: str, schema: pb.Schema) -> bytes:
-        """GetOrCreateSchema: the version under which the topic holds ``schema``."""
-        request = pb.GetOrCreateSchemaRequest(topic=topic, schema=schema)
-        response = await self._calls.at_owner(topic, "GetOrCreateSchema", request)
-        return bytes(response.schema_version)
-
     async def get_topics_of_namespace(self, namespace: str) -> list[str]:
         """Full names of a namespace's persistent topics (a partitioned topic under its own
         name and its partitions'), as the broker lists them.
@@ -614,7 +601,7 @@ class Client:
         >>> await client.get_partitions_for_topic("orders")
         ['persistent://public/default/orders-partition-0', ...]
         """
-        return partition_topics(full_topic_name(topic), await self._partition_count(topic))
+        return partition_topics(full_topic_name(topic), await self._streams.partition_count(topic))
 
     async def get_topic_partitions(self, topic: str) -> list[str]:
         """pulsar-client's name for :meth:`get_partitions_for_topic` (Java's name)."""
@@ -680,102 +667,3 @@ class Client:
         task = asyncio.get_running_loop().create_task(run())
         self._closing_dropped.add(task)
         task.add_done_callback(self._closing_dropped.discard)
-
-    async def _partition_count(self, topic: str) -> int:
-        """The topic's partition count (0: not partitioned). The first call of every
-        creation: retried while the broker is restarting, within the operation timeout."""
-        request = pb.PartitionedTopicMetadataRequest(topic=topic)
-
-        async def attempt() -> int:
-            stub = self._calls.stub()
-            response = await self._calls.unary(stub.GetPartitionedTopicMetadata, request, topic)
-            return int(response.partitions)
-
-        return await retry_creation(attempt, Backoff(*self._backoff_s), self._operation_timeout_s)
-
-    async def _attach(
-        self,
-        consumer: Consumer,
-        topics: list[str],
-        config: ConsumerConfig,
-        params: Params,
-        partition_counts: list[int] | None = None,
-    ) -> None:
-        """Start a stream per topic (per partition of a partitioned one) for ``consumer``;
-        if any fails, the others are closed and its error raised."""
-        if partition_counts is None:
-            partition_counts = list(
-                await asyncio.gather(*(self._partition_count(t) for t in topics))
-            )
-        if not config.receiver_queue_size and (config.topic_ids or any(partition_counts)):
-            raise InvalidConfiguration(
-                "receiver_queue_size=0 needs one non-partitioned topic (as Pulsar's)"
-            )
-        streams: list[PartitionConsumer] = []
-        names: list[str] = []  # as the application spelt them: the calls' x-pulsar-topic
-        for name, partitions in zip(topics, partition_counts, strict=True):
-            full = full_topic_name(name)
-            names += partition_topics(name, partitions)
-            streams += [
-                consumer.new_stream(t, i)
-                for i, t in zip(
-                    partition_indexes(partitions), partition_topics(full, partitions), strict=True
-                )
-            ]
-        # Known to the consumer before they start: their first messages may come at once.
-        consumer.add_streams(streams)
-        try:
-            schema = config.values.schema if config.values is not None else None
-            await self._start_all(streams, names, "Consume", params, schema)
-        except Exception:  # _start_all closed them; cancelled (closing), the consumer will
-            consumer.remove_streams(streams)
-            raise
-
-    async def _start_one(
-        self,
-        stream: _Startable,
-        topic: str,
-        method: str,
-        params: Params,
-        schema: Schema | None,
-    ) -> None:
-        """Start ``stream`` with a way to (re)open its ``method`` stream on ``topic``: each
-        opening looks the topic up afresh and connects where the answer says. ``schema`` is
-        declared on each (registered first if too large for metadata: a version is valid for
-        the stream's life)."""
-        params = {**params, **await schema_params(schema, partial(self._register_schema, topic))}
-
-        async def connect(overrides: Params) -> StreamCall:
-            result, (target, tls) = await self._calls.lookup(topic)
-            call: StreamCall = getattr(self._calls.stub(target, tls), method)(
-                metadata=self._calls.metadata(topic, {**params, **overrides, **result.route()})
-            )
-            return call
-
-        await stream.start(connect)
-        self.ownership_watch.add(full_topic_name(topic), stream.connection)
-
-    async def _start_all(
-        self,
-        streams: Sequence[_Startable],
-        topics: list[str],
-        method: str,
-        params: Params,
-        schema: Schema | None = None,
-    ) -> None:
-        """Start one stream per topic (``method``: Produce or Consume) declaring ``schema``;
-        if any fails, close the others and raise its error."""
-        results = await asyncio.gather(
-            *(
-                self._start_one(s, t, method, params, schema)
-                for s, t in zip(streams, topics, strict=True)
-            ),
-            return_exceptions=True,
-        )
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            await asyncio.gather(
-                *(s.close() for s, r in zip(streams, results, strict=True) if r is None),
-                return_exceptions=True,
-            )
-            raise errors[0]
