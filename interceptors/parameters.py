@@ -78,6 +78,7 @@ KNOWN_PARAMETERS = frozenset(
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1  # MessageId.batch_index is an int32, as Pulsar's
+MIN_ACK_TIMEOUT_MS = 1000
 # An integer as a header carries it: ASCII digits, maybe a minus sign, nothing else.
 _DECIMAL = re.compile(r"-?[0-9]+")
 
@@ -154,6 +155,19 @@ def _int(
         raise InvalidArgumentError(f"{key}: '{raw[:40]}' is not an integer up to {maximum}")
     if not minimum <= value <= maximum:
         raise InvalidArgumentError(f"{key}: {value} is not between {minimum} and {maximum}")
+    return value
+
+
+def _ack_timeout(headers: Mapping[str, str]) -> int:
+    """x-pulsar-ack-timeout-ms: 0 (off) or at least MIN_ACK_TIMEOUT_MS, Pulsar's Java client's
+    minimum (its C++ and Python clients ask for 10 s): the broker checks timeouts every quarter
+    of the shortest one, so a 1 ms timeout would have it tick every 0.25 ms."""
+    value = _int(headers, "x-pulsar-ack-timeout-ms", 0)
+    if 0 < value < MIN_ACK_TIMEOUT_MS:
+        raise InvalidArgumentError(
+            f"x-pulsar-ack-timeout-ms: {value} is under {MIN_ACK_TIMEOUT_MS}, Pulsar's minimum "
+            "ack timeout (0 turns it off)"
+        )
     return value
 
 
@@ -278,7 +292,7 @@ def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
         start_message_id=start,
         start_batch_index=batch,
         start_inclusive=_bool(headers, "x-pulsar-start-message-id-inclusive", False),
-        ack_timeout_ms=_int(headers, "x-pulsar-ack-timeout-ms", 0),
+        ack_timeout_ms=_ack_timeout(headers),
         negative_ack_delay_ms=_int(headers, "x-pulsar-negative-ack-delay-ms", 60_000),
         max_redeliver_count=max_redeliver,
         dead_letter_topic=str(TopicName.get(headers["x-pulsar-dead-letter-topic"]))

@@ -30,6 +30,7 @@ from tests.waiting import eventually
 __all__ = ["consumer_on"]  # the fixture, imported for this module's tests
 
 NACK_DELAY_MS = 300
+ACK_TIMEOUT_MS = 1000  # Pulsar's minimum
 # Longer than the nack delay: a second redelivery of the batch would arrive within it.
 QUIET_MS = 3 * NACK_DELAY_MS
 SUB_TYPES = ["Exclusive", "Failover", "Shared", "Key_Shared"]
@@ -217,7 +218,7 @@ async def test_an_ack_timeout_brings_back_only_the_unacked_messages_of_a_batch(
     """Half of a batch acked, the rest left to the ack timeout: only that half comes back."""
     async with Client(broker.service_url) as client:
         consumer = await client.subscribe(
-            "ack-timeout-batch", "sub", "Shared", unacked_messages_timeout_ms=NACK_DELAY_MS
+            "ack-timeout-batch", "sub", "Shared", unacked_messages_timeout_ms=ACK_TIMEOUT_MS
         )
         producer = await client.create_producer("ack-timeout-batch")
         await asyncio.gather(*[await producer.enqueue(b"m%d" % i) for i in range(10)])

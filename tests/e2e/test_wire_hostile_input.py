@@ -147,6 +147,17 @@ async def test_subscription_names_with_slashes_are_kept_apart(channel: grpc.aio.
         call.cancel()
 
 
+@pytest.mark.parametrize("value", ["1", "999"])
+async def test_an_ack_timeout_under_a_second_is_invalid_argument(
+    channel: grpc.aio.Channel, value: str
+) -> None:
+    """Pulsar's clients refuse an ack timeout under a second; the broker's timeout check runs
+    every quarter of the shortest one, so it refuses them too."""
+    error = await stream_error(channel, "Consume", (*CONSUMER, ("x-pulsar-ack-timeout-ms", value)))
+    assert_client_error(error)
+    assert "x-pulsar-ack-timeout-ms" in (error.details() or "")
+
+
 @pytest.mark.parametrize(
     "header",
     [
