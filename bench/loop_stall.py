@@ -11,8 +11,9 @@ worst probe of an idle period of the same run.
 Request classes, on one batch of ``n`` empty messages: produce it; deliver it; ack index 0;
 redeliver (RedeliverUnacknowledged) the partly acked batch; ack every other index of the first
 ``min(n, 100000)`` in one request; negative-ack it and take the redelivery (listing those
-indexes); seek into the middle of the batch; a cumulative ack inside the batch; a compressed
-batch declaring 2^32 - 1 messages over a 1-byte payload (refused: INVALID_ARGUMENT).
+indexes); seek into the middle of the batch; a cumulative ack inside the batch; one Ack naming
+the entry 200,000 times (a request of many ids); a compressed batch declaring 2^32 - 1
+messages over a 1-byte payload (refused: INVALID_ARGUMENT).
 
 Usage (the broker is a child process, maxMessagesPerBatch raised to let the batch in)::
 
@@ -42,6 +43,10 @@ ANSWER_S = 120.0
 # Sizes the sweep uses by default: up to what a 4 MiB consume response can carry (a batch of
 # 700,000 empty messages; 1,000,000 is refused, its redelivery could not fit).
 DEFAULT_SIZES = (1_000, 10_000, 100_000, 700_000)
+
+
+# Ids in the one Ack request that names many (each id ~16 bytes on the wire).
+MANY_IDS = 200_000
 
 
 def _raw(value: bytes) -> bytes:
@@ -164,6 +169,8 @@ class Scenario:
             await self.measure("seek into batch", lambda: delivered(seek))
             cumulative = ack([n * 3 // 4], 5, pb.Cumulative)
             await self.measure("cumulative in batch", lambda: send(cumulative, "ack_receipt"))
+            many = ack([-1] * MANY_IDS, 6)  # one Ack naming the entry MANY_IDS times (~3 MB)
+            await self.measure(f"ack of {MANY_IDS:,} ids", lambda: send(many, "ack_receipt"))
             consume.cancel()
             produce.cancel()
             await self.measure("declared 2^32-1", lambda: _declared_count_refused(ch, topic))

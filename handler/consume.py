@@ -16,7 +16,7 @@ from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.protocol import BrokerContext
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
-from pulsar_grpc.broker.topics import AckId, Consumer, ConsumerOptions, Delivery
+from pulsar_grpc.broker.topics import ACK_SLICE, AckId, Consumer, ConsumerOptions, Delivery
 from pulsar_grpc.handler import codec
 from pulsar_grpc.handler.access import authorize_topic, ended_when_revoked
 from pulsar_grpc.handler.errors import abort, owner_trailers
@@ -311,11 +311,17 @@ def _check_batch_index(message_id: pb.MessageId) -> None:
         )
 
 
-def _ack_ids(ack: pb.Ack) -> list[AckId]:
+async def _ack_ids(ack: pb.Ack) -> list[AckId]:
+    """The ack's ids, checked; a request of many is read in slices (ACK_SLICE ids), yielding
+    to the loop between them."""
     ids: list[AckId] = []
-    for i in ack.ids:
-        _check_batch_index(i)
-        ids.append((Position(i.ledger_id, i.entry_id), i.batch_index))
+    raw = ack.ids
+    for start in range(0, len(raw), ACK_SLICE):
+        for i in raw[start : start + ACK_SLICE]:
+            _check_batch_index(i)
+            ids.append((Position(i.ledger_id, i.entry_id), i.batch_index))
+        if len(raw) > ACK_SLICE:
+            await asyncio.sleep(0)
     return ids
 
 
@@ -329,7 +335,7 @@ async def _apply(
     elif kind == "ack":
         ack = request.ack
         try:
-            ids = _ack_ids(ack)
+            ids = await _ack_ids(ack)
             done = await subscription.acknowledge(consumer, ids, ack.type == pb.Cumulative)
         except BrokerError as exc:
             # A refused ack changes nothing; the consumer stays open (request_id 0 when the

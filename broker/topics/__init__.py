@@ -2,11 +2,12 @@
 
 from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.producer import Producer, PublishReceipt
-from pulsar_grpc.broker.topics.subscription import AckId, Subscription, SubType
+from pulsar_grpc.broker.topics.subscription import ACK_SLICE, AckId, Subscription, SubType
 from pulsar_grpc.broker.topics.topic import PersistentTopic
 from pulsar_grpc.broker.topics.transport import ConsumerTransport, Delivery
 
 __all__ = [
+    "ACK_SLICE",
     "AckId",
     "Consumer",
     "ConsumerOptions",

@@ -7,8 +7,8 @@ import enum
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.config import ServiceConfiguration
@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from pulsar_grpc.broker.topics.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# Ack ids handled between two yields to the event loop (a few ms of work): a request of many
+# ids is taken in slices, so that the other clients wait for one slice at most.
+ACK_SLICE = 2048
 
 
 class SubType(enum.Enum):
@@ -184,28 +189,42 @@ class Subscription:
             raise NotAllowedError(
                 f"cumulative ack is not allowed on a {self.type.value} subscription"
             )
-        for position, _ in ids:
-            self.cursor.check_ackable(position)
-        sizes = await self._batch_sizes(
-            consumer, {p for p, i in ids if i >= 0 and not self.cursor.is_deleted(p)}
-        )
-        for position, batch_index in ids:
-            size = sizes.get(position)
-            if size is not None and batch_index >= size:
-                raise InvalidArgumentError(
-                    f"batch index {batch_index} of {position} is outside its batch of {size}"
-                )
+        # A request of many ids (a client may send hundreds of thousands in one) is taken in
+        # slices, yielding to the loop between them, so other clients wait a slice at most;
+        # every id is checked before any is applied, so a refused ack still changes nothing.
+        many = len(ids) > ACK_SLICE
+        indexed: set[Position] = set()  # entries whose batch size the check needs
+        for part in _slices(ids):
+            for position, batch_index in part:
+                self.cursor.check_ackable(position)
+                if batch_index >= 0 and not self.cursor.is_deleted(position):
+                    indexed.add(position)
+            if many:
+                await asyncio.sleep(0)
+        sizes = await self._batch_sizes(consumer, indexed)
+        for part in _slices(ids):
+            for position, batch_index in part:
+                size = sizes.get(position)
+                if size is not None and batch_index >= size:
+                    raise InvalidArgumentError(
+                        f"batch index {batch_index} of {position} is outside its batch of {size}"
+                    )
+            if many:
+                await asyncio.sleep(0)
         consumer.last_acked_ms = self.last_acked_ms = time.time_ns() // 1_000_000
         if cumulative:
             return self._ack_cumulative(consumer, max(ids), sizes)
         futures: list[asyncio.Future[None]] = []
         by_entry: dict[Position, list[int]] = {}
         whole: list[Position] = []
-        for position, batch_index in ids:
-            if batch_index < 0 or position not in sizes:
-                whole.append(position)  # a whole entry, or one acked already
-            else:
-                by_entry.setdefault(position, []).append(batch_index)
+        for part in _slices(ids):
+            for position, batch_index in part:
+                if batch_index < 0 or position not in sizes:
+                    whole.append(position)  # a whole entry, or one acked already
+                else:
+                    by_entry.setdefault(position, []).append(batch_index)
+            if many:
+                await asyncio.sleep(0)
         completed: list[Position] = []  # entries whose last unacked indexes these were
         for position, indexes in by_entry.items():
             size = sizes[position]
@@ -215,9 +234,14 @@ class Subscription:
                 self._partially_acked(position, still_unacked)
             else:
                 completed.append(position)
-        if whole:
-            futures.append(self.cursor.delete(whole))
-        self._forget(whole + completed)
+        for entries in _slices(whole) if whole else ():
+            futures.append(self.cursor.delete(entries))
+            if many:
+                await asyncio.sleep(0)
+        for entries in _slices(whole + completed):
+            self._forget(entries)
+            if many:
+                await asyncio.sleep(0)
         return _gather(futures)
 
     def _ack_cumulative(
@@ -242,14 +266,18 @@ class Subscription:
         entry otherwise (after a reconnect, or while the entry waits for redelivery)."""
         sizes: dict[Position, int] = {}
         unknown: list[Position] = []
-        for position in positions:
-            for c in (consumer, *self.consumers):
-                pending = c.pending.get(position)
-                if pending is not None:
-                    sizes[position] = pending.batch_size
-                    break
-            else:
-                unknown.append(position)
+        holders = (consumer, *self.consumers)
+        for part in _slices(list(positions)):
+            for position in part:
+                for c in holders:
+                    pending = c.pending.get(position)
+                    if pending is not None:
+                        sizes[position] = pending.batch_size
+                        break
+                else:
+                    unknown.append(position)
+            if len(positions) > ACK_SLICE:
+                await asyncio.sleep(0)
         for position in unknown:
             entry = await self.topic.ledger.read_entry(position)
             if entry is not None:
@@ -604,6 +632,15 @@ class Subscription:
 def dead_letter_topic_name(subscription: Subscription) -> str:
     """Pulsar's default dead-letter topic: ``<topic>-<subscription>-DLQ``."""
     return f"{subscription.topic.name}-{subscription.name}-DLQ"
+
+
+def _slices(items: list[T]) -> Iterator[list[T]]:
+    """``items`` in consecutive slices of ACK_SLICE (one slice when it is that short)."""
+    if len(items) <= ACK_SLICE:
+        yield items
+        return
+    for start in range(0, len(items), ACK_SLICE):
+        yield items[start : start + ACK_SLICE]
 
 
 def _gather(futures: list[asyncio.Future[None]]) -> asyncio.Future[None]:
