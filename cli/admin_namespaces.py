@@ -7,6 +7,9 @@ flags (CmdNamespaces):
     admin namespaces delete NS [-f|--force]
     admin namespaces get-encryption-required NS
     admin namespaces set-encryption-required NS -e|--enable | -d|--disable
+    admin namespaces get-deduplication NS
+    admin namespaces set-deduplication NS -e|--enable | -d|--disable
+    admin namespaces remove-deduplication NS
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ VERBS = (
     "delete",
     "get-encryption-required",
     "set-encryption-required",
+    "get-deduplication",
+    "set-deduplication",
+    "remove-deduplication",
 )
 
 
@@ -60,6 +66,18 @@ def add_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     switch.add_argument("-e", "--enable", action="store_true", help="refuse unencrypted messages")
     switch.add_argument("-d", "--disable", action="store_true", help="accept them again")
 
+    verbs.add_parser(
+        "get-deduplication", help="the namespace's deduplication policy (null: not set)"
+    ).add_argument("namespace", help="tenant/namespace")
+    dedup = verbs.add_parser("set-deduplication", help="turn deduplication on or off")
+    dedup.add_argument("namespace", help="tenant/namespace")
+    dedup_switch = dedup.add_mutually_exclusive_group(required=True)
+    dedup_switch.add_argument("-e", "--enable", action="store_true", help="deduplicate")
+    dedup_switch.add_argument("-d", "--disable", action="store_true", help="do not")
+    verbs.add_parser(
+        "remove-deduplication", help="remove the policy: brokerDeduplicationEnabled holds"
+    ).add_argument("namespace", help="tenant/namespace")
+
 
 def handles(args: argparse.Namespace) -> bool:
     return args.group == "namespaces" and args.verb in VERBS
@@ -77,6 +95,12 @@ def run(args: argparse.Namespace, base: str) -> int:
         print(json.dumps(request("GET", f"{url}/encryptionRequired")))
     elif args.verb == "set-encryption-required":
         request("POST", f"{url}/encryptionRequired", json.dumps(bool(args.enable)).encode())
+    elif args.verb == "get-deduplication":
+        print(json.dumps(request("GET", f"{url}/deduplication")))
+    elif args.verb == "set-deduplication":
+        request("POST", f"{url}/deduplication", json.dumps(bool(args.enable)).encode())
+    elif args.verb == "remove-deduplication":
+        request("DELETE", f"{url}/deduplication")
     elif args.verb == "create":
         policies: dict[str, object] = {}
         if args.bundles is not None:

@@ -11,6 +11,10 @@ every ledger after its mark-delete: so snapshots are taken every
 ``brokerDeduplicationSnapshotFrequencyInSeconds``) and when the topic closes, each only if
 something was stored since the last one. Without the timer, a topic that takes fewer entries
 than the interval between restarts would never let go of a ledger.
+
+Whether a topic deduplicates: its namespace's ``deduplicationEnabled`` policy when set, else
+brokerDeduplicationEnabled (Pulsar's isDeduplicationEnabled). A change of either reaches the
+loaded topics live (:meth:`PersistentTopic.set_deduplication`, called by RatePolicies).
 """
 
 from __future__ import annotations
@@ -18,12 +22,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from enum import Enum
+from typing import Any
 
 from pulsar_grpc.broker import entry_format
+from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, Position
 from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR
 
 log = logging.getLogger(__name__)
+
+FIELD = "deduplicationEnabled"  # the namespace policy, in its Policies node
+
+
+def deduplication_enabled(config: ServiceConfiguration, policies: dict[str, Any] | None) -> bool:
+    """The namespace's policy when it is set, else the broker's default."""
+    found = (policies or {}).get(FIELD)
+    return found if isinstance(found, bool) else config.brokerDeduplicationEnabled
 
 
 class SnapshotState(Enum):
@@ -48,6 +62,7 @@ class Deduplication:
         self._since_snapshot = 0
         self._last_stored: Position | None = None  # the snapshot's position when BEHIND
         self._timer: asyncio.TimerHandle | None = None
+        self._stopped = False  # turned off (the namespace policy): no more snapshots
 
     @property
     def snapshot_state(self) -> SnapshotState:
@@ -116,7 +131,9 @@ class Deduplication:
         """Pulsar's takeSnapshot: the highest persisted sequence ids become the cursor's
         properties and its mark-delete moves to the last stored entry (freeing the ledgers
         before it). None when nothing was stored since the last snapshot."""
-        if self._last_stored is None or self.snapshot_state is SnapshotState.CURRENT:
+        if self._stopped or self._last_stored is None:
+            return None
+        if self.snapshot_state is SnapshotState.CURRENT:
             return None
         self._since_snapshot = 0
         written = self._cursor.mark_delete(self._last_stored, dict(self.persisted))
@@ -135,6 +152,15 @@ class Deduplication:
         written = self.take_snapshot()
         if written is not None:
             await asyncio.wait([written])  # a failure is logged: recovery replays instead
+
+    def stop(self) -> None:
+        """Turned off live (Pulsar's checkStatus when the namespace's deduplicationEnabled
+        becomes false): no snapshot is taken from now on, so its cursor can be deleted; the
+        receipts of entries accepted before still come back (the topic no longer asks it)."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _schedule(self) -> None:
         """Pulsar's checkDeduplicationSnapshot timer; 0 turns it off."""

@@ -12,7 +12,8 @@ node carries every rate of a namespace: a write from any broker notifies every b
 :class:`~pulsar_grpc.broker.security.permissions.PolicyCache` watch), and each re-reads the
 limits of its loaded topics of that tenant and retunes their throttles in place, so open
 streams feel the change at once. A partitioned topic's policy covers its partitions. The
-namespace's encryption_required travels the same way (broker/topics/encryption_policy.py).
+namespace's encryption_required travels the same way (broker/topics/encryption_policy.py), and
+so does its deduplicationEnabled (broker/topics/dedup.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.errors import InvalidArgumentError, MetadataError
 from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.broker.topics.dedup import deduplication_enabled
 from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
 from pulsar_grpc.broker.topics.rate_limit import UNLIMITED, RateLimit
 
@@ -223,15 +225,21 @@ class RatePolicies:
             if generation == self._generation:
                 return policies
 
+    async def deduplication(self, topic: TopicName) -> bool:
+        """Whether ``topic`` deduplicates (asked before it loads, so it loads that way)."""
+        return deduplication_enabled(self._config, await self._namespace_policies(topic))
+
     async def apply(self, topic: PersistentTopic) -> None:
-        """Set ``topic``'s limits and its namespace's encryption policy (the other
-        namespace-wide setting a topic keeps), and keep them current from now on."""
+        """Set ``topic``'s limits and its namespace's encryption and deduplication policies
+        (the other namespace-wide settings a topic keeps), and keep them current from now
+        on."""
         tenant = topic.topic_name.tenant
         if tenant not in self._unwatch:
             self._unwatch[tenant] = self._cache.watch(tenant, lambda: self._changed(tenant))
         policies = await self._namespace_policies(topic.topic_name)
         topic.set_rate_limits(resolve(self._config, policies, topic.topic_name))
         topic.encryption = EncryptionPolicy.of(policies)
+        await topic.set_deduplication(deduplication_enabled(self._config, policies))
 
     def reapply_all(self) -> None:
         """Resolve every loaded topic's limits again (the broker's defaults changed)."""

@@ -128,7 +128,8 @@ class TopicRegistry:
         if not (known or may_create) and not await self.ledgers.exists(ledger_name):
             raise TopicNotFoundError(f"topic {topic} does not exist")
         ledger = await self.ledgers.open(ledger_name)
-        loaded = await PersistentTopic.load(self, topic, ledger)
+        deduplication = await self.rate_policies.deduplication(topic)
+        loaded = await PersistentTopic.load(self, topic, ledger, deduplication)
         try:
             await self.rate_policies.apply(loaded)
         except BaseException:

@@ -60,6 +60,7 @@ class PersistentTopic:
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self._dedup = dedup
+        self._dedup_change = asyncio.Lock()  # set_deduplication: one change at a time
         self._system_producer: Producer | None = None  # made at its first dead letter
         self._closed = False
         self._fencing: asyncio.Task[None] | None = None  # the close after a fence, kept alive
@@ -86,16 +87,18 @@ class PersistentTopic:
 
     @classmethod
     async def load(
-        cls, registry: TopicRegistry, topic_name: TopicName, ledger: ManagedLedger
+        cls,
+        registry: TopicRegistry,
+        topic_name: TopicName,
+        ledger: ManagedLedger,
+        deduplication: bool | None = None,
     ) -> PersistentTopic:
+        """``deduplication``: whether it is on (the namespace's deduplicationEnabled, else
+        brokerDeduplicationEnabled: None says the latter)."""
         config = registry.config
-        dedup = None
-        if config.brokerDeduplicationEnabled:
-            dedup = await Deduplication.recover(
-                ledger,
-                config.brokerDeduplicationEntriesInterval,
-                config.brokerDeduplicationSnapshotFrequencyInSeconds,
-            )
+        if deduplication is None:
+            deduplication = config.brokerDeduplicationEnabled
+        dedup = await _recover_dedup(ledger, config) if deduplication else None
         topic = cls(registry, topic_name, ledger, dedup)
         # An empty context: the callback would otherwise keep a copy of the loading call's
         # context (its CallContext, headers...) for the topic's whole life.
@@ -141,6 +144,33 @@ class PersistentTopic:
 
     def last_sequence_id(self, producer_name: str) -> int:
         return self._dedup.last_sequence_id(producer_name) if self._dedup else -1
+
+    @property
+    def deduplication(self) -> bool:
+        return self._dedup is not None
+
+    async def set_deduplication(self, enabled: bool) -> None:
+        """Turn deduplication on or off on the loaded topic, as Pulsar's checkDeduplicationStatus
+        when the namespace policy changes. On: its state is recovered from the ``pulsar.dedup``
+        cursor (created from the earliest entry, so the sequence ids already stored count)
+        before it takes effect; batches published during the recovery are not checked. Off:
+        it stops at once and its cursor is deleted, freeing the ledgers it held (also done to
+        a cursor left from an earlier life of the topic). One change at a time."""
+        async with self._dedup_change:
+            if self._closed:
+                return
+            if enabled and self._dedup is None:
+                dedup = await _recover_dedup(self.ledger, self.config)
+                if self._closed:  # unloaded while recovering: close() saw no dedup
+                    dedup.stop()
+                    return
+                self._dedup = dedup
+            elif not enabled:
+                old, self._dedup = self._dedup, None
+                if old is not None:
+                    old.stop()
+                if DEDUPLICATION_CURSOR in self.ledger.cursors:
+                    await self.ledger.delete_cursor(DEDUPLICATION_CURSOR)
 
     def publish(
         self, producer: Producer, data: bytes, sequence_id: int, num_messages: int
@@ -438,6 +468,14 @@ class PersistentTopic:
             ],
             "subscriptions": {name: s.stats() for name, s in self.subscriptions.items()},
         }
+
+
+async def _recover_dedup(ledger: ManagedLedger, config: ServiceConfiguration) -> Deduplication:
+    return await Deduplication.recover(
+        ledger,
+        config.brokerDeduplicationEntriesInterval,
+        config.brokerDeduplicationSnapshotFrequencyInSeconds,
+    )
 
 
 def _duplicate_receipt(

@@ -17,6 +17,11 @@ namespace's Policies, creating one with its bundles, deleting namespaces and ten
 - ``GET``/``POST /admin/v2/namespaces/{t}/{ns}/encryptionRequired`` (body ``true`` or ``false``):
   Pulsar's encryption_required policy; while set, producers' unencrypted batches are refused
   (broker/topics/encryption_policy.py), on every broker at once (the Policies node is watched).
+- ``GET``/``POST``/``DELETE /admin/v2/namespaces/{t}/{ns}/deduplication``: Pulsar's
+  deduplicationEnabled policy (POST ``true`` or ``false``, 204; DELETE removes it, 204; GET
+  answers it, or 204 with no body while it is not set, as Pulsar's null). The effective value
+  is the policy when set, else brokerDeduplicationEnabled; loaded topics follow a change live
+  (PersistentTopic.set_deduplication).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
+from pulsar_grpc.broker.topics.dedup import FIELD as DEDUPLICATION_ENABLED
 from pulsar_grpc.broker.topics.encryption_policy import FIELD as ENCRYPTION_REQUIRED
 from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
 from pulsar_grpc.broker.web.access import AdminAccess
@@ -91,6 +97,9 @@ class NamespacesAdmin:
                 web.delete(NAMESPACE, self.delete),
                 web.get(f"{NAMESPACE}/encryptionRequired", self.get_encryption_required),
                 web.post(f"{NAMESPACE}/encryptionRequired", self.set_encryption_required),
+                web.get(f"{NAMESPACE}/deduplication", self.get_deduplication),
+                web.post(f"{NAMESPACE}/deduplication", self.set_deduplication),
+                web.delete(f"{NAMESPACE}/deduplication", self.remove_deduplication),
             ]
         )
 
@@ -167,6 +176,35 @@ class NamespacesAdmin:
 
         def change(node: dict[str, Any]) -> None:
             node[ENCRYPTION_REQUIRED] = required
+
+        await self.service.permissions.update_namespace(ns, change)
+        return web.Response(status=204)
+
+    async def get_deduplication(self, request: web.Request) -> web.Response:
+        ns = await self._namespace(request)
+        policies = await self.service.permissions.cache.get(f"{POLICIES_ROOT}/{ns}")
+        if policies is None:
+            raise e.NotFoundError(f"Namespace {ns} does not exist")
+        found = policies.get(DEDUPLICATION_ENABLED)
+        if not isinstance(found, bool):
+            return web.Response(status=204)  # Pulsar's null: not set
+        return web.json_response(found)
+
+    async def set_deduplication(self, request: web.Request) -> web.Response:
+        ns = await self._namespace(request)
+        enabled = await _policies_body(request, bool)
+
+        def change(node: dict[str, Any]) -> None:
+            node[DEDUPLICATION_ENABLED] = enabled
+
+        await self.service.permissions.update_namespace(ns, change)
+        return web.Response(status=204)
+
+    async def remove_deduplication(self, request: web.Request) -> web.Response:
+        ns = await self._namespace(request)
+
+        def change(node: dict[str, Any]) -> None:
+            node.pop(DEDUPLICATION_ENABLED, None)
 
         await self.service.permissions.update_namespace(ns, change)
         return web.Response(status=204)
