@@ -422,14 +422,16 @@ class Client:
         ``broker_consumer_stats_cache_time_ms``, the two chunking options (no chunks arrive)
         and ``batch_index_ack_enabled`` (acks are always per batch index here). Only their
         defaults: ``is_read_compacted``, ``properties``, ``replicate_subscription_state_enabled``,
-        ``start_message_id_inclusive``, ``key_shared_policy``, ``regex_subscription_mode``.
+        ``key_shared_policy``, ``regex_subscription_mode``.
+
+        ``start_message_id_inclusive``: whether :meth:`Consumer.seek` to a message id
+        delivers that message next (True) or the one after it (False, Pulsar's default).
         """
         refuse_unsupported(
             "subscribe",
             is_read_compacted=(is_read_compacted, False),
             properties=(properties or None, None),
             replicate_subscription_state_enabled=(replicate_subscription_state_enabled, False),
-            start_message_id_inclusive=(start_message_id_inclusive, False),
             key_shared_policy=(key_shared_policy, None),
             regex_subscription_mode=(
                 RegexSubscriptionMode(regex_subscription_mode),
@@ -458,6 +460,7 @@ class Client:
             ack_group_time_ms=ack_group_time_ms,
             operation_timeout_s=self._operation_timeout_s,
             subscription_type=sub_type,
+            start_inclusive=start_message_id_inclusive,
             initial_backoff_s=self._backoff_s[0],
             max_backoff_s=self._backoff_s[1],
             renewal=self._renewal,
@@ -559,7 +562,7 @@ class Client:
             consumer, self.get_last_message_id, topics, start, start_message_id_inclusive
         )
         if start == MessageId.latest:
-            await reader.mark_latest()
+            await reader.mark_latest(start_message_id_inclusive)
         self._track(consumer)
         self._handles.add(reader)
         return reader

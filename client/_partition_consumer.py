@@ -197,6 +197,10 @@ class PartitionConsumer:
         # its start position (the one it was created with, or the one it last sought).
         self._last_dequeued: Message | None = None
         self._start = (config.start_message_id, config.start_inclusive)
+        # After a seek to a message id without start_message_id_inclusive: the broker resumes
+        # at that message's entry, and the messages up to it (itself included) are dropped
+        # here, as Pulsar's client does (its startMessageId / resetIncludeHead).
+        self._skip_through: MessageId | None = None
         self._error: PulsarException | None = None
         # Zero-queue consumers: whether a receive() waits for the one message it asked for
         # (asked again on a new stream, whose permits start at zero).
@@ -340,11 +344,22 @@ class PartitionConsumer:
         """Move the cursor to a message id or a publish time (ms), and wait for SeekDone."""
         request_id = next(self._request_ids)
         seek = seek_request(target, request_id)
+        by_id = isinstance(target, MessageId) and target not in (
+            MessageId.earliest,
+            MessageId.latest,
+        )
+        inclusive = self.config.start_inclusive
+        self._skip_through = None  # what arrives before SeekDone is dropped anyway
         await self._request_dropping(request_id, pb.ConsumeRequest(seek=seek))
+        self._skip_through = (
+            target if isinstance(target, MessageId) and by_id and not inclusive else None
+        )
         # A publish time has no message id to resume from: a reader reconnecting before it
         # read anything starts over from the earliest message, as Pulsar's does.
         self._start = (
-            (target, True) if isinstance(target, MessageId) else (MessageId.earliest, False)
+            (target, inclusive or not by_id)
+            if isinstance(target, MessageId)
+            else (MessageId.earliest, False)
         )
         self._last_dequeued = None
 
@@ -403,6 +418,11 @@ class PartitionConsumer:
                     self._acks.delivered(
                         entry.ledger_id, entry.entry_id, len(of_entry), self.partition
                     )
+            if self._skip_through is not None and not self._dropping:
+                kept = [m for m in messages if not _at_or_before(m, self._skip_through)]
+                if len(kept) < len(messages):
+                    self.consumed(len(messages) - len(kept))  # dropped: permits back
+                    messages = kept
             if self._dropping:
                 self.consumed(len(messages))  # the broker charged them: give the permits back
                 if not self.config.receiver_queue_size and self._queue.waiting:
@@ -537,6 +557,17 @@ class PartitionConsumer:
             raise
         except Exception as exc:
             self._lost(call, as_pulsar_error(exc))
+
+
+def _at_or_before(message: Message, target: MessageId) -> bool:
+    """Whether ``message`` is ``target`` or comes before it in its entry (a target that is
+    not a batch message, batch index -1, covers its whole entry). Only the target's entry is
+    looked at, as Pulsar's isSameEntry: a seek past the end lands at the end, and what is
+    published next comes before the target without being skipped."""
+    found = message.message_id()
+    if (found.ledger_id, found.entry_id) != (target.ledger_id, target.entry_id):
+        return False
+    return target.batch_index < 0 or found.batch_index <= target.batch_index
 
 
 def seek_request(target: MessageId | int, request_id: int) -> pb.Seek:

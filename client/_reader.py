@@ -37,12 +37,14 @@ class Reader:
         start_point = None if start == MessageId.earliest else start
         self._read: list[MessageId | None] = [start_point] * len(topics)
         self._inclusive = [inclusive] * len(topics)
+        self._start_inclusive = inclusive  # also how seek(message id) lands (Pulsar's)
 
-    async def mark_latest(self) -> None:
-        """A reader started at latest has read up to what each partition held then."""
+    async def mark_latest(self, inclusive: bool = False) -> None:
+        """A reader started at latest has read up to what each partition held then (with
+        ``start_message_id_inclusive``, all but that last message, which comes next)."""
         for index, topic in enumerate(self._topics):
             self._read[index] = await self._last_message_id(topic)
-            self._inclusive[index] = False
+            self._inclusive[index] = inclusive
 
     def topic(self) -> str:
         """The topic as given to ``create_reader``."""
@@ -113,10 +115,11 @@ class Reader:
         if target == MessageId.latest:
             await self.mark_latest()
         elif isinstance(target, MessageId) and target != MessageId.earliest:
-            # The broker seeks to the entry: reading restarts at its first message.
+            # As Pulsar's: the message after ``target`` comes next, or with
+            # start_message_id_inclusive ``target`` itself.
             index = max(target.partition, 0)
-            self._read[index] = MessageId(target.ledger_id, target.entry_id, -1, target.partition)
-            self._inclusive[index] = True
+            self._read[index] = target
+            self._inclusive[index] = self._start_inclusive
         else:  # earliest, or a publish time: anything stored may come next
             self._read, self._inclusive = [None] * n, [False] * n
 

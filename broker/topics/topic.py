@@ -341,7 +341,13 @@ class PersistentTopic:
         inclusive: bool,
     ) -> ManagedCursor:
         """A non-durable cursor; a start inside a batch hides the messages before it (and the
-        start message itself unless inclusive), as Pulsar's client does for readers."""
+        start message itself unless inclusive), as Pulsar's client does for readers.
+        Latest and inclusive: the last message comes first (Pulsar's reader, which seeks to
+        the last message id in that case)."""
+        if start == "latest" and inclusive:
+            last = await self.last_message()
+            if last is not None:
+                start, batch_index = last
         if isinstance(start, str) or batch_index < 0:
             return self.ledger.new_non_durable_cursor(start, inclusive)
         entry = await self.ledger.read_entry(start)

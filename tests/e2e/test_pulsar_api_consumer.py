@@ -253,9 +253,9 @@ async def test_seek_to_a_message_of_one_partition_moves_only_that_partition(
                 await producer.send(f"p{p}-{i}".encode())
         got = await receive_n(consumer, 6)
         await consumer.acknowledge([m.message_id() for m in got], wait=True)
-        start = next(m for m in got if m.data() == b"p0-1")
+        start = next(m for m in got if m.data() == b"p0-0")
         assert start.message_id().partition == 0
-        await consumer.seek(start.message_id())
+        await consumer.seek(start.message_id())  # the message after it comes next
         again = await receive_n(consumer, 2)
         assert [m.data() for m in again] == [b"p0-1", b"p0-2"]
         await assert_nothing_more(consumer)  # partition 1 stayed where it was

@@ -32,20 +32,33 @@ def payloads(prefix: str, n: int) -> list[bytes]:
     return [f"{prefix}{i}".encode() for i in range(n)]
 
 
-async def test_seek_by_message_id_delivers_from_that_message_again(broker: BrokerThread) -> None:
+async def test_seek_by_message_id_delivers_the_next_message_as_pulsar(
+    broker: BrokerThread,
+) -> None:
+    """pulsar-client's test_seek and test_seek_inclusive: seek(id) on a consumer delivers the
+    message after ``id``; with start_message_id_inclusive=True, ``id`` itself."""
     topic = "seek-id"
     data = payloads("s", 10)
     async with Client(broker.service_url) as client:
         consumer = await client.subscribe(topic, "sub", initial_position="Earliest")
+        inclusive = await client.subscribe(
+            topic, "sub-incl", initial_position="Earliest", start_message_id_inclusive=True
+        )
         ids = await produce(client, topic, data)
-        for m in await receive_n(consumer, 10):
-            await consumer.acknowledge(m, wait=True)
+        for c in (consumer, inclusive):
+            for m in await receive_n(c, 10):
+                await c.acknowledge(m, wait=True)
 
         await consumer.seek(ids[4])
-        again = await receive_n(consumer, 6)
-        assert [m.message_id() for m in again] == ids[4:]
-        assert [m.data() for m in again] == data[4:]
+        again = await receive_n(consumer, 5)
+        assert [m.message_id() for m in again] == ids[5:]
+        assert [m.data() for m in again] == data[5:]
         await assert_nothing_more(consumer)
+
+        await inclusive.seek(ids[4])
+        again = await receive_n(inclusive, 6)
+        assert [m.data() for m in again] == data[4:]
+        await assert_nothing_more(inclusive)
 
         await consumer.seek(MessageId.earliest)
         assert [m.data() for m in await receive_n(consumer, 10)] == data
@@ -173,6 +186,92 @@ async def test_reader_from_a_batch_index_starts_inside_the_batch(broker: BrokerT
         await assert_nothing_more(inclusive)
 
 
+async def test_reader_seek_by_message_id_as_pulsar(broker: BrokerThread) -> None:
+    """pulsar-client's test_seek for readers: seek(id) reads the message after ``id`` next;
+    a reader made with start_message_id_inclusive=True reads ``id`` itself; has_message_available
+    agrees with both."""
+    topic = "reader-seek-id"
+    data = payloads("q", 8)
+    async with Client(broker.service_url) as client:
+        ids = await produce(client, topic, data)
+        reader = await client.create_reader(topic, MessageId.latest)
+        await assert_nothing_more(reader)
+        await reader.seek(MessageId.earliest)
+        assert [m.data() for m in await receive_n(reader, 2)] == data[:2]
+
+        await reader.seek(ids[3])
+        assert [m.data() for m in await receive_n(reader, 2)] == data[4:6]
+        await reader.seek(ids[7])
+        assert not await reader.has_message_available()
+        await assert_nothing_more(reader)
+
+        inclusive = await client.create_reader(
+            topic, MessageId.latest, start_message_id_inclusive=True
+        )
+        await inclusive.seek(ids[3])
+        assert await inclusive.has_message_available()
+        assert [m.data() for m in await receive_n(inclusive, 2)] == data[3:5]
+
+
+async def test_a_seek_inside_a_batch_is_exclusive_unless_inclusive(broker: BrokerThread) -> None:
+    topic = "seek-batch-index"
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe(topic, "sub", initial_position="Earliest")
+        inclusive = await client.subscribe(
+            topic, "incl", initial_position="Earliest", start_message_id_inclusive=True
+        )
+        producer = await client.create_producer(
+            topic, batching_max_messages=4, batching_max_publish_delay_ms=10_000
+        )
+        futures = [await producer.enqueue(f"b{i}".encode()) for i in range(4)]
+        await producer.flush()
+        ids = list(await asyncio.gather(*futures))
+        for c in (consumer, inclusive):
+            await receive_n(c, 4)
+            await c.seek(ids[1])
+        assert [m.message_id() for m in await receive_n(consumer, 2)] == ids[2:]
+        await assert_nothing_more(consumer)
+        assert [m.message_id() for m in await receive_n(inclusive, 3)] == ids[1:]
+        await assert_nothing_more(inclusive)
+
+
+async def test_a_reader_at_latest_inclusive_reads_the_last_message(broker: BrokerThread) -> None:
+    """Pulsar's reader at MessageId.latest with start_message_id_inclusive=True: the last
+    message first (of a batch, only its last message), then what is published after."""
+    topic = "reader-latest-inclusive"
+    async with Client(broker.service_url) as client:
+        empty = await client.create_reader(
+            "reader-latest-inclusive-empty", MessageId.latest, start_message_id_inclusive=True
+        )
+        assert not await empty.has_message_available()
+        await assert_nothing_more(empty)
+
+        ids = await produce(client, topic, payloads("l", 3))
+        reader = await client.create_reader(
+            topic, MessageId.latest, start_message_id_inclusive=True
+        )
+        assert await reader.has_message_available()
+        got = await reader.read_next(RECEIVE_MS)
+        assert (got.message_id(), got.data()) == (ids[2], b"l2")
+        assert not await reader.has_message_available()
+        exclusive = await client.create_reader(topic, MessageId.latest)
+        await assert_nothing_more(exclusive)
+
+        producer = await client.create_producer(
+            topic, batching_max_messages=3, batching_max_publish_delay_ms=10_000
+        )
+        futures = [await producer.enqueue(f"b{i}".encode()) for i in range(3)]
+        await producer.flush()
+        batch_ids = list(await asyncio.gather(*futures))
+        of_batch = await client.create_reader(
+            topic, MessageId.latest, start_message_id_inclusive=True
+        )
+        assert [m.message_id() for m in await receive_n(of_batch, 1)] == batch_ids[2:]
+        await assert_nothing_more(of_batch)
+        await producer.send(b"after")
+        assert (await of_batch.read_next(RECEIVE_MS)).data() == b"after"
+
+
 async def test_reader_leaves_no_durable_subscription(broker: BrokerThread) -> None:
     topic = "reader-non-durable"
     full = f"persistent://public/default/{topic}"
@@ -230,7 +329,7 @@ async def test_seek_while_messages_flow_restarts_cleanly(broker: BrokerThread) -
             assert [m.data() for m in head] == [f"x{i}".encode() for i in range(5)]
             heads = []
             for _ in range(5):
-                await consumer.seek(head[2].message_id())
+                await consumer.seek(head[1].message_id())  # the one after it comes next
                 heads.append([m.data().decode() for m in await receive_n(consumer, 3)])
         total = live.sent
         assert heads == [["x2", "x3", "x4"]] * 5, f"first three after each seek: {heads}"

@@ -471,7 +471,8 @@ async def test_reader_reconnecting_after_a_seek_resumes_at_the_sought_message():
     dialer.last.fail()
     await reconnected(dialer, 2)
     assert dialer.params[1]["x-pulsar-start-message-id"] == "1:2:-1"
-    assert dialer.params[1]["x-pulsar-start-message-id-inclusive"] is True
+    # Pulsar's: a seek to an id resumes after it (start_message_id_inclusive=False).
+    assert dialer.params[1]["x-pulsar-start-message-id-inclusive"] is False
 
 
 async def test_a_message_over_the_channel_limit_is_refused_before_sending():
