@@ -79,10 +79,13 @@ class InitialPosition(StrEnum):
 @dataclass(frozen=True, slots=True)
 class DeadLetterPolicy:
     """After ``max_redeliver_count`` redeliveries a message goes to the dead-letter topic
-    (default ``<topic>-<subscription>-DLQ``)."""
+    (default ``<topic>-<subscription>-DLQ``). ``initial_subscription_name``: a durable
+    subscription the dead-letter topic gets (from its earliest message) before its first
+    message is written, so no dead letter is missed by a consumer subscribing later."""
 
     max_redeliver_count: int
     dead_letter_topic: str | None = None
+    initial_subscription_name: str | None = None
 
 
 # pulsar-client's name for it.
@@ -128,6 +131,9 @@ def subscription_params(
     if dead_letter_policy is not None:
         params["x-pulsar-max-redeliver-count"] = dead_letter_policy.max_redeliver_count
         params["x-pulsar-dead-letter-topic"] = dead_letter_policy.dead_letter_topic
+        params["x-pulsar-dead-letter-initial-subscription"] = (
+            dead_letter_policy.initial_subscription_name
+        )
     return params
 
 

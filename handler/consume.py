@@ -177,6 +177,7 @@ def _options(params: ConsumerParams) -> ConsumerOptions:
         negative_ack_delay_ms=params.negative_ack_delay_ms,
         max_redeliver_count=params.max_redeliver_count,
         dead_letter_topic=params.dead_letter_topic,
+        dead_letter_initial_subscription=params.dead_letter_initial_subscription,
     )
 
 

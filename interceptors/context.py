@@ -49,6 +49,7 @@ class ConsumerParams:
     negative_ack_delay_ms: int
     max_redeliver_count: int
     dead_letter_topic: str | None
+    dead_letter_initial_subscription: str | None = None
     schema: Declared = None
 
 

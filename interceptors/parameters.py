@@ -67,6 +67,7 @@ KNOWN_PARAMETERS = frozenset(
         "x-pulsar-negative-ack-delay-ms",
         "x-pulsar-max-redeliver-count",
         "x-pulsar-dead-letter-topic",
+        "x-pulsar-dead-letter-initial-subscription",
         "x-pulsar-original-principal",  # read by the authentication interceptor
         "x-pulsar-proxy-to-broker-url",  # for a proxy (PIP-1); a broker has nothing to do with it
         H_SCHEMA,
@@ -298,4 +299,6 @@ def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
         dead_letter_topic=str(TopicName.get(headers["x-pulsar-dead-letter-topic"]))
         if headers.get("x-pulsar-dead-letter-topic")
         else None,
+        dead_letter_initial_subscription=headers.get("x-pulsar-dead-letter-initial-subscription")
+        or None,
     )

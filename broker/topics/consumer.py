@@ -34,6 +34,8 @@ class ConsumerOptions:
     negative_ack_delay_ms: int = 60_000
     max_redeliver_count: int = 0
     dead_letter_topic: str | None = None
+    # Made on the dead-letter topic (from its earliest entry) before anything is written there.
+    dead_letter_initial_subscription: str | None = None
 
 
 @dataclass(eq=False)

@@ -429,17 +429,28 @@ class Subscription:
             self.dispatcher.redeliver(back)
         if dead:
             topic_name = policy.dead_letter_topic or dead_letter_topic_name(self)
-            task = asyncio.get_running_loop().create_task(self._dead_letter(topic_name, dead))
+            task = asyncio.get_running_loop().create_task(
+                self._dead_letter(topic_name, dead, policy.dead_letter_initial_subscription)
+            )
             task.add_done_callback(_log_failure)
 
-    async def _dead_letter(self, topic_name: str, dead: list[tuple[Position, int | None]]) -> None:
+    async def _dead_letter(
+        self,
+        topic_name: str,
+        dead: list[tuple[Position, int | None]],
+        initial_subscription: str | None = None,
+    ) -> None:
         """Publish each entry's unacked messages to the dead-letter topic, then ack it. The
         copy carries the dead-letter topic's version of the schema the messages were written
         with (registered there first). An entry that cannot be dead-lettered (its schema
         refused there included) goes back for redelivery (and is tried again on its next
-        negative ack or ack timeout), so it is never left neither delivered nor dead."""
+        negative ack or ack timeout), so it is never left neither delivered nor dead.
+        ``initial_subscription`` (the policy's): made on the dead-letter topic first, as
+        Pulsar's client creates it with the dead-letter producer."""
         try:
             dlq = await self.topic.registry.get_topic(topic_name, create=True)
+            if initial_subscription is not None:
+                await dlq.ensure_subscription(initial_subscription)
         except Exception as exc:
             self._dead_letter_failed(topic_name, dead, exc)
             return

@@ -26,7 +26,7 @@ from pulsar_grpc.broker.errors import (
 )
 from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, Position
 from pulsar_grpc.broker.meters import RateMeter, iso_utc
-from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, TopicName
+from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, TopicName, check_subscription_name
 from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.dedup import Deduplication
 from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
@@ -299,6 +299,8 @@ class PersistentTopic:
         self._check_open()
         if options.dead_letter_topic is not None:
             await self._check_dead_letter_topic(options.dead_letter_topic)
+        if options.dead_letter_initial_subscription is not None:
+            _check_initial_subscription(options.dead_letter_initial_subscription)
         subscription = self.subscriptions.get(subscription_name)
         if subscription is None:
             if durable:
@@ -359,6 +361,16 @@ class PersistentTopic:
         if hidden > 0:
             cursor.ack_batch_indexes(start, range(hidden), size)
         return cursor
+
+    async def ensure_subscription(self, name: str) -> None:
+        """A durable subscription ``name`` from the earliest entry, unless it exists (a
+        dead-letter policy's initial subscription, made before the first dead letter)."""
+        self._check_open()
+        if name in self.subscriptions:
+            return
+        cursor = await self.ledger.open_cursor(name, "earliest")
+        if name not in self.subscriptions:  # a consumer may have subscribed meanwhile
+            self.subscriptions[name] = Subscription(self, name, cursor, self.config)
 
     def get_subscription(self, name: str) -> Subscription:
         try:
@@ -474,6 +486,14 @@ class PersistentTopic:
             ],
             "subscriptions": {name: s.stats() for name, s in self.subscriptions.items()},
         }
+
+
+def _check_initial_subscription(name: str) -> None:
+    """Refuse at subscribe time a dead-letter initial subscription that cannot be made."""
+    try:
+        check_subscription_name(name)
+    except BrokerError as exc:
+        raise type(exc)(f"dead-letter initial subscription: {exc.message}") from exc
 
 
 async def _recover_dedup(ledger: ManagedLedger, config: ServiceConfiguration) -> Deduplication:

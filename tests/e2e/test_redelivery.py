@@ -10,7 +10,16 @@ from __future__ import annotations
 import asyncio
 import time
 
-from pulsar_grpc.client import Client, DeadLetterPolicy, Message, MessageId
+import pytest
+
+from pulsar_grpc.client import (
+    Client,
+    ConsumerDeadLetterPolicy,
+    DeadLetterPolicy,
+    Message,
+    MessageId,
+    PulsarException,
+)
 from tests.e2e.messaging import (
     RECEIVE_MS,
     LivePublisher,
@@ -18,7 +27,9 @@ from tests.e2e.messaging import (
     dead_letter_pair,
     receive_n,
 )
+from tests.e2e.test_authorization import http
 from tests.support import BrokerThread
+from tests.waiting import eventually
 
 SLACK_S = 0.05  # scheduling slack allowed below a broker-side delay
 
@@ -156,6 +167,50 @@ async def test_message_goes_to_dead_letter_topic_after_max_redeliveries(
         again = await client.subscribe(topic, "sub", "Shared", initial_position="Earliest")
         await assert_nothing_more(again, 300)
         await assert_nothing_more(dlq, 100)
+
+
+async def test_the_dead_letter_initial_subscription_is_made_before_the_first_dead_letter(
+    broker: BrokerThread,
+) -> None:
+    """pulsar-client's ConsumerDeadLetterPolicy(max_redeliver_count, dead_letter_topic,
+    initial_subscription_name): the dead-letter topic gets that subscription before anything
+    is written to it, so a consumer subscribing later (from latest) still gets every dead
+    letter; an invalid name is refused at subscribe."""
+    topic = "dlq-initial-sub"
+    dlq_topic = "persistent://public/default/dlq-initial-sub-dead"
+    async with Client(broker.service_url) as client:
+        with pytest.raises(PulsarException, match="initial subscription"):
+            await client.subscribe(
+                topic,
+                "sub",
+                dead_letter_policy=ConsumerDeadLetterPolicy(1, dlq_topic, "pulsar.dedup"),
+            )
+        consumer = await client.subscribe(
+            topic,
+            "sub",
+            "Shared",
+            initial_position="Earliest",
+            negative_ack_redelivery_delay_ms=100,
+            dead_letter_policy=ConsumerDeadLetterPolicy(1, dlq_topic, "dlq-init"),
+        )
+        producer = await client.create_producer(topic, batching_max_messages=1)
+        for payload in (b"poison-1", b"poison-2"):
+            await producer.send(payload)
+        for _ in range(4):  # each delivered twice: the second nack sends it to the DLQ
+            await consumer.negative_acknowledge(await consumer.receive(RECEIVE_MS))
+
+        async def both_written() -> bool:
+            path = "/admin/v2/persistent/public/default/dlq-initial-sub-dead/stats"
+            status, stats = await asyncio.to_thread(http, broker, "GET", path, None)
+            return status == 200 and stats["msgInCounter"] >= 2
+
+        await eventually(both_written, timeout=20)
+        # Subscribed only now, at the default position (latest): the subscription was there
+        # before the first dead letter, so it holds both.
+        late = await client.subscribe(dlq_topic, "dlq-init")
+        got = sorted([(await late.receive(RECEIVE_MS)).data() for _ in range(2)])
+        assert got == [b"poison-1", b"poison-2"]
+        await assert_nothing_more(late, 100)
 
 
 async def test_redeliver_unacknowledged_messages_redelivers_everything_unacked(
