@@ -149,13 +149,19 @@ class OwnershipWatcher:
                     call = stub.WatchTopicOwnership(
                         request, metadata=self._calls.metadata(None, {})
                     )
-                    async for response in call:
-                        if previous is not None:  # the new stream answered: the old one goes
-                            previous.cancel()
-                            previous = None
-                        self._target = target
-                        backoff.reset()
-                        self._dispatch(response)
+                    # read(), not `async for`: grpc's iterator is an async generator, which
+                    # the loop's shutdown would have to close while it waits (an error on
+                    # stderr when a client is dropped without close()).
+                    try:
+                        while (response := await call.read()) is not grpc.aio.EOF:
+                            if previous is not None:  # the new stream answered: the old goes
+                                previous.cancel()
+                                previous = None
+                            self._target = target
+                            backoff.reset()
+                            self._dispatch(response)
+                    finally:
+                        call.cancel()
                     log.info("ownership watch at %s ended; watching again", target[0])
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
