@@ -11,6 +11,7 @@ The tree::
     │   └── SubscriptionNotFoundError (SubscriptionNotFound)
     ├── PreconditionError                                            -> FAILED_PRECONDITION
     │   ├── ProducerBusyError         (ProducerBusy)
+    │   ├── ProducerFencedError       (ProducerFenced)
     │   ├── ConsumerBusyError         (ConsumerBusy)
     │   ├── ConsumerAssignError       (ConsumerAssignError)
     │   ├── NotAllowedError           (NotAllowedError)
@@ -59,6 +60,7 @@ class ServerError(IntEnum):
     IncompatibleSchema = 18
     ConsumerAssignError = 19
     NotAllowedError = 22
+    ProducerFenced = 25
 
 
 class BrokerError(Exception):
@@ -104,6 +106,15 @@ class PreconditionError(BrokerError):
 
 class ProducerBusyError(PreconditionError):
     code = ServerError.ProducerBusy
+
+
+class ProducerFencedError(PreconditionError):
+    """An exclusive producer lost the topic, or cannot have it (Pulsar's
+    ProducerFencedException, PIP-68): another producer holds it exclusively, a newer exclusive
+    producer fenced this one (ExclusiveWithFencing), or the topic epoch it reconnects with is
+    older than the topic's. Not retryable: the same request would be fenced again."""
+
+    code = ServerError.ProducerFenced
 
 
 class ConsumerBusyError(PreconditionError):

@@ -304,15 +304,20 @@ class Client:
         ...     "my-topic", compression_type=CompressionType.LZ4, block_if_queue_full=True)
         >>> users = await client.create_producer("users", schema=AvroSchema(User))
 
+        ``access_mode`` (:class:`ProducerAccessMode`, PIP-68) is enforced by the broker:
+        ``Exclusive`` fails with :class:`~client.ProducerFenced` while another producer is
+        connected, ``WaitForExclusive`` returns once the topic is this producer's (no
+        operation timeout), ``ExclusiveWithFencing`` fences the producers there; a Shared
+        producer beside an exclusive one fails with :class:`~client.ProducerBusy`.
+
         ``lazy_start_partitioned_producers`` is accepted and ignored (every partition's
-        stream opens at once); ``chunking_enabled``, ``properties``, ``access_mode`` and
-        ``message_router`` take only their defaults (NotImplementedError otherwise).
+        stream opens at once); ``chunking_enabled``, ``properties`` and ``message_router``
+        take only their defaults (NotImplementedError otherwise).
         """
         refuse_unsupported(
             "create_producer",
             chunking_enabled=(chunking_enabled, False),
             properties=(properties or None, None),
-            access_mode=(ProducerAccessMode(access_mode), ProducerAccessMode.Shared),
             message_router=(message_router, None),
         )
         config = ProducerConfig(
@@ -330,6 +335,7 @@ class Client:
             max_backoff_s=self._backoff_s[1],
             renewal=self._renewal,
             max_message_size=self._max_message_size,
+            access_mode=ProducerAccessMode(int(access_mode)),
         )
         if max_pending_messages < 1 or max_pending_messages_across_partitions < 1:
             raise ValueError(

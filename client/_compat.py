@@ -4,7 +4,7 @@ Code written for pulsar-client passes every parameter of ``Client``, ``create_pr
 ``subscribe``, ``create_reader`` and ``send`` by name or position, often at its default. So
 each is accepted with pulsar-client's name, position and default; at its default it is
 harmless. A value that would change what the application sees (delayed delivery, chunking,
-a compacted view, another producer access mode) cannot be honoured here, and silently
+a compacted view) cannot be honoured here, and silently
 ignoring it would lose messages' meaning, so :func:`refuse_unsupported` raises
 NotImplementedError naming the parameter and why. Parameters that only tune pulsar-client's
 C++ runtime (``io_threads``, ``message_listener_threads``, ...) mean nothing here and are
@@ -19,8 +19,8 @@ __all__ = ["ProducerAccessMode", "RegexSubscriptionMode", "one_of", "refuse_unsu
 
 
 class ProducerAccessMode(IntEnum):
-    """pulsar-client's ``ProducerAccessMode`` (PIP-68). Only ``Shared`` is served here: the
-    broker has no exclusive producers."""
+    """pulsar-client's ``ProducerAccessMode`` (PIP-68), sent as
+    ``x-pulsar-producer-access-mode`` (its name) and enforced by the broker."""
 
     Shared = 0
     Exclusive = 1
@@ -42,7 +42,6 @@ UNSUPPORTED_REASONS = {
     "chunking_enabled": "the broker does not chunk messages; keep messages under maxMessageSize",
     "message_router": "custom routers are not supported; use partition_key or message_routing_mode",
     "properties": "producer and consumer properties are not carried to the broker",
-    "access_mode": "the broker has no exclusive producers (PIP-68): every producer is Shared",
     "is_read_compacted": "the broker does not compact topics",
     "replicate_subscription_state_enabled": "the broker does not replicate between clusters",
     "start_message_id_inclusive": "only readers take it here (create_reader's parameter)",

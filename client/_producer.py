@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from ..schema import Schema
 from ._auth import CredentialRenewal
 from ._batching import BatchingType, BatchKey, Container, batch_container
-from ._compat import refuse_unsupported
+from ._compat import ProducerAccessMode, refuse_unsupported
 from ._compression import CompressionType, Sealer
 from ._connection import (
     DEFAULT_INITIAL_BACKOFF_MS,
@@ -88,6 +89,8 @@ class ProducerConfig:
     # The channel's send limit (-1: none). A message over it is refused here: sent, it would
     # break the stream on every reconnect.
     max_message_size: int = -1
+    # PIP-68: sent as x-pulsar-producer-access-mode; the broker enforces it.
+    access_mode: ProducerAccessMode = ProducerAccessMode.Shared
 
 
 @dataclass(slots=True)
@@ -108,6 +111,9 @@ class PartitionProducer:
         self.topic = ""
         self.last_sequence_id = -1
         self.schema_version = b""  # of the producer's schema, from ProducerReady
+        # The topic epoch the broker admitted this producer under (ProducerReady.topic_epoch),
+        # sent back on each reconnect: a producer another exclusive one replaced is fenced.
+        self.topic_epoch: int | None = None
         self._next_sequence_id = 0
         self._loop = asyncio.get_running_loop()
         self._container: Container[asyncio.Future[MessageId]] = batch_container(
@@ -145,7 +151,14 @@ class PartitionProducer:
     async def start(self, connect: Connect) -> None:
         """Open the stream and wait for ProducerReady; later streams reopen with ``connect``."""
         self._connect = connect
-        await self.connection.connect_first(self.config.operation_timeout_s)
+        await self.connection.connect_first(self._ready_timeout_s())
+
+    def _ready_timeout_s(self) -> float:
+        """How long the broker may take to answer: a WaitForExclusive producer waits until
+        the topic is its own, however long that is (as Pulsar's client)."""
+        if self.config.access_mode is ProducerAccessMode.WaitForExclusive:
+            return math.inf
+        return self.config.operation_timeout_s
 
     async def _open(self) -> None:
         """Open a stream (the first, or a reconnect under the name the broker gave)."""
@@ -156,9 +169,11 @@ class PartitionProducer:
             params["x-pulsar-producer-name"] = self.producer_name
         # Several receipts per response when several batches are stored together.
         params["x-pulsar-grouped-receipts"] = True
-        call, ready = await open_expecting(
-            self._connect, params, "ready", self.config.operation_timeout_s
-        )
+        if self.config.access_mode is not ProducerAccessMode.Shared:
+            params["x-pulsar-producer-access-mode"] = self.config.access_mode.name
+        if self.topic_epoch is not None:
+            params["x-pulsar-producer-topic-epoch"] = self.topic_epoch
+        call, ready = await open_expecting(self._connect, params, "ready", self._ready_timeout_s())
         first = not self.producer_name
         self._call = call
         self.on_ready(ready, first)
@@ -177,6 +192,8 @@ class PartitionProducer:
         self.producer_name = ready.producer_name
         self.topic = ready.topic
         self.schema_version = ready.schema_version
+        if ready.HasField("topic_epoch"):
+            self.topic_epoch = ready.topic_epoch
         if not first:  # reconnected: the client's own sequence ids go on
             self.last_sequence_id = max(self.last_sequence_id, ready.last_sequence_id)
             return

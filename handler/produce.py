@@ -48,11 +48,13 @@ async def produce(
         await authorize_topic(broker, ctx.topic, TopicOperation.PRODUCE)
         topic = await broker.get_topic(ctx.topic)
         version = await broker.schemas.producer_schema(ctx.topic, ctx.producer.schema)
-        producer = topic.add_producer(
+        producer = await topic.add_producer(
             ctx.producer.producer_name,
             ctx.peer,
             b"" if version is None else encode_version(version),
             ctx.client_version,
+            ctx.producer.access_mode,
+            ctx.producer.topic_epoch,
         )
     except Exception as exc:
         await abort(context, exc, trailers=owner_trailers(broker, exc))
@@ -64,6 +66,7 @@ async def produce(
             last_sequence_id=last,
             topic=topic.name,
             schema_version=producer.schema_version,
+            topic_epoch=producer.topic_epoch,
         )
         await context.write(pb.ProduceResponse(ready=ready))
         with ended_when_revoked(broker, ctx.topic, TopicOperation.PRODUCE, producer.end):

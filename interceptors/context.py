@@ -15,7 +15,7 @@ from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.broker.schema import Declared
 from pulsar_grpc.broker.security.authentication import AuthenticationData
-from pulsar_grpc.broker.topics import SubType
+from pulsar_grpc.broker.topics import ProducerAccessMode, SubType
 
 
 class ReceiptFraming(StrEnum):
@@ -32,6 +32,9 @@ class ProducerParams:
     # The declared schema (x-pulsar-schema-bin, or a version: x-pulsar-schema-version-bin).
     schema: Declared = None
     receipts: ReceiptFraming = ReceiptFraming.ONE_PER_RESPONSE
+    access_mode: ProducerAccessMode = ProducerAccessMode.SHARED  # x-pulsar-producer-access-mode
+    # x-pulsar-producer-topic-epoch: the epoch a reconnecting producer held the topic under.
+    topic_epoch: int | None = None
 
 
 @dataclass(slots=True, frozen=True)

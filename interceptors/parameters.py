@@ -30,7 +30,7 @@ from pulsar_grpc.broker.schema import (
     decode_version,
     new_schema,
 )
-from pulsar_grpc.broker.topics import SubType
+from pulsar_grpc.broker.topics import ProducerAccessMode, SubType
 from pulsar_grpc.interceptors._wrap import Prepare, PreparingInterceptor
 from pulsar_grpc.interceptors.context import (
     CallContext,
@@ -55,6 +55,8 @@ KNOWN_PARAMETERS = frozenset(
         H_LISTENER,
         "x-pulsar-producer-name",
         "x-pulsar-grouped-receipts",
+        "x-pulsar-producer-access-mode",
+        "x-pulsar-producer-topic-epoch",
         "x-pulsar-subscription",
         "x-pulsar-subscription-type",
         "x-pulsar-consumer-name",
@@ -194,6 +196,15 @@ def _producer(headers: Mapping[str, str]) -> ProducerParams:
     return ProducerParams(
         producer_name=headers.get("x-pulsar-producer-name") or None,
         receipts=ReceiptFraming.GROUPED if grouped else ReceiptFraming.ONE_PER_RESPONSE,
+        access_mode=_choice(
+            headers,
+            "x-pulsar-producer-access-mode",
+            {m.value: m for m in ProducerAccessMode},
+            ProducerAccessMode.SHARED.value,
+        ),
+        topic_epoch=_int(headers, "x-pulsar-producer-topic-epoch", -1, minimum=0)
+        if headers.get("x-pulsar-producer-topic-epoch")
+        else None,
     )
 
 

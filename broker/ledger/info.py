@@ -22,6 +22,7 @@ __all__ = [
     "cursor_name_from_node",
     "cursor_path",
     "decode_ledgers",
+    "decode_properties",
     "encode_ledgers",
     "ledger_path",
 ]
@@ -61,15 +62,25 @@ def cursor_name_from_node(node: str) -> str:
     return unquote(node)
 
 
-def encode_ledgers(ledgers: list[LedgerInfo]) -> bytes:
+def encode_ledgers(ledgers: list[LedgerInfo], properties: dict[str, str] | None = None) -> bytes:
     """The ManagedLedgerInfo of the ledger list (never empty: there is always a current ledger,
-    and an empty node value means "no managed ledger here")."""
+    and an empty node value means "no managed ledger here") and the managed ledger's
+    properties (Pulsar's ManagedLedger.getProperties: the topic epoch lives there)."""
     info = ml.ManagedLedgerInfo()
     for i in ledgers:
         info.ledgerInfo.add(
             ledgerId=i.ledger_id, entries=i.entries, size=i.size, timestamp=i.timestamp
         )
+    for key, value in sorted((properties or {}).items()):
+        info.properties.add(key=key, value=value)
     return info.SerializeToString()
+
+
+def decode_properties(value: bytes) -> dict[str, str]:
+    """The properties of a ManagedLedgerInfo (none in the JSON that earlier versions wrote)."""
+    if not value or value.startswith(b"{"):
+        return {}
+    return {p.key: p.value for p in ml.ManagedLedgerInfo.FromString(value).properties}
 
 
 def decode_ledgers(value: bytes) -> list[LedgerInfo]:

@@ -14,6 +14,7 @@ from pulsar_grpc.broker.ledger.info import (
     ManagedLedgerConfig,
     cursor_name_from_node,
     decode_ledgers,
+    decode_properties,
     encode_ledgers,
     ledger_path,
 )
@@ -90,6 +91,7 @@ class ManagedLedgerFactory:
         owner = await store.fence(name)
         got = await metadata.get(path)
         ledgers = decode_ledgers(got.value) if got is not None and got.value else []
+        properties = decode_properties(got.value) if got is not None else {}
         version = got.version if got is not None else -1
         # The new ledger's id must follow every one before it, which other brokers may have
         # created (from their own blocks of ids).
@@ -104,10 +106,10 @@ class ManagedLedgerFactory:
         await self._shared.ids.ensure(above=newest)
         ledgers.append(LedgerInfo(self._shared.ids.take()))
         try:
-            version = await metadata.put(path, encode_ledgers(ledgers), version)
+            version = await metadata.put(path, encode_ledgers(ledgers, properties), version)
         except MetadataStoreError as e:
             raise PersistenceError(f"cannot open managed ledger {name}: {e}") from e
-        ml = ManagedLedger(self._shared, owner, config, ledgers, version)
+        ml = ManagedLedger(self._shared, owner, config, ledgers, version, properties)
         await ml.recover_cursors()
         self._ledgers[name] = ml
         return ml

@@ -140,8 +140,12 @@ class ManagedLedger:
         config: ManagedLedgerConfig,
         ledgers: list[LedgerInfo],
         metadata_version: int,
+        properties: dict[str, str] | None = None,
     ) -> None:
         self.name = owner.name
+        # Pulsar's managed-ledger properties, kept in the ledger node: what the topic must find
+        # again on whichever broker loads it next (its epoch). Changed with set_property only.
+        self.properties: dict[str, str] = dict(properties or {})
         self.owner = owner  # every write of this ledger and its cursors names it
         self.config = config
         self.cursors: dict[str, ManagedCursor] = {}
@@ -367,6 +371,18 @@ class ManagedLedger:
         self._drain()
         self.schedule_trim()
 
+    async def set_property(self, key: str, value: str) -> None:
+        """Set one property and return once the ledger node holds it (Pulsar's
+        asyncSetProperty); on failure the property keeps its old value."""
+        async with self._metadata_lock:
+            before = dict(self.properties)
+            self.properties[key] = value
+            try:
+                await self._put_info(self._ledgers)
+            except BaseException:
+                self.properties = before
+                raise
+
     async def _write_info(self) -> None:
         async with self._metadata_lock:
             await self._put_info(self._ledgers)
@@ -386,7 +402,9 @@ class ManagedLedger:
         registered = {i.ledger_id for i in ledgers}
         try:
             self._metadata_version = await self._shared.metadata.put(
-                ledger_path(self.name), encode_ledgers(ledgers), self._metadata_version
+                ledger_path(self.name),
+                encode_ledgers(ledgers, self.properties),
+                self._metadata_version,
             )
         except BadVersionError as e:
             # Another broker opened the ledger since, or a write of ours whose answer was

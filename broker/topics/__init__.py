@@ -2,6 +2,7 @@
 
 from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.producer import Producer, PublishReceipt
+from pulsar_grpc.broker.topics.producer_access import ProducerAccessMode
 from pulsar_grpc.broker.topics.subscription import ACK_SLICE, AckId, Subscription, SubType
 from pulsar_grpc.broker.topics.topic import PersistentTopic
 from pulsar_grpc.broker.topics.transport import ConsumerTransport, Delivery
@@ -15,6 +16,7 @@ __all__ = [
     "Delivery",
     "PersistentTopic",
     "Producer",
+    "ProducerAccessMode",
     "PublishReceipt",
     "SubType",
     "Subscription",

@@ -11,6 +11,7 @@ from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.errors import BrokerError
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.meters import RateMeter
+from pulsar_grpc.broker.topics.producer_access import ProducerAccessMode
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.topics.topic import PersistentTopic
@@ -40,6 +41,10 @@ class Producer:
     # The client library's name and version (Pulsar's clientVersion): the call's user-agent.
     client_version: str = ""
     connected_since: float = field(default_factory=time.time)
+    access_mode: ProducerAccessMode = ProducerAccessMode.SHARED
+    # The topic epoch it was admitted under (ProducerReady.topic_epoch); None: no producer
+    # ever had the topic exclusively.
+    topic_epoch: int | None = None
     # What this producer published: msgInCounter, bytesInCounter and their rates.
     rate_in: RateMeter = field(default_factory=RateMeter)
     _fields: bytes = b""
@@ -63,8 +68,11 @@ class Producer:
         """Store one batch (the message fields of the entry format) as one entry.
 
         Synchronous: call order is storage order, so receipts come back in order. The future
-        resolves once the entry is durable.
+        resolves once the entry is durable. An ended producer (fenced, unloaded) stores
+        nothing more, whatever its stream still delivers.
         """
+        if self.ended.done():
+            raise self.ended.result()
         now_ms = time.time_ns() // 1_000_000
         data = entry_format.seal(batch, now_ms, self._fields)
         self.rate_in.record(num_messages, len(data))

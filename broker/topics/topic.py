@@ -31,6 +31,7 @@ from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.dedup import Deduplication
 from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
 from pulsar_grpc.broker.topics.producer import Producer, PublishReceipt
+from pulsar_grpc.broker.topics.producer_access import ExclusiveAccess, ProducerAccessMode
 from pulsar_grpc.broker.topics.rate_limit import RateLimit, Throttle
 from pulsar_grpc.broker.topics.rate_policies import RateKind, TopicLimits, broker_default
 from pulsar_grpc.broker.topics.subscription import Subscription, SubType
@@ -61,6 +62,8 @@ class PersistentTopic:
         self.subscriptions: dict[str, Subscription] = {}
         self._dedup = dedup
         self._dedup_change = asyncio.Lock()  # set_deduplication: one change at a time
+        # Exclusive producers and the topic epoch (PIP-68), read back from the ledger's node.
+        self.access = ExclusiveAccess(self.name, ledger, self.producers.keys, self._fence_producer)
         self._system_producer: Producer | None = None  # made at its first dead letter
         self._closed = False
         self._fencing: asyncio.Task[None] | None = None  # the close after a fence, kept alive
@@ -113,20 +116,29 @@ class PersistentTopic:
 
     # ------------------------------------------------------------ producers
 
-    def add_producer(
+    async def add_producer(
         self,
         name: str | None,
         client_address: str = "",
         schema_version: bytes = b"",
         client_version: str = "",
+        access_mode: ProducerAccessMode = ProducerAccessMode.SHARED,
+        topic_epoch: int | None = None,
     ) -> Producer:
+        """Register a producer under its access mode (see producer_access): a
+        WaitForExclusive producer returns only once it holds the topic. ``topic_epoch`` is
+        the epoch a reconnecting producer held the topic under."""
         self._check_open()
         if name is None:
             name = self.registry.producer_names.next_id()
-        if name in self.producers:
-            raise ProducerBusyError(
-                f"producer with name '{name}' is already connected to topic {self.name}"
-            )
+        self._check_name_free(name)  # first: a reconnect racing its old stream retries
+        epoch = await self.access.admit(name, access_mode, topic_epoch)
+        try:
+            self._check_open()  # the topic may have begun closing while this waited
+            self._check_name_free(name)
+        except BaseException:
+            self.access.released(name)
+            raise
         producer = Producer(
             self,
             name,
@@ -134,13 +146,29 @@ class PersistentTopic:
             producer_id=next(_ids),
             schema_version=schema_version,
             client_version=client_version,
+            access_mode=access_mode,
+            topic_epoch=epoch,
         )
         self.producers[name] = producer
         return producer
 
+    def _check_name_free(self, name: str) -> None:
+        if name in self.producers:
+            raise ProducerBusyError(
+                f"producer with name '{name}' is already connected to topic {self.name}"
+            )
+
+    def _fence_producer(self, name: str, error: BrokerError) -> None:
+        """End a producer another one fenced out: gone from the topic now, its stream ends
+        with ``error`` once the receipts of what it had sent are written."""
+        producer = self.producers.pop(name, None)
+        if producer is not None:
+            producer.end(error)
+
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            self.access.released(producer.name)
 
     def last_sequence_id(self, producer_name: str) -> int:
         return self._dedup.last_sequence_id(producer_name) if self._dedup else -1
@@ -412,6 +440,7 @@ class PersistentTopic:
         takes its snapshot, then the ledger closes once what it accepted is durable."""
         self._closed = True
         unloaded = reason or ServiceNotReadyError(f"topic {self.name} was unloaded")
+        self.access.close(unloaded)
         for producer in list(self.producers.values()):
             producer.end(unloaded)
         for subscription in list(self.subscriptions.values()):
@@ -475,6 +504,7 @@ class PersistentTopic:
                     "producerId": p.producer_id,
                     "address": p.client_address,
                     "clientVersion": p.client_version,
+                    "accessMode": p.access_mode.value,
                     "connectedSince": iso_utc(p.connected_since),
                     "msgRateIn": p.rate_in.msg_rate,
                     "msgThroughputIn": p.rate_in.byte_rate,

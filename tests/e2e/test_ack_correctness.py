@@ -485,7 +485,7 @@ def test_a_duplicate_of_a_batch_not_yet_durable_waits_for_it(
     async def publish_twice() -> tuple[bool, bool, PublishReceipt, PublishReceipt]:
         assert broker.service is not None
         topic = await broker.service.get_topic("dedup-pending")
-        producer = topic.add_producer("p")
+        producer = await topic.add_producer("p")
         original = producer.publish(data, 0, 1)
         resent = producer.publish(data, 0, 1)  # e.g. resent after a reconnect
         states = (original.done(), resent.done())
@@ -511,7 +511,7 @@ def test_a_duplicate_of_a_failed_original_fails_and_the_resend_is_stored(
     async def publish_while_the_disk_fails() -> tuple[list[Any], PublishReceipt]:
         assert broker.service is not None
         topic = await broker.service.get_topic("dedup-failed")
-        producer = topic.add_producer("p")
+        producer = await topic.add_producer("p")
         working, committer._commit = committer._commit, failing
         try:
             attempts = [producer.publish(data, 0, 1), producer.publish(data, 0, 1)]

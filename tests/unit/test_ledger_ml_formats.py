@@ -26,6 +26,7 @@ from pulsar_grpc.broker.ledger.info import (
     LedgerInfo,
     cursor_path,
     decode_ledgers,
+    decode_properties,
     encode_ledgers,
     ledger_path,
 )
@@ -88,6 +89,16 @@ def test_ledger_list_is_a_managed_ledger_info() -> None:
         (5, 0, 0, 0),
     ]
     assert decode_ledgers(data) == ledgers
+    assert decode_properties(data) == {}
+
+
+def test_ledger_properties_are_the_managed_ledger_info_properties() -> None:
+    """Where the topic epoch lives (issue 26): Pulsar's ManagedLedgerInfo.properties."""
+    data = encode_ledgers([LedgerInfo(5)], {"pulsar.topic.epoch": "3"})
+    info = ml.ManagedLedgerInfo.FromString(data)
+    assert [(p.key, p.value) for p in info.properties] == [("pulsar.topic.epoch", "3")]
+    assert decode_properties(data) == {"pulsar.topic.epoch": "3"}
+    assert decode_properties(b'{"ledgers": []}') == {}
 
 
 def test_json_of_earlier_versions_decodes() -> None:

@@ -20,6 +20,8 @@ Producer and consumer parameters travel in call metadata (PIP-59), not in the st
                                               GetOrCreateSchema answered (binary header)
   Produce         x-pulsar-producer-name      unique per topic; generated when absent
                   x-pulsar-grouped-receipts   true | false (default): the client reads ProduceResponse.receipts
+                  x-pulsar-producer-access-mode  Shared (default) | Exclusive | WaitForExclusive | ExclusiveWithFencing
+                  x-pulsar-producer-topic-epoch  on a reconnect: the topic_epoch of the ProducerReady before
   Consume         x-pulsar-subscription       subscription name (required)
                   x-pulsar-subscription-type  Exclusive (default) | Failover | Shared | Key_Shared
                   x-pulsar-consumer-name      generated when absent
@@ -756,6 +758,7 @@ class ProducerReady(_message.Message):
     LAST_SEQUENCE_ID_FIELD_NUMBER: _builtins.int
     TOPIC_FIELD_NUMBER: _builtins.int
     SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    TOPIC_EPOCH_FIELD_NUMBER: _builtins.int
     producer_name: _builtins.str
     last_sequence_id: _builtins.int
     """highest sequence id stored for this producer name, -1 if none"""
@@ -763,6 +766,12 @@ class ProducerReady(_message.Message):
     """full topic name"""
     schema_version: _builtins.bytes
     """the version of the producer's schema; empty without one"""
+    topic_epoch: _builtins.int
+    """The topic epoch (PIP-68) an exclusive producer holds the topic under; absent while no
+    producer ever had the topic exclusively. An exclusive producer reconnects with it in
+    x-pulsar-producer-topic-epoch: if another exclusive producer had the topic since, the
+    epoch moved on and this one is fenced (ProducerFenced) instead of writing again.
+    """
     def __init__(
         self,
         *,
@@ -770,12 +779,15 @@ class ProducerReady(_message.Message):
         last_sequence_id: _builtins.int = ...,
         topic: _builtins.str = ...,
         schema_version: _builtins.bytes = ...,
+        topic_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_topic_epoch", b"_topic_epoch", "topic_epoch", b"topic_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_sequence_id", b"last_sequence_id", "producer_name", b"producer_name", "schema_version", b"schema_version", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_topic_epoch", b"_topic_epoch", "last_sequence_id", b"last_sequence_id", "producer_name", b"producer_name", "schema_version", b"schema_version", "topic", b"topic", "topic_epoch", b"topic_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__topic_epoch: _TypeAlias = _typing.Literal["topic_epoch"]  # noqa: Y015
+    _WhichOneofArgType__topic_epoch: _TypeAlias = _typing.Literal["_topic_epoch", b"_topic_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__topic_epoch) -> _WhichOneofReturnType__topic_epoch | None: ...
 
 Global___ProducerReady: _TypeAlias = ProducerReady  # noqa: Y015
 
