@@ -28,12 +28,13 @@ Producer and consumer parameters travel in call metadata (PIP-59), not in the st
                   x-pulsar-initial-position   Latest (default) | Earliest
                   x-pulsar-priority-level     Failover/Shared priority, lower first (default 0)
                   x-pulsar-durable            true (default) | false: a non-durable reader
-                  x-pulsar-start-message-id   reader start "ledger:entry[:batch[:partition]]", "earliest" or "latest"
+                  x-pulsar-start-message-id   reader start "ledger:entry[:partition[:batch]]", "earliest" or "latest"
                   x-pulsar-start-message-id-inclusive  true | false (default)
                   x-pulsar-ack-timeout-ms     redeliver unacked messages after this long (0 = off, default)
                   x-pulsar-negative-ack-delay-ms  delay before a nacked message is redelivered (default 60000)
                   x-pulsar-max-redeliver-count    > 0 enables the dead-letter topic
                   x-pulsar-dead-letter-topic  default <topic>-<subscription>-DLQ
+                  x-pulsar-dead-letter-initial-subscription  made on it before its first message
 
 Header names are lower case (gRPC metadata keys always are). Any other x-pulsar-* header
 ends the call with INVALID_ARGUMENT naming it, so a misspelt parameter is not ignored.
