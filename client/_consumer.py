@@ -24,6 +24,7 @@ from ._errors import (
     CryptoError,
     CumulativeAcknowledgementNotAllowedError,
     InvalidConfiguration,
+    OperationNotSupported,
     PulsarException,
     Timeout,
 )
@@ -168,6 +169,8 @@ class Consumer:
         self._watchers: list[PatternWatcher] = []
         self._loop = asyncio.get_running_loop()
         self._closed = False
+        # The client's get_last_message_id (set by subscribe).
+        self.last_message_id_of: Callable[[str], Awaitable[MessageId | None]] | None = None
 
     # ------------------------------------------------------------ set up by the client
 
@@ -256,9 +259,31 @@ class Consumer:
     # ------------------------------------------------------------ Pulsar's accessors
 
     def topic(self) -> str:
-        """The topic as given to ``subscribe`` (a list's names joined with commas, or the
-        pattern's text)."""
+        """The topic's full name, as pulsar-client's (``persistent://public/default/t`` for
+        ``t``); for a list, the full names joined with commas; for a pattern, its text."""
         return self._topic
+
+    async def get_last_message_id(self) -> MessageId:
+        """The id of the last message stored in the topic, as pulsar-client's
+        ``get_last_message_id()``; ``MessageId.earliest`` while the topic is empty.
+
+        Like pulsar-client's, only for a consumer of one topic that is not partitioned: a
+        partitioned, multi-topic or pattern consumer raises :class:`OperationNotSupported`
+        (``Client.get_last_message_id(topic)`` answers for each partition).
+
+        >>> await consumer.get_last_message_id()
+        MessageId(partition=-1, ledger_id=3, entry_id=41, batch_index=0)
+        """
+        if self._closed:
+            raise AlreadyClosed(f"consumer of {self._topic} is closed")
+        if set(self._partitions) != {-1} or len(self._streams) != 1 or not self.last_message_id_of:
+            raise OperationNotSupported(
+                "get_last_message_id takes a consumer of one non-partitioned topic, as "
+                "pulsar-client's; use Client.get_last_message_id(topic) for each partition"
+            )
+        [topic] = self._streams
+        last = await self.last_message_id_of(topic)
+        return MessageId.earliest if last is None else last
 
     def subscription_name(self) -> str:
         """The subscription's name."""
@@ -432,7 +457,7 @@ class Consumer:
         """
         await asyncio.gather(*(p.redeliver_unacknowledged() for p in self._streams.values()))
 
-    async def seek(self, target: MessageTarget | int) -> None:
+    async def seek(self, messageid: MessageTarget | int) -> None:
         """Reset the subscription to a message id or a publish time (ms since the epoch).
 
         A message id of one partition (or, for a multi-topic consumer, of one topic) moves
@@ -442,14 +467,14 @@ class Consumer:
         >>> await consumer.seek(MessageId.earliest)
         >>> await consumer.seek(int(time.time() * 1000) - 60_000)
         """
-        if isinstance(target, Message | MessageId) and target not in (
-            MessageId.earliest,
-            MessageId.latest,
+        if not isinstance(messageid, Message) and (
+            isinstance(messageid, int) or messageid in (MessageId.earliest, MessageId.latest)
         ):
-            stream, message_id = self._route(target)
-            await stream.seek(message_id)
+            everywhere = messageid
+            await asyncio.gather(*(p.seek(everywhere) for p in self._streams.values()))
             return
-        await asyncio.gather(*(p.seek(target) for p in self._streams.values()))
+        stream, message_id = self._route(messageid)
+        await stream.seek(message_id)
 
     async def unsubscribe(self) -> None:
         """Delete the subscription, then close.
@@ -565,7 +590,7 @@ class Consumer:
         if isinstance(target, TopicMessageId):
             stream = self._streams.get(target.topic_name())
         else:
-            stream = self._partitions.get(target.partition)
+            stream = self._partitions.get(target.partition())
         if stream is None:
             self._not_ours(target)
         return stream, target

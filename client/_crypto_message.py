@@ -66,7 +66,12 @@ class EncryptedMessage(Message):
         batch ends the topic (a reader compares the two to know it read everything)."""
         entry = self._origin.entry
         last = max(entry.compressed.num_messages - 1, 0)
-        return MessageId(entry.ledger_id, entry.entry_id, last, self._origin.partition)
+        return MessageId(
+            ledger_id=entry.ledger_id,
+            entry_id=entry.entry_id,
+            batch_index=last,
+            partition=self._origin.partition,
+        )
 
     def encryption_context(self) -> EncryptionContext | None:
         """How the payload is encrypted (keys, algorithm, nonce, compression, sizes)."""
@@ -84,9 +89,9 @@ class EncryptedMessage(Message):
         """The batch's key in clear."""
         return self._origin.entry.compressed.key.decode(errors="replace")
 
-    def ordering_key(self) -> bytes:
+    def ordering_key(self) -> str:
         """Not known apart from the key: empty."""
-        return b""
+        return ""
 
     def properties(self) -> dict[str, str]:
         """Encrypted with the payloads: empty."""
@@ -120,7 +125,14 @@ def undecryptable(
     if action is ConsumerCryptoFailureAction.DISCARD:
         log.warning("%s: %s: discarded (crypto_failure_action=DISCARD)", topic, failure.reason)
         with contextlib.suppress(PulsarException):  # closing: the broker redelivers it later
-            stream.acknowledge(MessageId(entry.ledger_id, entry.entry_id, -1, stream.partition))
+            stream.acknowledge(
+                MessageId(
+                    ledger_id=entry.ledger_id,
+                    entry_id=entry.entry_id,
+                    batch_index=-1,
+                    partition=stream.partition,
+                )
+            )
         stream.consumed(permits)
         return []
     if action is ConsumerCryptoFailureAction.FAIL:

@@ -75,7 +75,7 @@ class Reader:
     def _passed(self, message_id: MessageId) -> None:
         """The reader got to ``message_id`` in its partition (what has_message_available
         compares with the broker's last id)."""
-        index = max(message_id.partition, 0)
+        index = max(message_id.partition(), 0)
         self._read[index] = message_id
         self._inclusive[index] = False
 
@@ -103,19 +103,24 @@ class Reader:
         """Whether the topic was terminated and everything in it was read."""
         return self._consumer.has_reached_end_of_topic()
 
-    async def seek(self, target: MessageId | int) -> None:
+    async def seek(self, messageid: MessageId | int) -> None:
         """Move to a message id or a publish time (ms since the epoch).
 
         >>> await reader.seek(MessageId.earliest)
         """
-        await self._consumer.seek(target)
+        await self._consumer.seek(messageid)
         n = len(self._topics)
-        if target == MessageId.latest:
+        if messageid == MessageId.latest:
             await self.mark_latest()
-        elif isinstance(target, MessageId) and target != MessageId.earliest:
+        elif isinstance(messageid, MessageId) and messageid != MessageId.earliest:
             # The broker seeks to the entry: reading restarts at its first message.
-            index = max(target.partition, 0)
-            self._read[index] = MessageId(target.ledger_id, target.entry_id, -1, target.partition)
+            index = max(messageid.partition(), 0)
+            self._read[index] = MessageId(
+                ledger_id=messageid.ledger_id(),
+                entry_id=messageid.entry_id(),
+                batch_index=-1,
+                partition=messageid.partition(),
+            )
             self._inclusive[index] = True
         else:  # earliest, or a publish time: anything stored may come next
             self._read, self._inclusive = [None] * n, [False] * n
@@ -142,4 +147,4 @@ class Reader:
 
 def _position(message_id: MessageId) -> tuple[int, int, int]:
     """Order within a partition (the partition field aside)."""
-    return message_id.ledger_id, message_id.entry_id, message_id.batch_index
+    return message_id.ledger_id(), message_id.entry_id(), message_id.batch_index()

@@ -244,9 +244,9 @@ class SyncConsumer:
         """Call the listener again."""
         self._runner.run(_call(self._consumer.resume_message_listener))
 
-    def seek(self, target: MessageTarget | int) -> None:
+    def seek(self, messageid: MessageTarget | int) -> None:
         """Reset to a message id or publish time (ms)."""
-        self._runner.run(self._consumer.seek(target))
+        self._runner.run(self._consumer.seek(messageid))
 
     def unsubscribe(self) -> None:
         """Delete the subscription and close."""
@@ -255,6 +255,10 @@ class SyncConsumer:
     def close(self) -> None:
         """Close the consumer."""
         self._runner.run(self._consumer.close())
+
+    def get_last_message_id(self) -> MessageId:
+        """See :meth:`Consumer.get_last_message_id`."""
+        return self._runner.run(self._consumer.get_last_message_id())
 
     def __iter__(self) -> Iterator[Message]:
         while True:
@@ -304,9 +308,9 @@ class SyncReader:
         """Whether the topic was terminated and everything in it was read."""
         return self._reader.has_reached_end_of_topic()
 
-    def seek(self, target: MessageId | int) -> None:
+    def seek(self, messageid: MessageId | int) -> None:
         """Move to a message id or publish time (ms)."""
-        self._runner.run(self._reader.seek(target))
+        self._runner.run(self._reader.seek(messageid))
 
     def close(self) -> None:
         """Close the reader."""
@@ -481,6 +485,16 @@ class SyncClient:
         self._runner.run(self._client.close())
         if self._listener_thread is not None:
             self._listener_thread.shutdown(wait=True, cancel_futures=True)
+        self._runner.stop()
+
+    def shutdown(self) -> None:
+        """pulsar-client's immediate shutdown: close everything without waiting for a
+        listener call under way (it runs on, its calls raising AlreadyClosed)."""
+        if self._runner.loop.is_closed():
+            return
+        self._runner.run(self._client.close())
+        if self._listener_thread is not None:
+            self._listener_thread.shutdown(wait=False, cancel_futures=True)
         self._runner.stop()
 
     def __enter__(self) -> SyncClient:

@@ -121,7 +121,7 @@ async def test_round_trip(
         assert [m.properties() for m in got] == [{"i": str(i)} for i in range(len(PAYLOADS))]
         assert [m.partition_key() for m in got] == [f"key-{i % 3}" for i in range(len(PAYLOADS))]
         assert all(m.encryption_context() is None for m in got)
-        entries = {(m.message_id().ledger_id, m.message_id().entry_id) for m in got}
+        entries = {(m.message_id().ledger_id(), m.message_id().entry_id()) for m in got}
         assert len(entries) == (3 if batched else len(PAYLOADS))
         for message in got:
             await consumer.acknowledge(message)
@@ -225,7 +225,7 @@ async def test_consume_gives_the_encrypted_batch_and_its_context(broker: BrokerT
         for message in batches:
             context = message.encryption_context()
             assert context is not None
-            assert message.message_id().batch_index == -1
+            assert message.message_id().batch_index() == -1
             assert context.algorithm == "AES-256-GCM" and len(context.param) == 12
             assert context.compression_type is CompressionType.ZSTD
             assert context.batch_size == 20
@@ -421,7 +421,7 @@ async def test_a_partitioned_topic_and_a_multi_topic_consumer(broker: BrokerThre
         while counted < len(PAYLOADS):
             sealed.append(await raw.receive(5000))
             context = sealed[-1].encryption_context()
-            assert context is not None and sealed[-1].message_id().batch_index == -1
+            assert context is not None and sealed[-1].message_id().batch_index() == -1
             counted += context.batch_size
         for message in sealed:  # each id names its topic: the acks go to the right partition
             await raw.acknowledge(message)
