@@ -53,7 +53,7 @@ from ._consumer import (
 )
 from ._crypto import ConsumerCryptoFailureAction, EntryDecryptor, producer_encryptor
 from ._crypto_keys import KeyReader
-from ._errors import refusal_names
+from ._errors import AlreadyClosed, refusal_names
 from ._message import MessageId, new_message_id
 from ._multi_consumer import TopicsPattern, watch_pattern
 from ._ownership_watch import OwnershipWatcher
@@ -623,11 +623,14 @@ class Client:
         return result
 
     async def close(self) -> None:
-        """Close every producer, consumer and reader, then the channels. Idempotent."""
+        """Close every producer, consumer and reader, then the channels. A second close
+        raises AlreadyClosed, as pulsar-client's (after :meth:`shutdown`, close waits for it)."""
         if self._calls.refuse_new():
             await self._close_all()
         elif self._shutdown is not None:
             await asyncio.shield(self._shutdown)
+        else:
+            raise AlreadyClosed("the client is already closed")
 
     def shutdown(self) -> None:
         """pulsar.asyncio's immediate shutdown, not awaited: new calls are refused at once
@@ -650,7 +653,8 @@ class Client:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        if self._calls.refuse_new():
+            await self._close_all()
 
     # ------------------------------------------------------------------ internals
 

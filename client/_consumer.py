@@ -486,10 +486,17 @@ class Consumer:
         await self.close()
 
     async def close(self) -> None:
-        """Send grouped acks and close the streams. Idempotent.
+        """Send grouped acks and close the streams. A second close raises AlreadyClosed, as
+        pulsar-client's.
 
         >>> await consumer.close()
         """
+        if self._closed:
+            raise AlreadyClosed(f"the consumer of {self._topic} is already closed")
+        await self.close_if_open()
+
+    async def close_if_open(self) -> None:
+        """:meth:`close` unless closed already (what leaving ``async with`` does)."""
         if self._closed:
             return
         self._closed = True
@@ -510,7 +517,7 @@ class Consumer:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        await self.close_if_open()
 
     # ------------------------------------------------------------ internals
 

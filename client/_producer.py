@@ -646,7 +646,13 @@ class Producer:
 
     async def close(self) -> None:
         """Flush, then close the streams; sends waiting for room fail with AlreadyClosed.
-        Idempotent."""
+        A second close raises AlreadyClosed, as pulsar-client's."""
+        if self._closed:
+            raise AlreadyClosed(f"the producer of {self._topic} is already closed")
+        await self.close_if_open()
+
+    async def close_if_open(self) -> None:
+        """:meth:`close` unless closed already (what leaving ``async with`` does)."""
         if self._closed:
             return
         self._closed = True
@@ -660,4 +666,4 @@ class Producer:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        await self.close_if_open()

@@ -126,8 +126,12 @@ class Reader:
             self._read, self._inclusive = [None] * n, [False] * n
 
     async def close(self) -> None:
-        """Close the reader. Idempotent."""
+        """Close the reader. A second close raises AlreadyClosed, as pulsar-client's."""
         await self._consumer.close()
+
+    async def close_if_open(self) -> None:
+        """:meth:`close` unless closed already (what leaving ``async with`` does)."""
+        await self._consumer.close_if_open()
 
     def __aiter__(self) -> Reader:
         return self
@@ -142,7 +146,7 @@ class Reader:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        await self.close_if_open()
 
 
 def _position(message_id: MessageId) -> tuple[int, int, int]:

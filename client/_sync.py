@@ -53,6 +53,9 @@ class _LoopThread:
         self._thread.start()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self.loop.is_closed():  # the client was closed: so is everything it made
+            coro.close()
+            raise AlreadyClosed("the client is closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -176,7 +179,7 @@ class SyncProducer:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self._runner.run(self._producer.close_if_open())
 
 
 class SyncConsumer:
@@ -271,7 +274,7 @@ class SyncConsumer:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self._runner.run(self._consumer.close_if_open())
 
 
 async def _call(function: Callable[[], None]) -> None:
@@ -327,7 +330,7 @@ class SyncReader:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self._runner.run(self._reader.close_if_open())
 
 
 SyncListener = Callable[[SyncConsumer, Message], None]
@@ -476,12 +479,13 @@ class SyncClient:
         return self._runner.run(self._client.lookup(topic))
 
     def close(self) -> None:
-        """Close everything and stop the background loop. Idempotent.
+        """Close everything and stop the background loop. A second close raises
+        AlreadyClosed, as pulsar-client's.
 
         A listener call under way finishes first (its calls on the closed consumer raise
         AlreadyClosed), so no thread outlives the client."""
         if self._runner.loop.is_closed():
-            return
+            raise AlreadyClosed("the client is already closed")
         self._runner.run(self._client.close())
         if self._listener_thread is not None:
             self._listener_thread.shutdown(wait=True, cancel_futures=True)
@@ -501,7 +505,8 @@ class SyncClient:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        if not self._runner.loop.is_closed():
+            self.close()
 
     def _on_listener_thread(
         self, listener: SyncListener
