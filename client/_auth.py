@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from ._arguments import check_type
 from ._errors import AuthenticationError
 
 
@@ -44,12 +45,6 @@ class ExchangeAnswer:
 Exchange = Callable[[str], Awaitable[ExchangeAnswer]]
 
 
-def _check_type(kind: type, value: object, name: str) -> None:
-    """pulsar-client's argument check: ValueError naming the argument."""
-    if not isinstance(value, kind):
-        raise ValueError(f"Argument {name} is expected to be of type '{kind.__name__}'")
-
-
 class _ByPlugin(ABCMeta):
     """``Authentication(plugin, params)`` itself, as pulsar-client's
     ``Authentication(dynamicLibPath, authParamsString)``, gives the credentials the plugin
@@ -65,8 +60,8 @@ class _ByPlugin(ABCMeta):
 def _by_plugin(dynamicLibPath: str, authParamsString: str) -> Authentication:
     from ._auth_params import authentication_from
 
-    _check_type(str, dynamicLibPath, "dynamicLibPath")
-    _check_type(str, authParamsString, "authParamsString")
+    check_type(str, dynamicLibPath, "dynamicLibPath")
+    check_type(str, authParamsString, "authParamsString")
     authentication = authentication_from(dynamicLibPath, authParamsString)
     if authentication is None:
         raise ValueError("Authentication needs a plugin name (token, basic, tls or scram)")
@@ -145,11 +140,11 @@ class AuthenticationBasic(Authentication):
         auth_params_string: str | None = None,
     ) -> None:
         if auth_params_string is not None:
-            _check_type(str, auth_params_string, "auth_params_string")
+            check_type(str, auth_params_string, "auth_params_string")
             username, password, method = _basic_params(auth_params_string)
-        _check_type(str, username, "username")
-        _check_type(str, password, "password")
-        _check_type(str, method, "method")
+        check_type(str, username, "username")
+        check_type(str, password, "password")
+        check_type(str, method, "method")
         assert username is not None and password is not None  # checked above, for mypy
         if method != "basic":
             raise NotImplementedError(
@@ -182,8 +177,8 @@ class AuthenticationTLS(Authentication):
     """A client certificate and its key (PEM files), presented on TLS connections."""
 
     def __init__(self, certificate_path: str, private_key_path: str) -> None:
-        _check_type(str, certificate_path, "certificate_path")
-        _check_type(str, private_key_path, "private_key_path")
+        check_type(str, certificate_path, "certificate_path")
+        check_type(str, private_key_path, "private_key_path")
         self.certificate_path = certificate_path
         self.private_key_path = private_key_path
 

@@ -15,6 +15,7 @@ from typing import Any
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ..schema import Schema, SchemaInfo
+from ._arguments import check_types
 from ._auth import (
     Authentication,
     AuthenticationTLS,
@@ -165,6 +166,7 @@ class Client:
         # has no counterpart on asyncio and gRPC: accepted and ignored. tls_validate_hostname
         # is always on (gRPC checks the name); connection_timeout_ms is covered by
         # operation_timeout_seconds, within which creating a handle retries its connection.
+        check_types(service_url=(service_url, str, False), listener_name=(listener_name, str, True))
         refuse_unsupported(
             "Client",
             tls_allow_insecure_connection=(tls_allow_insecure_connection, False),
@@ -309,6 +311,14 @@ class Client:
         stream opens at once); ``chunking_enabled``, ``properties``, ``access_mode`` and
         ``message_router`` take only their defaults (NotImplementedError otherwise).
         """
+        check_types(
+            topic=(topic, str, False),
+            producer_name=(producer_name, str, True),
+            initial_sequence_id=(initial_sequence_id, int, True),
+            send_timeout_millis=(send_timeout_millis, int, False),
+            max_pending_messages=(max_pending_messages, int, False),
+            batching_max_messages=(batching_max_messages, int, False),
+        )
         refuse_unsupported(
             "create_producer",
             chunking_enabled=(chunking_enabled, False),
@@ -425,6 +435,12 @@ class Client:
         defaults: ``is_read_compacted``, ``properties``, ``replicate_subscription_state_enabled``,
         ``start_message_id_inclusive``, ``key_shared_policy``, ``regex_subscription_mode``.
         """
+        check_types(
+            topic=(topic, (str, list, tuple, re.Pattern), False),
+            subscription_name=(subscription_name, str, False),
+            receiver_queue_size=(receiver_queue_size, int, False),
+            consumer_name=(consumer_name, str, True),
+        )
         refuse_unsupported(
             "subscribe",
             is_read_compacted=(is_read_compacted, False),
@@ -522,6 +538,12 @@ class Client:
         ``subscription_role_prefix`` starts the name of the reader's non-durable subscription,
         as in Pulsar; ``is_read_compacted`` takes only False (the broker does not compact).
         """
+        check_types(
+            topic=(topic, str, False),
+            start_message_id=(start_message_id, (MessageId, str), False),
+            receiver_queue_size=(receiver_queue_size, int, False),
+            reader_name=(reader_name, str, True),
+        )
         refuse_unsupported("create_reader", is_read_compacted=(is_read_compacted, False))
         start = (
             MessageId.parse(start_message_id)

@@ -135,3 +135,20 @@ async def test_ids_round_trip_through_pulsar_clients_serialization(broker: Broke
         msg = await consumer.receive(timeout_ms=RECEIVE_MS)
         assert msg.topic_name() == f"{NS}/{topic}"
         assert msg.ordering_key() == "" and isinstance(msg.schema_version(), str)
+
+
+async def test_arguments_of_a_wrong_type_raise_value_error(broker: BrokerThread) -> None:
+    """As pulsar-client's _check_type: ValueError naming the argument."""
+    with pytest.raises(ValueError, match="service_url"):
+        Client(42)  # type: ignore[arg-type]
+    async with Client(broker.service_url) as client:
+        calls = [
+            (client.create_producer, (b"t",), "topic"),
+            (client.create_producer, ("t", 7), "producer_name"),
+            (client.subscribe, (3, "s"), "topic"),
+            (client.subscribe, ("t", None), "subscription_name"),
+            (client.create_reader, ("t", 5), "start_message_id"),
+        ]
+        for call, args, name in calls:
+            with pytest.raises(ValueError, match=f"Argument {name} is expected"):
+                await call(*args)
