@@ -128,6 +128,11 @@ class MessageId(tuple[int, int, int, int]):
     ) -> None:
         """Made by ``__new__``; this only states pulsar-client's parameters."""
 
+    def __getnewargs__(self) -> tuple[int, int, int, int]:  # type: ignore[override]
+        """What pickle and copy make it again with: ``__new__``'s order, not the tuple's."""
+        ledger_id, entry_id, batch_index, partition = self
+        return partition, ledger_id, entry_id, batch_index
+
     def ledger_id(self) -> int:
         return self[0]
 

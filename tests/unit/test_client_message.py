@@ -1,5 +1,7 @@
 """MessageId format/order/serialization and the mapping of entries and receipts to messages."""
 
+import copy
+import pickle
 import struct
 
 import pytest
@@ -138,6 +140,17 @@ def test_serialize_is_pulsar_clients_encoding_both_ways(fields):
     assert MessageId.deserialize(theirs.serialize()) == ours
     back = pulsar.MessageId.deserialize(ours.serialize())
     assert (back.partition(), back.ledger_id(), back.entry_id(), back.batch_index()) == fields
+
+
+def test_pickle_and_copy_keep_the_fields():
+    """Spark ships ids to its executors pickled: the tuple's storage order must not leak into
+    the constructor's (partition first)."""
+    for mid in (MessageId(2, 7, 3, 4), TopicMessageId.of("persistent://public/default/t", 7, 3)):
+        for again in (pickle.loads(pickle.dumps(mid)), copy.copy(mid), copy.deepcopy(mid)):
+            assert again == mid and type(again) is type(mid)
+            assert (again.partition(), again.ledger_id()) == (mid.partition(), mid.ledger_id())
+    topic_id = pickle.loads(pickle.dumps(TopicMessageId.of("persistent://public/default/t", 7, 3)))
+    assert topic_id.topic_name() == "persistent://public/default/t"
 
 
 def test_deserialize_skips_fields_it_does_not_keep():
