@@ -169,6 +169,9 @@ class Consumer:
         self._watchers: list[PatternWatcher] = []
         self._loop = asyncio.get_running_loop()
         self._closed = False
+        # Told of each batch held back under crypto_failure_action=FAIL (a reader counts it
+        # as read).
+        self.held_back: Callable[[EncryptedMessage], None] | None = None
         # The client's get_last_message_id (set by subscribe).
         self.last_message_id_of: Callable[[str], Awaitable[MessageId | None]] | None = None
 
@@ -342,8 +345,33 @@ class Consumer:
         message = queue.take() or await queue.get(None if timeout is None else timeout / 1000)
         self._streams[message._origin.topic_name].dequeued(message)
         if isinstance(message, EncryptedMessage):
-            message.raise_if_failed()  # crypto_failure_action=FAIL: an error in its place
+            if message.held_back():  # crypto_failure_action=FAIL: wait on for the next one
+                return await self._after_held_back(message, wait_ms=timeout)
+            message.raise_if_failed()  # crypto_failure_action=RAISE: an error in its place
         return message
+
+    async def _after_held_back(self, message: EncryptedMessage, wait_ms: int | None) -> Message:
+        """receive() went past a batch it cannot decrypt under FAIL (logged when it came, as
+        pulsar-client's, and left unacknowledged): the next message within ``wait_ms`` from
+        now (receive's timeout counts again from the held-back batch: the hot path of receive
+        reads no clock), else Timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = None if wait_ms is None else loop.time() + wait_ms / 1000
+        while True:
+            if self.held_back is not None:
+                self.held_back(message)
+            if self._zero_queue and not len(self._queue):
+                for stream in self._streams.values():
+                    stream.want_one()
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            taken = self._queue.take() or await self._queue.get(left)
+            self._streams[taken._origin.topic_name].dequeued(taken)
+            if not isinstance(taken, EncryptedMessage):
+                return taken
+            if not taken.held_back():
+                taken.raise_if_failed()
+                return taken
+            message = taken
 
     async def batch_receive(self) -> list[Message]:
         """Messages received, at most the batch receive policy's count and bytes, waiting at
@@ -379,6 +407,11 @@ class Consumer:
             if batch and failed_decryption(message):
                 queue.put_back(message)  # its error is the next call's
                 break
+            if isinstance(message, EncryptedMessage) and message.held_back():
+                streams[message._origin.topic_name].dequeued(message)  # FAIL: not delivered
+                if self.held_back is not None:
+                    self.held_back(message)
+                continue
             if max_bytes > 0:
                 length = len(message.data())
                 if batch and size + length > max_bytes:
@@ -535,7 +568,7 @@ class Consumer:
             await self._listening.wait()
             try:
                 message = await self.receive()
-            except CryptoError:  # crypto_failure_action=FAIL: logged, not delivered
+            except CryptoError:  # crypto_failure_action=RAISE: logged, not delivered
                 continue
             except PulsarException:  # closed, or failed for good: receive() would say so
                 return

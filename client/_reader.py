@@ -37,6 +37,8 @@ class Reader:
         start_point = None if start == MessageId.earliest else start
         self._read: list[MessageId | None] = [start_point] * len(topics)
         self._inclusive = [inclusive] * len(topics)
+        # A batch held back under crypto_failure_action=FAIL counts as read.
+        consumer.held_back = lambda message: self._passed(message.last_position())
 
     async def mark_latest(self) -> None:
         """A reader started at latest has read up to what each partition held then."""
@@ -62,7 +64,7 @@ class Reader:
         """
         try:
             message = await self._consumer.receive(timeout_millis, timeout_ms=timeout_ms)
-        except CryptoError as exc:  # a batch it cannot decrypt (FAIL) was read all the same
+        except CryptoError as exc:  # a batch it cannot decrypt (RAISE) was read all the same
             if exc.position is not None:
                 self._passed(exc.position)
             raise
