@@ -42,7 +42,7 @@ class AckGroup:
 
     >>> g = AckGroup(max_pending=1000)
     >>> g.delivered(1, 2, 2)
-    >>> g.index((1, 2), 0, -1), g.individual(MessageId(1, 2, 1, -1))
+    >>> g.index((1, 2), 0, -1), g.individual(MessageId(-1, 1, 2, 1))
     (False, None)
     >>> [i.batch_index for r in g.take() for i in r.ack.ids]
     [-1]

@@ -512,7 +512,7 @@ class Producer:
         ``disable_replication`` is always true in effect.
 
         >>> await producer.send(b"data", partition_key="user-1", event_timestamp=1700000000000)
-        MessageId(ledger_id=3, entry_id=0, batch_index=0, partition=-1)
+        MessageId(partition=-1, ledger_id=3, entry_id=0, batch_index=0)
         """
         refuse_unsupported_send(replication_clusters, deliver_at, deliver_after)
         future = await self.enqueue(
