@@ -47,7 +47,7 @@ class Reader:
             self._inclusive[index] = False
 
     def topic(self) -> str:
-        """The topic as given to ``create_reader``."""
+        """The topic's full name, as pulsar-client's (``persistent://public/default/t``)."""
         return self._consumer.topic()
 
     def is_connected(self) -> bool:
