@@ -305,7 +305,7 @@ async def probe_consume_metadata(p: Prober) -> None:
 
 async def probe_consume_requests(p: Prober, topic: str, last: MessageId) -> None:
     """``topic`` holds messages up to ``last``; each case uses its own subscription."""
-    ledger, entry = last.ledger_id, last.entry_id
+    ledger, entry = last.ledger_id(), last.entry_id()
     cases: list[tuple[str, bytes, bool]] = [
         ("empty-consume-request", b"", True),
         ("flow-2^32-1", flow_raw(2**32 - 1), False),
@@ -411,14 +411,14 @@ def _seek_to(message_id: pb.MessageId) -> bytes:
 
 
 BEHAVIOUR: tuple[tuple[str, Callable[[MessageId], bytes], bool], ...] = (
-    ("ack-next-entries", lambda m: ack([mid(m.ledger_id, m.entry_id + 1),
-                                        mid(m.ledger_id, m.entry_id + 2)]), True),
-    ("batch-ack-next-entry", lambda m: ack([mid(m.ledger_id, m.entry_id + 1, 0)]), True),
+    ("ack-next-entries", lambda m: ack([mid(m.ledger_id(), m.entry_id() + 1),
+                                        mid(m.ledger_id(), m.entry_id() + 2)]), True),
+    ("batch-ack-next-entry", lambda m: ack([mid(m.ledger_id(), m.entry_id() + 1, 0)]), True),
     ("ack-2^64-1", lambda m: ack([mid(U64, U64)]), True),
-    ("ack-next-ledger", lambda m: ack([mid(m.ledger_id + 1, 0)]), True),
-    ("batch-index-out-of-range", lambda m: ack([mid(m.ledger_id, m.entry_id, 5)]), True),
-    ("batch-index-2^31-1", lambda m: ack([mid(m.ledger_id, m.entry_id, 2**31 - 1)]), True),
-    ("seek-past-end", lambda m: _seek_to(mid(m.ledger_id, m.entry_id + 1000)), False),
+    ("ack-next-ledger", lambda m: ack([mid(m.ledger_id() + 1, 0)]), True),
+    ("batch-index-out-of-range", lambda m: ack([mid(m.ledger_id(), m.entry_id(), 5)]), True),
+    ("batch-index-2^31-1", lambda m: ack([mid(m.ledger_id(), m.entry_id(), 2**31 - 1)]), True),
+    ("seek-past-end", lambda m: _seek_to(mid(m.ledger_id(), m.entry_id() + 1000)), False),
     ("seek-ledger-2^64-1", lambda m: _seek_to(mid(U64, 0)), False),
     ("seek-time-2^64-1", lambda m: consume_req(seek=pb.Seek(publish_time=U64, request_id=9)),
      False),
@@ -430,7 +430,9 @@ async def reader_past_end(p: Prober, client: Client) -> None:
     topic = "persistent://public/default/probe-reader-past-end"
     producer = await client.create_producer(topic)
     last = await producer.send(b"before")
-    start = MessageId(last.ledger_id, last.entry_id + 1000, -1, -1)
+    start = MessageId(
+        ledger_id=last.ledger_id(), entry_id=last.entry_id() + 1000, batch_index=-1, partition=-1
+    )
     async with await client.create_reader(topic, start) as reader:
         await producer.send(b"after")
         try:

@@ -299,7 +299,7 @@ class Soak:
             self.violation("e", f"send of {payload!r} failed: {exc!r}")
         else:
             message_id = future.result()
-            if message_id.ledger_id == -1:
+            if message_id.ledger_id() == -1:
                 topic.dedup_dropped += 1
             topic.receipted[payload] = message_id
             self.last_receipt[name] = next(self.events)
@@ -545,8 +545,8 @@ class Soak:
     def _before_kept(topic: TopicRecord, message_id: MessageId) -> bool:
         """Whether an id is before the first entry the reader found in its partition (a
         dedup-dropped resend has no id: it counts as trimmed only if the whole topic was)."""
-        first = topic.first_stored.get(message_id.partition)
-        if message_id.ledger_id == -1:
+        first = topic.first_stored.get(message_id.partition())
+        if message_id.ledger_id() == -1:
             return not topic.first_stored
         return first is None or message_id[:2] < first[:2]
 

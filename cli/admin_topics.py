@@ -172,10 +172,10 @@ def _message_id(text: str) -> dict[str, int]:
             f"not a message id: {text!r} (latest, earliest or LEDGER:ENTRY[:PARTITION[:BATCH]])"
         ) from None
     return {
-        "ledgerId": message_id.ledger_id,
-        "entryId": message_id.entry_id,
-        "partitionIndex": message_id.partition,
-        "batchIndex": message_id.batch_index,
+        "ledgerId": message_id.ledger_id(),
+        "entryId": message_id.entry_id(),
+        "partitionIndex": message_id.partition(),
+        "batchIndex": message_id.batch_index(),
     }
 
 

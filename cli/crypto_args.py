@@ -52,10 +52,14 @@ class PemKeys:
 
 
 def _failure_action(text: str) -> ConsumerCryptoFailureAction:
+    pulsars = [a for a in ConsumerCryptoFailureAction if a is not ConsumerCryptoFailureAction.RAISE]
     try:
-        return ConsumerCryptoFailureAction[text.upper()]
+        action = ConsumerCryptoFailureAction[text.upper()]
+        if action not in pulsars:  # the SDK's RAISE is how the command's FAIL reads
+            raise KeyError(text)
+        return action
     except KeyError:
-        names = ", ".join(a.name for a in ConsumerCryptoFailureAction)
+        names = ", ".join(a.name for a in pulsars)
         raise argparse.ArgumentTypeError(f"{text!r} is not one of {names}") from None
 
 
@@ -104,11 +108,15 @@ def receiver_decryption(args: argparse.Namespace) -> dict[str, Any]:
     With FAIL the command stops on the SDK's CryptoError and prints it as its one line; the
     SDK's own log record of that failure would print it twice, so it is silenced (DISCARD's
     warnings, one per dropped batch, stay)."""
-    if args.crypto_failure_action is ConsumerCryptoFailureAction.FAIL:
+    action = args.crypto_failure_action
+    if action is ConsumerCryptoFailureAction.FAIL:
         sdk_crypto_log.setLevel(logging.CRITICAL)
+        # The SDK's RAISE: the command's FAIL stops with the error (the SDK's FAIL, as
+        # pulsar-client's, would hold the batch back and let the command time out).
+        action = ConsumerCryptoFailureAction.RAISE
     value = args.encryption_key_value
     reader = None if value is None else PemKeys(private=key_bytes("-ekv", value))
-    return {"crypto_key_reader": reader, "crypto_failure_action": args.crypto_failure_action}
+    return {"crypto_key_reader": reader, "crypto_failure_action": action}
 
 
 def key_bytes(flag: str, value: str) -> bytes:

@@ -56,7 +56,7 @@ async def _consume(args: argparse.Namespace, topic: str, decryption: dict[str, A
         try:
             await _print_messages(args, "consume", consumer.receive, consumer.acknowledge)
         finally:
-            await consumer.close()  # sends the grouped acks
+            await consumer.close_if_open()  # sends the grouped acks
     return 0
 
 
@@ -70,7 +70,7 @@ async def _read(
         try:
             await _print_messages(args, "read", reader.read_next, None)
         finally:
-            await reader.close()
+            await reader.close_if_open()
     return 0
 
 

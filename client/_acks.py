@@ -42,7 +42,7 @@ class AckGroup:
 
     >>> g = AckGroup(max_pending=1000)
     >>> g.delivered(1, 2, 2)
-    >>> g.index((1, 2), 0, -1), g.individual(MessageId(1, 2, 1, -1))
+    >>> g.index((1, 2), 0, -1), g.individual(MessageId(-1, 1, 2, 1))
     (False, None)
     >>> [i.batch_index for r in g.take() for i in r.ack.ids]
     [-1]
@@ -144,7 +144,7 @@ class AckGroup:
 def _sendable(message_id: MessageId) -> MessageId:
     """``message_id``, checked when the application acks it rather than when the group goes
     out (a bad id must not take the other acks of its group down with it)."""
-    if message_id.ledger_id < 0 or message_id.entry_id < 0:
+    if message_id.ledger_id() < 0 or message_id.entry_id() < 0:
         raise ValueError(f"message id {message_id} cannot be sent to the broker")
     return message_id
 

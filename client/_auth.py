@@ -12,12 +12,17 @@ Pulsar's authPlugin and authParams.
 from __future__ import annotations
 
 import base64
-from abc import ABC, abstractmethod
+import json
+from abc import ABCMeta, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import grpc
+
+from ._arguments import check_type
+from ._errors import AuthenticationError
 
 
 class CredentialRenewal(Enum):
@@ -40,8 +45,33 @@ class ExchangeAnswer:
 Exchange = Callable[[str], Awaitable[ExchangeAnswer]]
 
 
-class Authentication(ABC):
-    """What a client proves itself with."""
+class _ByPlugin(ABCMeta):
+    """``Authentication(plugin, params)`` itself, as pulsar-client's
+    ``Authentication(dynamicLibPath, authParamsString)``, gives the credentials the plugin
+    names (client/_auth_params.py: token, basic, tls, scram, or Pulsar's class names); its
+    subclasses are made as usual."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is Authentication:
+            return _by_plugin(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+def _by_plugin(dynamicLibPath: str, authParamsString: str) -> Authentication:
+    from ._auth_params import authentication_from
+
+    check_type(str, dynamicLibPath, "dynamicLibPath")
+    check_type(str, authParamsString, "authParamsString")
+    authentication = authentication_from(dynamicLibPath, authParamsString)
+    if authentication is None:
+        raise ValueError("Authentication needs a plugin name (token, basic, tls or scram)")
+    return authentication
+
+
+class Authentication(metaclass=_ByPlugin):
+    """What a client proves itself with. ``Authentication(plugin, params)`` (pulsar-client's
+    ``Authentication(dynamicLibPath, authParamsString)``) builds one from a plugin name and
+    its parameters: ``Authentication("token", "token:eyJ...")``."""
 
     @abstractmethod
     def authorization(self) -> str | None:
@@ -70,12 +100,25 @@ class AuthenticationToken(Authentication):
     """A token (a JWT), or a function returning the current one, sent as ``Bearer``."""
 
     def __init__(self, token: str | Callable[[], str]) -> None:
+        if not (isinstance(token, str) or callable(token)):
+            raise ValueError(
+                "Argument token is expected to be of type 'str' or a function returning 'str'"
+            )
         if not callable(token) and not token:
             raise ValueError("AuthenticationToken needs a token or a token supplier")
         self._token = token
 
     def authorization(self) -> str:
-        token = self._token() if callable(self._token) else self._token
+        """The ``Bearer`` header; a supplier that raises, or returns no str, is an
+        :class:`AuthenticationError` (its exception chained), as pulsar-client reports it."""
+        if not callable(self._token):
+            return f"Bearer {self._token}"
+        try:
+            token = self._token()
+        except Exception as exc:
+            raise AuthenticationError(f"the token supplier raised {exc!r}") from exc
+        if not isinstance(token, str) or not token:
+            raise AuthenticationError(f"the token supplier returned {token!r}, not a token")
         return f"Bearer {token}"
 
     @property
@@ -84,9 +127,29 @@ class AuthenticationToken(Authentication):
 
 
 class AuthenticationBasic(Authentication):
-    """A user name and password (the broker checks them against its htpasswd file)."""
+    """A user name and password (the broker checks them against its htpasswd file), as
+    pulsar-client's: ``AuthenticationBasic(username, password)``, or
+    ``AuthenticationBasic(auth_params_string='{"username": "u", "password": "p"}')`` (Java's
+    ``userId`` is read too; ``method`` may be in it)."""
 
-    def __init__(self, username: str, password: str) -> None:
+    def __init__(
+        self,
+        username: str | None = None,
+        password: str | None = None,
+        method: str = "basic",
+        auth_params_string: str | None = None,
+    ) -> None:
+        if auth_params_string is not None:
+            check_type(str, auth_params_string, "auth_params_string")
+            username, password, method = _basic_params(auth_params_string)
+        check_type(str, username, "username")
+        check_type(str, password, "password")
+        check_type(str, method, "method")
+        assert username is not None and password is not None  # checked above, for mypy
+        if method != "basic":
+            raise NotImplementedError(
+                f"AuthenticationBasic method {method!r}: the broker's provider is 'basic'"
+            )
         if not username or ":" in username:
             raise ValueError("AuthenticationBasic needs a user name without ':'")
         pair = f"{username}:{password}".encode()
@@ -96,10 +159,26 @@ class AuthenticationBasic(Authentication):
         return self._header
 
 
+def _basic_params(text: str) -> tuple[str, str, str]:
+    """(username, password, method) of pulsar-client's basic auth_params_string (JSON)."""
+    try:
+        params = json.loads(text)
+    except ValueError:
+        params = None
+    if not isinstance(params, dict):
+        raise ValueError("auth_params_string: a JSON object with username and password")
+    username = params.get("username", params.get("userId"))
+    if username is None or "password" not in params:
+        raise ValueError("auth_params_string: a JSON object with username and password")
+    return username, params["password"], params.get("method", "basic")
+
+
 class AuthenticationTLS(Authentication):
     """A client certificate and its key (PEM files), presented on TLS connections."""
 
     def __init__(self, certificate_path: str, private_key_path: str) -> None:
+        check_type(str, certificate_path, "certificate_path")
+        check_type(str, private_key_path, "private_key_path")
         self.certificate_path = certificate_path
         self.private_key_path = private_key_path
 

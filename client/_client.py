@@ -15,6 +15,7 @@ from typing import Any
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ..schema import Schema, SchemaInfo
+from ._arguments import check_types
 from ._auth import (
     Authentication,
     AuthenticationTLS,
@@ -53,8 +54,8 @@ from ._consumer import (
 )
 from ._crypto import ConsumerCryptoFailureAction, EntryDecryptor, producer_encryptor
 from ._crypto_keys import KeyReader
-from ._errors import refusal_names
-from ._message import MessageId
+from ._errors import AlreadyClosed, refusal_names
+from ._message import MessageId, new_message_id
 from ._multi_consumer import TopicsPattern, watch_pattern
 from ._ownership_watch import OwnershipWatcher
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue
@@ -165,6 +166,7 @@ class Client:
         # has no counterpart on asyncio and gRPC: accepted and ignored. tls_validate_hostname
         # is always on (gRPC checks the name); connection_timeout_ms is covered by
         # operation_timeout_seconds, within which creating a handle retries its connection.
+        check_types(service_url=(service_url, str, False), listener_name=(listener_name, str, True))
         refuse_unsupported(
             "Client",
             tls_allow_insecure_connection=(tls_allow_insecure_connection, False),
@@ -236,6 +238,7 @@ class Client:
             self._calls, self.ownership_watch, self._backoff_s, self._operation_timeout_s
         )
         self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
+        self._shutdown: asyncio.Task[None] | None = None  # closing after shutdown()
         # How to close each consumer (reader) without referring to it, until it is dropped;
         # then the task closing it.
         self._closers: dict[int, Callable[[], Awaitable[None]]] = {}
@@ -314,6 +317,14 @@ class Client:
         stream opens at once); ``chunking_enabled``, ``properties`` and ``message_router``
         take only their defaults (NotImplementedError otherwise).
         """
+        check_types(
+            topic=(topic, str, False),
+            producer_name=(producer_name, str, True),
+            initial_sequence_id=(initial_sequence_id, int, True),
+            send_timeout_millis=(send_timeout_millis, int, False),
+            max_pending_messages=(max_pending_messages, int, False),
+            batching_max_messages=(batching_max_messages, int, False),
+        )
         refuse_unsupported(
             "create_producer",
             chunking_enabled=(chunking_enabled, False),
@@ -433,6 +444,12 @@ class Client:
         ``start_message_id_inclusive``: whether :meth:`Consumer.seek` to a message id
         delivers that message next (True) or the one after it (False, Pulsar's default).
         """
+        check_types(
+            topic=(topic, (str, list, tuple, re.Pattern), False),
+            subscription_name=(subscription_name, str, False),
+            receiver_queue_size=(receiver_queue_size, int, False),
+            consumer_name=(consumer_name, str, True),
+        )
         refuse_unsupported(
             "subscribe",
             is_read_compacted=(is_read_compacted, False),
@@ -486,10 +503,11 @@ class Client:
             topics = list(by_name.values())
             if not topics:
                 raise ValueError("subscribe needs at least one topic")
-            label = ",".join(topics)
+            label = ",".join(map(full_topic_name, topics))
         consumer = Consumer(
             label, subscription_name, config, MessageQueue(), message_listener, batch_receive_policy
         )
+        consumer.last_message_id_of = self.get_last_message_id
         with refusal_names("consume", label):
             if pattern is not None:
                 await watch_pattern(
@@ -529,6 +547,12 @@ class Client:
         ``subscription_role_prefix`` starts the name of the reader's non-durable subscription,
         as in Pulsar; ``is_read_compacted`` takes only False (the broker does not compact).
         """
+        check_types(
+            topic=(topic, str, False),
+            start_message_id=(start_message_id, (MessageId, str), False),
+            receiver_queue_size=(receiver_queue_size, int, False),
+            reader_name=(reader_name, str, True),
+        )
         refuse_unsupported("create_reader", is_read_compacted=(is_read_compacted, False))
         start = (
             MessageId.parse(start_message_id)
@@ -560,7 +584,7 @@ class Client:
             values=value_decoder(schema, self.get_schema),
             decryptor=EntryDecryptor(crypto_key_reader, crypto_failure_action),
         )
-        consumer = Consumer(topic, subscription, config, MessageQueue())
+        consumer = Consumer(full_topic_name(topic), subscription, config, MessageQueue())
         with refusal_names("consume", topic):
             await self._streams.attach(consumer, [topic], config, params, [partitions])
         topics = partition_topics(full_topic_name(topic), partitions)
@@ -577,18 +601,21 @@ class Client:
         """The id of the newest message of a topic or of one partition; None when empty.
 
         >>> await client.get_last_message_id("my-topic")
-        MessageId(ledger_id=3, entry_id=41, batch_index=99, partition=-1)
+        MessageId(partition=-1, ledger_id=3, entry_id=41, batch_index=99)
         """
         request = pb.GetLastMessageIdRequest(topic=topic)
         response = await self._calls.at_owner(topic, "GetLastMessageId", request)
         if not response.HasField("last_message_id"):
             return None
         last = response.last_message_id
-        return MessageId(last.ledger_id, last.entry_id, last.batch_index, last.partition)
+        return new_message_id(last.ledger_id, last.entry_id, last.batch_index, last.partition)
 
-    async def get_schema(self, topic: str, version: bytes = b"") -> SchemaInfo:
-        """The topic's schema at ``version`` (as ``Message.schema_version()`` gives it; empty:
-        the latest). A topic without one raises :class:`~client.TopicNotFound`."""
+    async def get_schema(self, topic: str, version: bytes | str = b"") -> SchemaInfo:
+        """The topic's schema at ``version`` (Pulsar's 8 bytes, or the str
+        ``Message.schema_version()`` gives; empty: the latest). A topic without one raises
+        :class:`~client.TopicNotFound`."""
+        if isinstance(version, str):
+            version = version.encode("latin-1")
         request = pb.GetSchemaRequest(topic=topic, schema_version=version)
         response = await self._calls.at_owner(topic, "GetSchema", request)
         return SchemaInfo.from_proto(response.schema)
@@ -627,9 +654,22 @@ class Client:
         return result
 
     async def close(self) -> None:
-        """Close every producer, consumer and reader, then the channels. Idempotent."""
-        if not self._calls.refuse_new():
-            return
+        """Close every producer, consumer and reader, then the channels. A second close
+        raises AlreadyClosed, as pulsar-client's (after :meth:`shutdown`, close waits for it)."""
+        if self._calls.refuse_new():
+            await self._close_all()
+        elif self._shutdown is not None:
+            await asyncio.shield(self._shutdown)
+        else:
+            raise AlreadyClosed("the client is already closed")
+
+    def shutdown(self) -> None:
+        """pulsar.asyncio's immediate shutdown, not awaited: new calls are refused at once
+        and everything closes in the background (:meth:`close` waits for it)."""
+        if self._calls.refuse_new():
+            self._shutdown = asyncio.get_running_loop().create_task(self._close_all())
+
+    async def _close_all(self) -> None:
         await self.ownership_watch.close()
         handles = list(self._handles)
         await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
@@ -644,7 +684,8 @@ class Client:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        if self._calls.refuse_new():
+            await self._close_all()
 
     # ------------------------------------------------------------------ internals
 

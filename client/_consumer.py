@@ -24,6 +24,7 @@ from ._errors import (
     CryptoError,
     CumulativeAcknowledgementNotAllowedError,
     InvalidConfiguration,
+    OperationNotSupported,
     PulsarException,
     Timeout,
 )
@@ -174,6 +175,11 @@ class Consumer:
         self._watchers: list[PatternWatcher] = []
         self._loop = asyncio.get_running_loop()
         self._closed = False
+        # Told of each batch held back under crypto_failure_action=FAIL (a reader counts it
+        # as read).
+        self.held_back: Callable[[EncryptedMessage], None] | None = None
+        # The client's get_last_message_id (set by subscribe).
+        self.last_message_id_of: Callable[[str], Awaitable[MessageId | None]] | None = None
 
     # ------------------------------------------------------------ set up by the client
 
@@ -262,9 +268,31 @@ class Consumer:
     # ------------------------------------------------------------ Pulsar's accessors
 
     def topic(self) -> str:
-        """The topic as given to ``subscribe`` (a list's names joined with commas, or the
-        pattern's text)."""
+        """The topic's full name, as pulsar-client's (``persistent://public/default/t`` for
+        ``t``); for a list, the full names joined with commas; for a pattern, its text."""
         return self._topic
+
+    async def get_last_message_id(self) -> MessageId:
+        """The id of the last message stored in the topic, as pulsar-client's
+        ``get_last_message_id()``; ``MessageId.earliest`` while the topic is empty.
+
+        Like pulsar-client's, only for a consumer of one topic that is not partitioned: a
+        partitioned, multi-topic or pattern consumer raises :class:`OperationNotSupported`
+        (``Client.get_last_message_id(topic)`` answers for each partition).
+
+        >>> await consumer.get_last_message_id()
+        MessageId(partition=-1, ledger_id=3, entry_id=41, batch_index=0)
+        """
+        if self._closed:
+            raise AlreadyClosed(f"consumer of {self._topic} is closed")
+        if set(self._partitions) != {-1} or len(self._streams) != 1 or not self.last_message_id_of:
+            raise OperationNotSupported(
+                "get_last_message_id takes a consumer of one non-partitioned topic, as "
+                "pulsar-client's; use Client.get_last_message_id(topic) for each partition"
+            )
+        [topic] = self._streams
+        last = await self.last_message_id_of(topic)
+        return MessageId.earliest if last is None else last
 
     def subscription_name(self) -> str:
         """The subscription's name."""
@@ -323,8 +351,33 @@ class Consumer:
         message = queue.take() or await queue.get(None if timeout is None else timeout / 1000)
         self._streams[message._origin.topic_name].dequeued(message)
         if isinstance(message, EncryptedMessage):
-            message.raise_if_failed()  # crypto_failure_action=FAIL: an error in its place
+            if message.held_back():  # crypto_failure_action=FAIL: wait on for the next one
+                return await self._after_held_back(message, wait_ms=timeout)
+            message.raise_if_failed()  # crypto_failure_action=RAISE: an error in its place
         return message
+
+    async def _after_held_back(self, message: EncryptedMessage, wait_ms: int | None) -> Message:
+        """receive() went past a batch it cannot decrypt under FAIL (logged when it came, as
+        pulsar-client's, and left unacknowledged): the next message within ``wait_ms`` from
+        now (receive's timeout counts again from the held-back batch: the hot path of receive
+        reads no clock), else Timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = None if wait_ms is None else loop.time() + wait_ms / 1000
+        while True:
+            if self.held_back is not None:
+                self.held_back(message)
+            if self._zero_queue and not len(self._queue):
+                for stream in self._streams.values():
+                    stream.want_one()
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            taken = self._queue.take() or await self._queue.get(left)
+            self._streams[taken._origin.topic_name].dequeued(taken)
+            if not isinstance(taken, EncryptedMessage):
+                return taken
+            if not taken.held_back():
+                taken.raise_if_failed()
+                return taken
+            message = taken
 
     async def batch_receive(self) -> list[Message]:
         """Messages received, at most the batch receive policy's count and bytes, waiting at
@@ -360,6 +413,11 @@ class Consumer:
             if batch and failed_decryption(message):
                 queue.put_back(message)  # its error is the next call's
                 break
+            if isinstance(message, EncryptedMessage) and message.held_back():
+                streams[message._origin.topic_name].dequeued(message)  # FAIL: not delivered
+                if self.held_back is not None:
+                    self.held_back(message)
+                continue
             if max_bytes > 0:
                 length = len(message.data())
                 if batch and size + length > max_bytes:
@@ -438,7 +496,7 @@ class Consumer:
         """
         await asyncio.gather(*(p.redeliver_unacknowledged() for p in self._streams.values()))
 
-    async def seek(self, target: MessageTarget | int) -> None:
+    async def seek(self, messageid: MessageTarget | int) -> None:
         """Reset the subscription to a message id or a publish time (ms since the epoch).
 
         A message id of one partition (or, for a multi-topic consumer, of one topic) moves
@@ -448,14 +506,14 @@ class Consumer:
         >>> await consumer.seek(MessageId.earliest)
         >>> await consumer.seek(int(time.time() * 1000) - 60_000)
         """
-        if isinstance(target, Message | MessageId) and target not in (
-            MessageId.earliest,
-            MessageId.latest,
+        if not isinstance(messageid, Message) and (
+            isinstance(messageid, int) or messageid in (MessageId.earliest, MessageId.latest)
         ):
-            stream, message_id = self._route(target)
-            await stream.seek(message_id)
+            everywhere = messageid
+            await asyncio.gather(*(p.seek(everywhere) for p in self._streams.values()))
             return
-        await asyncio.gather(*(p.seek(target) for p in self._streams.values()))
+        stream, message_id = self._route(messageid)
+        await stream.seek(message_id)
 
     async def unsubscribe(self) -> None:
         """Delete the subscription, then close.
@@ -467,10 +525,17 @@ class Consumer:
         await self.close()
 
     async def close(self) -> None:
-        """Send grouped acks and close the streams. Idempotent.
+        """Send grouped acks and close the streams. A second close raises AlreadyClosed, as
+        pulsar-client's.
 
         >>> await consumer.close()
         """
+        if self._closed:
+            raise AlreadyClosed(f"the consumer of {self._topic} is already closed")
+        await self.close_if_open()
+
+    async def close_if_open(self) -> None:
+        """:meth:`close` unless closed already (what leaving ``async with`` does)."""
         if self._closed:
             return
         self._closed = True
@@ -491,7 +556,7 @@ class Consumer:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        await self.close_if_open()
 
     # ------------------------------------------------------------ internals
 
@@ -509,7 +574,7 @@ class Consumer:
             await self._listening.wait()
             try:
                 message = await self.receive()
-            except CryptoError:  # crypto_failure_action=FAIL: logged, not delivered
+            except CryptoError:  # crypto_failure_action=RAISE: logged, not delivered
                 continue
             except PulsarException:  # closed, or failed for good: receive() would say so
                 return
@@ -571,7 +636,7 @@ class Consumer:
         if isinstance(target, TopicMessageId):
             stream = self._streams.get(target.topic_name())
         else:
-            stream = self._partitions.get(target.partition)
+            stream = self._partitions.get(target.partition())
         if stream is None:
             self._not_ours(target)
         return stream, target

@@ -66,9 +66,12 @@ PRIVATE_KEY_CACHE_SIZE = 16
 class ConsumerCryptoFailureAction(IntEnum):
     """What a consumer does with a batch it cannot decrypt (Pulsar's names and numbers)."""
 
-    FAIL = 0  # not given to the application: receive() raises, the batch stays unacked
+    FAIL = 0  # held back, as pulsar-client's: receive() waits on (times out), batch unacked
     DISCARD = 1  # acknowledged and dropped (logged)
     CONSUME = 2  # given as one message: the encrypted bytes and their encryption_context()
+    # This SDK's own: receive() raises CryptoError in the batch's place, which stays unacked
+    # (what FAIL did before issue 26; the CLI and the Spark source fail with it).
+    RAISE = 3
 
 
 @dataclass(frozen=True, slots=True)

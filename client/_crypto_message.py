@@ -1,10 +1,12 @@
 """What a consumer does with a batch it cannot decrypt: its ConsumerCryptoFailureAction.
 
-- FAIL (the default): one :class:`EncryptedMessage` is queued in the batch's place; taking it
-  (``receive``, ``read_next``, ``batch_receive``) raises :class:`CryptoError` naming the entry
-  and why. Nothing is acknowledged: the broker redelivers the batch later (ack timeout,
+- FAIL (the default), as pulsar-client's: the batch is held back, never delivered (logged as an
+  error); ``receive`` waits on for other messages and times out if none comes. Nothing is
+  acknowledged: the broker redelivers the batch later (ack timeout,
   ``redeliver_unacknowledged_messages``, the consumer closing), e.g. to a consumer with the
-  key, as Pulsar's consumer leaves it unacknowledged.
+  key. A reader counts it as read (``has_message_available`` does not wait for it).
+- RAISE (this SDK's): as FAIL, but taking the batch's place (``receive``, ``read_next``,
+  ``batch_receive``) raises :class:`CryptoError` naming the entry and why.
 - DISCARD: the batch is acknowledged whole and dropped; a warning says so.
 - CONSUME: the application gets one :class:`EncryptedMessage` for the whole batch: ``data()``
   is the encrypted bytes, ``encryption_context()`` says how to decrypt them, and
@@ -51,22 +53,31 @@ class EncryptedMessage(Message):
         self._failure = failure
 
     def raise_if_failed(self) -> None:
-        """Under FAIL, the error the application gets instead of this message; the error's
+        """Under RAISE, the error the application gets instead of this message; the error's
         ``position`` says how far a reader got (:meth:`last_position`)."""
-        if self._failure.action is ConsumerCryptoFailureAction.FAIL:
+        if self._failure.action is ConsumerCryptoFailureAction.RAISE:
             error = CryptoError(
-                f"{self._failure.reason} (crypto_failure_action=FAIL: not acknowledged, the "
+                f"{self._failure.reason} (crypto_failure_action=RAISE: not acknowledged, the "
                 "broker redelivers it)"
             )
             error.position = self.last_position()
             raise error
+
+    def held_back(self) -> bool:
+        """Under FAIL: never given to the application (pulsar-client's consumer holds it)."""
+        return self._failure.action is ConsumerCryptoFailureAction.FAIL
 
     def last_position(self) -> MessageId:
         """The id of the batch's last message: what the broker's last message id is when this
         batch ends the topic (a reader compares the two to know it read everything)."""
         entry = self._origin.entry
         last = max(entry.compressed.num_messages - 1, 0)
-        return MessageId(entry.ledger_id, entry.entry_id, last, self._origin.partition)
+        return MessageId(
+            ledger_id=entry.ledger_id,
+            entry_id=entry.entry_id,
+            batch_index=last,
+            partition=self._origin.partition,
+        )
 
     def encryption_context(self) -> EncryptionContext | None:
         """How the payload is encrypted (keys, algorithm, nonce, compression, sizes)."""
@@ -84,9 +95,9 @@ class EncryptedMessage(Message):
         """The batch's key in clear."""
         return self._origin.entry.compressed.key.decode(errors="replace")
 
-    def ordering_key(self) -> bytes:
+    def ordering_key(self) -> str:
         """Not known apart from the key: empty."""
-        return b""
+        return ""
 
     def properties(self) -> dict[str, str]:
         """Encrypted with the payloads: empty."""
@@ -102,10 +113,10 @@ class EncryptedMessage(Message):
 
 
 def failed_decryption(message: Message) -> bool:
-    """Whether taking ``message`` raises (an undecryptable batch under FAIL)."""
+    """Whether taking ``message`` raises (an undecryptable batch under RAISE)."""
     return (
         isinstance(message, EncryptedMessage)
-        and message._failure.action is ConsumerCryptoFailureAction.FAIL
+        and message._failure.action is ConsumerCryptoFailureAction.RAISE
     )
 
 
@@ -120,11 +131,20 @@ def undecryptable(
     if action is ConsumerCryptoFailureAction.DISCARD:
         log.warning("%s: %s: discarded (crypto_failure_action=DISCARD)", topic, failure.reason)
         with contextlib.suppress(PulsarException):  # closing: the broker redelivers it later
-            stream.acknowledge(MessageId(entry.ledger_id, entry.entry_id, -1, stream.partition))
+            stream.acknowledge(
+                MessageId(
+                    ledger_id=entry.ledger_id,
+                    entry_id=entry.entry_id,
+                    batch_index=-1,
+                    partition=stream.partition,
+                )
+            )
         stream.consumed(permits)
         return []
-    if action is ConsumerCryptoFailureAction.FAIL:
-        log.error("%s: %s: not delivered (crypto_failure_action=FAIL)", topic, failure.reason)
+    if action in (ConsumerCryptoFailureAction.FAIL, ConsumerCryptoFailureAction.RAISE):
+        log.error(
+            "%s: %s: not delivered (crypto_failure_action=%s)", topic, failure.reason, action.name
+        )
     if permits > 1:
         stream.consumed(permits - 1)
     topic_ids = stream.config.topic_ids

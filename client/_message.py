@@ -7,7 +7,7 @@ import struct
 from collections.abc import Callable
 from functools import partial
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
@@ -16,25 +16,85 @@ from ._compression import decompress_entry
 if TYPE_CHECKING:
     from ._crypto import EncryptionContext
 
-_PACKED = struct.Struct(">qqii")
+# Ids serialized by this SDK before issue 26: four big-endian fields, 24 bytes.
+_LEGACY_PACKED = struct.Struct(">qqii")
 _MAX_LONG = 2**63 - 1
+_U64 = 2**64
 
 
-class _MessageIdFields(NamedTuple):
-    ledger_id: int
-    entry_id: int
-    batch_index: int = -1
-    partition: int = -1
+def _varint(value: int) -> bytes:
+    """Protobuf's base-128 varint of ``value`` (a negative one as its 64-bit two's
+    complement, as protobuf writes int32 and uint64 fields)."""
+    value %= _U64
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
-class MessageId(_MessageIdFields):
-    """Pulsar's message id: (ledger, entry, index in the batch, partition).
+def _signed(value: int, bits: int) -> int:
+    value %= 1 << bits
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value
 
-    A named tuple: immutable, hashable, cheap to make (a consumer makes one per message).
 
-    Ordered by ledger, entry, then batch index, so ids of one partition sort in publish
-    order. A send that deduplication dropped resolves to an id whose ``ledger_id`` and
-    ``entry_id`` are -1 (as in Pulsar).
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated or malformed serialized MessageId")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def _decode_message_id_data(data: bytes) -> tuple[int, int, int, int]:
+    """(ledger, entry, batch, partition) from Pulsar's ``MessageIdData`` protobuf
+    (PulsarApi.proto: ledgerId = 1, entryId = 2, partition = 3 [default -1], batch_index = 4
+    [default -1]; ack_set, batch_size, first_chunk_message_id and the rest are skipped)."""
+    fields = {3: -1, 4: -1}
+    pos = 0
+    while pos < len(data):
+        key, pos = _read_varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _read_varint(data, pos)
+            fields[number] = value
+        elif wire == 2:
+            length, pos = _read_varint(data, pos)
+            pos += length
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ValueError(f"malformed serialized MessageId (wire type {wire})")
+        if pos > len(data):
+            raise ValueError("truncated serialized MessageId")
+    if 1 not in fields or 2 not in fields:
+        raise ValueError("a serialized MessageId lacks its ledger or entry id")
+    return (
+        _signed(fields[1], 64),
+        _signed(fields[2], 64),
+        _signed(fields[4], 32),
+        _signed(fields[3], 32),
+    )
+
+
+class MessageId(tuple[int, int, int, int]):
+    """Pulsar's message id, as pulsar-client's: ``MessageId(partition, ledger_id, entry_id,
+    batch_index)`` with the accessors ``ledger_id()``, ``entry_id()``, ``partition()`` and
+    ``batch_index()``.
+
+    Immutable, hashable, cheap to make (a consumer makes one per message): a tuple that holds
+    (ledger, entry, batch index, partition) in that order. Equal when all four are equal; ordered
+    by ledger, entry, then batch index, as pulsar-client's (the partition takes no part in the
+    order: see the comparison operators). A send that
+    deduplication dropped resolves to an id whose ledger and entry ids are -1 (as in Pulsar).
 
     Its text form is Pulsar's ``MessageId.toString()``: ``ledger:entry:partition:batch``, or
     ``ledger:entry:partition`` without a batch index; the one form the SDK, the CLI, the admin
@@ -42,10 +102,10 @@ class MessageId(_MessageIdFields):
     :func:`parse_message_id_text`).
 
     >>> MessageId.parse("7:3")
-    MessageId(ledger_id=7, entry_id=3, batch_index=-1, partition=-1)
-    >>> str(MessageId(7, 3, 0, 2)), str(MessageId(7, 3, 0)), str(MessageId(7, 3))
+    MessageId(partition=-1, ledger_id=7, entry_id=3, batch_index=-1)
+    >>> str(MessageId(2, 7, 3, 0)), str(MessageId(-1, 7, 3, 0)), str(MessageId(-1, 7, 3))
     ('7:3:2:0', '7:3:-1:0', '7:3:-1')
-    >>> MessageId.deserialize(MessageId(7, 3).serialize()) == MessageId(7, 3)
+    >>> MessageId.deserialize(MessageId(-1, 7, 3).serialize()) == MessageId(-1, 7, 3)
     True
     """
 
@@ -54,23 +114,95 @@ class MessageId(_MessageIdFields):
     earliest: ClassVar[MessageId]
     latest: ClassVar[MessageId]
 
+    def __new__(
+        cls, partition: int = -1, ledger_id: int = -1, entry_id: int = -1, batch_index: int = -1
+    ) -> MessageId:
+        fields = (ledger_id, entry_id, batch_index, partition)
+        for value in fields:
+            if not isinstance(value, int):  # as pulsar-client's, which takes only integers
+                raise TypeError(f"MessageId fields are integers, got {value!r}")
+        return tuple.__new__(cls, fields)
+
+    def __init__(
+        self, partition: int = -1, ledger_id: int = -1, entry_id: int = -1, batch_index: int = -1
+    ) -> None:
+        """Made by ``__new__``; this only states pulsar-client's parameters."""
+
+    def __getnewargs__(self) -> tuple[int, int, int, int]:  # type: ignore[override]
+        """What pickle and copy make it again with: ``__new__``'s order, not the tuple's."""
+        ledger_id, entry_id, batch_index, partition = self
+        return partition, ledger_id, entry_id, batch_index
+
+    def ledger_id(self) -> int:
+        return self[0]
+
+    def entry_id(self) -> int:
+        return self[1]
+
+    def batch_index(self) -> int:
+        """The index in the batch; -1 for a message not sent in a batch."""
+        return self[2]
+
+    def partition(self) -> int:
+        """The partition index; -1 for a topic that is not partitioned."""
+        return self[3]
+
+    # pulsar-client's C++ operators: < by (ledger, entry, batch index), the partition left out;
+    # <= is < or ==; > is not <=; >= is not <. So of two ids that differ only in partition,
+    # each is > and >= the other, neither < nor <=.
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self[:3] < other[:3]
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self[:3] < other[:3] or tuple.__eq__(self, other)
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return not (self[:3] < other[:3] or tuple.__eq__(self, other))
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return not self[:3] < other[:3]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MessageId) and tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        ledger_id, entry_id, batch_index, partition = self
+        return (
+            f"MessageId(partition={partition}, ledger_id={ledger_id}, entry_id={entry_id}, "
+            f"batch_index={batch_index})"
+        )
+
     def __str__(self) -> str:
         if self == MessageId.earliest:
             return "earliest"
         if self == MessageId.latest:
             return "latest"
-        if self.batch_index < 0:
-            return f"{self.ledger_id}:{self.entry_id}:{self.partition}"
-        return f"{self.ledger_id}:{self.entry_id}:{self.partition}:{self.batch_index}"
+        ledger_id, entry_id, batch_index, partition = self
+        if batch_index < 0:
+            return f"{ledger_id}:{entry_id}:{partition}"
+        return f"{ledger_id}:{entry_id}:{partition}:{batch_index}"
 
     @classmethod
     def parse(cls, text: str) -> MessageId:
         """Parse ``"ledger:entry[:partition[:batch]]"``, ``"earliest"`` or ``"latest"``.
 
         >>> MessageId.parse("7:3:-1:4")
-        MessageId(ledger_id=7, entry_id=3, batch_index=4, partition=-1)
+        MessageId(partition=-1, ledger_id=7, entry_id=3, batch_index=4)
         >>> MessageId.parse("7:3:4:-1")  # the earlier ledger:entry:batch:-1, unambiguous
-        MessageId(ledger_id=7, entry_id=3, batch_index=4, partition=-1)
+        MessageId(partition=-1, ledger_id=7, entry_id=3, batch_index=4)
         """
         lowered = text.strip().lower()
         if lowered == "earliest":
@@ -78,31 +210,58 @@ class MessageId(_MessageIdFields):
         if lowered == "latest":
             return cls.latest
         ledger_id, entry_id, partition, batch_index = parse_message_id_text(text)
-        return cls(ledger_id, entry_id, batch_index, partition)
+        return cls(partition, ledger_id, entry_id, batch_index)
 
     def serialize(self) -> bytes:
-        """24 bytes, big endian; stable across versions."""
-        return _PACKED.pack(self.ledger_id, self.entry_id, self.batch_index, self.partition)
+        """Pulsar's ``MessageIdData`` protobuf, byte for byte what pulsar-client's
+        ``serialize()`` gives: ids saved by either load in the other."""
+        ledger_id, entry_id, batch_index, partition = self
+        out = b"\x08" + _varint(ledger_id) + b"\x10" + _varint(entry_id)
+        if partition != -1:
+            out += b"\x18" + _varint(partition)
+        if batch_index != -1:
+            out += b"\x20" + _varint(batch_index)
+        return out
+
+    @staticmethod
+    def deserialize(message_id_bytes: bytes, topic: str | None = None) -> MessageId:
+        """Inverse of :meth:`serialize`. With ``topic`` (as Pulsar's), a :class:`TopicMessageId`
+        that a multi-topic consumer can acknowledge or seek to.
+
+        Also reads the 24 bytes this SDK wrote before issue 26 (four big-endian fields): Pulsar's
+        encoding always starts with byte 0x08 (the ledger id's tag), which those bytes never do
+        for a ledger id below 2**59 (every real one, the earliest and latest sentinels
+        included)."""
+        data = bytes(message_id_bytes)
+        if len(data) == _LEGACY_PACKED.size and data[:1] != b"\x08":
+            fields = _LEGACY_PACKED.unpack(data)
+        else:
+            fields = _decode_message_id_data(data)
+        mid = tuple.__new__(MessageId, fields)
+        return mid if topic is None else TopicMessageId.of(topic, *fields)
 
     @classmethod
-    def deserialize(cls, data: bytes, topic: str | None = None) -> MessageId:
-        """Inverse of :meth:`serialize`. With ``topic`` (as Pulsar's), a :class:`TopicMessageId`
-        that a multi-topic consumer can acknowledge or seek to."""
-        if len(data) != _PACKED.size:
-            raise ValueError(f"a serialized MessageId has {_PACKED.size} bytes, got {len(data)}")
-        fields = _PACKED.unpack(data)
-        return cls(*fields) if topic is None else TopicMessageId.of(topic, *fields)
+    def wrap(cls, msg_id: MessageId) -> MessageId:
+        """pulsar-client wraps its C++ id in its Python class; here both are this class, so
+        ``wrap`` gives the id back as a plain :class:`MessageId`."""
+        return tuple.__new__(cls, tuple(msg_id))
 
     def to_proto(self) -> pb.MessageId:
         """The wire form; ledger and entry ids must not be negative."""
-        if self.ledger_id < 0 or self.entry_id < 0:
+        ledger_id, entry_id, batch_index, partition = self
+        if ledger_id < 0 or entry_id < 0:
             raise ValueError(f"message id {self} cannot be sent to the broker")
         return pb.MessageId(
-            ledger_id=self.ledger_id,
-            entry_id=self.entry_id,
-            batch_index=self.batch_index,
-            partition=self.partition,
+            ledger_id=ledger_id, entry_id=entry_id, batch_index=batch_index, partition=partition
         )
+
+
+def new_message_id(
+    ledger_id: int, entry_id: int, batch_index: int = -1, partition: int = -1
+) -> MessageId:
+    """A :class:`MessageId` from its fields in storage order (ledger, entry, batch, partition):
+    what the SDK's own code makes them with."""
+    return tuple.__new__(MessageId, (ledger_id, entry_id, batch_index, partition))
 
 
 class TopicMessageId(MessageId):
@@ -111,7 +270,7 @@ class TopicMessageId(MessageId):
     to the right topic. Equal to the plain :class:`MessageId` with the same fields.
 
     >>> mid = TopicMessageId.of("persistent://public/default/a", 7, 3)
-    >>> mid.topic_name(), mid == MessageId(7, 3)
+    >>> mid.topic_name(), mid == MessageId(-1, 7, 3)
     ('persistent://public/default/a', True)
     """
 
@@ -124,7 +283,7 @@ class TopicMessageId(MessageId):
         cls, topic: str, ledger_id: int, entry_id: int, batch_index: int = -1, partition: int = -1
     ) -> TopicMessageId:
         """The id of a message of ``topic`` (the partition's name for a partitioned topic)."""
-        mid = cls(ledger_id, entry_id, batch_index, partition)
+        mid = tuple.__new__(cls, (ledger_id, entry_id, batch_index, partition))
         mid._topic = topic
         return mid
 
@@ -135,7 +294,7 @@ class TopicMessageId(MessageId):
 
 # Pulsar's sentinels: earliest is (-1, -1), latest is (Long.MAX_VALUE, Long.MAX_VALUE).
 MessageId.earliest = MessageId(-1, -1, -1, -1)
-MessageId.latest = MessageId(_MAX_LONG, _MAX_LONG, -1, -1)
+MessageId.latest = MessageId(-1, _MAX_LONG, _MAX_LONG, -1)
 
 
 class EntryOrigin:
@@ -200,9 +359,12 @@ class Message:
         value = self._value = payload if decode is None else decode(payload)
         return value
 
-    def schema_version(self) -> bytes:
-        """The version of the producer's schema (Pulsar's 8 bytes); empty without one."""
-        return self._origin.entry.schema_version
+    def schema_version(self) -> str:
+        """The version of the producer's schema as pulsar-client gives it: a str of Pulsar's
+        8 bytes (the version number big-endian), each byte one character (latin-1: for every
+        version below 128 what pulsar-client's UTF-8 decoding gives, and defined past it);
+        empty without a schema. ``Client.get_schema(topic, version)`` takes it back."""
+        return self._origin.entry.schema_version.decode("latin-1")
 
     def data(self) -> bytes:
         """The payload."""
@@ -219,7 +381,7 @@ class Message:
         self._id = message_id = (
             TopicMessageId.of(origin.topic_name, *fields)
             if origin.topic_ids
-            else MessageId(*fields)
+            else new_message_id(*fields)
         )
         return message_id
 
@@ -236,9 +398,10 @@ class Message:
         """The key the producer set; empty when none."""
         return self._origin.messages[self._index].key
 
-    def ordering_key(self) -> bytes:
-        """The ordering key the producer set; empty when none."""
-        return self._origin.messages[self._index].ordering_key
+    def ordering_key(self) -> str:
+        """The ordering key the producer set, as a str like pulsar-client's (UTF-8; a key
+        that is not gets U+FFFD for each bad byte); empty when none."""
+        return self._origin.messages[self._index].ordering_key.decode("utf-8", "replace")
 
     def properties(self) -> dict[str, str]:
         """Application properties (a new dict on each call)."""
@@ -259,6 +422,12 @@ class Message:
     def sequence_id(self) -> int:
         """The producer's sequence id of this message."""
         return self._origin.entry.sequence_id + self._index
+
+    def has_null_value(self) -> bool:
+        """Whether the producer sent a null value (a tombstone) rather than a payload, as
+        pulsar-client's. Always False here: the SDK's producers send a payload, empty or not,
+        and the wire has no null marker."""
+        return False
 
     def redelivery_count(self) -> int:
         """How many times the message was delivered before."""
@@ -307,10 +476,10 @@ def ids_of_receipt(receipt: pb.SendReceipt, count: int, partition: int) -> list[
     """The ids of the ``count`` messages of a batch the receipt covers.
 
     A duplicate batch was dropped by deduplication and got no ids: each message resolves to
-    ``MessageId(-1, -1, -1, partition)`` as in Pulsar.
+    ``MessageId(partition, -1, -1, -1)`` as in Pulsar.
     """
     if receipt.duplicate:
-        return [MessageId(-1, -1, -1, partition)] * count
+        return [MessageId(partition, -1, -1, -1)] * count
     # Built in C (tuple.__new__ over zipped fields), not through the named tuple's Python
     # __new__: a producer makes one per message sent, this costs about half as much.
     ledger, entry = receipt.ledger_id, receipt.entry_id

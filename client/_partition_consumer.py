@@ -565,9 +565,9 @@ def _at_or_before(message: Message, target: MessageId) -> bool:
     looked at, as Pulsar's isSameEntry: a seek past the end lands at the end, and what is
     published next comes before the target without being skipped."""
     found = message.message_id()
-    if (found.ledger_id, found.entry_id) != (target.ledger_id, target.entry_id):
+    if (found.ledger_id(), found.entry_id()) != (target.ledger_id(), target.entry_id()):
         return False
-    return target.batch_index < 0 or found.batch_index <= target.batch_index
+    return target.batch_index() < 0 or found.batch_index() <= target.batch_index()
 
 
 def seek_request(target: MessageId | int, request_id: int) -> pb.Seek:

@@ -529,7 +529,7 @@ class Producer:
         ``disable_replication`` is always true in effect.
 
         >>> await producer.send(b"data", partition_key="user-1", event_timestamp=1700000000000)
-        MessageId(ledger_id=3, entry_id=0, batch_index=0, partition=-1)
+        MessageId(partition=-1, ledger_id=3, entry_id=0, batch_index=0)
         """
         refuse_unsupported_send(replication_clusters, deliver_at, deliver_after)
         future = await self.enqueue(
@@ -663,7 +663,13 @@ class Producer:
 
     async def close(self) -> None:
         """Flush, then close the streams; sends waiting for room fail with AlreadyClosed.
-        Idempotent."""
+        A second close raises AlreadyClosed, as pulsar-client's."""
+        if self._closed:
+            raise AlreadyClosed(f"the producer of {self._topic} is already closed")
+        await self.close_if_open()
+
+    async def close_if_open(self) -> None:
+        """:meth:`close` unless closed already (what leaving ``async with`` does)."""
         if self._closed:
             return
         self._closed = True
@@ -677,4 +683,4 @@ class Producer:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        await self.close_if_open()

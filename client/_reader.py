@@ -38,6 +38,8 @@ class Reader:
         self._read: list[MessageId | None] = [start_point] * len(topics)
         self._inclusive = [inclusive] * len(topics)
         self._start_inclusive = inclusive  # also how seek(message id) lands (Pulsar's)
+        # A batch held back under crypto_failure_action=FAIL counts as read.
+        consumer.held_back = lambda message: self._passed(message.last_position())
 
     async def mark_latest(self, inclusive: bool = False) -> None:
         """A reader started at latest has read up to what each partition held then (with
@@ -47,7 +49,7 @@ class Reader:
             self._inclusive[index] = inclusive
 
     def topic(self) -> str:
-        """The topic as given to ``create_reader``."""
+        """The topic's full name, as pulsar-client's (``persistent://public/default/t``)."""
         return self._consumer.topic()
 
     def is_connected(self) -> bool:
@@ -64,7 +66,7 @@ class Reader:
         """
         try:
             message = await self._consumer.receive(timeout_millis, timeout_ms=timeout_ms)
-        except CryptoError as exc:  # a batch it cannot decrypt (FAIL) was read all the same
+        except CryptoError as exc:  # a batch it cannot decrypt (RAISE) was read all the same
             if exc.position is not None:
                 self._passed(exc.position)
             raise
@@ -77,7 +79,7 @@ class Reader:
     def _passed(self, message_id: MessageId) -> None:
         """The reader got to ``message_id`` in its partition (what has_message_available
         compares with the broker's last id)."""
-        index = max(message_id.partition, 0)
+        index = max(message_id.partition(), 0)
         self._read[index] = message_id
         self._inclusive[index] = False
 
@@ -105,27 +107,31 @@ class Reader:
         """Whether the topic was terminated and everything in it was read."""
         return self._consumer.has_reached_end_of_topic()
 
-    async def seek(self, target: MessageId | int) -> None:
+    async def seek(self, messageid: MessageId | int) -> None:
         """Move to a message id or a publish time (ms since the epoch).
 
         >>> await reader.seek(MessageId.earliest)
         """
-        await self._consumer.seek(target)
+        await self._consumer.seek(messageid)
         n = len(self._topics)
-        if target == MessageId.latest:
+        if messageid == MessageId.latest:
             await self.mark_latest()
-        elif isinstance(target, MessageId) and target != MessageId.earliest:
-            # As Pulsar's: the message after ``target`` comes next, or with
-            # start_message_id_inclusive ``target`` itself.
-            index = max(target.partition, 0)
-            self._read[index] = target
+        elif isinstance(messageid, MessageId) and messageid != MessageId.earliest:
+            # As Pulsar's: the message after ``messageid`` comes next, or with
+            # start_message_id_inclusive ``messageid`` itself.
+            index = max(messageid.partition(), 0)
+            self._read[index] = messageid
             self._inclusive[index] = self._start_inclusive
         else:  # earliest, or a publish time: anything stored may come next
             self._read, self._inclusive = [None] * n, [False] * n
 
     async def close(self) -> None:
-        """Close the reader. Idempotent."""
+        """Close the reader. A second close raises AlreadyClosed, as pulsar-client's."""
         await self._consumer.close()
+
+    async def close_if_open(self) -> None:
+        """:meth:`close` unless closed already (what leaving ``async with`` does)."""
+        await self._consumer.close_if_open()
 
     def __aiter__(self) -> Reader:
         return self
@@ -140,9 +146,9 @@ class Reader:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        await self.close_if_open()
 
 
 def _position(message_id: MessageId) -> tuple[int, int, int]:
     """Order within a partition (the partition field aside)."""
-    return message_id.ledger_id, message_id.entry_id, message_id.batch_index
+    return message_id.ledger_id(), message_id.entry_id(), message_id.batch_index()

@@ -53,6 +53,9 @@ class _LoopThread:
         self._thread.start()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self.loop.is_closed():  # the client was closed: so is everything it made
+            coro.close()
+            raise AlreadyClosed("the client is closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -176,7 +179,7 @@ class SyncProducer:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self._runner.run(self._producer.close_if_open())
 
 
 class SyncConsumer:
@@ -244,9 +247,9 @@ class SyncConsumer:
         """Call the listener again."""
         self._runner.run(_call(self._consumer.resume_message_listener))
 
-    def seek(self, target: MessageTarget | int) -> None:
+    def seek(self, messageid: MessageTarget | int) -> None:
         """Reset to a message id or publish time (ms)."""
-        self._runner.run(self._consumer.seek(target))
+        self._runner.run(self._consumer.seek(messageid))
 
     def unsubscribe(self) -> None:
         """Delete the subscription and close."""
@@ -255,6 +258,10 @@ class SyncConsumer:
     def close(self) -> None:
         """Close the consumer."""
         self._runner.run(self._consumer.close())
+
+    def get_last_message_id(self) -> MessageId:
+        """See :meth:`Consumer.get_last_message_id`."""
+        return self._runner.run(self._consumer.get_last_message_id())
 
     def __iter__(self) -> Iterator[Message]:
         while True:
@@ -267,7 +274,7 @@ class SyncConsumer:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self._runner.run(self._consumer.close_if_open())
 
 
 async def _call(function: Callable[[], None]) -> None:
@@ -304,9 +311,9 @@ class SyncReader:
         """Whether the topic was terminated and everything in it was read."""
         return self._reader.has_reached_end_of_topic()
 
-    def seek(self, target: MessageId | int) -> None:
+    def seek(self, messageid: MessageId | int) -> None:
         """Move to a message id or publish time (ms)."""
-        self._runner.run(self._reader.seek(target))
+        self._runner.run(self._reader.seek(messageid))
 
     def close(self) -> None:
         """Close the reader."""
@@ -323,7 +330,7 @@ class SyncReader:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self._runner.run(self._reader.close_if_open())
 
 
 SyncListener = Callable[[SyncConsumer, Message], None]
@@ -472,22 +479,34 @@ class SyncClient:
         return self._runner.run(self._client.lookup(topic))
 
     def close(self) -> None:
-        """Close everything and stop the background loop. Idempotent.
+        """Close everything and stop the background loop. A second close raises
+        AlreadyClosed, as pulsar-client's.
 
         A listener call under way finishes first (its calls on the closed consumer raise
         AlreadyClosed), so no thread outlives the client."""
         if self._runner.loop.is_closed():
-            return
+            raise AlreadyClosed("the client is already closed")
         self._runner.run(self._client.close())
         if self._listener_thread is not None:
             self._listener_thread.shutdown(wait=True, cancel_futures=True)
+        self._runner.stop()
+
+    def shutdown(self) -> None:
+        """pulsar-client's immediate shutdown: close everything without waiting for a
+        listener call under way (it runs on, its calls raising AlreadyClosed)."""
+        if self._runner.loop.is_closed():
+            return
+        self._runner.run(self._client.close())
+        if self._listener_thread is not None:
+            self._listener_thread.shutdown(wait=False, cancel_futures=True)
         self._runner.stop()
 
     def __enter__(self) -> SyncClient:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        if not self._runner.loop.is_closed():
+            self.close()
 
     def _on_listener_thread(
         self, listener: SyncListener

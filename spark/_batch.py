@@ -65,7 +65,15 @@ async def _span(
     if options.ending_time_ms is not None:
         until = await first_id(client, partition, idle, at_ms=options.ending_time_ms + 1)
         if until is not None:  # end before the first message published after endingTime
-            until, inclusive = MessageId(until.ledger_id, until.entry_id, -1, -1), False
+            until, inclusive = (
+                MessageId(
+                    ledger_id=until.ledger_id(),
+                    entry_id=until.entry_id(),
+                    batch_index=-1,
+                    partition=-1,
+                ),
+                False,
+            )
         else:
             until = await last_id(client, partition)
     elif end == LATEST:

@@ -20,7 +20,12 @@ from typing import Any
 
 from pulsar_grpc.client import ConsumerCryptoFailureAction, CryptoKeyReader, Message
 
-ACTIONS = tuple(action.name.lower() for action in ConsumerCryptoFailureAction)
+# Pulsar's actions; the SDK's own RAISE is what "fail" reads with (the query fails).
+ACTIONS = tuple(
+    action.name.lower()
+    for action in ConsumerCryptoFailureAction
+    if action is not ConsumerCryptoFailureAction.RAISE
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ class EncryptionOptions:
         action = ConsumerCryptoFailureAction[self.failure_action.upper()]
         if action is ConsumerCryptoFailureAction.DISCARD:
             action = ConsumerCryptoFailureAction.CONSUME
+        elif action is ConsumerCryptoFailureAction.FAIL:
+            action = ConsumerCryptoFailureAction.RAISE  # the query fails with the CryptoError
         return {"crypto_key_reader": reader, "crypto_failure_action": action}
 
     def discards(self, message: Message) -> bool:

@@ -33,7 +33,7 @@ Key = tuple[int, int, int]
 
 def key(message_id: MessageId) -> Key:
     """Order of ids within one partition (the partition field is not part of it)."""
-    return (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
+    return (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
 
 
 def parse_id(text: str) -> MessageId:
@@ -45,12 +45,14 @@ def parse_id(text: str) -> MessageId:
     if not 2 <= len(parts) <= 4:
         raise ValueError(f"invalid offset {text!r}: expected ledger:entry[:batch[:partition]]")
     batch_index = parts[2] if len(parts) > 2 else -1
-    return MessageId(parts[0], parts[1], batch_index, -1)
+    return MessageId(ledger_id=parts[0], entry_id=parts[1], batch_index=batch_index, partition=-1)
 
 
 def format_id(message_id: MessageId, partition: int) -> str:
     """The ``messageId`` column and offset text: ``ledger:entry:batch:partition``."""
-    return f"{message_id.ledger_id}:{message_id.entry_id}:{message_id.batch_index}:{partition}"
+    return (
+        f"{message_id.ledger_id()}:{message_id.entry_id()}:{message_id.batch_index()}:{partition}"
+    )
 
 
 def parse_offsets(
@@ -80,7 +82,7 @@ def parse_offsets(
 def before(message_id: MessageId) -> str:
     """The offset just before ``message_id``'s entry (``ledger:entry-1:-1``): reading after
     it starts with that entry. Entry -1 stands for "from the ledger's first entry"."""
-    return f"{message_id.ledger_id}:{message_id.entry_id - 1}:-1"
+    return f"{message_id.ledger_id()}:{message_id.entry_id() - 1}:-1"
 
 
 def reader_start(after: str) -> tuple[MessageId, bool]:
@@ -91,8 +93,10 @@ def reader_start(after: str) -> tuple[MessageId, bool]:
     if after == EARLIEST:
         return MessageId.earliest, False
     start = parse_id(after)
-    if start.entry_id < 0:
-        return MessageId(start.ledger_id, 0, -1, -1), True
+    if start.entry_id() < 0:
+        return MessageId(
+            ledger_id=start.ledger_id(), entry_id=0, batch_index=-1, partition=-1
+        ), True
     return start, False
 
 
@@ -122,7 +126,7 @@ class Range:
         if not self.until_inclusive:
             return False
         k, end = key(message_id), self.end_key()
-        return k == end or (message_id.batch_index == -1 and k[:2] == end[:2])
+        return k == end or (message_id.batch_index() == -1 and k[:2] == end[:2])
 
 
 @dataclass(frozen=True)
@@ -156,11 +160,11 @@ class Span:
     def start_entry(self) -> int:
         low = self.low()
         assert low is not None  # callers check is_empty() first
-        return max(low.entry_id, 0) if low.ledger_id == self.until.ledger_id else 0
+        return max(low.entry_id(), 0) if low.ledger_id() == self.until.ledger_id() else 0
 
     def entries(self) -> int:
         """Entries of ``until``'s ledger the span covers (what :func:`split` cuts)."""
-        return self.until.entry_id - self.start_entry() + 1
+        return self.until.entry_id() - self.start_entry() + 1
 
 
 def split(span: Span, entries_per_split: int) -> list[Range]:
@@ -172,13 +176,13 @@ def split(span: Span, entries_per_split: int) -> list[Range]:
     """
     if span.is_empty():
         return []
-    until, ledger = span.until, span.until.ledger_id
+    until, ledger = span.until, span.until.ledger_id()
     start_entry, count = span.start_entry(), math.ceil(span.entries() / entries_per_split)
-    last = Range(span.topic, span.after, format_id(until, until.partition), span.until_inclusive)
+    last = Range(span.topic, span.after, format_id(until, until.partition()), span.until_inclusive)
     if count <= 1:
         return [last]
     step = math.ceil(span.entries() / count)
-    bounds = list(range(start_entry + step, until.entry_id + 1, step))
+    bounds = list(range(start_entry + step, until.entry_id() + 1, step))
     ranges: list[Range] = []
     previous = span.after
     for entry in bounds:

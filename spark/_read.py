@@ -117,7 +117,7 @@ async def _check_trimmed(
     the partition's first available message.
     """
     start = parse_id(part.after)
-    if got.ledger_id == start.ledger_id or start.entry_id < 0:  # entry -1: see before()
+    if got.ledger_id() == start.ledger_id() or start.entry_id() < 0:  # entry -1: see before()
         return
     first = await first_id(runner.client, part.topic, options.latest_idle_ms)
     if first is None or key(start) >= key(first):

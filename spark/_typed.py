@@ -150,13 +150,13 @@ class ValueDecoder:
         self.reader = reader
         self.arrow_type = arrow_type
         self._own = _decoder(reader, None)
-        self._by_version: dict[bytes, Decode] = {}
+        self._by_version: dict[str, Decode] = {}
 
     async def prepare(self, client: Client, topic: str, messages: list[Message]) -> None:
         """Fetch the writer schemas of ``messages`` this task has not seen yet."""
         if self.reader.type not in _RECORDS:
             return  # a STRING or primitive payload reads the same in every version
-        for version in {m.schema_version() for m in messages} - {b""} - set(self._by_version):
+        for version in {m.schema_version() for m in messages} - {""} - set(self._by_version):
             writer = await client.get_schema(base_topic(topic), version)
             self._by_version[version] = _decoder(self.reader, writer)
 

@@ -108,8 +108,8 @@ def _produce_share(options: ClientOptions, topic: str, count: int, size: int) ->
             last: dict[int, Any] = {}
             for future in futures:
                 mid = await future
-                if mid.partition not in last or key(mid) > key(last[mid.partition]):
-                    last[mid.partition] = mid
+                if mid.partition() not in last or key(mid) > key(last[mid.partition()]):
+                    last[mid.partition()] = mid
             await producer.close()
             for partition, mid in last.items():
                 name = topic if partition < 0 else f"{topic}-partition-{partition}"

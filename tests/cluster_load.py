@@ -52,7 +52,7 @@ class Load:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     def receipted_from(self, partitions: set[int]) -> int:
-        return sum(1 for mid in self.receipts.values() if mid.partition in partitions)
+        return sum(1 for mid in self.receipts.values() if mid.partition() in partitions)
 
     def receipted_since(self, partition: int, since: float) -> int:
         return sum(1 for t in self.times[partition] if t >= since)

@@ -15,7 +15,7 @@ def fresh_topic(name: str) -> str:
 
 def oid(mid: MessageId, partition: int = -1) -> str:
     """The source's offset text for a message id (partition -1: a non-partitioned topic)."""
-    return f"{mid.ledger_id}:{mid.entry_id}:{mid.batch_index}:{partition}"
+    return f"{mid.ledger_id()}:{mid.entry_id()}:{mid.batch_index()}:{partition}"
 
 
 def last_line(error: BaseException) -> str:

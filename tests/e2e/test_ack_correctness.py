@@ -298,14 +298,21 @@ async def test_seek_past_the_end_receives_what_is_published_next(broker: BrokerT
         await receive_n(consumer, 3)
         # (Two ahead: the next message lands one ahead, and a seek to an id skips that id.)
         for entries_ahead in (2, 1000):
-            beyond = MessageId(last.ledger_id, last.entry_id + entries_ahead, -1, -1)
+            beyond = MessageId(
+                ledger_id=last.ledger_id(),
+                entry_id=last.entry_id() + entries_ahead,
+                batch_index=-1,
+                partition=-1,
+            )
             await consumer.seek(beyond)
             await producer.send(b"next%d" % entries_ahead)
             got = await consumer.receive(RECEIVE_MS)
             assert got.data() == b"next%d" % entries_ahead
             await consumer.acknowledge(got, wait=True)
             last = got.message_id()
-        await consumer.seek(MessageId(last.ledger_id + 1000, 5, -1, -1))  # a ledger to come
+        await consumer.seek(
+            MessageId(ledger_id=last.ledger_id() + 1000, entry_id=5, batch_index=-1, partition=-1)
+        )  # a ledger to come
         await consumer.close()
         # Across a reconnect too: the seek did not leave an unreachable position behind.
         again = await client.subscribe(topic, "sub", initial_position="Earliest")
@@ -322,7 +329,9 @@ async def test_reader_starting_past_the_end_reads_what_is_published_next(
     async with Client(broker.service_url) as client:
         producer = await client.create_producer(topic, batching_max_messages=1)
         last = await producer.send(b"old")
-        start = MessageId(last.ledger_id, last.entry_id + 10, -1, -1)
+        start = MessageId(
+            ledger_id=last.ledger_id(), entry_id=last.entry_id() + 10, batch_index=-1, partition=-1
+        )
         reader = await client.create_reader(topic, start, start_message_id_inclusive=inclusive)
         await producer.send(b"new")
         assert (await reader.read_next(RECEIVE_MS)).data() == b"new"

@@ -23,8 +23,8 @@ async def send_one_batch(producer: Producer, payloads: list[bytes]) -> list[Mess
     futures = [await producer.enqueue(p) for p in payloads]
     await producer.flush()
     ids = list(await asyncio.gather(*futures))
-    assert len({(i.ledger_id, i.entry_id) for i in ids}) == 1, f"not one entry: {ids}"
-    assert [i.batch_index for i in ids] == list(range(len(payloads)))
+    assert len({(i.ledger_id(), i.entry_id()) for i in ids}) == 1, f"not one entry: {ids}"
+    assert [i.batch_index() for i in ids] == list(range(len(payloads)))
     return ids
 
 

@@ -28,7 +28,7 @@ async def produce(broker: BrokerThread, name: str, n: int) -> list[MessageId]:
 
 
 def at(message_id: MessageId) -> dict[str, int]:
-    return {"ledgerId": message_id.ledger_id, "entryId": message_id.entry_id}
+    return {"ledgerId": message_id.ledger_id(), "entryId": message_id.entry_id()}
 
 
 async def backlog(broker: BrokerThread, name: str, sub: str) -> int:
@@ -80,7 +80,7 @@ async def test_skip_clear_peek_examine_and_internal_stats(shared_broker: BrokerT
         async with http.get(f"{b.http_url}{sub}/position/1") as response:
             assert response.status == 200
             assert await response.read() == b"m0"
-            assert response.headers["X-Pulsar-Message-ID"] == f"{ids[0].ledger_id}:0"
+            assert response.headers["X-Pulsar-Message-ID"] == f"{ids[0].ledger_id()}:0"
             assert response.headers["X-Pulsar-PROPERTY-i"] == "0"
             assert "X-Pulsar-publish-time" in response.headers
         assert await call(b, "POST", f"{sub}/skip/2") == (204, None)
@@ -107,14 +107,14 @@ async def test_skip_clear_peek_examine_and_internal_stats(shared_broker: BrokerT
     assert internal["numberOfEntries"] == 5
     assert sum(ledger["entries"] for ledger in internal["ledgers"]) == 5
     cursor = internal["cursors"]["s"]
-    assert cursor["markDeletePosition"] == f"{ids[1].ledger_id}:{ids[1].entry_id}"
+    assert cursor["markDeletePosition"] == f"{ids[1].ledger_id()}:{ids[1].entry_id()}"
     assert cursor["individuallyDeletedMessages"] == "[]"
 
     assert await call(b, "POST", f"{sub}/skip_all") == (204, None)
     assert await backlog(b, name, "s") == 0
     assert (await call(b, "GET", f"{sub}/position/1"))[0] == 404
     _, internal = await call(b, "GET", f"{BASE}/{name}/internalStats")
-    assert internal["cursors"]["s"]["markDeletePosition"] == f"{ids[4].ledger_id}:4"
+    assert internal["cursors"]["s"]["markDeletePosition"] == f"{ids[4].ledger_id()}:4"
     assert (await call(b, "POST", f"{BASE}/{name}/subscription/absent/skip_all"))[0] == 404
 
 

@@ -23,6 +23,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pulsar_grpc.client import (
+    Authentication,
     AuthenticationBasic,
     AuthenticationError,
     AuthenticationTLS,
@@ -148,6 +149,61 @@ async def test_the_sync_client_sends_the_same_credentials(basic_broker):
             return consumer.receive(timeout_ms=10_000).data()
 
     assert await asyncio.to_thread(run) == b"sync"
+
+
+async def test_pulsar_client_forms_of_basic_credentials(basic_broker):
+    """AuthenticationBasic(auth_params_string=) and Authentication(plugin, params), as
+    pulsar-client takes them (issue 26)."""
+    forms = [
+        AuthenticationBasic("alice", "wonderland", method="basic"),
+        AuthenticationBasic(auth_params_string='{"username": "alice", "password": "wonderland"}'),
+        Authentication("basic", '{"userId": "alice", "password": "wonderland"}'),
+        Authentication(
+            "org.apache.pulsar.client.impl.auth.AuthenticationBasic",
+            "userId:alice,password:wonderland",
+        ),
+    ]
+    for i, auth in enumerate(forms):
+        async with Client(basic_broker.service_url, authentication=auth) as c:
+            assert await produce_and_consume(c, f"forms-{i}", b"x") == b"x"
+    wrong = Authentication("basic", '{"userId": "alice", "password": "nope"}')
+    async with Client(basic_broker.service_url, authentication=wrong) as c:
+        with pytest.raises(AuthenticationError):
+            await c.lookup("t")
+
+
+def test_credentials_refuse_arguments_as_pulsar_client_does():
+    with pytest.raises(ValueError):
+        AuthenticationToken(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        AuthenticationBasic("alice", None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        AuthenticationBasic(auth_params_string="{}")
+    with pytest.raises(ValueError):
+        AuthenticationTLS(b"/cert.pem", "/key.pem")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        Authentication("nosuchplugin", "")
+
+
+async def test_a_token_supplier_that_raises_is_an_authentication_error(broker_factory, tmp_path):
+    """The supplier's exception is chained to an AuthenticationError, which the application
+    gets from the call (not a retry loop, not the bare exception)."""
+    broker = broker_factory(
+        authenticationEnabled="true",
+        authenticationProviders="basic",
+        basicAuthConf=str(htpasswd(tmp_path)),
+    )
+
+    def supplier() -> str:
+        raise RuntimeError("vault unreachable")
+
+    auth = AuthenticationToken(supplier)
+    async with Client(broker.service_url, authentication=auth, operation_timeout_ms=5000) as c:
+        with pytest.raises(AuthenticationError, match="vault unreachable") as caught:
+            await c.lookup("t")
+        assert isinstance(caught.value.__cause__, RuntimeError)
+        with pytest.raises(AuthenticationError, match="vault unreachable"):
+            await c.create_producer("t")
 
 
 async def test_a_token_supplier_is_asked_on_every_call(broker_factory, tmp_path):

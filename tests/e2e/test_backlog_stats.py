@@ -40,7 +40,9 @@ async def test_msg_backlog_counts_entries_and_unacked_messages_counts_messages(
         )
         futures = [await batching.enqueue(f"m{i}".encode()) for i in range(10)]
         ids = await asyncio.gather(*futures)
-        assert {(i.ledger_id, i.entry_id) for i in ids} == {(ids[0].ledger_id, ids[0].entry_id)}
+        assert {(i.ledger_id(), i.entry_id()) for i in ids} == {
+            (ids[0].ledger_id(), ids[0].entry_id())
+        }
         single = await client.create_producer(topic, batching_max_messages=1)
         await single.send(b"alone")
         # 11 messages in 2 entries: the batch of 10 and the single message

@@ -133,7 +133,7 @@ def test_the_issue_example_with_the_blocking_client_and_default_batching(
             producer.send_async(b"m%d" % i, lambda result, message_id: None)
         producer.flush()
         first = [consumer.receive(5000) for _ in range(10)]
-        assert len({m.message_id().entry_id for m in first}) < 10, "batching should be on"
+        assert len({m.message_id().entry_id() for m in first}) < 10, "batching should be on"
         for m in first:
             consumer.negative_acknowledge(m)
         again = [consumer.receive(5000) for _ in range(10)]

@@ -57,7 +57,7 @@ async def test_every_codec_round_trips_through_the_broker(
         ]
         await producer.flush()
         ids = [await f for f in futures]
-        entries = {(i.ledger_id, i.entry_id) for i in ids}
+        entries = {(i.ledger_id(), i.entry_id()) for i in ids}
         assert len(entries) == (4 if batched else len(PAYLOADS))
         got = await receive_n(consumer, len(PAYLOADS))
         assert [m.data() for m in got] == PAYLOADS

@@ -25,6 +25,7 @@ from pulsar_grpc import (
     EncryptionKeyInfo,
     Message,
     SyncClient,
+    Timeout,
 )
 from pulsar_grpc.client import _crypto
 from pulsar_grpc.client._compression import decompress_entry
@@ -121,7 +122,7 @@ async def test_round_trip(
         assert [m.properties() for m in got] == [{"i": str(i)} for i in range(len(PAYLOADS))]
         assert [m.partition_key() for m in got] == [f"key-{i % 3}" for i in range(len(PAYLOADS))]
         assert all(m.encryption_context() is None for m in got)
-        entries = {(m.message_id().ledger_id, m.message_id().entry_id) for m in got}
+        entries = {(m.message_id().ledger_id(), m.message_id().entry_id()) for m in got}
         assert len(entries) == (3 if batched else len(PAYLOADS))
         for message in got:
             await consumer.acknowledge(message)
@@ -163,12 +164,37 @@ async def test_several_keys_each_consumer_holds_one(broker: BrokerThread) -> Non
         ]
 
 
-async def test_fail_raises_and_leaves_the_batch_to_a_consumer_with_the_key(
+async def test_fail_holds_the_batch_back_and_receive_times_out_as_pulsar_clients(
+    broker: BrokerThread,
+) -> None:
+    """pulsar-client's FAIL: the batch is not delivered, receive() times out, and the batch,
+    unacknowledged, goes to a consumer with the key once this one closes (issue 26)."""
+    async with Client(broker.service_url) as client:
+        keyless = await client.subscribe(
+            "enc-held", "s", ConsumerType.Shared, initial_position="Earliest"
+        )
+        await publish(client, "enc-held", public_only(RSA))
+        with pytest.raises(Timeout):
+            await keyless.receive(2000)
+        assert await keyless.batch_receive() == []
+        await keyless.close()
+        keyed = await client.subscribe(
+            "enc-held", "s", ConsumerType.Shared, crypto_key_reader=private_only(RSA)
+        )
+        got = await receive_n(keyed, len(PAYLOADS))
+        assert sorted(m.data() for m in got) == PAYLOADS
+
+
+async def test_raise_raises_and_leaves_the_batch_to_a_consumer_with_the_key(
     broker: BrokerThread,
 ) -> None:
     async with Client(broker.service_url) as client:
         keyless = await client.subscribe(
-            "enc-fail", "s", ConsumerType.Shared, initial_position="Earliest"
+            "enc-fail",
+            "s",
+            ConsumerType.Shared,
+            initial_position="Earliest",
+            crypto_failure_action=ConsumerCryptoFailureAction.RAISE,
         )
         await publish(client, "enc-fail", public_only(RSA))
         for _ in range(3):  # one error per batch, each naming its entry
@@ -183,10 +209,14 @@ async def test_fail_raises_and_leaves_the_batch_to_a_consumer_with_the_key(
         assert sorted(m.data() for m in got) == PAYLOADS
 
 
-async def test_fail_with_the_wrong_key_names_the_keys(broker: BrokerThread) -> None:
+async def test_raise_with_the_wrong_key_names_the_keys(broker: BrokerThread) -> None:
     async with Client(broker.service_url) as client:
         wrong = await client.subscribe(
-            "enc-wrong", "s", initial_position="Earliest", crypto_key_reader=private_only(EC)
+            "enc-wrong",
+            "s",
+            initial_position="Earliest",
+            crypto_key_reader=private_only(EC),
+            crypto_failure_action=ConsumerCryptoFailureAction.RAISE,
         )
         await publish(client, "enc-wrong", public_only(RSA), batching_enabled=False)
         for _ in range(2):  # every entry: one per message here
@@ -225,7 +255,7 @@ async def test_consume_gives_the_encrypted_batch_and_its_context(broker: BrokerT
         for message in batches:
             context = message.encryption_context()
             assert context is not None
-            assert message.message_id().batch_index == -1
+            assert message.message_id().batch_index() == -1
             assert context.algorithm == "AES-256-GCM" and len(context.param) == 12
             assert context.compression_type is CompressionType.ZSTD
             assert context.batch_size == 20
@@ -324,7 +354,13 @@ async def test_reader_decrypts_and_consume_reader_sees_ciphertext(broker: Broker
         assert all(m.encryption_context() is not None for m in batches)
         assert not await raw.has_message_available()  # the last batch ends the topic
         await assert_nothing_more(raw)
-        failing = await client.create_reader("enc-reader", "earliest")  # FAIL, no key
+        held = await client.create_reader("enc-reader", "earliest")  # FAIL, no key
+        with pytest.raises(Timeout):  # held back, as pulsar-client's, and counted as read
+            await held.read_next(timeout_millis=2000)
+        assert not await held.has_message_available()
+        failing = await client.create_reader(
+            "enc-reader", "earliest", crypto_failure_action=ConsumerCryptoFailureAction.RAISE
+        )
         errors = 0
         while await failing.has_message_available():  # ends: each failed batch counts as read
             with pytest.raises(CryptoError, match="no crypto_key_reader"):
@@ -421,7 +457,7 @@ async def test_a_partitioned_topic_and_a_multi_topic_consumer(broker: BrokerThre
         while counted < len(PAYLOADS):
             sealed.append(await raw.receive(5000))
             context = sealed[-1].encryption_context()
-            assert context is not None and sealed[-1].message_id().batch_index == -1
+            assert context is not None and sealed[-1].message_id().batch_index() == -1
             counted += context.batch_size
         for message in sealed:  # each id names its topic: the acks go to the right partition
             await raw.acknowledge(message)
@@ -455,7 +491,7 @@ async def test_a_listener_goes_on_after_a_batch_it_cannot_decrypt(broker: Broker
         other = await client.create_producer(
             "enc-listener", encryption_key="k", crypto_key_reader=public_only(RSA)
         )
-        await other.send(b"for someone else")  # FAIL: logged, not given to the listener
+        await other.send(b"for someone else")  # FAIL: held back, not given to the listener
         await producer.send(b"plain")
         await asyncio.wait_for(done.wait(), 5)
         assert received == [b"plain"]
@@ -463,7 +499,12 @@ async def test_a_listener_goes_on_after_a_batch_it_cannot_decrypt(broker: Broker
 
 async def test_batch_receive_stops_before_a_batch_it_cannot_decrypt(broker: BrokerThread) -> None:
     async with Client(broker.service_url) as client:
-        consumer = await client.subscribe("enc-batch", "s", initial_position="Earliest")
+        consumer = await client.subscribe(
+            "enc-batch",
+            "s",
+            initial_position="Earliest",
+            crypto_failure_action=ConsumerCryptoFailureAction.RAISE,
+        )
         plain = await client.create_producer("enc-batch", batching_enabled=False)
         sealed = await client.create_producer(
             "enc-batch", encryption_key="k", crypto_key_reader=public_only(EC)
@@ -478,3 +519,23 @@ async def test_batch_receive_stops_before_a_batch_it_cannot_decrypt(broker: Brok
         with pytest.raises(CryptoError):
             await consumer.batch_receive()
         assert [m.data() for m in await consumer.batch_receive()] == [b"c"]
+
+
+async def test_batch_receive_under_fail_leaves_out_a_batch_it_cannot_decrypt(
+    broker: BrokerThread,
+) -> None:
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe("enc-batch-fail", "s", initial_position="Earliest")
+        plain = await client.create_producer("enc-batch-fail", batching_enabled=False)
+        sealed = await client.create_producer(
+            "enc-batch-fail", encryption_key="k", crypto_key_reader=public_only(EC)
+        )
+        await plain.send(b"a")
+        await sealed.send(b"b")
+        await plain.send(b"c")
+        got: list[bytes] = []
+        for _ in range(50):
+            got += [m.data() for m in await consumer.batch_receive()]
+            if len(got) >= 2:
+                break
+        assert got == [b"a", b"c"]

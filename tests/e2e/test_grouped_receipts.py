@@ -94,4 +94,4 @@ async def test_the_sdk_asks_and_resolves_every_send_with_its_id(broker: BrokerTh
         ids = [f.result() for f in futures]
         await producer.close()
     assert ids == sorted(ids) and len(set(ids)) == 3000
-    assert {i.batch_index for i in ids} == set(range(10))
+    assert {i.batch_index() for i in ids} == set(range(10))

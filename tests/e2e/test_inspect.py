@@ -117,7 +117,7 @@ async def produce_and_ack(service_url: str) -> int:
         await asyncio.gather(*(zipper.send(b"z" * 100 + str(i).encode()) for i in range(4)))
         received = await receive_n(consumer, 17)
         ids = [m.message_id() for m in received]
-        assert [(i.entry_id, i.batch_index) for i in ids[:12]] == [
+        assert [(i.entry_id(), i.batch_index()) for i in ids[:12]] == [
             *((0, b) for b in range(5)),
             *((1, b) for b in range(5)),
             (2, 0),
@@ -126,7 +126,7 @@ async def produce_and_ack(service_url: str) -> int:
         acked: list[MessageId] = [*ids[0:5], ids[6], ids[8], ids[11]]
         await consumer.acknowledge(acked, wait=True)
         await consumer.close()
-        return ids[0].ledger_id
+        return ids[0].ledger_id()
 
 
 def check_cursor(cursors: list[CursorRecord], ledger: int) -> None:
@@ -229,11 +229,11 @@ async def test_inspect_a_standalone_running_stopped_and_killed(
     with open_storage(data) as inspector:
         ledgers = inspector.ledgers(TOPIC)
         assert ledgers[-1].state is LedgerState.OPEN
-        assert ledgers[-1].ledger_id == receipted[0].ledger_id != late.ledger_id
+        assert ledgers[-1].ledger_id == receipted[0].ledger_id() != late.ledger_id()
         assert ledgers[-1].entries == 5
-        after = list(inspector.entries(TOPIC, start=Position(receipted[0].ledger_id, 0)))
+        after = list(inspector.entries(TOPIC, start=Position(receipted[0].ledger_id(), 0)))
         assert [e.messages[0].payload for e in after] == [f"k{i}".encode() for i in range(5)]
-        assert [e.entry_id for e in after] == [r.entry_id for r in receipted]
+        assert [e.entry_id for e in after] == [r.entry_id() for r in receipted]
         check_cursor(inspector.cursors(TOPIC), ledger)
 
 

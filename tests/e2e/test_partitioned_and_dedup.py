@@ -49,7 +49,7 @@ async def test_partitioned_topic_routing_and_consumption(broker: BrokerThread) -
         # Without a key: round robin (one batching window per partition) reaches every one.
         unkeyed = [f"u{i}".encode() for i in range(40)]
         unkeyed_ids = [await producer.send(p) for p in unkeyed]
-        spread = Counter(i.partition for i in unkeyed_ids)
+        spread = Counter(i.partition() for i in unkeyed_ids)
         assert set(spread) == {0, 1, 2, 3}, f"round robin missed partitions: {spread}"
 
         # With a key: every message of a key on one partition, Pulsar's murmur3 choice.
@@ -59,7 +59,7 @@ async def test_partitioned_topic_routing_and_consumption(broker: BrokerThread) -
                 await producer.send(f"{key}/{i}".encode(), partition_key=key) for i in range(5)
             ]
         for key, ids in keyed.items():
-            assert {i.partition for i in ids} == {partition_for_key(key, 4)}, key
+            assert {i.partition() for i in ids} == {partition_for_key(key, 4)}, key
 
         total = 40 + 20
         got = await receive_n(consumer, total)
@@ -67,12 +67,12 @@ async def test_partitioned_topic_routing_and_consumption(broker: BrokerThread) -
             unkeyed + [f"{k}/{i}".encode() for k in keyed for i in range(5)]
         )
         for m in got:
-            assert m.topic_name() == f"{full}-partition-{m.message_id().partition}"
+            assert m.topic_name() == f"{full}-partition-{m.message_id().partition()}"
             if m.partition_key():
-                assert m.message_id().partition == partition_for_key(m.partition_key(), 4)
+                assert m.message_id().partition() == partition_for_key(m.partition_key(), 4)
         # Per partition, messages arrive in publish order.
         for p in range(4):
-            of_p = [m.message_id() for m in got if m.message_id().partition == p]
+            of_p = [m.message_id() for m in got if m.message_id().partition() == p]
             assert of_p == sorted(of_p)
         await assert_nothing_more(consumer)
 
@@ -182,21 +182,21 @@ async def test_sdk_producer_resending_from_initial_sequence_id_is_deduplicated(
             topic, "sdk-p", batching_max_messages=1, initial_sequence_id=-1
         )
         ids = [await first.send(p) for p in data]
-        assert all(i.ledger_id >= 0 for i in ids)
+        assert all(i.ledger_id() >= 0 for i in ids)
         assert first.last_sequence_id() == 4
         await first.close()
 
         # The application restarts and re-sends everything with its own sequence ids.
         resend = await client.create_producer(topic, "sdk-p", batching_max_messages=1)
         dup_ids = [await resend.send(p, sequence_id=i) for i, p in enumerate(data)]
-        assert dup_ids == [MessageId(-1, -1, -1, -1)] * 5
+        assert dup_ids == [MessageId(ledger_id=-1, entry_id=-1, batch_index=-1, partition=-1)] * 5
         await resend.close()
 
         # Without initial_sequence_id the producer continues after the broker's last id.
         cont = await client.create_producer(topic, "sdk-p", batching_max_messages=1)
         assert cont.last_sequence_id() == 4
         new_id = await cont.send(b"d5")
-        assert new_id.ledger_id >= 0
+        assert new_id.ledger_id() >= 0
 
         got = await receive_n(consumer, 6)
         assert [m.data() for m in got] == [*data, b"d5"]

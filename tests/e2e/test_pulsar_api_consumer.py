@@ -69,7 +69,9 @@ def test_message_accessors_are_methods_as_in_pulsar_client(broker: BrokerThread)
         assert msg.publish_timestamp() > 0
         assert isinstance(msg.message_id(), MessageId)
         consumer.acknowledge(msg)
-        assert (consumer.topic(), consumer.subscription_name()) == (topic, "sub")
+        assert (consumer.topic(), consumer.subscription_name()) == (f"{NS}/{topic}", "sub")
+        assert (msg.ordering_key(), msg.schema_version(), msg.has_null_value()) == ("", "", False)
+        assert consumer.get_last_message_id() == msg.message_id()
         assert consumer.consumer_name()
         with pytest.raises(Timeout):
             consumer.receive(timeout_millis=100)
@@ -146,7 +148,9 @@ async def test_multi_topic_consumer_routes_acks_and_nacks_to_each_topic(
             1,
         )
         with pytest.raises(ValueError, match="multi-topic"):
-            await consumer.acknowledge(MessageId(0, 0))  # an id that names no topic
+            await consumer.acknowledge(
+                MessageId(ledger_id=0, entry_id=0)
+            )  # an id that names no topic
         await consumer.acknowledge(back)
         await consumer.close()
         again = await client.subscribe([a, b], "sub", initial_position=InitialPosition.Earliest)
@@ -254,7 +258,7 @@ async def test_seek_to_a_message_of_one_partition_moves_only_that_partition(
         got = await receive_n(consumer, 6)
         await consumer.acknowledge([m.message_id() for m in got], wait=True)
         start = next(m for m in got if m.data() == b"p0-0")
-        assert start.message_id().partition == 0
+        assert start.message_id().partition() == 0
         await consumer.seek(start.message_id())  # the message after it comes next
         again = await receive_n(consumer, 2)
         assert [m.data() for m in again] == [b"p0-1", b"p0-2"]
@@ -486,7 +490,7 @@ def test_reader_uses_pulsar_client_names(broker: BrokerThread) -> None:
         producer.send(b"r0")
         producer.send(b"r1")
         reader = client.create_reader(topic, MessageId.earliest)
-        assert reader.topic() == topic
+        assert reader.topic() == f"{NS}/{topic}"
         assert reader.has_message_available()
         assert [reader.read_next(timeout_millis=RECEIVE_MS).data() for _ in range(2)] == [
             b"r0",

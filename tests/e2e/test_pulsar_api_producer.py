@@ -87,7 +87,7 @@ def test_a_full_queue_fails_at_once_unless_block_if_queue_full(broker: BrokerThr
         blocking.flush()
         eventually_sync(lambda: len(ids) == 20)
         assert None not in ids
-        entries = [(i.ledger_id, i.entry_id) for i in ids if i is not None]
+        entries = [(i.ledger_id(), i.entry_id()) for i in ids if i is not None]
         assert entries == sorted(entries) and len(set(entries)) == 20  # batching disabled
 
 
@@ -111,7 +111,7 @@ async def test_asyncio_send_with_pulsar_keywords(broker: BrokerThread) -> None:
         )
         (msg,) = await receive_n(consumer, 1)
         assert msg.message_id() == msg_id
-        assert (msg.partition_key(), msg.ordering_key(), msg.event_timestamp()) == ("pk", b"ok", 42)
+        assert (msg.partition_key(), msg.ordering_key(), msg.event_timestamp()) == ("pk", "ok", 42)
         assert msg.properties() == {"p": "v"} and msg.producer_name() == producer.producer_name()
         assert producer.is_connected()
         await producer.close()
@@ -130,12 +130,12 @@ async def test_custom_sequence_ids_deduplicate(broker_factory: Callable[..., Bro
     async with pulsar.Client(broker.service_url) as client:
         producer = await client.create_producer("dedup-ids", "app-1", batching_enabled=False)
         stored = [await producer.send(b"m%d" % i, sequence_id=10 + i) for i in range(3)]
-        assert all(i.ledger_id >= 0 for i in stored) and producer.last_sequence_id() == 12
+        assert all(i.ledger_id() >= 0 for i in stored) and producer.last_sequence_id() == 12
         await producer.close()
         again = await client.create_producer("dedup-ids", "app-1", batching_enabled=False)
         assert again.last_sequence_id() == 12
         assert await again.send(b"m1", sequence_id=11) == pulsar.MessageId(-1, -1, -1, -1)
-        assert (await again.send(b"m3", sequence_id=13)).ledger_id >= 0
+        assert (await again.send(b"m3", sequence_id=13)).ledger_id() >= 0
 
 
 async def test_broker_errors_arrive_as_pulsar_client_exceptions(broker: BrokerThread) -> None:

@@ -40,7 +40,7 @@ async def client(broker: BrokerThread) -> AsyncIterator[Client]:
 
 
 def partition_of(message: Message) -> int:
-    return message.message_id().partition
+    return message.message_id().partition()
 
 
 # ---------------------------------------------------------------- Failover, partitioned topic

@@ -75,7 +75,7 @@ async def test_a_dead_lettered_record_keeps_its_schema(broker: BrokerThread) -> 
             dlq_topic, "generic", schema=AutoConsumeSchema(), initial_position="Earliest"
         )
         dead = await typed.receive(RECEIVE_MS)
-        assert dead.schema_version() == (0).to_bytes(8, "big")  # the DLQ's version, not 1
+        assert dead.schema_version() == "\x00" * 8  # the DLQ's version, not 1
         assert dead.value() == a_user("poison")
         assert dead.properties()["REAL_SUBSCRIPTION"] == "sub"
         assert (await generic.receive(RECEIVE_MS)).value()["name"] == "poison"
@@ -92,7 +92,7 @@ async def test_a_dead_lettered_message_without_schema_stays_without(
         await nack_until_dead(consumer)
         dlq = await client.subscribe(f"{topic}-sub-DLQ", "r", initial_position="Earliest")
         dead = await dlq.receive(RECEIVE_MS)
-        assert (dead.data(), dead.schema_version()) == (b"raw", b"")
+        assert (dead.data(), dead.schema_version()) == (b"raw", "")
     status, _ = http(broker, "GET", SCHEMA.format(f"{topic}-sub-DLQ"), None)
     assert status == 404
 

@@ -150,8 +150,10 @@ async def test_reader_from_an_entry_id_has_entry_granularity(broker: BrokerThrea
             futures = [await producer.enqueue(f"e{e}m{i}".encode()) for i in range(3)]
             await producer.flush()
             entries.append(list(await asyncio.gather(*futures)))
-        assert len({(ids[0].ledger_id, ids[0].entry_id) for ids in entries}) == 3
-        middle = MessageId(entries[1][0].ledger_id, entries[1][0].entry_id)  # batch_index -1
+        assert len({(ids[0].ledger_id(), ids[0].entry_id()) for ids in entries}) == 3
+        middle = MessageId(
+            ledger_id=entries[1][0].ledger_id(), entry_id=entries[1][0].entry_id()
+        )  # batch_index -1
 
         inclusive = await client.create_reader(topic, middle, start_message_id_inclusive=True)
         got = await receive_n(inclusive, 6)

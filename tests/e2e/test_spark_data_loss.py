@@ -58,7 +58,7 @@ def wait_trimmed_to(broker: BrokerThread, topic: str, ledger_id: int) -> None:
 
     def trimmed() -> None:
         first = first_available(broker, topic)
-        assert first is not None and first.ledger_id == ledger_id, f"first={first}"
+        assert first is not None and first.ledger_id() == ledger_id, f"first={first}"
 
     eventually_sync(trimmed, timeout=15, interval=0.05)
 
@@ -89,9 +89,9 @@ def test_batch_read_from_trimmed_offset(
     broker, topic = trimming_broker, fresh_topic("loss-batch")
     # No durable cursor at all: every ledger the producer closes is consumed and trimmed.
     ids = produce(broker, topic, 0, 42)
-    assert [i.ledger_id for i in ids[:6]] == [ids[0].ledger_id] * 5 + [ids[5].ledger_id]
-    last_ledger = ids[-1].ledger_id
-    assert ids[-2].ledger_id == last_ledger != ids[-3].ledger_id  # m40, m41 in the last one
+    assert [i.ledger_id() for i in ids[:6]] == [ids[0].ledger_id()] * 5 + [ids[5].ledger_id()]
+    last_ledger = ids[-1].ledger_id()
+    assert ids[-2].ledger_id() == last_ledger != ids[-3].ledger_id()  # m40, m41 in the last one
     wait_trimmed_to(broker, topic, last_ledger)
     start = oid(ids[3])  # inside the first ledger, long gone
 
@@ -151,11 +151,11 @@ def test_streaming_restart_from_trimmed_checkpoint(
         # The checkpoint now ends at m11 (third ledger). Trim past it: 30 more messages, then
         # the subscription acknowledges everything; only the last ledger (m40, m41) is left.
         rest = produce(broker, topic, 12, 30)
-        assert rest[-1].ledger_id > first[-1].ledger_id
+        assert rest[-1].ledger_id() > first[-1].ledger_id()
         for _ in range(42):
             message = hold.receive(5000)
         hold.acknowledge_cumulative(message, wait=True)
-        wait_trimmed_to(broker, topic, rest[-1].ledger_id)
+        wait_trimmed_to(broker, topic, rest[-1].ledger_id())
         assert first_available(broker, topic) == rest[-2]  # m40
 
     error = run("true")

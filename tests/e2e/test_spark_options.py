@@ -126,7 +126,7 @@ def test_time_window_min_partitions_keys_properties_and_pass_through(
     row = next(r for r in old if r.value == b"a3")
     mid = early[3]
     assert (row.key, row.keyString) == (b"k3", "k3")
-    assert row.messageId == f"{mid.ledger_id}:{mid.entry_id}:{mid.batch_index}:-1"
+    assert row.messageId == f"{mid.ledger_id()}:{mid.entry_id()}:{mid.batch_index()}:-1"
 
     # minPartitions: at least that many tasks, the same rows.
     split = load(session, broker.service_url, topic=topic, minPartitions="4")

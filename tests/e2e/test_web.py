@@ -122,7 +122,7 @@ async def test_backlog_after_acking_a_batch_message_by_message(
     futures = [await producer.enqueue(f"m{i}".encode()) for i in range(3)]
     await producer.flush()
     ids = await asyncio.gather(*futures)
-    assert {(i.ledger_id, i.entry_id) for i in ids} == {(ids[0].ledger_id, ids[0].entry_id)}
+    assert {(i.ledger_id(), i.entry_id()) for i in ids} == {(ids[0].ledger_id(), ids[0].entry_id())}
     for _ in range(3):
         await consumer.acknowledge(await consumer.receive(timeout_ms=10_000), wait=True)
 
@@ -335,7 +335,7 @@ async def test_tenant_and_namespace_creation_then_produce(
 
     producer = await pulsar.create_producer("persistent://acme/ns/t")
     message_id = await producer.send(b"hello acme")
-    assert message_id.ledger_id >= 0
+    assert message_id.ledger_id() >= 0
     await producer.close()
     async with http.get("/admin/v2/persistent/acme/ns") as resp:
         assert await resp.json() == ["persistent://acme/ns/t"]

@@ -110,7 +110,11 @@ def same_signature(name: str) -> str | None:
     if not callable(mine):
         return "an attribute here, a method in pulsar-client"
     actual = list(inspect.signature(mine).parameters.values())
-    if expected and expected[0].name == "self" and (not actual or actual[0].name != "self"):
+    if (
+        expected
+        and expected[0].name in ("self", "cls")
+        and (not actual or actual[0].name != expected[0].name)
+    ):
         expected = expected[1:]
     for i, param in enumerate(expected):
         if param.kind is param.VAR_KEYWORD:

@@ -152,7 +152,9 @@ async def test_batch_sent_when_count_reached_with_consecutive_sequence_ids():
     assert [m.payload for m in call.written[0].messages] == [b"m0", b"m1", b"m2"]
     call.push(receipt(call.written[0], ledger=7, entry=1))
     await settle()
-    assert [f.result() for f in futures[:3]] == [MessageId(7, 1, i, -1) for i in range(3)]
+    assert [f.result() for f in futures[:3]] == [
+        MessageId(ledger_id=7, entry_id=1, batch_index=i, partition=-1) for i in range(3)
+    ]
     assert not any(f.done() for f in futures[3:])
     assert producer.last_sequence_id() == 102
 
@@ -174,12 +176,12 @@ async def test_grouped_receipts_resolve_each_batch_in_order_duplicates_included(
     call.push(pb.ProduceResponse(receipts=pb.SendReceipts(receipts=grouped)))
     await settle()
     assert [f.result() for f in futures] == [
-        MessageId(4, 0, 0, -1),
-        MessageId(4, 0, 1, -1),
-        MessageId(-1, -1, -1, -1),
-        MessageId(-1, -1, -1, -1),
-        MessageId(4, 1, 0, -1),
-        MessageId(4, 1, 1, -1),
+        MessageId(ledger_id=4, entry_id=0, batch_index=0, partition=-1),
+        MessageId(ledger_id=4, entry_id=0, batch_index=1, partition=-1),
+        MessageId(ledger_id=-1, entry_id=-1, batch_index=-1, partition=-1),
+        MessageId(ledger_id=-1, entry_id=-1, batch_index=-1, partition=-1),
+        MessageId(ledger_id=4, entry_id=1, batch_index=0, partition=-1),
+        MessageId(ledger_id=4, entry_id=1, batch_index=1, partition=-1),
     ]
     assert producer.last_sequence_id() == 6  # ids 1..6: the broker had stored up to 0
 
@@ -226,7 +228,7 @@ async def test_send_awaits_receipt_and_fields_reach_the_wire():
     )
     assert not task.done()
     call.push(receipt(request, ledger=3, entry=9))
-    assert await task == MessageId(3, 9, 0, -1)
+    assert await task == MessageId(ledger_id=3, entry_id=9, batch_index=0, partition=-1)
 
 
 async def test_no_stored_sequence_id_starts_at_zero():
@@ -253,7 +255,7 @@ async def test_duplicate_receipt_resolves_to_sentinel_ids():
     await settle()
     call.push(receipt(call.written[0], duplicate=True))
     ids = await asyncio.gather(*futures)
-    assert ids == [MessageId(-1, -1, -1, -1)] * 2
+    assert ids == [MessageId(ledger_id=-1, entry_id=-1, batch_index=-1, partition=-1)] * 2
 
 
 async def test_backpressure_bounds_pending_messages():
@@ -286,7 +288,9 @@ async def test_send_timeout_fails_pending_and_ignores_late_receipt():
     await settle()
     call.push(receipt(late))  # stale: its batch already failed
     call.push(receipt(call.written[1], ledger=8, entry=2))
-    assert await asyncio.wait_for(second, 1) == MessageId(8, 2, 0, -1)
+    assert await asyncio.wait_for(second, 1) == MessageId(
+        ledger_id=8, entry_id=2, batch_index=0, partition=-1
+    )
 
 
 async def test_stream_error_fails_every_pending_send_and_later_sends():
@@ -354,7 +358,7 @@ async def test_partitioned_producer_routes_keys_by_hash_and_ids_carry_partition(
     target = Router(3).choose("user-42")
     assert [len(c.written) for c in calls] == [int(i == target) for i in range(3)]
     calls[target].push(receipt(calls[target].written[0], ledger=1, entry=2))
-    assert await future == MessageId(1, 2, 0, target)
+    assert await future == MessageId(ledger_id=1, entry_id=2, batch_index=0, partition=target)
 
 
 # ---------------------------------------------------------------- key-based batching
@@ -410,8 +414,12 @@ async def test_key_based_producer_sends_one_request_per_key_ordering_key_first()
     for entry, request in enumerate(call.written):
         call.push(receipt(request, ledger=7, entry=entry))
     ids = await asyncio.wait_for(asyncio.gather(*futures), 1)
-    assert ids[0] == MessageId(7, 0, 0, -1) and ids[2] == MessageId(7, 0, 1, -1)
-    assert ids[1] == MessageId(7, 1, 0, -1) and ids[4] == MessageId(7, 2, 1, -1)
+    assert ids[0] == MessageId(ledger_id=7, entry_id=0, batch_index=0, partition=-1) and ids[
+        2
+    ] == MessageId(ledger_id=7, entry_id=0, batch_index=1, partition=-1)
+    assert ids[1] == MessageId(ledger_id=7, entry_id=1, batch_index=0, partition=-1) and ids[
+        4
+    ] == MessageId(ledger_id=7, entry_id=2, batch_index=1, partition=-1)
 
 
 async def test_default_batching_mixes_keys_in_one_request():

@@ -108,7 +108,9 @@ async def test_produce_then_consume_round_trip_with_metadata(broker):
         producer = await c.create_producer("t", batching_max_messages=10)
         futures = [await producer.enqueue(b"m%d" % i, properties={"i": str(i)}) for i in range(3)]
         ids = await asyncio.gather(*futures)
-        assert ids == [MessageId(1, 0, i, -1) for i in range(3)]
+        assert ids == [
+            MessageId(ledger_id=1, entry_id=0, batch_index=i, partition=-1) for i in range(3)
+        ]
         assert producer.producer_name() == "gen-1"
         consumer = await c.subscribe(
             "t",
@@ -143,14 +145,18 @@ async def test_partitioned_topic_has_one_stream_per_partition(broker):
         msg_id = await producer.send(b"x", partition_key="k")
         consumer = await c.subscribe("orders", "s")
         msg = await consumer.receive(timeout_ms=2000)
-        assert msg.message_id() == msg_id and msg_id.partition >= 0
+        assert msg.message_id() == msg_id and msg_id.partition() >= 0
     topics = sorted(md["x-pulsar-topic"] for md in broker.metadata)
     assert topics == sorted([f"orders-partition-{i}" for i in range(3)] * 2)
 
 
 async def test_reader_metadata(broker):
     async with Client(broker.url) as c:
-        reader = await c.create_reader("t", MessageId(4, 5, 0, -1), start_message_id_inclusive=True)
+        reader = await c.create_reader(
+            "t",
+            MessageId(ledger_id=4, entry_id=5, batch_index=0, partition=-1),
+            start_message_id_inclusive=True,
+        )
         await reader.close()
     (md,) = broker.metadata
     assert md["x-pulsar-durable"] == "false"
@@ -186,7 +192,9 @@ async def test_sync_client(broker):
     def run():
         with SyncClient(broker.url) as c:
             producer = c.create_producer("s")
-            assert producer.send(b"hello") == MessageId(1, 0, 0, -1)
+            assert producer.send(b"hello") == MessageId(
+                ledger_id=1, entry_id=0, batch_index=0, partition=-1
+            )
             consumer = c.subscribe("s", "sub")
             msg = consumer.receive(timeout_ms=2000)
             consumer.acknowledge(msg)

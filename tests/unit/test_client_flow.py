@@ -56,8 +56,8 @@ def test_queue_of_one_refills_every_message():
 def test_individual_acks_collapse_into_one_request():
     g = AckGroup()
     for i in range(3):
-        g.individual(MessageId(1, i, 0))
-    g.individual(MessageId(1, 0, 0))  # duplicate
+        g.individual(MessageId(ledger_id=1, entry_id=i, batch_index=0))
+    g.individual(MessageId(ledger_id=1, entry_id=0, batch_index=0))  # duplicate
     (request,) = g.take()
     assert request.ack.type == pb.Individual
     assert [(i.entry_id, i.batch_index) for i in request.ack.ids] == [(0, 0), (1, 0), (2, 0)]
@@ -66,9 +66,9 @@ def test_individual_acks_collapse_into_one_request():
 
 def test_cumulative_keeps_the_highest():
     g = AckGroup()
-    g.cumulative(MessageId(1, 5, 0))
-    g.cumulative(MessageId(1, 3, 0))
-    g.cumulative(MessageId(1, 5, 2))
+    g.cumulative(MessageId(ledger_id=1, entry_id=5, batch_index=0))
+    g.cumulative(MessageId(ledger_id=1, entry_id=3, batch_index=0))
+    g.cumulative(MessageId(ledger_id=1, entry_id=5, batch_index=2))
     (request,) = g.take()
     assert request.ack.type == pb.Cumulative
     assert [(i.entry_id, i.batch_index) for i in request.ack.ids] == [(5, 2)]
@@ -76,19 +76,19 @@ def test_cumulative_keeps_the_highest():
 
 def test_nacks_are_their_own_request():
     g = AckGroup()
-    g.individual(MessageId(1, 1))
-    g.negative(MessageId(1, 2))
-    g.negative(MessageId(1, 3))
+    g.individual(MessageId(ledger_id=1, entry_id=1))
+    g.negative(MessageId(ledger_id=1, entry_id=2))
+    g.negative(MessageId(ledger_id=1, entry_id=3))
     kinds = [r.WhichOneof("request") for r in g.take()]
     assert kinds == ["ack", "negative_ack"]
 
 
 def test_group_full_at_max_pending():
     g = AckGroup(max_pending=3)
-    g.individual(MessageId(1, 1))
-    g.negative(MessageId(1, 2))
+    g.individual(MessageId(ledger_id=1, entry_id=1))
+    g.negative(MessageId(ledger_id=1, entry_id=2))
     assert not g.is_full()
-    g.cumulative(MessageId(1, 3))
+    g.cumulative(MessageId(ledger_id=1, entry_id=3))
     assert g.is_full()
 
 
@@ -96,7 +96,9 @@ def test_an_entry_acked_over_several_flushes_sends_each_index_once_then_the_entr
     g = AckGroup()
     g.delivered(1, 7, 4, partition=2)
     assert g.index((1, 7), 0, 2) is False
-    g.individual(MessageId(1, 7, 1, 2))  # by id: the same entry's tracking
+    g.individual(
+        MessageId(ledger_id=1, entry_id=7, batch_index=1, partition=2)
+    )  # by id: the same entry's tracking
     (request,) = g.take()
     assert [(i.entry_id, i.batch_index, i.partition) for i in request.ack.ids] == [
         (7, 0, 2),
@@ -127,16 +129,23 @@ def test_acks_added_before_deliveries_are_forgotten_still_go_out():
 
 def test_an_id_the_broker_cannot_take_is_refused_when_acked_not_when_sent():
     g = AckGroup()
-    g.individual(MessageId(1, 1, 0))
+    g.individual(MessageId(ledger_id=1, entry_id=1, batch_index=0))
     for add in (g.individual, g.cumulative, g.negative):
         with pytest.raises(ValueError, match="cannot be sent"):
-            add(MessageId(-1, -1, -1, 0))  # what a deduplicated send resolves to
+            add(
+                MessageId(ledger_id=-1, entry_id=-1, batch_index=-1, partition=0)
+            )  # what a deduplicated send resolves to
     (request,) = g.take()
     assert [(i.entry_id, i.batch_index) for i in request.ack.ids] == [(1, 0)]
 
 
 def test_seek_request_targets():
-    assert seek_request(MessageId(3, 4, 1, 0), 7).message_id.entry_id == 4
+    assert (
+        seek_request(
+            MessageId(ledger_id=3, entry_id=4, batch_index=1, partition=0), 7
+        ).message_id.entry_id
+        == 4
+    )
     assert seek_request(1700, 7).publish_time == 1700
     assert seek_request(MessageId.earliest, 7).publish_time == 0
     assert seek_request(MessageId.latest, 7).publish_time == 2**63 - 1
@@ -196,7 +205,10 @@ async def test_already_acked_batch_indexes_are_skipped_and_not_charged():
     consumer = await start_consumer(call, receiver_queue_size=4)
     call.push(batch(0, 4, acked=[0, 1, 3]))
     msg = await consumer.receive(timeout_ms=1000)
-    assert msg.message_id() == MessageId(1, 0, 2, -1) and msg.sequence_id() == 2
+    assert (
+        msg.message_id() == MessageId(ledger_id=1, entry_id=0, batch_index=2, partition=-1)
+        and msg.sequence_id() == 2
+    )
     with pytest.raises(client.Timeout):
         await consumer.receive(timeout_ms=20)
     assert [f.permits for f in call.of("flow")] == [4]  # 1 of 4 consumed: no refill yet
@@ -210,7 +222,9 @@ async def test_acks_are_grouped_into_one_request():
     msgs = [await consumer.receive(timeout_ms=1000) for _ in range(6)]
     for m in msgs[:4]:
         await consumer.acknowledge(m)
-    await consumer.negative_acknowledge(MessageId(1, 9, 0, -1))
+    await consumer.negative_acknowledge(
+        MessageId(ledger_id=1, entry_id=9, batch_index=0, partition=-1)
+    )
     await settle()
     assert call.of("ack") == []
     await eventually(lambda: call.of("ack"))
@@ -256,7 +270,9 @@ async def test_acknowledge_wait_returns_on_ack_receipt():
     call = FakeCall()
     consumer = await start_consumer(call)
     waiting = asyncio.ensure_future(
-        consumer.acknowledge_cumulative(MessageId(1, 2, 0, -1), wait=True)
+        consumer.acknowledge_cumulative(
+            MessageId(ledger_id=1, entry_id=2, batch_index=0, partition=-1), wait=True
+        )
     )
     await settle()
     (ack,) = call.of("ack")
@@ -271,7 +287,9 @@ async def test_seek_drops_queued_and_in_between_messages_and_returns_their_permi
     consumer = await start_consumer(call, receiver_queue_size=4)
     call.push(batch(0, 1))
     await settle()
-    seeking = asyncio.ensure_future(consumer.seek(MessageId(1, 0, 0, -1)))
+    seeking = asyncio.ensure_future(
+        consumer.seek(MessageId(ledger_id=1, entry_id=0, batch_index=0, partition=-1))
+    )
     await settle()
     (seek,) = call.of("seek")
     call.push(batch(1, 1))  # read before the seek took effect
@@ -279,7 +297,7 @@ async def test_seek_drops_queued_and_in_between_messages_and_returns_their_permi
     await asyncio.wait_for(seeking, 1)
     call.push(batch(0, 1, ledger=2))
     msg = await consumer.receive(timeout_ms=1000)
-    assert msg.message_id().ledger_id == 2
+    assert msg.message_id().ledger_id() == 2
     assert sum(f.permits for f in call.of("flow")) == 4 + 2  # the 2 dropped were re-granted
 
 
@@ -297,7 +315,7 @@ async def test_redeliver_drops_queued_and_in_flight_messages_until_redeliver_don
     call.push(batch(0, 3))  # the redelivery itself
     await asyncio.wait_for(redelivering, 1)
     received = [await consumer.receive(timeout_ms=1000) for _ in range(3)]
-    assert [m.message_id().entry_id for m in received] == [0, 0, 0]
+    assert [m.message_id().entry_id() for m in received] == [0, 0, 0]
     with pytest.raises(client.Timeout):
         await consumer.receive(timeout_ms=10)
 
@@ -318,7 +336,7 @@ async def test_non_retryable_stream_error_wakes_receivers_and_fails_requests():
 async def test_close_flushes_acks_and_ends_iteration():
     call = FakeCall()
     consumer = await start_consumer(call, ack_group_time_ms=10_000)
-    await consumer.acknowledge(MessageId(1, 1, 0, -1))
+    await consumer.acknowledge(MessageId(ledger_id=1, entry_id=1, batch_index=0, partition=-1))
     iterating = asyncio.ensure_future(anext(aiter(consumer), None))
     await consumer.close()
     assert len(call.of("ack")) == 1
@@ -350,14 +368,14 @@ async def test_partitioned_consumer_merges_and_credits_the_right_partition():
     calls[1].push(batch(0, 1))
     msg = await consumer.receive(timeout_ms=1000)
     await settle()
-    assert msg.message_id().partition == 1 and msg.topic_name() == "t-partition-1"
+    assert msg.message_id().partition() == 1 and msg.topic_name() == "t-partition-1"
     assert [f.permits for f in calls[1].of("flow")] == [2, 1]
     assert [f.permits for f in calls[0].of("flow")] == [2]
     await consumer.acknowledge(msg, wait=False)
     await eventually(lambda: calls[1].of("ack"))
     assert len(calls[1].of("ack")) == 1 and calls[0].of("ack") == []
     with pytest.raises(ValueError):
-        await consumer.acknowledge(MessageId(1, 1, 0, 7))
+        await consumer.acknowledge(MessageId(ledger_id=1, entry_id=1, batch_index=0, partition=7))
 
 
 async def test_inactive_stream_drops_only_its_queued_messages_and_regrants_their_permits():
@@ -381,7 +399,7 @@ async def test_inactive_stream_drops_only_its_queued_messages_and_regrants_their
     calls[0].push(pb.ConsumeResponse(active_consumer_change=change))
     await eventually(lambda: parts[0].is_active is False)
     received = [await consumer.receive(timeout_ms=1000) for _ in range(2)]
-    assert [m.message_id().partition for m in received] == [1, 1]
+    assert [m.message_id().partition() for m in received] == [1, 1]
     with pytest.raises(client.Timeout):
         await consumer.receive(timeout_ms=20)
     assert [f.permits for f in calls[0].of("flow")] == [4, 3]  # the 3 dropped, granted again
@@ -390,4 +408,4 @@ async def test_inactive_stream_drops_only_its_queued_messages_and_regrants_their
         pb.ConsumeResponse(active_consumer_change=pb.ActiveConsumerChange(is_active=True))
     )
     calls[0].push(batch(1, 1))
-    assert (await consumer.receive(timeout_ms=1000)).message_id().partition == 0
+    assert (await consumer.receive(timeout_ms=1000)).message_id().partition() == 0

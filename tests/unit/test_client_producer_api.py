@@ -69,7 +69,10 @@ async def test_send_async_calls_back_with_result_and_id():
     assert request.messages[0].key == "key-1" and dict(request.messages[0].properties) == {"p": "1"}
     call.push(receipt(request, ledger=4, entry=2))
     await settle()
-    assert results[1] == (Result.Ok, MessageId(4, 2, 0, -1))
+    assert results[1] == (
+        Result.Ok,
+        MessageId(ledger_id=4, entry_id=2, batch_index=0, partition=-1),
+    )
     await producer.close()
     producer.send_async(b"c", callback)
     await settle()

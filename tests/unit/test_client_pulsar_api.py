@@ -95,7 +95,9 @@ async def test_pattern_watcher_subscribes_to_new_topics_and_lets_go_of_gone_ones
 
 def test_topic_message_id_names_its_topic_and_equals_the_plain_id() -> None:
     mid = TopicMessageId.of(f"{NS}/t", 3, 4, 1, 0)
-    assert mid == MessageId(3, 4, 1, 0) and hash(mid) == hash(MessageId(3, 4, 1, 0))
+    assert mid == MessageId(ledger_id=3, entry_id=4, batch_index=1, partition=0) and hash(
+        mid
+    ) == hash(MessageId(ledger_id=3, entry_id=4, batch_index=1, partition=0))
     assert mid.topic_name() == f"{NS}/t"
     back = MessageId.deserialize(mid.serialize(), topic=f"{NS}/t")
     assert isinstance(back, TopicMessageId) and back.topic_name() == f"{NS}/t"

@@ -271,10 +271,10 @@ async def test_producer_resends_unreceipted_batches_in_order_before_new_ones():
     second.push(receipt(second.written[2], ledger=2, entry=1))
     ids = await asyncio.wait_for(asyncio.gather(*futures, during), 1)
     assert ids == [
-        MessageId(1, 0, 0, -1),
-        MessageId(-1, -1, -1, -1),
-        MessageId(2, 0, 0, -1),
-        MessageId(2, 1, 0, -1),
+        MessageId(ledger_id=1, entry_id=0, batch_index=0, partition=-1),
+        MessageId(ledger_id=-1, entry_id=-1, batch_index=-1, partition=-1),
+        MessageId(ledger_id=2, entry_id=0, batch_index=0, partition=-1),
+        MessageId(ledger_id=2, entry_id=1, batch_index=0, partition=-1),
     ]
     assert first.cancelled and not second.cancelled
     await producer.close()
@@ -294,7 +294,9 @@ async def test_producer_retries_refused_attempts_and_busy_names():
     second = await reconnected(dialer, 2)
     assert len(dialer.params) == 5 and part.connection.reconnects == 1
     second.push(receipt(second.written[0], ledger=3, entry=0))
-    assert await asyncio.wait_for(future, 1) == MessageId(3, 0, 0, -1)
+    assert await asyncio.wait_for(future, 1) == MessageId(
+        ledger_id=3, entry_id=0, batch_index=0, partition=-1
+    )
 
 
 async def test_producer_sends_time_out_clearly_when_the_broker_never_comes_back():
@@ -350,7 +352,11 @@ async def test_consumer_resubscribes_and_the_receive_loop_sees_no_error():
     first = dialer.last
     first.push(batch(0, 3))
     taken = await consumer.receive(timeout_ms=1000)
-    waiting_ack = asyncio.ensure_future(consumer.acknowledge(MessageId(1, 9, 0, -1), wait=True))
+    waiting_ack = asyncio.ensure_future(
+        consumer.acknowledge(
+            MessageId(ledger_id=1, entry_id=9, batch_index=0, partition=-1), wait=True
+        )
+    )
     await settle()
     await consumer.acknowledge(taken)  # grouped, not sent yet
     assert consumer.queued() == 2
@@ -390,7 +396,7 @@ async def test_consumer_request_waits_for_the_reconnect():
 
 async def test_reader_resumes_after_the_last_message_read():
     dialer = FakeDialer()
-    start = MessageId(1, 0, -1, -1)
+    start = MessageId(ledger_id=1, entry_id=0, batch_index=-1, partition=-1)
     consumer, _ = await start_consumer(
         dialer, durable=False, start_message_id=start, start_inclusive=True
     )
@@ -400,8 +406,12 @@ async def test_reader_resumes_after_the_last_message_read():
     assert dialer.params[1]["x-pulsar-start-message-id"] == "1:0:-1"
     assert dialer.params[1]["x-pulsar-start-message-id-inclusive"] is True
     dialer.last.push(batch(4, 3))
-    assert (await consumer.receive(timeout_ms=1000)).message_id() == MessageId(1, 4, 0, -1)
-    assert (await consumer.receive(timeout_ms=1000)).message_id() == MessageId(1, 4, 1, -1)
+    assert (await consumer.receive(timeout_ms=1000)).message_id() == MessageId(
+        ledger_id=1, entry_id=4, batch_index=0, partition=-1
+    )
+    assert (await consumer.receive(timeout_ms=1000)).message_id() == MessageId(
+        ledger_id=1, entry_id=4, batch_index=1, partition=-1
+    )
     dialer.last.fail()
     await reconnected(dialer, 3)
     assert dialer.params[2]["x-pulsar-start-message-id"] == "1:4:-1:1"
@@ -435,13 +445,17 @@ async def test_cumulative_ack_refused_on_shared_and_key_shared_before_sending():
         dialer = FakeDialer()
         consumer, _ = await start_consumer(dialer, subscription_type=sub_type)
         with pytest.raises(client.CumulativeAcknowledgementNotAllowedError, match="cumulative"):
-            await consumer.acknowledge_cumulative(MessageId(1, 1, 0, -1), wait=True)
+            await consumer.acknowledge_cumulative(
+                MessageId(ledger_id=1, entry_id=1, batch_index=0, partition=-1), wait=True
+            )
         await asyncio.sleep(0.01)
         assert dialer.last.of("ack") == []
         await consumer.close()
     dialer = FakeDialer()
     consumer, _ = await start_consumer(dialer, subscription_type=ConsumerType.Failover)
-    await consumer.acknowledge_cumulative(MessageId(1, 1, 0, -1))
+    await consumer.acknowledge_cumulative(
+        MessageId(ledger_id=1, entry_id=1, batch_index=0, partition=-1)
+    )
     await eventually(lambda: len(dialer.last.of("ack")) == 1)
     await consumer.close()
 
@@ -463,7 +477,9 @@ async def test_reader_reconnecting_after_a_seek_resumes_at_the_sought_message():
     consumer, _ = await start_consumer(dialer, durable=False, start_message_id=MessageId.earliest)
     dialer.last.push(batch(4, 2))
     await consumer.receive(timeout_ms=1000)
-    seeking = asyncio.ensure_future(consumer.seek(MessageId(1, 2, -1, -1)))
+    seeking = asyncio.ensure_future(
+        consumer.seek(MessageId(ledger_id=1, entry_id=2, batch_index=-1, partition=-1))
+    )
     await settle()
     (seek,) = dialer.last.of("seek")
     dialer.last.push(pb.ConsumeResponse(seek_done=pb.SeekDone(request_id=seek.request_id)))

@@ -68,7 +68,7 @@ async def test_close_while_connected_still_waits_for_receipts():
         await producer.enqueue(b"too late")
     dialer.last.push(receipt(dialer.last.written[0], ledger=7, entry=0))
     await asyncio.wait_for(closing, 5)
-    assert await future == MessageId(7, 0, 0, -1)
+    assert await future == MessageId(ledger_id=7, entry_id=0, batch_index=0, partition=-1)
     assert part.state is HandleState.CLOSED
 
 

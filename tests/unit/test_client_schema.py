@@ -167,7 +167,7 @@ async def test_avro_producer_declares_its_schema_and_consumer_gets_records(broke
         [msg] = await receive_all(consumer, 1)
         assert msg.value() == User(name="ada")
         assert msg.data() == schema.encode(User(name="ada"))
-        assert msg.schema_version() == (0).to_bytes(8, "big")
+        assert msg.schema_version() == "\x00" * 8  # pulsar-client's str of the 8 bytes
     produce_md, consume_md = broker.metadata
     assert pb.Schema.FromString(produce_md[SCHEMA_HEADER]) == schema.schema_info().to_proto()
     assert consume_md[SCHEMA_HEADER] == produce_md[SCHEMA_HEADER]
@@ -268,7 +268,7 @@ async def test_without_a_schema_values_are_the_bytes(broker):
         await producer.send(b"\x00raw")
         consumer = await c.subscribe("t", "s")
         [msg] = await receive_all(consumer, 1)
-        assert msg.value() == b"\x00raw" and msg.schema_version() == b""
+        assert msg.value() == b"\x00raw" and msg.schema_version() == ""
     assert all(SCHEMA_HEADER not in md for md in broker.metadata)
 
 
