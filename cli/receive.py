@@ -44,7 +44,19 @@ def run_read(args: argparse.Namespace) -> int:
         return fail("read", args, exc)
 
 
+def _stop_on_signals() -> asyncio.Event:
+    """An event SIGINT and SIGTERM set, installed before the subscription exists: a signal
+    that comes while it is made (the broker already lists the consumer) must still end the
+    command with its summary line, not Python's KeyboardInterrupt."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 async def _consume(args: argparse.Namespace, topic: str, decryption: dict[str, Any]) -> int:
+    stop = _stop_on_signals()
     async with client_of(args) as client:
         consumer = await client.subscribe(
             topic,
@@ -54,7 +66,7 @@ async def _consume(args: argparse.Namespace, topic: str, decryption: dict[str, A
             **decryption,
         )
         try:
-            await _print_messages(args, "consume", consumer.receive, consumer.acknowledge)
+            await _print_messages(args, "consume", consumer.receive, consumer.acknowledge, stop)
         finally:
             await consumer.close_if_open()  # sends the grouped acks
     return 0
@@ -63,12 +75,13 @@ async def _consume(args: argparse.Namespace, topic: str, decryption: dict[str, A
 async def _read(
     args: argparse.Namespace, topic: str, start: MessageId, decryption: dict[str, Any]
 ) -> int:
+    stop = _stop_on_signals()
     async with client_of(args) as client:
         reader = await client.create_reader(
             topic, start, start_message_id_inclusive=args.start_message_id_inclusive, **decryption
         )
         try:
-            await _print_messages(args, "read", reader.read_next, None)
+            await _print_messages(args, "read", reader.read_next, None, stop)
         finally:
             await reader.close_if_open()
     return 0
@@ -79,12 +92,10 @@ async def _print_messages(
     command: str,
     receive: Callable[[], Awaitable[Message]],
     acknowledge: Callable[[Message], Awaitable[None]] | None,
+    stop: asyncio.Event,
 ) -> int:
-    """Print (and acknowledge) messages until -n, --timeout or a signal; the count."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    """Print (and acknowledge) messages until -n, --timeout or ``stop`` (a signal); the
+    count."""
     pacer = Pacer(args.rate)
     done = 0
     stopping = asyncio.ensure_future(stop.wait())
