@@ -145,11 +145,20 @@ async def test_a_role_without_grants_is_refused_and_leaves_nothing_behind(
     async with client(authz_broker, "mallory") as c:
         # The SDK's setup is refused at the topic's lookup; its error names what the
         # application asked for, not only the lookup.
-        with pytest.raises(AuthorizationError, match="not authorized to produce on nobody-t"):
+        with pytest.raises(
+            AuthorizationError,
+            match=r"not authorized to produce on \S*nobody-t: the broker refused",
+        ):
             await asyncio.wait_for(c.create_producer("nobody-t"), TIMEOUT_S)
-        with pytest.raises(AuthorizationError, match="not authorized to consume on nobody-t"):
+        with pytest.raises(
+            AuthorizationError,
+            match=r"not authorized to consume on \S*nobody-t: the broker refused",
+        ):
             await asyncio.wait_for(c.subscribe("nobody-t", "s"), TIMEOUT_S)
-        with pytest.raises(AuthorizationError, match="not authorized to consume on nobody-t"):
+        with pytest.raises(
+            AuthorizationError,
+            match=r"not authorized to consume on \S*nobody-t: the broker refused",
+        ):
             await asyncio.wait_for(c.create_reader("nobody-t", "earliest"), TIMEOUT_S)
     assert_denied(
         await raw_produce(authz_broker, "mallory", "nobody-t"),
