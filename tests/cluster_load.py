@@ -92,7 +92,7 @@ async def produce(producer: Producer, k: int, load: Load) -> None:
             load.failures.append(f"{payload.decode()}: {type(e).__name__}")
             return
         load.receipts[payload] = receipt
-        load.times[receipt.partition].append(time.monotonic())
+        load.times[receipt.partition()].append(time.monotonic())
 
     while not load.stop.is_set():
         if len(in_flight) >= 16:
