@@ -349,11 +349,17 @@ class PartitionConsumer:
             MessageId.latest,
         )
         inclusive = self.config.start_inclusive
-        self._skip_through = None  # what arrives before SeekDone is dropped anyway
-        await self._request_dropping(request_id, pb.ConsumeRequest(seek=seek))
+        # Set before the request: what arrives before SeekDone is dropped anyway, and what
+        # the broker sends right after SeekDone may be handled before this coroutine resumes.
+        previous_skip = self._skip_through
         self._skip_through = (
             target if isinstance(target, MessageId) and by_id and not inclusive else None
         )
+        try:
+            await self._request_dropping(request_id, pb.ConsumeRequest(seek=seek))
+        except BaseException:
+            self._skip_through = previous_skip
+            raise
         # A publish time has no message id to resume from: a reader reconnecting before it
         # read anything starts over from the earliest message, as Pulsar's does.
         self._start = (

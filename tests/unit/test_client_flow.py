@@ -301,6 +301,24 @@ async def test_seek_drops_queued_and_in_between_messages_and_returns_their_permi
     assert sum(f.permits for f in call.of("flow")) == 4 + 2  # the 2 dropped were re-granted
 
 
+async def test_the_seek_target_is_skipped_even_when_it_arrives_with_seek_done():
+    """The broker sends the entries after the seek right behind SeekDone: they are read on
+    the stream before the seeking coroutine resumes, and the target itself (seek is
+    exclusive, as pulsar-client's) must not reach the application."""
+    call = FakeCall()
+    consumer = await start_consumer(call, receiver_queue_size=4)
+    target = MessageId(ledger_id=1, entry_id=3, batch_index=-1, partition=-1)
+    seeking = asyncio.ensure_future(consumer.seek(target))
+    await settle()
+    (seek,) = call.of("seek")
+    call.push(pb.ConsumeResponse(seek_done=pb.SeekDone(request_id=seek.request_id)))
+    call.push(batch(3, 1))  # the target, sent at once after SeekDone
+    call.push(batch(4, 1))
+    await asyncio.wait_for(seeking, 1)
+    msg = await consumer.receive(timeout_ms=1000)
+    assert msg.message_id().entry_id() == 4
+
+
 async def test_redeliver_drops_queued_and_in_flight_messages_until_redeliver_done():
     call = FakeCall()
     consumer = await start_consumer(call, receiver_queue_size=10)
