@@ -14,21 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pulsar_grpc.broker.ledger import ack_set
+from pulsar_grpc.broker.varint import encode_varint
 from pulsargrpc.internal.v1 import entry_pb2
 
 _PUBLISH_TIME_TAG = b"\x50"  # field 10, varint
 _PRODUCER_NAME_TAG = b"\x5a"  # field 11, length-delimited
 _SCHEMA_VERSION_TAG = b"\x7a"  # field 15, length-delimited
-
-
-def encode_varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative integer."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def seal(batch: bytes, publish_time_ms: int, producer_fields: bytes) -> bytes:

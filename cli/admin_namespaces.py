@@ -58,25 +58,36 @@ def add_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     verbs.add_parser(
         "get-encryption-required", help="whether the namespace refuses unencrypted messages"
     ).add_argument("namespace", help="tenant/namespace")
-    encryption = verbs.add_parser(
-        "set-encryption-required", help="make the namespace refuse unencrypted messages, or not"
+    _add_switch(
+        verbs,
+        "set-encryption-required",
+        "make the namespace refuse unencrypted messages, or not",
+        ("refuse unencrypted messages", "accept them again"),
     )
-    encryption.add_argument("namespace", help="tenant/namespace")
-    switch = encryption.add_mutually_exclusive_group(required=True)
-    switch.add_argument("-e", "--enable", action="store_true", help="refuse unencrypted messages")
-    switch.add_argument("-d", "--disable", action="store_true", help="accept them again")
-
     verbs.add_parser(
         "get-deduplication", help="the namespace's deduplication policy (null: not set)"
     ).add_argument("namespace", help="tenant/namespace")
-    dedup = verbs.add_parser("set-deduplication", help="turn deduplication on or off")
-    dedup.add_argument("namespace", help="tenant/namespace")
-    dedup_switch = dedup.add_mutually_exclusive_group(required=True)
-    dedup_switch.add_argument("-e", "--enable", action="store_true", help="deduplicate")
-    dedup_switch.add_argument("-d", "--disable", action="store_true", help="do not")
+    _add_switch(
+        verbs, "set-deduplication", "turn deduplication on or off", ("deduplicate", "do not")
+    )
     verbs.add_parser(
         "remove-deduplication", help="remove the policy: brokerDeduplicationEnabled holds"
     ).add_argument("namespace", help="tenant/namespace")
+
+
+def _add_switch(
+    verbs: argparse._SubParsersAction,  # type: ignore[type-arg]
+    verb: str,
+    help: str,
+    switch_help: tuple[str, str],
+) -> None:
+    """A verb that turns a namespace's boolean policy on or off: ``-e`` / ``--enable`` or
+    ``-d`` / ``--disable``, one of them required, as pulsar-admin's."""
+    parser = verbs.add_parser(verb, help=help)
+    parser.add_argument("namespace", help="tenant/namespace")
+    switch = parser.add_mutually_exclusive_group(required=True)
+    switch.add_argument("-e", "--enable", action="store_true", help=switch_help[0])
+    switch.add_argument("-d", "--disable", action="store_true", help=switch_help[1])
 
 
 def handles(args: argparse.Namespace) -> bool:

@@ -15,10 +15,10 @@ from typing import TypeVar
 from google.protobuf import unknown_fields
 from google.protobuf.message import Message
 
-from pulsar_grpc.broker.entry_format import encode_varint
 from pulsar_grpc.broker.errors import InvalidArgumentError, TooLargeError
 from pulsar_grpc.broker.ledger.ack_set import packed_varints
 from pulsar_grpc.broker.topics import Delivery
+from pulsar_grpc.broker.varint import encode_varint
 from pulsargrpc.v1 import pulsar_pb2
 
 # Split consume responses so each stays well below gRPC's default 4 MiB message limit. An

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import grpc
@@ -27,6 +27,38 @@ Prepare = Callable[[CallContext, aio.ServicerContext], Awaitable[None]]
 Abort = Callable[[aio.ServicerContext, BaseException], Awaitable[NoReturn]]
 
 
+# The kinds of call an interceptor can run inside, and how grpc builds a handler of each.
+# Client-streaming (stream_unary) is absent: the service has none, and a handler of a kind not
+# listed would run without its interceptors (authentication among them), so it is refused.
+_KINDS = (
+    ("stream_stream", grpc.stream_stream_rpc_method_handler),
+    ("unary_stream", grpc.unary_stream_rpc_method_handler),
+    ("unary_unary", grpc.unary_unary_rpc_method_handler),
+)
+
+
+def _preceded(
+    inner: Callable[..., Any], before: Callable[[aio.ServicerContext], Awaitable[None]]
+) -> Callable[..., Any]:
+    """``inner`` (a servicer method taking the request or request stream, then the context)
+    with ``before`` run first, keeping its shape: servicers that yield their responses stay
+    async generators; those that return or ``context.write`` them stay coroutines."""
+    if inspect.isasyncgenfunction(inner):
+
+        async def streaming(first: Any, context: aio.ServicerContext) -> Any:
+            await before(context)
+            async for response in inner(first, context):
+                yield response
+
+        return streaming
+
+    async def awaiting(first: Any, context: aio.ServicerContext) -> Any:
+        await before(context)
+        return await inner(first, context)
+
+    return awaiting
+
+
 def wrap_handler(
     handler: grpc.RpcMethodHandler, prepare: Prepare, abort: Abort
 ) -> grpc.RpcMethodHandler:
@@ -36,65 +68,14 @@ def wrap_handler(
         except BrokerError as error:
             await abort(context, error)
 
-    if handler.stream_stream is not None:
-        inner_ss = handler.stream_stream
-        if inspect.isasyncgenfunction(inner_ss):  # servicers that yield their responses
-
-            async def stream_stream(
-                requests: AsyncIterator[Any], context: aio.ServicerContext
-            ) -> Any:
-                await before(context)
-                async for response in inner_ss(requests, context):
-                    yield response
-
-        else:
-
-            async def stream_stream(  # type: ignore[misc]
-                requests: AsyncIterator[Any], context: aio.ServicerContext
-            ) -> Any:
-                await before(context)
-                return await inner_ss(requests, context)
-
-        return grpc.stream_stream_rpc_method_handler(
-            stream_stream,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    if handler.unary_stream is not None:
-        inner_us = handler.unary_stream
-        if inspect.isasyncgenfunction(inner_us):  # servicers that yield their responses
-
-            async def unary_stream(request: Any, context: aio.ServicerContext) -> Any:
-                await before(context)
-                async for response in inner_us(request, context):
-                    yield response
-
-        else:  # servicers that write them (context.write)
-
-            async def unary_stream(  # type: ignore[misc]
-                request: Any, context: aio.ServicerContext
-            ) -> Any:
-                await before(context)
-                return await inner_us(request, context)
-
-        return grpc.unary_stream_rpc_method_handler(
-            unary_stream,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    if handler.unary_unary is not None:
-        inner_uu = handler.unary_unary
-
-        async def unary_unary(request: Any, context: aio.ServicerContext) -> Any:
-            await before(context)
-            return await inner_uu(request, context)
-
-        return grpc.unary_unary_rpc_method_handler(
-            unary_unary,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    # Any other kind would run without its interceptors (authentication among them): refuse.
+    for kind, make_handler in _KINDS:
+        inner = getattr(handler, kind)
+        if inner is not None:
+            return make_handler(
+                _preceded(inner, before),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
     raise TypeError(f"no interceptor wrapping for {handler!r}")
 
 

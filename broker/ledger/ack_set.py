@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from pulsar_grpc.broker.varint import encode_varint
+
 __all__ = [
     "acked_runs",
     "contains",
@@ -106,15 +108,6 @@ class _Segment:
     unused: int  # a byte value no varint of the segment contains
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _build(first: int, count: int, width: int, unused: int) -> _Segment:
     if width == 1:
         raw = bytes(range(first, first + count))
@@ -125,7 +118,7 @@ def _build(first: int, count: int, width: int, unused: int) -> _Segment:
         if width == 2:  # [128, 2^14): the second byte is the last, i >> 7
             buf[1::width] = bytes(b & 0x7F for b in _MID[128:])
         else:
-            for offset, byte in enumerate(_varint(first >> _BLOCK_BITS)):
+            for offset, byte in enumerate(encode_varint(first >> _BLOCK_BITS)):
                 buf[2 + offset :: width] = bytes([byte]) * count
         raw = bytes(buf)
     return _Segment(first, count, width, int.from_bytes(raw, "little"), unused)

@@ -497,6 +497,17 @@ async def test_a_listener_goes_on_after_a_batch_it_cannot_decrypt(broker: Broker
         assert received == [b"plain"]
 
 
+async def send_plain_sealed_plain(client: Client, topic: str) -> None:
+    """Three entries: b"a" in clear, b"b" encrypted for a key the consumer lacks, b"c" in clear."""
+    plain = await client.create_producer(topic, batching_enabled=False)
+    sealed = await client.create_producer(
+        topic, encryption_key="k", crypto_key_reader=public_only(EC)
+    )
+    await plain.send(b"a")
+    await sealed.send(b"b")
+    await plain.send(b"c")
+
+
 async def test_batch_receive_stops_before_a_batch_it_cannot_decrypt(broker: BrokerThread) -> None:
     async with Client(broker.service_url) as client:
         consumer = await client.subscribe(
@@ -505,13 +516,7 @@ async def test_batch_receive_stops_before_a_batch_it_cannot_decrypt(broker: Brok
             initial_position="Earliest",
             crypto_failure_action=ConsumerCryptoFailureAction.RAISE,
         )
-        plain = await client.create_producer("enc-batch", batching_enabled=False)
-        sealed = await client.create_producer(
-            "enc-batch", encryption_key="k", crypto_key_reader=public_only(EC)
-        )
-        await plain.send(b"a")
-        await sealed.send(b"b")
-        await plain.send(b"c")
+        await send_plain_sealed_plain(client, "enc-batch")
         got: list[bytes] = []
         while not got:
             got = [m.data() for m in await consumer.batch_receive()]
@@ -526,13 +531,7 @@ async def test_batch_receive_under_fail_leaves_out_a_batch_it_cannot_decrypt(
 ) -> None:
     async with Client(broker.service_url) as client:
         consumer = await client.subscribe("enc-batch-fail", "s", initial_position="Earliest")
-        plain = await client.create_producer("enc-batch-fail", batching_enabled=False)
-        sealed = await client.create_producer(
-            "enc-batch-fail", encryption_key="k", crypto_key_reader=public_only(EC)
-        )
-        await plain.send(b"a")
-        await sealed.send(b"b")
-        await plain.send(b"c")
+        await send_plain_sealed_plain(client, "enc-batch-fail")
         got: list[bytes] = []
         for _ in range(50):
             got += [m.data() for m in await consumer.batch_receive()]

@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from pulsar_grpc.broker.entry_format import encode_varint
 from pulsar_grpc.broker.ledger import Position, ack_set
 from pulsar_grpc.broker.ledger.cursor_state import (
     CursorState,
@@ -18,6 +17,7 @@ from pulsar_grpc.broker.ledger.cursor_state import (
     encode_position_info,
 )
 from pulsar_grpc.broker.topics.dispatcher import ReplaySet
+from pulsar_grpc.broker.varint import encode_varint
 
 
 def reference_varints(indexes: list[int]) -> bytes:
