@@ -498,6 +498,7 @@ class PersistentTopic:
             "publishThrottledTimeMs": int(self.publish_throttled_s * 1000),
             "publishRateLimit": RateKind.PUBLISH.as_json(self.publish_throttle.limit),
             "dispatchRateLimit": RateKind.DISPATCH.as_json(self.dispatch_throttle.limit),
+            "waitingPublishers": self.access.waiting,  # WaitForExclusive producers in line
             "publishers": [
                 {
                     "producerName": p.name,

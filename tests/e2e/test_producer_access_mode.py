@@ -13,8 +13,10 @@ import pytest
 import pulsar_grpc as pulsar
 from pulsar_grpc.client import ProducerAccessMode
 from pulsargrpc.v1 import pulsar_pb2 as pb
+from tests.e2e.admin_support import call as admin_call
 from tests.e2e.wire import batch, error_code, stub
 from tests.support import BrokerThread
+from tests.waiting import eventually
 
 TOPIC = "persistent://public/default/access"
 MODE = "x-pulsar-producer-access-mode"
@@ -44,6 +46,19 @@ async def refused(call: grpc.aio.StreamStreamCall) -> tuple[grpc.StatusCode, int
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await asyncio.wait_for(call.read(), 10)
     return err.value.code(), error_code(err.value), err.value.details() or ""
+
+
+async def in_line(broker: BrokerThread, count: int) -> None:
+    """Wait until ``count`` WaitForExclusive producers wait for the topic (its stats'
+    waitingPublishers, as Pulsar's), so what the test does next comes after they queued."""
+
+    async def queued() -> bool:
+        _, stats = await admin_call(
+            broker, "GET", "/admin/v2/persistent/public/default/access/stats"
+        )
+        return bool(stats["waitingPublishers"] == count)
+
+    await eventually(queued)
 
 
 async def test_exclusive_refuses_every_other_producer_and_shared_refuses_beside_it(
@@ -82,7 +97,7 @@ async def test_a_bad_access_mode_or_epoch_is_invalid_argument(
 
 
 async def test_wait_for_exclusive_gets_the_topic_when_the_holder_closes(
-    channel: grpc.aio.Channel,
+    broker: BrokerThread, channel: grpc.aio.Channel
 ) -> None:
     holder = open_producer(channel, "Exclusive")
     assert (await ready(holder)).topic_epoch == 0
@@ -90,7 +105,7 @@ async def test_wait_for_exclusive_gets_the_topic_when_the_holder_closes(
     waiter = open_producer(channel, "WaitForExclusive")
     waiting = asyncio.ensure_future(ready(waiter))
     early = asyncio.ensure_future(left.read())
-    await asyncio.sleep(0.5)
+    await in_line(broker, 2)
     assert not waiting.done() and not early.done()  # no answer while the topic is held
     left.cancel()  # leaves the line: it must not be handed the topic
     await holder.done_writing()
@@ -104,12 +119,12 @@ async def test_wait_for_exclusive_gets_the_topic_when_the_holder_closes(
 
 
 async def test_wait_for_exclusive_waits_behind_shared_producers_too(
-    channel: grpc.aio.Channel,
+    broker: BrokerThread, channel: grpc.aio.Channel
 ) -> None:
     shared = open_producer(channel)
     await ready(shared)
     waiting = asyncio.ensure_future(ready(open_producer(channel, "WaitForExclusive")))
-    await asyncio.sleep(0.3)
+    await in_line(broker, 1)
     assert not waiting.done()
     await shared.done_writing()
     await shared.read()
@@ -117,12 +132,12 @@ async def test_wait_for_exclusive_waits_behind_shared_producers_too(
 
 
 async def test_exclusive_with_fencing_ends_the_holder_and_fails_the_waiters(
-    channel: grpc.aio.Channel,
+    broker: BrokerThread, channel: grpc.aio.Channel
 ) -> None:
     holder = open_producer(channel, "Exclusive")
     await ready(holder)
     waiter = open_producer(channel, "WaitForExclusive")
-    await asyncio.sleep(0.2)
+    await in_line(broker, 1)
     fencer = open_producer(channel, "ExclusiveWithFencing")
     assert (await ready(fencer)).topic_epoch == 1
     for fenced in (holder, waiter):
@@ -180,7 +195,7 @@ async def test_the_sdk_sends_the_access_mode_and_keeps_its_epoch(broker: BrokerT
         waiting = asyncio.ensure_future(
             client.create_producer(TOPIC, access_mode=ProducerAccessMode.WaitForExclusive)
         )
-        await asyncio.sleep(0.3)
+        await in_line(broker, 1)
         assert not waiting.done()
         await holder.close()
         successor = await asyncio.wait_for(waiting, 10)
