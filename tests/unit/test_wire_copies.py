@@ -1,0 +1,38 @@
+"""Every hand-kept copy of a wire constant is tied to its source here (issue 27).
+
+The broker core stays protocol-neutral (it may not import the gRPC protocol's generated code
+for its own enums), and the SDK may not import the server's modules, so a few names and
+numbers are kept on each side by hand. Each copy must agree with the proto, which is the
+contract other languages read; a copy that drifts fails here, not at a client in production.
+"""
+
+from __future__ import annotations
+
+from pulsar_grpc.broker.errors import ServerError
+from pulsar_grpc.broker.schema.data import SchemaType as BrokerSchemaType
+from pulsar_grpc.client import _errors as client_errors
+from pulsar_grpc.handler import errors as handler_errors
+from pulsar_grpc.schema.schema import SchemaType as ClientSchemaType
+from pulsargrpc.v1 import pulsar_pb2 as pb
+
+
+def test_the_brokers_server_errors_are_the_protos() -> None:
+    assert {e.name: e.value for e in ServerError}.items() <= dict(pb.ServerError.items()).items()
+
+
+def test_both_schema_type_enums_are_the_protos() -> None:
+    wire = {
+        ("NONE" if name == "SCHEMA_TYPE_UNSPECIFIED" else name.removeprefix("SCHEMA_TYPE_")): value
+        for name, value in pb.SchemaType.items()
+    }
+    assert {t.name: t.value for t in BrokerSchemaType} == wire
+    # The SDK's has client-only members below zero (BYTES, AUTO_CONSUME): never on the wire.
+    assert {t.name: t.value for t in ClientSchemaType if t.value >= 0} == wire
+
+
+def test_the_error_trailer_keys_are_the_same_on_both_sides() -> None:
+    assert client_errors.ERROR_CODE_KEY == handler_errors.ERROR_CODE_KEY == "pulsar-error-code"
+    assert client_errors.OWNER_URL_KEYS == (
+        handler_errors.OWNER_URL_KEY,
+        handler_errors.OWNER_URL_TLS_KEY,
+    )
