@@ -119,7 +119,13 @@ def subscription_params(
     unacked_messages_timeout_ms: int | None,
     dead_letter_policy: DeadLetterPolicy | None,
 ) -> Params:
-    """The Consume call's parameters (PIP-59 call metadata) for a durable subscription."""
+    """The Consume call's parameters (PIP-59 call metadata) for a durable subscription.
+
+    A blank name is refused here, before any call, as Pulsar's Java client refuses it
+    (InvalidConfiguration "Empty subscription name"), rather than by the broker's answer to
+    a call without the parameter."""
+    if not subscription_name.strip():
+        raise InvalidConfiguration("Empty subscription name")
     params: Params = {
         "x-pulsar-subscription": subscription_name,
         "x-pulsar-subscription-type": consumer_type.value,

@@ -29,7 +29,7 @@ import grpc
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
-from ..schema import Schema
+from ..schema import BytesSchema, Schema
 from ._auth import CredentialRenewal
 from ._batching import BatchingType, BatchKey, Container, batch_container
 from ._compat import ProducerAccessMode, refuse_unsupported
@@ -427,11 +427,6 @@ def refuse_unsupported_send(
     )
 
 
-def _as_is(content: Any) -> bytes:
-    """A producer without a schema sends its bytes unchanged."""
-    return content
-
-
 def _ordering_key(ordering_key: str | bytes | None) -> bytes | None:
     return ordering_key.encode() if isinstance(ordering_key, str) else ordering_key
 
@@ -462,8 +457,9 @@ class Producer:
         schema: Schema | None = None,
     ) -> None:
         self._topic = topic
-        # Turns each value sent into its payload (a TypeError for a value of the wrong type).
-        self._encode: Callable[[Any], bytes] = schema.encode if schema is not None else _as_is
+        # Turns each value sent into its payload (a TypeError for a value of the wrong type,
+        # worded as pulsar-client's: without a schema, as its BytesSchema, anything but bytes).
+        self._encode: Callable[[Any], bytes] = (schema or BytesSchema()).encode
         self._schema = schema
         self._partitions = partitions
         self._router = router
@@ -601,7 +597,9 @@ class Producer:
         # Bytes without an ordering key (the common send) skip two calls: per message, they
         # are a measurable share of what the SDK costs.
         ordering = ordering_key if ordering_key is None else _ordering_key(ordering_key)
-        payload = content if self._schema is None else self._encode(content)
+        payload = (
+            content if self._schema is None and type(content) is bytes else self._encode(content)
+        )
         message = frame_message(payload, partition_key, ordering, properties, event_timestamp)
         self._check_open()
         if not self._take_slot_now():

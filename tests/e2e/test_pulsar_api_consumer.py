@@ -342,6 +342,15 @@ async def test_zero_queue_consumer_prefetches_nothing(broker: BrokerThread) -> N
             await client.subscribe(partitioned, "sub", receiver_queue_size=0)
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_a_blank_subscription_name_is_refused_as_pulsars(broker: BrokerThread, name: str) -> None:
+    """As Pulsar's client (InvalidConfiguration "Empty subscription name"), before any call:
+    not an UnknownError from the broker's answer to a call without the parameter."""
+    with SyncClient(broker.service_url) as client:
+        with pytest.raises(InvalidConfiguration, match="Empty subscription name"):
+            client.subscribe(unique("api-blank-sub"), name)
+
+
 async def test_zero_queue_consumer_feeds_a_listener_one_message_at_a_time(
     broker: BrokerThread,
 ) -> None:

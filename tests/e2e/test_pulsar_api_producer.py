@@ -123,6 +123,27 @@ async def test_asyncio_send_with_pulsar_keywords(broker: BrokerThread) -> None:
         await eventually(lambda: calls == [pulsar.Result.AlreadyClosed])
 
 
+async def test_a_producer_without_a_schema_refuses_text_as_pulsar_clients_bytes_schema(
+    broker: BrokerThread,
+) -> None:
+    """pulsar-client's producer without a schema is a BytesSchema one: ``send("text")`` raises
+    its TypeError naming the type it got and the type it wants, by every way of sending,
+    and nothing reaches the topic."""
+    wording = "Invalid record obj of type <class 'str'> - expected type is <class 'bytes'>"
+    async with pulsar.Client(broker.service_url) as client:
+        consumer = await client.subscribe("untyped", "sub", initial_position="Earliest")
+        producer = await client.create_producer("untyped")
+        with pytest.raises(TypeError, match=wording):
+            await producer.send("text")
+        with pytest.raises(TypeError, match=wording):
+            await producer.enqueue("text")
+        with pytest.raises(TypeError, match=wording):
+            producer.send_async("text", lambda res, _id: None)
+        await producer.send(b"bytes")
+        (msg,) = await receive_n(consumer, 1)
+        assert msg.data() == b"bytes"
+
+
 async def test_custom_sequence_ids_deduplicate(broker_factory: Callable[..., BrokerThread]) -> None:
     """sequence_id= with deduplication on: a resend under the same name and ids is dropped
     (its ids are -1), and last_sequence_id() says where the producer stands."""
