@@ -17,12 +17,12 @@ import pytest
 from pulsar_grpc.broker.topics.key_shared import sticky_key_hash
 from pulsar_grpc.client import (
     Client,
+    Consumer,
     ConsumerAssignError,
     ConsumerBusy,
     ConsumerKeySharedPolicy,
     ConsumerType,
     KeySharedMode,
-    Message,
     Producer,
     SyncClient,
 )
@@ -56,8 +56,10 @@ async def send_keyed(producer: Producer, keys: Iterable[str], tag: str = "") -> 
         await producer.send(f"{key}|{tag}".encode(), partition_key=key)
 
 
-def keys_of(messages: Iterable[Message]) -> set[str]:
-    return {m.partition_key() for m in messages}
+async def expect_keys(consumer: Consumer, keys: list[str]) -> None:
+    """``consumer`` gets one message of each of ``keys``, and only those."""
+    got = await receive_n(consumer, len(keys))
+    assert {m.partition_key() for m in got} == set(keys)
 
 
 async def test_sticky_consumers_get_only_the_keys_hashing_into_their_ranges(
@@ -69,8 +71,8 @@ async def test_sticky_consumers_get_only_the_keys_hashing_into_their_ranges(
     producer = await client.create_producer(topic, batching_enabled=False)
     low_keys, high_keys = keys_in(LOWER, 10), keys_in(UPPER, 10)
     await send_keyed(producer, low_keys + high_keys)
-    assert keys_of(await receive_n(low, 10)) == set(low_keys)
-    assert keys_of(await receive_n(high, 10)) == set(high_keys)
+    await expect_keys(low, low_keys)
+    await expect_keys(high, high_keys)
     await assert_nothing_more(low)
     await assert_nothing_more(high)
 
@@ -83,10 +85,10 @@ async def test_a_key_in_no_declared_range_waits_for_a_consumer_that_declares_it(
     producer = await client.create_producer(topic, batching_enabled=False)
     low_keys, high_keys = keys_in(LOWER, 5), keys_in(UPPER, 5)
     await send_keyed(producer, high_keys + low_keys)
-    assert keys_of(await receive_n(low, 5)) == set(low_keys)
+    await expect_keys(low, low_keys)
     await assert_nothing_more(low)
     high = await client.subscribe(topic, "s", "Key_Shared", key_shared_policy=sticky(UPPER))
-    assert keys_of(await receive_n(high, 5)) == set(high_keys)
+    await expect_keys(high, high_keys)
 
 
 async def test_overlapping_sticky_ranges_are_refused_with_consumer_assign_error(
@@ -158,8 +160,8 @@ async def test_auto_split_policy_is_the_default_key_shared(client: Client) -> No
     producer = await client.create_producer(topic, batching_enabled=False)
     # AutoSplit: the second consumer took the upper half of the hashes.
     await send_keyed(producer, keys_in(LOWER, 4) + keys_in(UPPER, 4))
-    assert keys_of(await receive_n(plain, 4)) == set(keys_in(LOWER, 4))
-    assert keys_of(await receive_n(explicit, 4)) == set(keys_in(UPPER, 4))
+    await expect_keys(plain, keys_in(LOWER, 4))
+    await expect_keys(explicit, keys_in(UPPER, 4))
 
 
 async def test_a_key_shared_policy_on_another_subscription_type_is_ignored(
@@ -212,48 +214,44 @@ def test_the_blocking_client_takes_a_key_shared_policy(broker: BrokerThread) -> 
         client.close()
 
 
+KEY_SHARED = ("x-pulsar-subscription-type", "Key_Shared")
+
+
 @pytest.mark.parametrize(
     ("headers", "needle"),
     [
-        ((("x-pulsar-key-shared-mode", "Exclusive"),), "x-pulsar-key-shared-mode"),
+        ((KEY_SHARED, ("x-pulsar-key-shared-mode", "Exclusive")), "x-pulsar-key-shared-mode"),
         (
-            (("x-pulsar-key-shared-mode", "Sticky"), ("x-pulsar-key-shared-ranges", "0-65536")),
+            (
+                KEY_SHARED,
+                ("x-pulsar-key-shared-mode", "Sticky"),
+                ("x-pulsar-key-shared-ranges", "0-65536"),
+            ),
             "x-pulsar-key-shared-ranges",
         ),
         (
-            (("x-pulsar-key-shared-mode", "Sticky"), ("x-pulsar-key-shared-ranges", "5")),
+            (
+                KEY_SHARED,
+                ("x-pulsar-key-shared-mode", "Sticky"),
+                ("x-pulsar-key-shared-ranges", "5"),
+            ),
             "x-pulsar-key-shared-ranges",
         ),
-        ((("x-pulsar-key-shared-ranges", "0-5"),), "only with x-pulsar-key-shared-mode=Sticky"),
-        ((("x-pulsar-key-shared-allow-out-of-order", "yes"),), "allow-out-of-order"),
+        (
+            (KEY_SHARED, ("x-pulsar-key-shared-ranges", "0-5")),
+            "only with x-pulsar-key-shared-mode=Sticky",
+        ),
+        ((KEY_SHARED, ("x-pulsar-key-shared-allow-out-of-order", "yes")), "allow-out-of-order"),
+        # On another subscription type the policy would mean nothing: refused, not ignored.
+        ((("x-pulsar-key-shared-mode", "Sticky"),), "only for Key_Shared"),
     ],
 )
 async def test_malformed_key_shared_parameters_are_invalid_argument(
     channel: grpc.aio.Channel, headers: tuple[tuple[str, str], ...], needle: str
 ) -> None:
-    metadata = (
-        ("x-pulsar-topic", "ks-wire"),
-        ("x-pulsar-subscription", "s"),
-        ("x-pulsar-subscription-type", "Key_Shared"),
-        *headers,
-    )
+    metadata = (("x-pulsar-topic", "ks-wire"), ("x-pulsar-subscription", "s"), *headers)
     call = stub(channel).Consume(metadata=metadata)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await call.read()
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert needle in (err.value.details() or "")
-
-
-async def test_key_shared_parameters_on_another_subscription_type_are_refused(
-    channel: grpc.aio.Channel,
-) -> None:
-    metadata = (
-        ("x-pulsar-topic", "ks-wire"),
-        ("x-pulsar-subscription", "s"),
-        ("x-pulsar-key-shared-mode", "Sticky"),
-    )
-    call = stub(channel).Consume(metadata=metadata)
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call.read()
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "only for Key_Shared" in (err.value.details() or "")
