@@ -179,6 +179,13 @@ class KeySharedDispatcher(Dispatcher):
         # consumer -> the read position when it joined (Pulsar's recentlyJoinedConsumers)
         self.recently_joined: dict[Consumer, Position] = {}
 
+    def policy_stats(self) -> dict[str, object]:
+        """Pulsar's SubscriptionStats fields of a Key_Shared subscription."""
+        return {
+            "keySharedMode": self.policy.mode.name,
+            "allowOutOfOrderDelivery": self.policy.order is DeliveryOrder.OUT_OF_ORDER,
+        }
+
     def add_consumer(self, consumer: Consumer) -> None:
         self.selector.add(consumer)
         if self.consumers and self.policy.order is DeliveryOrder.IN_ORDER:

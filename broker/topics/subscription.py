@@ -633,6 +633,11 @@ class Subscription:
             ),
             "isDurable": self.durable,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
+            **(
+                self.dispatcher.policy_stats()
+                if isinstance(self.dispatcher, KeySharedDispatcher)
+                else {}
+            ),
             "consumers": [
                 {
                     "consumerName": c.name,

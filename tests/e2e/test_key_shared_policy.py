@@ -63,7 +63,7 @@ async def expect_keys(consumer: Consumer, keys: list[str]) -> None:
 
 
 async def test_sticky_consumers_get_only_the_keys_hashing_into_their_ranges(
-    client: Client,
+    client: Client, broker: BrokerThread
 ) -> None:
     topic = "ks-sticky"
     low = await client.subscribe(topic, "s", "Key_Shared", key_shared_policy=sticky(LOWER))
@@ -75,6 +75,9 @@ async def test_sticky_consumers_get_only_the_keys_hashing_into_their_ranges(
     await expect_keys(high, high_keys)
     await assert_nothing_more(low)
     await assert_nothing_more(high)
+    assert broker.service is not None
+    stats = (await broker.call(broker.service.get_topic(topic))).stats()["subscriptions"]["s"]
+    assert (stats["keySharedMode"], stats["allowOutOfOrderDelivery"]) == ("STICKY", False)
 
 
 async def test_a_key_in_no_declared_range_waits_for_a_consumer_that_declares_it(
