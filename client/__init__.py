@@ -36,6 +36,7 @@ from ._consumer import (
 from ._crypto import ConsumerCryptoFailureAction, EncryptionContext, EncryptionKey
 from ._crypto_keys import CryptoKeyReader, EncryptionKeyInfo, KeyReader
 from ._errors import Result, error_from_rpc
+from ._key_shared import ConsumerKeySharedPolicy, KeySharedMode
 from ._message import Message, MessageId, TopicMessageId
 from ._producer import Producer
 from ._reader import Reader
@@ -58,6 +59,7 @@ __all__ = [
     "ConsumerBatchReceivePolicy",
     "ConsumerCryptoFailureAction",
     "ConsumerDeadLetterPolicy",
+    "ConsumerKeySharedPolicy",
     "ConsumerType",
     "CryptoKeyReader",
     "DeadLetterPolicy",
@@ -67,6 +69,7 @@ __all__ = [
     "HandleState",
     "InitialPosition",
     "KeyReader",
+    "KeySharedMode",
     "LookupResult",
     "Message",
     "MessageId",

@@ -55,6 +55,7 @@ from ._consumer import (
 from ._crypto import ConsumerCryptoFailureAction, EntryDecryptor, producer_encryptor
 from ._crypto_keys import KeyReader
 from ._errors import AlreadyClosed, refusal_names
+from ._key_shared import ConsumerKeySharedPolicy
 from ._message import MessageId, new_message_id
 from ._multi_consumer import TopicsPattern, watch_pattern
 from ._ownership_watch import OwnershipWatcher
@@ -394,7 +395,7 @@ class Client:
         auto_ack_oldest_chunked_message_on_queue_full: bool = False,
         start_message_id_inclusive: bool = False,
         batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
-        key_shared_policy: object = None,
+        key_shared_policy: ConsumerKeySharedPolicy | None = None,
         batch_index_ack_enabled: bool = False,
         regex_subscription_mode: RegexSubscriptionMode = RegexSubscriptionMode.PersistentOnly,
         dead_letter_policy: DeadLetterPolicy | None = None,
@@ -439,7 +440,8 @@ class Client:
         ``broker_consumer_stats_cache_time_ms``, the two chunking options (no chunks arrive)
         and ``batch_index_ack_enabled`` (acks are always per batch index here). Only their
         defaults: ``is_read_compacted``, ``properties``, ``replicate_subscription_state_enabled``,
-        ``key_shared_policy``, ``regex_subscription_mode``.
+        ``regex_subscription_mode``. ``key_shared_policy`` (a :class:`ConsumerKeySharedPolicy`)
+        counts on a Key_Shared subscription only, as in pulsar-client.
 
         ``start_message_id_inclusive``: whether :meth:`Consumer.seek` to a message id
         delivers that message next (True) or the one after it (False, Pulsar's default).
@@ -455,7 +457,6 @@ class Client:
             is_read_compacted=(is_read_compacted, False),
             properties=(properties or None, None),
             replicate_subscription_state_enabled=(replicate_subscription_state_enabled, False),
-            key_shared_policy=(key_shared_policy, None),
             regex_subscription_mode=(
                 RegexSubscriptionMode(regex_subscription_mode),
                 RegexSubscriptionMode.PersistentOnly,
@@ -477,6 +478,7 @@ class Client:
             if unacked_messages_timeout_ms is not None
             else ack_timeout_ms,
             dead_letter_policy,
+            key_shared_policy,
         )
         config = ConsumerConfig(
             receiver_queue_size=receiver_queue_size,

@@ -45,8 +45,6 @@ UNSUPPORTED_REASONS = {
     "is_read_compacted": "the broker does not compact topics",
     "replicate_subscription_state_enabled": "the broker does not replicate between clusters",
     "start_message_id_inclusive": "only readers take it here (create_reader's parameter)",
-    "key_shared_policy": "Key_Shared takes the auto-split hash ranges only; no sticky ranges "
-    "or out-of-order policy",
     "regex_subscription_mode": "the broker has persistent topics only",
     "replication_clusters": "the broker does not replicate between clusters",
     "deliver_at": "the broker has no delayed delivery",

@@ -28,6 +28,7 @@ from ._errors import (
     PulsarException,
     Timeout,
 )
+from ._key_shared import ConsumerKeySharedPolicy, key_shared_params
 from ._message import Message, MessageId, TopicMessageId
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
 from ._stream import Params
@@ -118,8 +119,10 @@ def subscription_params(
     negative_ack_redelivery_delay_ms: int,
     unacked_messages_timeout_ms: int | None,
     dead_letter_policy: DeadLetterPolicy | None,
+    key_shared_policy: ConsumerKeySharedPolicy | None,
 ) -> Params:
-    """The Consume call's parameters (PIP-59 call metadata) for a durable subscription.
+    """The Consume call's parameters (PIP-59 call metadata) for a durable subscription; a
+    key_shared_policy counts on a Key_Shared one only, as in pulsar-client.
 
     A blank name is refused here, before any call, as Pulsar's Java client refuses it
     (InvalidConfiguration "Empty subscription name"), rather than by the broker's answer to
@@ -141,6 +144,8 @@ def subscription_params(
         params["x-pulsar-dead-letter-initial-subscription"] = (
             dead_letter_policy.initial_subscription_name
         )
+    if consumer_type is ConsumerType.KeyShared:
+        params.update(key_shared_params(key_shared_policy))
     return params
 
 

@@ -34,6 +34,7 @@ from ._consumer import (
 from ._crypto import ConsumerCryptoFailureAction
 from ._crypto_keys import KeyReader
 from ._errors import AlreadyClosed, PulsarException
+from ._key_shared import ConsumerKeySharedPolicy
 from ._message import Message, MessageId
 from ._partition_consumer import ConsumerType
 from ._producer import Producer, SendCallback, refuse_unsupported_send, report_to
@@ -381,7 +382,7 @@ class SyncClient:
         auto_ack_oldest_chunked_message_on_queue_full: bool = False,
         start_message_id_inclusive: bool = False,
         batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
-        key_shared_policy: object = None,
+        key_shared_policy: ConsumerKeySharedPolicy | None = None,
         batch_index_ack_enabled: bool = False,
         regex_subscription_mode: RegexSubscriptionMode = RegexSubscriptionMode.PersistentOnly,
         dead_letter_policy: DeadLetterPolicy | None = None,

@@ -178,6 +178,7 @@ def _options(params: ConsumerParams) -> ConsumerOptions:
         max_redeliver_count=params.max_redeliver_count,
         dead_letter_topic=params.dead_letter_topic,
         dead_letter_initial_subscription=params.dead_letter_initial_subscription,
+        key_shared=params.key_shared,
     )
 
 

@@ -16,6 +16,7 @@ from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.broker.schema import Declared
 from pulsar_grpc.broker.security.authentication import AuthenticationData
 from pulsar_grpc.broker.topics import ProducerAccessMode, SubType
+from pulsar_grpc.broker.topics.key_shared_policy import AUTO_SPLIT_IN_ORDER, KeySharedPolicy
 
 
 class ReceiptFraming(StrEnum):
@@ -54,6 +55,8 @@ class ConsumerParams:
     dead_letter_topic: str | None
     dead_letter_initial_subscription: str | None = None
     schema: Declared = None
+    # x-pulsar-key-shared-mode, -ranges and -allow-out-of-order (Key_Shared only).
+    key_shared: KeySharedPolicy = AUTO_SPLIT_IN_ORDER
 
 
 @dataclass(slots=True)

@@ -31,6 +31,13 @@ from pulsar_grpc.broker.schema import (
     new_schema,
 )
 from pulsar_grpc.broker.topics import ProducerAccessMode, SubType
+from pulsar_grpc.broker.topics.key_shared_policy import (
+    AUTO_SPLIT_IN_ORDER,
+    RANGE_SIZE,
+    DeliveryOrder,
+    KeySharedMode,
+    KeySharedPolicy,
+)
 from pulsar_grpc.interceptors._wrap import Prepare, PreparingInterceptor
 from pulsar_grpc.interceptors.context import (
     CallContext,
@@ -46,6 +53,9 @@ PREFIX = "x-pulsar-"
 H_TOPIC = "x-pulsar-topic"
 H_SCHEMA = "x-pulsar-schema-bin"
 H_SCHEMA_VERSION = "x-pulsar-schema-version-bin"
+H_KEY_SHARED_MODE = "x-pulsar-key-shared-mode"
+H_KEY_SHARED_RANGES = "x-pulsar-key-shared-ranges"
+H_KEY_SHARED_OUT_OF_ORDER = "x-pulsar-key-shared-allow-out-of-order"
 # Every call parameter of the wire contract (protos/pulsargrpc/v1/pulsar.proto lists them with
 # their meaning). Any call may carry any of them: the SDK sends the topic and listener on every
 # call, and a parameter of another call kind is not a typo.
@@ -70,6 +80,9 @@ KNOWN_PARAMETERS = frozenset(
         "x-pulsar-max-redeliver-count",
         "x-pulsar-dead-letter-topic",
         "x-pulsar-dead-letter-initial-subscription",
+        H_KEY_SHARED_MODE,
+        H_KEY_SHARED_RANGES,
+        H_KEY_SHARED_OUT_OF_ORDER,
         "x-pulsar-original-principal",  # read by the authentication interceptor
         "x-pulsar-proxy-to-broker-url",  # for a proxy (PIP-1); a broker has nothing to do with it
         H_SCHEMA,
@@ -84,6 +97,8 @@ INT32_MAX = 2**31 - 1  # MessageId.batch_index is an int32, as Pulsar's
 MIN_ACK_TIMEOUT_MS = 1000
 # An integer as a header carries it: ASCII digits, maybe a minus sign, nothing else.
 _DECIMAL = re.compile(r"-?[0-9]+")
+# x-pulsar-key-shared-ranges: "start-end" pairs of key hashes, comma-separated.
+_HASH_RANGE = re.compile(r"([0-9]{1,5})-([0-9]{1,5})")
 
 
 class ParametersInterceptor(PreparingInterceptor):
@@ -287,11 +302,12 @@ def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
             )
         start, batch = parse_message_id(start_raw)
     max_redeliver = _int(headers, "x-pulsar-max-redeliver-count", 0, maximum=INT_MAX)
+    sub_type = _choice(
+        headers, "x-pulsar-subscription-type", {t.value: t for t in SubType}, "Exclusive"
+    )
     return ConsumerParams(
         subscription=subscription,
-        sub_type=_choice(
-            headers, "x-pulsar-subscription-type", {t.value: t for t in SubType}, "Exclusive"
-        ),
+        sub_type=sub_type,
         consumer_name=headers.get("x-pulsar-consumer-name") or None,
         initial_position=_choice(
             headers,
@@ -312,4 +328,48 @@ def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
         else None,
         dead_letter_initial_subscription=headers.get("x-pulsar-dead-letter-initial-subscription")
         or None,
+        key_shared=_key_shared(headers, sub_type),
     )
+
+
+def _key_shared(headers: Mapping[str, str], sub_type: SubType) -> KeySharedPolicy:
+    """The Key_Shared policy (Pulsar's KeySharedMeta). Its headers on another subscription
+    type, or ranges outside Sticky mode, are refused: Pulsar would ignore them, and the
+    consumer would not get the keys it asked for. Sticky mode without ranges, and ranges
+    that are empty or overlap, are left to the selector, which refuses them as Pulsar's
+    broker does (ConsumerAssignError)."""
+    key_shared_headers = (H_KEY_SHARED_MODE, H_KEY_SHARED_RANGES, H_KEY_SHARED_OUT_OF_ORDER)
+    given = [h for h in key_shared_headers if headers.get(h)]
+    if sub_type is not SubType.Key_Shared:
+        if given:
+            raise InvalidArgumentError(f"{given[0]}: only for Key_Shared subscriptions")
+        return AUTO_SPLIT_IN_ORDER
+    mode = _choice(
+        headers,
+        H_KEY_SHARED_MODE,
+        {m.value: m for m in KeySharedMode},
+        KeySharedMode.AUTO_SPLIT.value,
+    )
+    out_of_order = _bool(headers, H_KEY_SHARED_OUT_OF_ORDER, False)
+    raw = headers.get(H_KEY_SHARED_RANGES) or ""
+    if raw and mode is not KeySharedMode.STICKY:
+        raise InvalidArgumentError(
+            f"{H_KEY_SHARED_RANGES}: only with {H_KEY_SHARED_MODE}=Sticky (AutoSplit assigns "
+            "the ranges itself)"
+        )
+    return KeySharedPolicy(
+        mode=mode,
+        order=DeliveryOrder.OUT_OF_ORDER if out_of_order else DeliveryOrder.IN_ORDER,
+        ranges=tuple(_hash_range(part) for part in raw.split(",")) if raw else (),
+    )
+
+
+def _hash_range(part: str) -> tuple[int, int]:
+    match = _HASH_RANGE.fullmatch(part)
+    bounds = (int(match[1]), int(match[2])) if match else (-1, -1)
+    if not all(0 <= b < RANGE_SIZE for b in bounds):
+        raise InvalidArgumentError(
+            f"{H_KEY_SHARED_RANGES}: '{part[:40]}' is not start-end, key hashes within "
+            f"0..{RANGE_SIZE - 1}"
+        )
+    return bounds

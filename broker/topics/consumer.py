@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.meters import RateMeter
+from pulsar_grpc.broker.topics.key_shared_policy import AUTO_SPLIT_IN_ORDER, KeySharedPolicy
 from pulsar_grpc.broker.topics.transport import ConsumerTransport
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ class ConsumerOptions:
     dead_letter_topic: str | None = None
     # Made on the dead-letter topic (from its earliest entry) before anything is written there.
     dead_letter_initial_subscription: str | None = None
+    # Key_Shared subscriptions only: the mode, delivery order and Sticky ranges it asked for.
+    key_shared: KeySharedPolicy = AUTO_SPLIT_IN_ORDER
 
 
 @dataclass(eq=False)

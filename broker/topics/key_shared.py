@@ -1,35 +1,44 @@
 """Key_Shared: messages with the same key go to the same consumer.
 
-Selection follows Pulsar's auto-split hash ranges (HashRangeAutoSplitStickyKeyConsumerSelector):
-the key hash space 0..65535 is divided among consumers; a new consumer takes the upper half of
-the largest range, and a departing consumer's range goes to the neighbour above it (or below,
-for the last range).
+By default selection follows Pulsar's auto-split hash ranges
+(HashRangeAutoSplitStickyKeyConsumerSelector): the key hash space 0..65535 is divided among
+consumers; a new consumer takes the upper half of the largest range, and a departing
+consumer's range goes to the neighbour above it (or below, for the last range). A subscription
+whose consumers ask for Sticky mode uses the ranges they declare (key_shared_policy.py).
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+import mmh3
 
 from pulsar_grpc.broker.entry_format import EntryInfo
 from pulsar_grpc.broker.errors import ConsumerAssignError
 from pulsar_grpc.broker.ledger import Entry, ManagedCursor, Position
 from pulsar_grpc.broker.topics.consumer import Consumer
 from pulsar_grpc.broker.topics.dispatcher import Dispatcher
+from pulsar_grpc.broker.topics.key_shared_policy import (
+    RANGE_SIZE,
+    DeliveryOrder,
+    KeySharedMode,
+    KeySharedPolicy,
+    StickySelector,
+)
 from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.topics.subscription import Subscription
 
-RANGE_SIZE = 1 << 16
-
 
 def sticky_key_hash(key: bytes) -> int:
-    """Hash of a message key into 0..65535; stable across restarts and languages (CRC32)."""
-    return zlib.crc32(key) % RANGE_SIZE
+    """Hash of a message key into 0..65535, Pulsar's: Murmur3_32Hash (x86, seed 0, made
+    non-negative) modulo the range size, so that Sticky ranges a Pulsar user declares take
+    the keys they take on Pulsar."""
+    return (mmh3.hash(key, 0, signed=False) & 0x7FFFFFFF) % RANGE_SIZE
 
 
 def sticky_key(info: EntryInfo) -> bytes:
@@ -46,6 +55,12 @@ class HashRange:
     start: int  # inclusive
     end: int  # inclusive
     consumer: Consumer
+
+
+class Selector(Protocol):
+    def add(self, consumer: Consumer) -> None: ...
+    def remove(self, consumer: Consumer) -> None: ...
+    def select(self, key_hash: int) -> Consumer | None: ...
 
 
 class AutoSplitSelector:
@@ -144,21 +159,36 @@ class KeySharedDispatcher(Dispatcher):
 
     A consumer that joins takes keys whose earlier messages may still be unacked at another
     consumer. As in Pulsar (recently joined consumers), it gets no entry read after its join
-    until every entry read before it is acked, so it can never overtake them.
+    until every entry read before it is acked, so it can never overtake them; unless the
+    policy allows out-of-order delivery, which skips that rule, as Pulsar's does.
     """
 
     def __init__(
-        self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
+        self,
+        subscription: Subscription,
+        cursor: ManagedCursor,
+        max_read_batch: int,
+        policy: KeySharedPolicy,
     ) -> None:
         super().__init__(subscription, cursor, max_read_batch)
         self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer or None
-        self.selector = AutoSplitSelector()
+        self.policy = policy
+        self.selector: Selector = (
+            StickySelector() if policy.mode is KeySharedMode.STICKY else AutoSplitSelector()
+        )
         # consumer -> the read position when it joined (Pulsar's recentlyJoinedConsumers)
         self.recently_joined: dict[Consumer, Position] = {}
 
+    def policy_stats(self) -> dict[str, object]:
+        """Pulsar's SubscriptionStats fields of a Key_Shared subscription."""
+        return {
+            "keySharedMode": self.policy.mode.name,
+            "allowOutOfOrderDelivery": self.policy.order is DeliveryOrder.OUT_OF_ORDER,
+        }
+
     def add_consumer(self, consumer: Consumer) -> None:
         self.selector.add(consumer)
-        if self.consumers:
+        if self.consumers and self.policy.order is DeliveryOrder.IN_ORDER:
             self.recently_joined[consumer] = self.cursor.read_position
         super().add_consumer(consumer)
 

@@ -22,6 +22,7 @@ from pulsar_grpc.broker.topics.dispatcher import (
     SingleActiveConsumerDispatcher,
 )
 from pulsar_grpc.broker.topics.key_shared import KeySharedDispatcher
+from pulsar_grpc.broker.topics.key_shared_policy import KeySharedPolicy
 from pulsar_grpc.broker.topics.rate_limit import Kind, Throttle
 from pulsar_grpc.broker.topics.rate_policies import RateKind
 from pulsar_grpc.broker.topics.transport import Delivery
@@ -126,13 +127,26 @@ class Subscription:
             )
         if sub_type is SubType.Exclusive and self.consumers:
             raise ConsumerBusyError(f"Exclusive consumer is already connected to {self.name}")
-        if self.dispatcher is None or sub_type is not self.type:
+        policy = consumer.options.key_shared
+        if sub_type is SubType.Key_Shared and self.consumers:
+            conflict = policy.conflict_with(self.consumers[0].options.key_shared)
+            if conflict is not None:
+                raise ConsumerBusyError(conflict)
+        if (
+            self.dispatcher is None
+            or sub_type is not self.type
+            or (
+                isinstance(self.dispatcher, KeySharedDispatcher)
+                and not self.dispatcher.policy.same_dispatch(policy)
+            )
+        ):
             if self.dispatcher is not None:
                 self.dispatcher.detach()
-            self.dispatcher = self._new_dispatcher(sub_type)
+            self.dispatcher = self._new_dispatcher(sub_type, policy)
             self.type = sub_type
         # The dispatcher first: when it refuses the consumer (Key_Shared with no hash range
-        # left), the subscription does not list a consumer that gets nothing.
+        # left, or Sticky ranges another consumer has), the subscription does not list a
+        # consumer that gets nothing.
         self.dispatcher.add_consumer(consumer)
         self.consumers.append(consumer)
         if consumer.options.ack_timeout_ms > 0 and self._ack_timeout_task is None:
@@ -140,7 +154,7 @@ class Subscription:
                 self._ack_timeout_loop()
             )
 
-    def _new_dispatcher(self, sub_type: SubType) -> Dispatcher:
+    def _new_dispatcher(self, sub_type: SubType, policy: KeySharedPolicy) -> Dispatcher:
         batch = self.config.dispatcherMaxReadBatchSize
         if sub_type is SubType.Exclusive:
             return SingleActiveConsumerDispatcher(self, self.cursor, batch)
@@ -149,7 +163,7 @@ class Subscription:
             return SingleActiveConsumerDispatcher(self, self.cursor, batch, delay_s)
         if sub_type is SubType.Shared:
             return SharedDispatcher(self, self.cursor, batch)
-        return KeySharedDispatcher(self, self.cursor, batch)
+        return KeySharedDispatcher(self, self.cursor, batch, policy)
 
     async def remove_consumer(self, consumer: Consumer) -> None:
         if consumer not in self.consumers:
@@ -619,6 +633,11 @@ class Subscription:
             ),
             "isDurable": self.durable,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
+            **(
+                self.dispatcher.policy_stats()
+                if isinstance(self.dispatcher, KeySharedDispatcher)
+                else {}
+            ),
             "consumers": [
                 {
                     "consumerName": c.name,

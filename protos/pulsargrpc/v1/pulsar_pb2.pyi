@@ -35,6 +35,10 @@ Producer and consumer parameters travel in call metadata (PIP-59), not in the st
                   x-pulsar-max-redeliver-count    > 0 enables the dead-letter topic
                   x-pulsar-dead-letter-topic  default <topic>-<subscription>-DLQ
                   x-pulsar-dead-letter-initial-subscription  made on it before its first message
+                  x-pulsar-key-shared-mode    Key_Shared only: AutoSplit (default) | Sticky
+                  x-pulsar-key-shared-ranges  Sticky only (required): the key hashes it takes,
+                                              "start-end,start-end", inclusive, within 0..65535
+                  x-pulsar-key-shared-allow-out-of-order  Key_Shared only: true | false (default)
 
 Header names are lower case (gRPC metadata keys always are). Any other x-pulsar-* header
 ends the call with INVALID_ARGUMENT naming it, so a misspelt parameter is not ignored.
