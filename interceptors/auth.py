@@ -20,11 +20,8 @@ from pulsar_grpc.broker.security.authentication import AuthenticationData, Authe
 from pulsar_grpc.broker.security.permissions import check_role
 from pulsar_grpc.interceptors._wrap import Abort, Prepare, PreparingInterceptor, wrap_handler
 from pulsar_grpc.interceptors.context import CallContext
+from pulsar_grpc.interceptors.headers import AUTHORIZATION, Header
 
-H_AUTHORIZATION = "authorization"
-# PIP-1: the role of the client a proxy acts for (Pulsar's originalPrincipal); only a call
-# authenticated as one of proxyRoles may send it (broker/security/authorization.py).
-H_ORIGINAL_PRINCIPAL = "x-pulsar-original-principal"
 # gRPC's auth-context property naming the verified peer certificate's common name.
 _X509_CN = "x509_common_name"
 log = logging.getLogger(__name__)
@@ -51,7 +48,7 @@ class AuthenticationInterceptor(PreparingInterceptor):
         # The headers the preparers see keep one value per name: a call with two credentials
         # would be judged on whichever came last, so it is refused outright.
         metadata = details.invocation_metadata or ()  # type: ignore[attr-defined]
-        for name in (H_AUTHORIZATION, H_ORIGINAL_PRINCIPAL):
+        for name in (AUTHORIZATION, Header.ORIGINAL_PRINCIPAL):
             if sum(1 for key, _ in metadata if key == name) > 1:
                 handler = await continuation(details)
                 refuse = _refuse_repeated(name)
@@ -63,8 +60,8 @@ class AuthenticationInterceptor(PreparingInterceptor):
     ) -> Prepare | None:
         if method.startswith(_OPEN_SERVICE):
             return None
-        authorization = headers.get(H_AUTHORIZATION)
-        original_principal = headers.get(H_ORIGINAL_PRINCIPAL)
+        authorization = headers.get(AUTHORIZATION)
+        original_principal = headers.get(Header.ORIGINAL_PRINCIPAL)
         service = self._service
         listener = self._bind_listener
 

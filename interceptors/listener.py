@@ -10,8 +10,7 @@ from grpc import aio
 from pulsar_grpc.broker.errors import InvalidArgumentError
 from pulsar_grpc.interceptors._wrap import Abort, Prepare, PreparingInterceptor
 from pulsar_grpc.interceptors.context import CallContext
-
-H_LISTENER = "x-pulsar-listenername"
+from pulsar_grpc.interceptors.headers import Header
 
 
 class ListenerInterceptor(PreparingInterceptor):
@@ -21,14 +20,14 @@ class ListenerInterceptor(PreparingInterceptor):
         self._known = frozenset(known)
 
     def preparer(self, method: str, headers: dict[str, str], binary: dict[str, bytes]) -> Prepare:
-        requested = headers.get(H_LISTENER) or None
+        requested = headers.get(Header.LISTENER_NAME) or None
         bind_listener = self._bind_listener
         known = self._known
 
         async def prepare(ctx: CallContext, _: aio.ServicerContext) -> None:
             if requested is not None and requested not in known:
                 raise InvalidArgumentError(
-                    f"{H_LISTENER}: unknown listener '{requested}' "
+                    f"{Header.LISTENER_NAME}: unknown listener '{requested}' "
                     f"(known: {', '.join(sorted(known)) or 'none'})"
                 )
             ctx.listener_name = requested

@@ -45,50 +45,14 @@ from pulsar_grpc.interceptors.context import (
     ProducerParams,
     ReceiptFraming,
 )
-from pulsar_grpc.interceptors.listener import H_LISTENER
+from pulsar_grpc.interceptors.headers import PREFIX, Header
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 SERVICE = "/pulsargrpc.v1.PulsarService/"
-PREFIX = "x-pulsar-"
-H_TOPIC = "x-pulsar-topic"
-H_SCHEMA = "x-pulsar-schema-bin"
-H_SCHEMA_VERSION = "x-pulsar-schema-version-bin"
-H_KEY_SHARED_MODE = "x-pulsar-key-shared-mode"
-H_KEY_SHARED_RANGES = "x-pulsar-key-shared-ranges"
-H_KEY_SHARED_OUT_OF_ORDER = "x-pulsar-key-shared-allow-out-of-order"
 # Every call parameter of the wire contract (protos/pulsargrpc/v1/pulsar.proto lists them with
 # their meaning). Any call may carry any of them: the SDK sends the topic and listener on every
 # call, and a parameter of another call kind is not a typo.
-KNOWN_PARAMETERS = frozenset(
-    {
-        H_TOPIC,
-        H_LISTENER,
-        "x-pulsar-producer-name",
-        "x-pulsar-grouped-receipts",
-        "x-pulsar-producer-access-mode",
-        "x-pulsar-producer-topic-epoch",
-        "x-pulsar-subscription",
-        "x-pulsar-subscription-type",
-        "x-pulsar-consumer-name",
-        "x-pulsar-initial-position",
-        "x-pulsar-priority-level",
-        "x-pulsar-durable",
-        "x-pulsar-start-message-id",
-        "x-pulsar-start-message-id-inclusive",
-        "x-pulsar-ack-timeout-ms",
-        "x-pulsar-negative-ack-delay-ms",
-        "x-pulsar-max-redeliver-count",
-        "x-pulsar-dead-letter-topic",
-        "x-pulsar-dead-letter-initial-subscription",
-        H_KEY_SHARED_MODE,
-        H_KEY_SHARED_RANGES,
-        H_KEY_SHARED_OUT_OF_ORDER,
-        "x-pulsar-original-principal",  # read by the authentication interceptor
-        "x-pulsar-proxy-to-broker-url",  # for a proxy (PIP-1); a broker has nothing to do with it
-        H_SCHEMA,
-        H_SCHEMA_VERSION,
-    }
-)
+KNOWN_PARAMETERS = frozenset(Header)
 # Pulsar's clients send these as Java ints and longs; larger values are refused here rather
 # than reaching timers and counters the broker would then have to defend.
 INT_MAX = 2**31 - 1
@@ -155,9 +119,9 @@ def _check_known(names: list[str]) -> None:
 
 
 def _topic(headers: Mapping[str, str]) -> TopicName:
-    raw = headers.get(H_TOPIC)
+    raw = headers.get(Header.TOPIC)
     if not raw:
-        raise InvalidTopicNameError(f"missing call parameter {H_TOPIC}")
+        raise InvalidTopicNameError(f"missing call parameter {Header.TOPIC}")
     return TopicName.get(raw)
 
 
@@ -180,10 +144,10 @@ def _ack_timeout(headers: Mapping[str, str]) -> int:
     """x-pulsar-ack-timeout-ms: 0 (off) or at least MIN_ACK_TIMEOUT_MS, Pulsar's Java client's
     minimum (its C++ and Python clients ask for 10 s): the broker checks timeouts every quarter
     of the shortest one, so a 1 ms timeout would have it tick every 0.25 ms."""
-    value = _int(headers, "x-pulsar-ack-timeout-ms", 0)
+    value = _int(headers, Header.ACK_TIMEOUT_MS, 0)
     if 0 < value < MIN_ACK_TIMEOUT_MS:
         raise InvalidArgumentError(
-            f"x-pulsar-ack-timeout-ms: {value} is under {MIN_ACK_TIMEOUT_MS}, Pulsar's minimum "
+            f"{Header.ACK_TIMEOUT_MS}: {value} is under {MIN_ACK_TIMEOUT_MS}, Pulsar's minimum "
             "ack timeout (0 turns it off)"
         )
     return value
@@ -207,18 +171,18 @@ def _choice(headers: Mapping[str, str], key: str, choices: dict[str, Any], defau
 
 
 def _producer(headers: Mapping[str, str]) -> ProducerParams:
-    grouped = _bool(headers, "x-pulsar-grouped-receipts", False)
+    grouped = _bool(headers, Header.GROUPED_RECEIPTS, False)
     return ProducerParams(
-        producer_name=headers.get("x-pulsar-producer-name") or None,
+        producer_name=headers.get(Header.PRODUCER_NAME) or None,
         receipts=ReceiptFraming.GROUPED if grouped else ReceiptFraming.ONE_PER_RESPONSE,
         access_mode=_choice(
             headers,
-            "x-pulsar-producer-access-mode",
+            Header.PRODUCER_ACCESS_MODE,
             {m.value: m for m in ProducerAccessMode},
             ProducerAccessMode.SHARED.value,
         ),
-        topic_epoch=_int(headers, "x-pulsar-producer-topic-epoch", -1, minimum=0)
-        if headers.get("x-pulsar-producer-topic-epoch")
+        topic_epoch=_int(headers, Header.PRODUCER_TOPIC_EPOCH, -1, minimum=0)
+        if headers.get(Header.PRODUCER_TOPIC_EPOCH)
         else None,
     )
 
@@ -238,9 +202,11 @@ def schema_from_wire(schema: pb.Schema) -> SchemaInfo | None:
 def _declared(binary: Mapping[str, bytes]) -> Declared:
     """The schema a Produce or Consume call declares: x-pulsar-schema-bin (a serialized
     Schema) or x-pulsar-schema-version-bin (a registered version), not both."""
-    raw, version = binary.get(H_SCHEMA), binary.get(H_SCHEMA_VERSION)
+    raw, version = binary.get(Header.SCHEMA), binary.get(Header.SCHEMA_VERSION)
     if raw is not None and version is not None:
-        raise InvalidArgumentError(f"{H_SCHEMA} and {H_SCHEMA_VERSION} exclude each other")
+        raise InvalidArgumentError(
+            f"{Header.SCHEMA} and {Header.SCHEMA_VERSION} exclude each other"
+        )
     if version is not None:
         return decode_version(version)
     if raw is None:
@@ -248,7 +214,7 @@ def _declared(binary: Mapping[str, bytes]) -> Declared:
     try:
         schema = pb.Schema.FromString(raw)
     except Exception as exc:  # protobuf's DecodeError
-        raise InvalidSchemaDataError(f"{H_SCHEMA} is not a serialized Schema: {exc}") from None
+        raise InvalidSchemaDataError(f"{Header.SCHEMA} is not a serialized Schema: {exc}") from None
     return schema_from_wire(schema)
 
 
@@ -275,7 +241,7 @@ def parse_message_id(raw: str) -> tuple[Position | Literal["earliest", "latest"]
         or not all(-1 <= n <= INT32_MAX for n in numbers[2:])  # partition, batch: int32s
     ):
         raise InvalidArgumentError(
-            f"x-pulsar-start-message-id: '{raw}' is not ledger:entry[:partition[:batch]], "
+            f"{Header.START_MESSAGE_ID}: '{raw}' is not ledger:entry[:partition[:batch]], "
             "earliest or latest"
         )
     batch = numbers[3] if len(numbers) == 4 else -1
@@ -285,48 +251,48 @@ def parse_message_id(raw: str) -> tuple[Position | Literal["earliest", "latest"]
 
 
 def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
-    durable = _bool(headers, "x-pulsar-durable", True)
-    subscription = headers.get("x-pulsar-subscription") or ""
+    durable = _bool(headers, Header.DURABLE, True)
+    subscription = headers.get(Header.SUBSCRIPTION) or ""
     if not subscription:
         if durable:
-            raise InvalidArgumentError("missing call parameter x-pulsar-subscription")
+            raise InvalidArgumentError(f"missing call parameter {Header.SUBSCRIPTION}")
     else:
         check_subscription_name(subscription)
-    start_raw = headers.get("x-pulsar-start-message-id")
+    start_raw = headers.get(Header.START_MESSAGE_ID)
     start: Position | Literal["earliest", "latest"] | None = None
     batch = -1
     if start_raw:
         if durable:
             raise InvalidArgumentError(
-                "x-pulsar-start-message-id is for readers: set x-pulsar-durable=false"
+                f"{Header.START_MESSAGE_ID} is for readers: set {Header.DURABLE}=false"
             )
         start, batch = parse_message_id(start_raw)
-    max_redeliver = _int(headers, "x-pulsar-max-redeliver-count", 0, maximum=INT_MAX)
+    max_redeliver = _int(headers, Header.MAX_REDELIVER_COUNT, 0, maximum=INT_MAX)
     sub_type = _choice(
-        headers, "x-pulsar-subscription-type", {t.value: t for t in SubType}, "Exclusive"
+        headers, Header.SUBSCRIPTION_TYPE, {t.value: t for t in SubType}, "Exclusive"
     )
     return ConsumerParams(
         subscription=subscription,
         sub_type=sub_type,
-        consumer_name=headers.get("x-pulsar-consumer-name") or None,
+        consumer_name=headers.get(Header.CONSUMER_NAME) or None,
         initial_position=_choice(
             headers,
-            "x-pulsar-initial-position",
+            Header.INITIAL_POSITION,
             {"Latest": "latest", "Earliest": "earliest"},
             "Latest",
         ),
-        priority_level=_int(headers, "x-pulsar-priority-level", 0, maximum=INT_MAX),
+        priority_level=_int(headers, Header.PRIORITY_LEVEL, 0, maximum=INT_MAX),
         durable=durable,
         start_message_id=start,
         start_batch_index=batch,
-        start_inclusive=_bool(headers, "x-pulsar-start-message-id-inclusive", False),
+        start_inclusive=_bool(headers, Header.START_MESSAGE_ID_INCLUSIVE, False),
         ack_timeout_ms=_ack_timeout(headers),
-        negative_ack_delay_ms=_int(headers, "x-pulsar-negative-ack-delay-ms", 60_000),
+        negative_ack_delay_ms=_int(headers, Header.NEGATIVE_ACK_DELAY_MS, 60_000),
         max_redeliver_count=max_redeliver,
-        dead_letter_topic=str(TopicName.get(headers["x-pulsar-dead-letter-topic"]))
-        if headers.get("x-pulsar-dead-letter-topic")
+        dead_letter_topic=str(TopicName.get(headers[Header.DEAD_LETTER_TOPIC]))
+        if headers.get(Header.DEAD_LETTER_TOPIC)
         else None,
-        dead_letter_initial_subscription=headers.get("x-pulsar-dead-letter-initial-subscription")
+        dead_letter_initial_subscription=headers.get(Header.DEAD_LETTER_INITIAL_SUBSCRIPTION)
         or None,
         key_shared=_key_shared(headers, sub_type),
     )
@@ -338,7 +304,11 @@ def _key_shared(headers: Mapping[str, str], sub_type: SubType) -> KeySharedPolic
     consumer would not get the keys it asked for. Sticky mode without ranges, and ranges
     that are empty or overlap, are left to the selector, which refuses them as Pulsar's
     broker does (ConsumerAssignError)."""
-    key_shared_headers = (H_KEY_SHARED_MODE, H_KEY_SHARED_RANGES, H_KEY_SHARED_OUT_OF_ORDER)
+    key_shared_headers = (
+        Header.KEY_SHARED_MODE,
+        Header.KEY_SHARED_RANGES,
+        Header.KEY_SHARED_ALLOW_OUT_OF_ORDER,
+    )
     given = [h for h in key_shared_headers if headers.get(h)]
     if sub_type is not SubType.Key_Shared:
         if given:
@@ -346,16 +316,16 @@ def _key_shared(headers: Mapping[str, str], sub_type: SubType) -> KeySharedPolic
         return AUTO_SPLIT_IN_ORDER
     mode = _choice(
         headers,
-        H_KEY_SHARED_MODE,
+        Header.KEY_SHARED_MODE,
         {m.value: m for m in KeySharedMode},
         KeySharedMode.AUTO_SPLIT.value,
     )
-    out_of_order = _bool(headers, H_KEY_SHARED_OUT_OF_ORDER, False)
-    raw = headers.get(H_KEY_SHARED_RANGES) or ""
+    out_of_order = _bool(headers, Header.KEY_SHARED_ALLOW_OUT_OF_ORDER, False)
+    raw = headers.get(Header.KEY_SHARED_RANGES) or ""
     if raw and mode is not KeySharedMode.STICKY:
         raise InvalidArgumentError(
-            f"{H_KEY_SHARED_RANGES}: only with {H_KEY_SHARED_MODE}=Sticky (AutoSplit assigns "
-            "the ranges itself)"
+            f"{Header.KEY_SHARED_RANGES}: only with {Header.KEY_SHARED_MODE}=Sticky "
+            "(AutoSplit assigns the ranges itself)"
         )
     return KeySharedPolicy(
         mode=mode,
@@ -369,7 +339,7 @@ def _hash_range(part: str) -> tuple[int, int]:
     bounds = (int(match[1]), int(match[2])) if match else (-1, -1)
     if not all(0 <= b < RANGE_SIZE for b in bounds):
         raise InvalidArgumentError(
-            f"{H_KEY_SHARED_RANGES}: '{part[:40]}' is not start-end, key hashes within "
+            f"{Header.KEY_SHARED_RANGES}: '{part[:40]}' is not start-end, key hashes within "
             f"0..{RANGE_SIZE - 1}"
         )
     return bounds

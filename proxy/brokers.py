@@ -28,6 +28,7 @@ from pulsar_grpc.broker.cluster.load_report import LOADBALANCE_BROKERS_ROOT
 from pulsar_grpc.broker.errors import InvalidArgumentError, ServiceNotReadyError
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES
 from pulsar_grpc.broker.metadata.store import MetadataStore, MetadataStoreError
+from pulsar_grpc.interceptors.headers import Header
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class BrokerDirectory:
         if url in self._urls():
             return url
         raise InvalidArgumentError(
-            f"x-pulsar-proxy-to-broker-url: {url[:200]!r} is not a broker of this cluster"
+            f"{Header.PROXY_TO_BROKER_URL}: {url[:200]!r} is not a broker of this cluster"
         )
 
     def learn(self, url: str) -> None:

@@ -36,11 +36,9 @@ from pulsar_grpc.broker.errors import (
 from pulsar_grpc.broker.errors import ServerError as Code
 from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
 from pulsar_grpc.client._auth import Authentication
-from pulsar_grpc.client._channels import H_PROXY_TO_BROKER_URL
 from pulsar_grpc.handler.errors import abort
-from pulsar_grpc.interceptors.auth import H_AUTHORIZATION, H_ORIGINAL_PRINCIPAL
 from pulsar_grpc.interceptors.context import current_or_none
-from pulsar_grpc.interceptors.listener import H_LISTENER
+from pulsar_grpc.interceptors.headers import AUTHORIZATION, Header
 from pulsar_grpc.proxy.brokers import BrokerDirectory
 from pulsar_grpc.proxy.forwarding.pool import BrokerChannels
 from pulsar_grpc.proxy.forwarding.relay import Metadata, end_as, relay_stream, relay_unary
@@ -52,15 +50,14 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "pulsargrpc.v1.PulsarService"
 _PREFIX = f"/{SERVICE_NAME}/"
-H_TOPIC = "x-pulsar-topic"
 # Never passed on: the client's credentials (replaced by the proxy's own), what only the proxy
 # may say about the client, where the client wanted to go, and what belongs to the connection.
 _NOT_FORWARDED = frozenset(
     {
-        H_AUTHORIZATION,
-        H_ORIGINAL_PRINCIPAL,
-        H_PROXY_TO_BROKER_URL,
-        H_LISTENER,
+        AUTHORIZATION,
+        Header.ORIGINAL_PRINCIPAL,
+        Header.PROXY_TO_BROKER_URL,
+        Header.LISTENER_NAME,
         "user-agent",
         "te",
         "content-type",
@@ -167,26 +164,26 @@ class ProxyServicer:
         if self._credentials is not None:
             authorization = self._credentials.authorization()
             if authorization is not None:
-                forwarded.append((H_AUTHORIZATION, authorization))
+                forwarded.append((AUTHORIZATION, authorization))
         else:
-            forwarded += [(k, v) for k, v in incoming if k == H_AUTHORIZATION]
+            forwarded += [(k, v) for k, v in incoming if k == AUTHORIZATION]
         # The client's role, for the broker to authorize, when the proxy calls as itself (a
         # broker believes an original principal only from a proxy role).
         ctx = current_or_none()
         acting_for = ctx.role if self._authenticating and ctx is not None else None
         if self._credentials is not None and acting_for is not None:
-            forwarded.append((H_ORIGINAL_PRINCIPAL, acting_for))
+            forwarded.append((Header.ORIGINAL_PRINCIPAL, acting_for))
         return forwarded
 
     async def _target(
         self, context: aio.ServicerContext, topic: str | None, metadata: Metadata
     ) -> tuple[str, Route]:
         """The broker to forward to, and how the proxy knows it."""
-        named = _header(context, H_PROXY_TO_BROKER_URL)
+        named = _header(context, Header.PROXY_TO_BROKER_URL)
         if named is not None:
             url, route = await self._brokers.check(named), Route.NAMED
         elif not topic:
-            raise InvalidTopicNameError(f"missing call parameter {H_TOPIC}")
+            raise InvalidTopicNameError(f"missing call parameter {Header.TOPIC}")
         else:
             # A lookup the proxy makes for a client, under the same bound as the ones it
             # answers (maxConcurrentLookupRequests).
@@ -196,7 +193,7 @@ class ProxyServicer:
         return url, route
 
     async def _stream(self, method: str, context: aio.ServicerContext) -> None:
-        topic = _header(context, H_TOPIC)
+        topic = _header(context, Header.TOPIC)
         metadata = self._metadata(context)
         try:
             url, route = await self._target(context, topic, metadata)
@@ -236,7 +233,7 @@ class ProxyServicer:
 
     async def _topic_unary(self, method: str, raw: bytes, context: aio.ServicerContext) -> bytes:
         metadata = self._metadata(context)
-        topic = _header(context, H_TOPIC)
+        topic = _header(context, Header.TOPIC)
         try:
             if not topic:
                 topic = _TOPIC_CALLS[method].FromString(raw).topic or None
