@@ -248,7 +248,7 @@ async def consume(
         try:  # the writer's own failure, if any, was raised above
             await asyncio.gather(reader, writer, return_exceptions=True)
         finally:
-            await consumer.subscription.remove_consumer(consumer)
+            await consumer.close()
 
 
 async def _write(
@@ -330,15 +330,14 @@ async def _ack_ids(ack: pb.Ack) -> list[AckId]:
 async def _apply(
     consumer: Consumer, transport: GrpcConsumerTransport, request: pb.ConsumeRequest
 ) -> None:
-    subscription = consumer.subscription
     kind = request.WhichOneof("request")
     if kind == "flow":
-        subscription.flow(consumer, request.flow.permits)
+        consumer.flow(request.flow.permits)
     elif kind == "ack":
         ack = request.ack
         try:
             ids = await _ack_ids(ack)
-            done = await subscription.acknowledge(consumer, ids, ack.type == pb.Cumulative)
+            done = await consumer.acknowledge(ids, ack.type == pb.Cumulative)
         except BrokerError as exc:
             # A refused ack changes nothing; the consumer stays open (request_id 0 when the
             # client asked for no receipt).
@@ -347,9 +346,9 @@ async def _apply(
         done.add_done_callback(_ack_reply(transport, ack.request_id))
     elif kind == "negative_ack":
         positions = [Position(i.ledger_id, i.entry_id) for i in request.negative_ack.ids]
-        subscription.negative_acknowledge(consumer, positions)
+        consumer.negative_acknowledge(positions)
     elif kind == "redeliver":
-        subscription.redeliver(consumer)
+        consumer.redeliver_unacknowledged()
         done = pb.RedeliverDone(request_id=request.redeliver.request_id)
         transport.reply(pb.ConsumeResponse(redeliver_done=done))
     elif kind == "seek":
@@ -359,15 +358,13 @@ async def _apply(
             if seek.WhichOneof("target") == "message_id":
                 target = seek.message_id
                 _check_batch_index(target)
-                await subscription.seek(
+                await consumer.seek(
                     lambda: transport.reply(done),
                     position=Position(target.ledger_id, target.entry_id),
                     batch_index=target.batch_index,
                 )
             elif seek.WhichOneof("target") == "publish_time":
-                await subscription.seek(
-                    lambda: transport.reply(done), publish_time=seek.publish_time
-                )
+                await consumer.seek(lambda: transport.reply(done), publish_time=seek.publish_time)
             else:
                 raise InvalidArgumentError("Seek needs a message_id or a publish_time")
         except BrokerError as exc:
@@ -375,7 +372,7 @@ async def _apply(
     elif kind == "unsubscribe":
         request_id = request.unsubscribe.request_id
         try:
-            await subscription.unsubscribe(consumer)
+            await consumer.unsubscribe()
         except BrokerError as exc:
             transport.reply(_request_error(request_id, exc))
             return

@@ -94,11 +94,10 @@ async def _serve(
     pending: deque[asyncio.Future[PublishReceipt] | object] = deque()
     arrived = asyncio.Event()
     room = asyncio.Semaphore(MAX_PENDING_BATCHES)  # taken before publishing: never lost
-    partition = producer.topic.partition
+    partition = producer.partition
     failure: list[BaseException] = []
-    config = producer.topic.config
     limits = codec.BatchLimits(
-        config.maxMessagesPerBatch, config.maxMessageSize, producer.fields_size
+        producer.max_messages_per_batch, producer.max_message_size, producer.fields_size
     )
 
     def queue(item: asyncio.Future[PublishReceipt] | object) -> None:
@@ -110,10 +109,10 @@ async def _serve(
             async for raw in requests:
                 request = codec.parse_produce_request(raw)
                 codec.check_batch(request, len(raw), limits)
-                producer.topic.encryption.check(codec.encrypted(request))
+                producer.check_encryption(codec.encrypted(request))
                 await room.acquire()
                 queue(producer.publish(raw, request.sequence_id, codec.message_count(request)))
-                await producer.topic.hold_publish()
+                await producer.wait_for_publish_rate()
         except Exception as exc:
             failure.append(exc)
         finally:

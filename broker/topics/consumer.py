@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -12,7 +14,7 @@ from pulsar_grpc.broker.topics.key_shared_policy import AUTO_SPLIT_IN_ORDER, Key
 from pulsar_grpc.broker.topics.transport import ConsumerTransport
 
 if TYPE_CHECKING:
-    from pulsar_grpc.broker.topics.subscription import Subscription
+    from pulsar_grpc.broker.topics.subscription import AckId, Subscription
 
 
 @dataclass(slots=True)
@@ -69,6 +71,41 @@ class Consumer:
     @property
     def name(self) -> str:
         return self.options.name
+
+    # What a protocol handler does with its consumer: each asks the subscription, which owns
+    # the cursor and the dispatcher (Pulsar's Consumer forwards to its subscription the same way).
+
+    def flow(self, permits: int) -> None:
+        """The client grants ``permits`` more messages (Pulsar's flowPermits)."""
+        self.subscription.flow(self, permits)
+
+    async def acknowledge(self, ids: Iterable[AckId], cumulative: bool) -> asyncio.Future[None]:
+        """Apply acks; the future resolves once the state holding them is durable."""
+        return await self.subscription.acknowledge(self, ids, cumulative)
+
+    def negative_acknowledge(self, positions: Iterable[Position]) -> None:
+        self.subscription.negative_acknowledge(self, positions)
+
+    def redeliver_unacknowledged(self) -> None:
+        """Hand back everything delivered to this consumer and not acked."""
+        self.subscription.redeliver(self)
+
+    async def seek(
+        self,
+        on_reset: Callable[[], None],
+        position: Position | None = None,
+        publish_time: int | None = None,
+        batch_index: int = 0,
+    ) -> None:
+        """Reset the subscription's cursor (see :meth:`Subscription.seek`)."""
+        await self.subscription.seek(on_reset, position, publish_time, batch_index)
+
+    async def unsubscribe(self) -> None:
+        await self.subscription.unsubscribe(self)
+
+    async def close(self) -> None:
+        """Detach from the subscription; what it had pending goes to the others."""
+        await self.subscription.remove_consumer(self)
 
     def track_delivery(
         self, position: Position, num_messages: int, batch_size: int, sticky_hash: int | None

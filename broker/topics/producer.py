@@ -62,6 +62,28 @@ class Producer:
         """Bytes the broker appends to each batch of this producer, publish time aside."""
         return len(self._fields)
 
+    @property
+    def partition(self) -> int:
+        """The partition of its topic (-1: the topic is not partitioned)."""
+        return self.topic.partition
+
+    @property
+    def max_messages_per_batch(self) -> int:
+        return self.topic.config.maxMessagesPerBatch
+
+    @property
+    def max_message_size(self) -> int:
+        return self.topic.config.maxMessageSize
+
+    def check_encryption(self, encrypted: bool) -> None:
+        """Refuse a batch the namespace's encryption_required policy does not take."""
+        self.topic.encryption.check(encrypted)
+
+    async def wait_for_publish_rate(self) -> None:
+        """Return once the topic's publish rates let this producer's next batch in (Pulsar
+        stops reading the producer's connection meanwhile)."""
+        await self.topic.hold_publish()
+
     def publish(
         self, batch: bytes, sequence_id: int, num_messages: int
     ) -> asyncio.Future[PublishReceipt]:
