@@ -28,14 +28,12 @@ from ._channels import (
     DEFAULT_KEEP_ALIVE_INTERVAL_S,
     LookupResult,
     channel_options,
-    channel_pool,
     full_topic_name,
-    parse_service_url,
     partition_indexes,
     partition_topics,
 )
 from ._cluster_failover import initial_service_info, provider_for
-from ._cluster_switch import ClusterSwitch
+from ._cluster_switch import ClusterSwitch, cluster_pool
 from ._compat import ProducerAccessMode, RegexSubscriptionMode, one_of, refuse_unsupported
 from ._compression import CompressionType
 from ._compression import compression_type as compression_type_of
@@ -176,6 +174,10 @@ class Client:
         # has no counterpart on asyncio and gRPC: accepted and ignored. tls_validate_hostname
         # is always on (gRPC checks the name); connection_timeout_ms is covered by
         # operation_timeout_seconds, within which creating a handle retries its connection.
+        if auth_token and authentication is not None:
+            raise ValueError("auth_token and authentication are two ways of saying the same")
+        if auth_token:
+            authentication = AuthenticationToken(auth_token)
         provider = provider_for(service_url, authentication, tls_trust_certs_file_path)
         initial = initial_service_info(provider)
         service_url = initial.service_url
@@ -203,7 +205,7 @@ class Client:
             operation_timeout_ms = round(operation_timeout_seconds * 1000)
         elif operation_timeout_seconds != 30:
             raise ValueError("give operation_timeout_seconds or operation_timeout_ms, not both")
-        service = parse_service_url(service_url)
+        service = (initial.target, initial.use_tls)
         if keep_alive_interval_seconds < 0:
             raise ValueError("keep_alive_interval_seconds must be >= 0 (0: no keepalive)")
         if not 0 < initial_backoff_interval_ms <= max_backoff_interval_ms:
@@ -212,11 +214,19 @@ class Client:
             )
         self._backoff_s = (initial_backoff_interval_ms / 1000, max_backoff_interval_ms / 1000)
         self._max_message_size = max_message_size
-        if auth_token and authentication is not None:
-            raise ValueError("auth_token and authentication are two ways of saying the same")
-        if auth_token:
-            authentication = AuthenticationToken(auth_token)
         self._renewal = authentication.renewal if authentication else CredentialRenewal.FIXED
+        # Mutual TLS of clusters whose ServiceInfo has no AuthenticationTLS (failover).
+        pool_for = partial(
+            cluster_pool,
+            cert_path=tls_cert_file_path,
+            key_path=tls_key_file_path,
+            options=channel_options(
+                max_message_size, initial_backoff_interval_ms, keep_alive_interval_seconds
+            ),
+            tls_options=(
+                [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else []
+            ),
+        )
         if isinstance(authentication, AuthenticationTLS):
             if tls_cert_file_path or tls_key_file_path:
                 raise ValueError("AuthenticationTLS and tls_cert_file_path: give one of them")
@@ -227,22 +237,11 @@ class Client:
             raise ValueError("max_lookup_redirects must be >= 0")
         if bool(tls_cert_file_path) != bool(tls_key_file_path):
             raise ValueError("tls_cert_file_path and tls_key_file_path go together (mutual TLS)")
-        # Read now: a missing file is the caller's mistake, better reported here than at the
-        # first TLS connection (which a plaintext service URL may reach through a lookup).
-        pool_for = partial(
-            channel_pool,
-            cert_path=tls_cert_file_path,
-            key_path=tls_key_file_path,
-            options=channel_options(
-                max_message_size, initial_backoff_interval_ms, keep_alive_interval_seconds
-            ),
-            tls_options=(
-                [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else []
-            ),
-        )
         self._calls = BrokerCalls(
             service,
-            pool_for(tls_trust_certs_file_path),
+            # Read now: a missing file is the caller's mistake, better reported here than at
+            # the first TLS connection (which a plaintext service URL may reach by a lookup).
+            pool_for(initial),
             listener_name,
             authentication,
             self._operation_timeout_s,

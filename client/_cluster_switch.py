@@ -14,21 +14,45 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from ._auth import AuthenticationTLS
 from ._calls import BrokerCalls
-from ._channels import ChannelPool
+from ._channels import ChannelPool, channel_pool
 from ._cluster_failover import OneCluster
 from ._connection import ConnectionHandler
 from ._ownership_watch import OwnershipWatcher
 from ._service_info import ServiceInfo, ServiceInfoProvider
 
-__all__ = ["ClusterSwitch"]
+__all__ = ["ClusterSwitch", "cluster_pool"]
 
 log = logging.getLogger("pulsar_grpc.client")
 
-# Channels for a cluster, from the CAs it trusts (None: the system's).
-PoolFor = Callable[[str | None], ChannelPool]
+# Channels for a cluster, from its ServiceInfo.
+PoolFor = Callable[[ServiceInfo], ChannelPool]
+
+
+def cluster_pool(
+    service_info: ServiceInfo,
+    *,
+    cert_path: str | None,
+    key_path: str | None,
+    options: Sequence[tuple[str, Any]],
+    tls_options: Sequence[tuple[str, Any]],
+) -> ChannelPool:
+    """Channels to one cluster: trusting its CAs, presenting its AuthenticationTLS
+    certificate when it has one, else the client's (``cert_path``, ``key_path``)."""
+    authentication = service_info.authentication
+    if isinstance(authentication, AuthenticationTLS):
+        cert_path, key_path = authentication.certificate_path, authentication.private_key_path
+    return channel_pool(
+        service_info.tls_trust_certs_file_path,
+        cert_path=cert_path,
+        key_path=key_path,
+        options=options,
+        tls_options=tls_options,
+    )
 
 
 class ClusterSwitch:
@@ -46,7 +70,7 @@ class ClusterSwitch:
         self.current = initial
         self._calls = calls
         self._watch = ownership_watch
-        self._pools = {initial.tls_trust_certs_file_path: calls.pool}
+        self._pools = {initial: calls.pool}
         self._pool_for = pool_for
         self._connections: set[ConnectionHandler] = set()
         self.switches = 0  # clusters switched to, for tests and stats
@@ -68,7 +92,8 @@ class ClusterSwitch:
         def on_service_info_update(service_info: ServiceInfo) -> None:
             if not isinstance(service_info, ServiceInfo):
                 raise ValueError("Expected a pulsar_grpc.client.ServiceInfo instance")
-            loop.call_soon_threadsafe(self._use, service_info)
+            if not loop.is_closed():  # else the client is closed: nothing to switch
+                loop.call_soon_threadsafe(self._use, service_info)
 
         self._provider.initialize(on_service_info_update)
 
@@ -83,15 +108,14 @@ class ClusterSwitch:
         log.warning(
             "switching from cluster %s to %s", self.current.service_url, service_info.service_url
         )
-        trust = service_info.tls_trust_certs_file_path
-        if trust not in self._pools:
+        if service_info not in self._pools:
             try:
-                self._pools[trust] = self._pool_for(trust)
-            except OSError as exc:  # its CA file cannot be read: this cluster is no way out
+                self._pools[service_info] = self._pool_for(service_info)
+            except OSError as exc:  # its CA or certificate cannot be read: no way out there
                 log.error("cannot switch to %s: %s", service_info.service_url, exc)
                 return
         service = (service_info.target, service_info.use_tls)
-        self._calls.use(service, service_info.authentication, self._pools[trust])
+        self._calls.use(service, service_info.authentication, self._pools[service_info])
         self._watch.use(service)
         self.current = service_info
         self.switches += 1
