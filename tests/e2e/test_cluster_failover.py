@@ -5,12 +5,15 @@ primary goes away and comes back, and never calls anything but send and receive.
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
+from pulsar_grpc.broker.security.tokens import create_secret_key, create_token
 from pulsar_grpc.client import (
+    AuthenticationToken,
     AutoClusterFailover,
     Client,
     Consumer,
@@ -55,9 +58,9 @@ async def receive_until(consumer: Consumer, payload: bytes) -> list[bytes]:
     return seen
 
 
-async def stored(service_url: str) -> list[bytes]:
+async def stored(service_url: str, auth_token: str | None = None) -> list[bytes]:
     """What the cluster at ``service_url`` stores on the topic, read by a client of its own."""
-    async with Client(service_url) as direct:
+    async with Client(service_url, auth_token=auth_token) as direct:
         reader = await direct.create_reader(TOPIC, MessageId.earliest)
         messages = []
         while await reader.has_message_available():
@@ -99,5 +102,33 @@ async def test_the_client_fails_over_to_the_secondary_and_back(
         assert (await receive_until(consumer, b"back"))[-1] == b"back"
         assert await stored(primary.service_url) == [b"back"]
         assert await stored(secondary.service_url) == [b"on-secondary"]
+    finally:
+        await client.close()
+
+
+async def test_the_secondary_is_reached_with_its_own_credentials(
+    brokers: Callable[..., asyncio.Future[BrokerThread]], tmp_path: Path
+) -> None:
+    key = create_secret_key()
+    primary = await brokers(tmp_path / "primary")
+    secondary = await brokers(
+        tmp_path / "secondary",
+        authenticationEnabled="true",
+        authenticationProviders="org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+        tokenSecretKey="data:;base64," + base64.b64encode(key).decode(),
+    )
+    token = create_token(key, "failover-app")
+    failover = AutoClusterFailover(
+        ServiceInfo(primary.service_url),
+        [ServiceInfo(secondary.service_url, authentication=AuthenticationToken(token))],
+        check_interval_ms=100,
+    )
+    client = Client(failover, initial_backoff_interval_ms=50, max_backoff_interval_ms=500)
+    try:
+        producer = await client.create_producer(TOPIC)
+        await producer.send(b"on-primary")
+        await brokers.stop(primary)  # type: ignore[attr-defined]
+        await producer.send(b"on-secondary")
+        assert await stored(secondary.service_url, auth_token=token) == [b"on-secondary"]
     finally:
         await client.close()
