@@ -109,7 +109,9 @@ class AutoFailoverProvider(ServiceInfoProvider):
             if await self._probe(secondary):
                 self._switch(secondary)
                 return
-        log.warning("cluster %s is unreachable and so is every secondary", self.current)
+        # Said once when it happens, not at every check while it lasts.
+        say = log.warning if self._failures == self.config.failover_threshold else log.debug
+        say("%s is unreachable and so is every secondary", self.current.service_url)
 
     def _switch(self, service_info: ServiceInfo) -> None:
         self.current = service_info

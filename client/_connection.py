@@ -172,7 +172,8 @@ class ConnectionHandler:
         # An ownership event while CONNECTING: the reconnect's current or next wait ends.
         self._wake = _Wake.NONE
         self._phase = _Phase.ATTEMPTING
-        # Reconnections whose last wait an ownership event cut short, for tests and stats.
+        # Reconnections whose last wait an ownership event (or a switch of cluster) cut short,
+        # for tests and stats.
         self.reconnects_on_event = 0
         # Called once when the handle closes or fails for good (the ownership watch lets go).
         self.on_end: list[Callable[[], None]] = []
@@ -321,6 +322,6 @@ class ConnectionHandler:
             self._set(HandleState.READY)
             if pause is Pause.WOKEN:
                 self.reconnects_on_event += 1
-                log.info("%s: reconnected on an ownership event", self.name)
+                log.info("%s: reconnected at once (ownership event or cluster switch)", self.name)
             else:
                 log.info("%s: reconnected", self.name)
