@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,26 +26,30 @@ from tests.waiting import eventually
 TOPIC = "persistent://public/default/failover"
 
 
-@pytest.fixture
-async def brokers() -> AsyncIterator[Callable[..., BrokerThread]]:
-    """Start brokers off the test's loop (the client runs on it), stop the running ones."""
-    running: list[BrokerThread] = []
+class Brokers:
+    """Brokers started and stopped off the test's loop (the client runs on it)."""
 
-    async def start(data_dir: Path, **overrides: object) -> BrokerThread:
+    def __init__(self) -> None:
+        self.running: list[BrokerThread] = []
+
+    async def start(self, data_dir: Path, **overrides: object) -> BrokerThread:
         broker = BrokerThread(broker_config(data_dir, **overrides))
         await asyncio.to_thread(broker.start)
-        running.append(broker)
+        self.running.append(broker)
         return broker
 
-    async def stop(broker: BrokerThread) -> None:
-        running.remove(broker)
+    async def stop(self, broker: BrokerThread) -> None:
+        self.running.remove(broker)
         await asyncio.to_thread(broker.stop)
         assert broker.errors.check() == []
 
-    start.stop = stop  # type: ignore[attr-defined]
-    yield start  # type: ignore[misc]
-    for broker in running:
-        await asyncio.to_thread(broker.stop)
+
+@pytest.fixture
+async def brokers() -> AsyncIterator[Brokers]:
+    started = Brokers()
+    yield started
+    for broker in list(started.running):
+        await started.stop(broker)
 
 
 async def receive_until(consumer: Consumer, payload: bytes) -> list[bytes]:
@@ -69,10 +73,10 @@ async def stored(service_url: str, auth_token: str | None = None) -> list[bytes]
 
 
 async def test_the_client_fails_over_to_the_secondary_and_back(
-    brokers: Callable[..., asyncio.Future[BrokerThread]], tmp_path: Path
+    brokers: Brokers, tmp_path: Path
 ) -> None:
-    primary = await brokers(tmp_path / "primary")
-    secondary = await brokers(tmp_path / "secondary")
+    primary = await brokers.start(tmp_path / "primary")
+    secondary = await brokers.start(tmp_path / "secondary")
     primary_port = primary.grpc_address.rsplit(":", 1)[1]
     failover = AutoClusterFailover(
         ServiceInfo(primary.service_url),
@@ -88,7 +92,7 @@ async def test_the_client_fails_over_to_the_secondary_and_back(
         await producer.send(b"on-primary")
         assert await receive_until(consumer, b"on-primary") == [b"on-primary"]
 
-        await brokers.stop(primary)  # type: ignore[attr-defined]
+        await brokers.stop(primary)
         # Pending until the client moved to the secondary: then stored there and delivered.
         await producer.send(b"on-secondary")
         assert await receive_until(consumer, b"on-secondary") == [b"on-secondary"]
@@ -96,7 +100,7 @@ async def test_the_client_fails_over_to_the_secondary_and_back(
         assert await stored(secondary.service_url) == [b"on-secondary"]
 
         # The primary is reachable again (a broker on its address): the client goes back.
-        primary = await brokers(tmp_path / "primary-again", grpcServicePort=primary_port)
+        primary = await brokers.start(tmp_path / "primary-again", grpcServicePort=primary_port)
         await eventually(lambda: client.cluster.current is failover.primary, 30)
         await producer.send(b"back")
         assert (await receive_until(consumer, b"back"))[-1] == b"back"
@@ -107,11 +111,11 @@ async def test_the_client_fails_over_to_the_secondary_and_back(
 
 
 async def test_the_secondary_is_reached_with_its_own_credentials(
-    brokers: Callable[..., asyncio.Future[BrokerThread]], tmp_path: Path
+    brokers: Brokers, tmp_path: Path
 ) -> None:
     key = create_secret_key()
-    primary = await brokers(tmp_path / "primary")
-    secondary = await brokers(
+    primary = await brokers.start(tmp_path / "primary")
+    secondary = await brokers.start(
         tmp_path / "secondary",
         authenticationEnabled="true",
         authenticationProviders="org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
@@ -127,7 +131,7 @@ async def test_the_secondary_is_reached_with_its_own_credentials(
     try:
         producer = await client.create_producer(TOPIC)
         await producer.send(b"on-primary")
-        await brokers.stop(primary)  # type: ignore[attr-defined]
+        await brokers.stop(primary)
         await producer.send(b"on-secondary")
         assert await stored(secondary.service_url, auth_token=token) == [b"on-secondary"]
     finally:
