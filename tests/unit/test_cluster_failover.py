@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pulsar
 import pytest
@@ -201,7 +202,10 @@ async def test_a_service_info_provider_switches_the_client_from_its_own_thread()
     thread.start()
     thread.join()
     await eventually(lambda: client.cluster.current is WEST, 5)
-    assert "Expected a pulsar_grpc.client.ServiceInfo" in error_of(lambda: update("grpc://x:1"))
+    not_a_service_info: Any = "grpc://127.0.0.1:6653"
+    assert "Expected a pulsar_grpc.client.ServiceInfo" in error_of(
+        lambda: update(not_a_service_info)
+    )
     await client.close()
     assert discovery.closed.is_set()
 
