@@ -42,6 +42,7 @@ from ._producer import Producer
 from ._reader import Reader
 from ._routing import PartitionsRoutingMode
 from ._scram import AuthenticationSCRAM
+from ._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 from ._sync import SyncClient, SyncConsumer, SyncProducer, SyncReader
 from .exceptions import *  # noqa: F403  (pulsar-client's exception names: its __all__)
 
@@ -51,6 +52,7 @@ __all__ = [
     "AuthenticationSCRAM",
     "AuthenticationTLS",
     "AuthenticationToken",
+    "AutoClusterFailover",
     "BatchReceivePolicy",
     "BatchingType",
     "Client",
@@ -80,6 +82,8 @@ __all__ = [
     "Reader",
     "RegexSubscriptionMode",
     "Result",
+    "ServiceInfo",
+    "ServiceInfoProvider",
     "SyncClient",
     "SyncConsumer",
     "SyncProducer",

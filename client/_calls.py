@@ -8,6 +8,7 @@ exchange riding on the call itself) and retried is in one place.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -49,6 +50,23 @@ class BrokerCalls:
         self._operation_timeout_s = operation_timeout_s
         self._max_lookup_redirects = max_lookup_redirects
         self._state = CallsState.OPEN
+        self._pools = [pool]  # every pool used, closed with the client
+
+    def use(
+        self, service: tuple[str, bool], authentication: Authentication | None, pool: ChannelPool
+    ) -> None:
+        """Make later lookups and calls go to another cluster (cluster failover): its service
+        address, credentials and channels (whose TLS trusts that cluster's CAs)."""
+        self._target, self._tls = service
+        self._authentication = authentication
+        self.pool = pool
+        if pool not in self._pools:
+            self._pools.append(pool)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the client is closing or closed (:meth:`refuse_new`)."""
+        return self._state is CallsState.CLOSED
 
     def refuse_new(self) -> bool:
         """From now on no call starts (the client is closing); False if that was so already."""
@@ -59,7 +77,7 @@ class BrokerCalls:
 
     async def close_channels(self) -> None:
         """Close the channels, once no new call can start (:meth:`refuse_new`)."""
-        await self.pool.close()
+        await asyncio.gather(*(pool.close() for pool in self._pools))
 
     async def at_owner(self, topic: str, method: str, request: Any) -> Any:
         """A unary call about ``topic``, made at the broker that owns it (through the proxy

@@ -243,6 +243,19 @@ def tls_credentials_from(
     return credentials
 
 
+def channel_pool(
+    trust_path: str | None,
+    *,
+    cert_path: str | None,
+    key_path: str | None,
+    options: Sequence[tuple[str, Any]],
+    tls_options: Sequence[tuple[str, Any]],
+) -> ChannelPool:
+    """A pool whose TLS channels trust ``trust_path``'s CAs (None: the system's): one per
+    cluster a client may use, each with its own CAs (cluster failover)."""
+    return ChannelPool(tls_credentials_from(trust_path, cert_path, key_path), options, tls_options)
+
+
 def partition_indexes(partitions: int) -> list[int]:
     """The partition index of each stream of a topic with ``partitions`` (-1: not partitioned)."""
     return list(range(partitions)) if partitions else [-1]

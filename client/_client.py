@@ -26,15 +26,14 @@ from ._batching import BatchingType
 from ._calls import BrokerCalls
 from ._channels import (
     DEFAULT_KEEP_ALIVE_INTERVAL_S,
-    ChannelPool,
     LookupResult,
     channel_options,
     full_topic_name,
-    parse_service_url,
     partition_indexes,
     partition_topics,
-    tls_credentials_from,
 )
+from ._cluster_failover import initial_service_info, provider_for
+from ._cluster_switch import ClusterSwitch, cluster_pool
 from ._compat import ProducerAccessMode, RegexSubscriptionMode, one_of, refuse_unsupported
 from ._compression import CompressionType
 from ._compression import compression_type as compression_type_of
@@ -64,6 +63,7 @@ from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
 from ._routing import PartitionsRoutingMode, Router
 from ._schemas import value_decoder
+from ._service_info import AutoClusterFailover, ServiceInfoProvider
 from ._starting import StreamStarter
 from ._stream import Params
 
@@ -123,6 +123,14 @@ class Client:
     the broker is restarting (connection refused) or says it is not ready (ServiceNotReady,
     e.g. the topic is being unloaded); TLS, credential and topic errors fail at once.
 
+    Cluster failover: ``service_url`` may be pulsar-client's
+    ``AutoClusterFailover(ServiceInfo(primary_url), [ServiceInfo(secondary_url)])``, or an
+    application's :class:`ServiceInfoProvider`; each :class:`ServiceInfo` carries its cluster's
+    ``authentication`` and ``tls_trust_certs_file_path`` (the client's own are refused then).
+    When the cluster changes, lookups go to the new one and every producer, consumer and reader
+    reconnects there at once (client/_cluster_switch.py); ``client.cluster.current`` is the
+    cluster in use.
+
     Keepalive: while streams are open, each connection is pinged every
     ``keep_alive_interval_seconds`` (0: never), and a ping unanswered within that interval
     (at most 20 s) closes it, so a broker that vanished without closing the connection (a
@@ -133,7 +141,7 @@ class Client:
 
     def __init__(
         self,
-        service_url: str,
+        service_url: str | AutoClusterFailover | ServiceInfoProvider,
         authentication: Authentication | None = None,
         operation_timeout_seconds: float = 30,
         io_threads: int = 1,
@@ -167,7 +175,16 @@ class Client:
         # has no counterpart on asyncio and gRPC: accepted and ignored. tls_validate_hostname
         # is always on (gRPC checks the name); connection_timeout_ms is covered by
         # operation_timeout_seconds, within which creating a handle retries its connection.
-        check_types(service_url=(service_url, str, False), listener_name=(listener_name, str, True))
+        if auth_token and authentication is not None:
+            raise ValueError("auth_token and authentication are two ways of saying the same")
+        if auth_token:
+            authentication = AuthenticationToken(auth_token)
+        provider = provider_for(service_url, authentication, tls_trust_certs_file_path)
+        initial = initial_service_info(provider)
+        service_url = initial.service_url
+        authentication = initial.authentication
+        tls_trust_certs_file_path = initial.tls_trust_certs_file_path
+        check_types(listener_name=(listener_name, str, True))
         refuse_unsupported(
             "Client",
             tls_allow_insecure_connection=(tls_allow_insecure_connection, False),
@@ -189,7 +206,7 @@ class Client:
             operation_timeout_ms = round(operation_timeout_seconds * 1000)
         elif operation_timeout_seconds != 30:
             raise ValueError("give operation_timeout_seconds or operation_timeout_ms, not both")
-        service = parse_service_url(service_url)
+        service = (initial.target, initial.use_tls)
         if keep_alive_interval_seconds < 0:
             raise ValueError("keep_alive_interval_seconds must be >= 0 (0: no keepalive)")
         if not 0 < initial_backoff_interval_ms <= max_backoff_interval_ms:
@@ -198,11 +215,19 @@ class Client:
             )
         self._backoff_s = (initial_backoff_interval_ms / 1000, max_backoff_interval_ms / 1000)
         self._max_message_size = max_message_size
-        if auth_token and authentication is not None:
-            raise ValueError("auth_token and authentication are two ways of saying the same")
-        if auth_token:
-            authentication = AuthenticationToken(auth_token)
         self._renewal = authentication.renewal if authentication else CredentialRenewal.FIXED
+        # Mutual TLS of clusters whose ServiceInfo has no AuthenticationTLS (failover).
+        pool_for = partial(
+            cluster_pool,
+            cert_path=tls_cert_file_path,
+            key_path=tls_key_file_path,
+            options=channel_options(
+                max_message_size, initial_backoff_interval_ms, keep_alive_interval_seconds
+            ),
+            tls_options=(
+                [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else []
+            ),
+        )
         if isinstance(authentication, AuthenticationTLS):
             if tls_cert_file_path or tls_key_file_path:
                 raise ValueError("AuthenticationTLS and tls_cert_file_path: give one of them")
@@ -213,21 +238,11 @@ class Client:
             raise ValueError("max_lookup_redirects must be >= 0")
         if bool(tls_cert_file_path) != bool(tls_key_file_path):
             raise ValueError("tls_cert_file_path and tls_key_file_path go together (mutual TLS)")
-        # Read now: a missing file is the caller's mistake, better reported here than at the
-        # first TLS connection (which a plaintext service URL may reach through a lookup).
-        tls_credentials = tls_credentials_from(
-            tls_trust_certs_file_path, tls_cert_file_path, tls_key_file_path
-        )
-        pool = ChannelPool(
-            tls_credentials,
-            channel_options(
-                max_message_size, initial_backoff_interval_ms, keep_alive_interval_seconds
-            ),
-            [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else [],
-        )
         self._calls = BrokerCalls(
             service,
-            pool,
+            # Read now: a missing file is the caller's mistake, better reported here than at
+            # the first TLS connection (which a plaintext service URL may reach by a lookup).
+            pool_for(initial),
             listener_name,
             authentication,
             self._operation_timeout_s,
@@ -235,8 +250,14 @@ class Client:
         )
         # Wakes reconnecting producers and consumers when their topic's bundle moves.
         self.ownership_watch = OwnershipWatcher(self._calls, service, listener_name)
+        # Moves everything to another cluster when the provider says so (cluster failover).
+        self.cluster = ClusterSwitch(provider, initial, self._calls, self.ownership_watch, pool_for)
         self._streams = StreamStarter(
-            self._calls, self.ownership_watch, self._backoff_s, self._operation_timeout_s
+            self._calls,
+            self.ownership_watch,
+            self.cluster,
+            self._backoff_s,
+            self._operation_timeout_s,
         )
         self._handles: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
         self._shutdown: asyncio.Task[None] | None = None  # closing after shutdown()
@@ -245,6 +266,7 @@ class Client:
         self._closers: dict[int, Callable[[], Awaitable[None]]] = {}
         self._closer_keys = itertools.count()
         self._closing_dropped: set[asyncio.Task[None]] = set()
+        self.cluster.start()
 
     async def create_producer(
         self,
@@ -672,6 +694,7 @@ class Client:
             self._shutdown = asyncio.get_running_loop().create_task(self._close_all())
 
     async def _close_all(self) -> None:
+        self.cluster.close()
         await self.ownership_watch.close()
         handles = list(self._handles)
         await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)

@@ -36,7 +36,13 @@ from enum import Enum
 from typing import TypeVar
 
 from ._auth import CredentialRenewal
-from ._errors import AuthenticationError, PulsarException, is_retryable, is_retryable_at_creation
+from ._errors import (
+    AuthenticationError,
+    ConnectError,
+    PulsarException,
+    is_retryable,
+    is_retryable_at_creation,
+)
 
 T = TypeVar("T")
 
@@ -138,7 +144,8 @@ class ConnectionHandler:
 
     ``reopen`` opens a new stream (fresh lookup included) and makes it the handle's current
     one, raising a :class:`PulsarException` when it cannot; ``give_up`` fails the handle with a
-    non-retryable error. ``clock_sleep`` is ``asyncio.sleep`` unless a test drives time.
+    non-retryable error; ``drop`` ends the current stream as lost with the error given (the
+    handle then reconnects). ``clock_sleep`` is ``asyncio.sleep`` unless a test drives time.
     """
 
     def __init__(
@@ -147,6 +154,7 @@ class ConnectionHandler:
         backoff: Backoff,
         reopen: Callable[[], Awaitable[None]],
         give_up: Callable[[PulsarException], None],
+        drop: Callable[[PulsarException], None],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         renewal: CredentialRenewal = CredentialRenewal.FIXED,
     ) -> None:
@@ -155,6 +163,7 @@ class ConnectionHandler:
         self.backoff = backoff
         self.reopen = reopen
         self._give_up = give_up
+        self._drop = drop
         self._sleep = sleep
         self._state = HandleState.CONNECTING
         self._ready = asyncio.Event()  # mirrors READY, so requests can wait for a reconnect
@@ -163,7 +172,8 @@ class ConnectionHandler:
         # An ownership event while CONNECTING: the reconnect's current or next wait ends.
         self._wake = _Wake.NONE
         self._phase = _Phase.ATTEMPTING
-        # Reconnections whose last wait an ownership event cut short, for tests and stats.
+        # Reconnections whose last wait an ownership event (or a switch of cluster) cut short,
+        # for tests and stats.
         self.reconnects_on_event = 0
         # Called once when the handle closes or fails for good (the ownership watch lets go).
         self.on_end: list[Callable[[], None]] = []
@@ -200,6 +210,14 @@ class ConnectionHandler:
             if self._phase is _Phase.PAUSING and self._task is not None:
                 self._task.cancel()  # taken back by _pause: the wait just ends early
         return True
+
+    def cluster_switched(self) -> None:
+        """The client switched to another cluster (cluster failover): an open stream is
+        dropped and, like a reconnect under way, reopens at once where the new cluster's
+        lookup says; the producer resends what has no receipt, the consumer resubscribes."""
+        if self._state is HandleState.READY:
+            self._drop(ConnectError("the client switched to another cluster"))
+        self.ownership_changed()
 
     async def _pause(self, delay_s: float) -> Pause:
         """Wait ``delay_s``, or less when an ownership event comes (then or meanwhile). The
@@ -304,6 +322,6 @@ class ConnectionHandler:
             self._set(HandleState.READY)
             if pause is Pause.WOKEN:
                 self.reconnects_on_event += 1
-                log.info("%s: reconnected on an ownership event", self.name)
+                log.info("%s: reconnected at once (ownership event or cluster switch)", self.name)
             else:
                 log.info("%s: reconnected", self.name)

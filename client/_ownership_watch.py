@@ -96,6 +96,16 @@ class OwnershipWatcher:
     def topics(self) -> list[str]:
         return sorted(self._handlers)
 
+    def use(self, service: tuple[str, bool]) -> None:
+        """Watch through another cluster's service URL from now on (cluster failover): the
+        brokers seen so far are the old cluster's, and the watch is opened there again (also
+        when the old cluster refused it: the new one takes other credentials)."""
+        self._service = self._target = service
+        self._tls = service[1]
+        self._fallbacks.clear()
+        if self._state in (WatchState.WATCHING, WatchState.REFUSED):
+            self._schedule()
+
     def add(self, topic: str, handler: ConnectionHandler) -> None:
         """Watch ``topic`` for ``handler`` until the handle closes."""
         if self._state in (WatchState.UNSUPPORTED, WatchState.CLOSED):

@@ -210,6 +210,7 @@ class PartitionConsumer:
             Backoff(config.initial_backoff_s, config.max_backoff_s),
             self._open,
             self._fail,
+            self._drop,
             renewal=config.renewal,
         )
 
@@ -523,6 +524,11 @@ class PartitionConsumer:
         self.drop_queued()
         self._acks.forget_deliveries()
         self.connection.lost(error)
+
+    def _drop(self, error: PulsarException) -> None:
+        """End the current stream as lost with ``error`` (its connection reconnects)."""
+        if self._call is not None:
+            self._lost(self._call, error)
 
     def _drop_stream(self) -> None:
         cancel_stream(self._reader, self._writer, self._call)

@@ -137,6 +137,7 @@ class PartitionProducer:
             Backoff(config.initial_backoff_s, config.max_backoff_s),
             self._reopen,
             self._fail,
+            self._drop,
             renewal=config.renewal,
         )
         # Told how many sends settled (stored, failed or timed out), once per batch: the
@@ -330,6 +331,11 @@ class PartitionProducer:
             self.connection.lost(error)
         elif state is HandleState.READY or (state is HandleState.CLOSING and self._inflight):
             self._fail(error)
+
+    def _drop(self, error: PulsarException) -> None:
+        """End the current stream as lost with ``error`` (its connection reconnects)."""
+        if self._call is not None:
+            self._lost(self._call, error)
 
     def _drop_stream(self) -> None:
         cancel_stream(self._reader, self._writer, self._call)

@@ -1,7 +1,7 @@
 """Starting a producer's or consumer's streams: the partition count first, then one stream per
 topic or partition, each opened (and reopened) where a fresh lookup says, with its schema
-declared, and registered with the client's ownership watch. Split from the Client, which
-holds the application-facing calls and their parameters.
+declared, and registered with the client's ownership watch and cluster switch. Split from the
+Client, which holds the application-facing calls and their parameters.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from ..schema import Schema
 from ._calls import BrokerCalls
 from ._channels import full_topic_name, partition_indexes, partition_topics
+from ._cluster_switch import ClusterSwitch
 from ._connection import Backoff, ConnectionHandler, retry_creation
 from ._consumer import Consumer
 from ._errors import InvalidConfiguration
@@ -44,6 +45,7 @@ class StreamStarter:
 
     calls: BrokerCalls
     ownership_watch: OwnershipWatcher
+    cluster: ClusterSwitch
     backoff_s: tuple[float, float]
     operation_timeout_s: float
 
@@ -120,6 +122,7 @@ class StreamStarter:
 
         await stream.start(connect)
         self.ownership_watch.add(full_topic_name(topic), stream.connection)
+        self.cluster.add(stream.connection)
 
     async def start_all(
         self,

@@ -39,6 +39,7 @@ from ._message import Message, MessageId
 from ._partition_consumer import ConsumerType
 from ._producer import Producer, SendCallback, refuse_unsupported_send, report_to
 from ._reader import Reader
+from ._service_info import AutoClusterFailover, ServiceInfoProvider
 
 T = TypeVar("T")
 
@@ -345,7 +346,12 @@ class SyncClient:
     this client (so it may block and call the consumer's blocking methods).
     """
 
-    def __init__(self, service_url: str, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        service_url: str | AutoClusterFailover | ServiceInfoProvider,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
         self._runner = _LoopThread()
         self._listener_thread: concurrent.futures.ThreadPoolExecutor | None = None
         try:
@@ -526,7 +532,11 @@ class SyncClient:
         return call
 
 
-async def _make_client(service_url: str, args: Sequence[Any], kwargs: Any) -> Client:
+async def _make_client(
+    service_url: str | AutoClusterFailover | ServiceInfoProvider,
+    args: Sequence[Any],
+    kwargs: Any,
+) -> Client:
     # Created on the loop's thread so that its channels bind to that loop.
     return Client(service_url, *args, **kwargs)
 

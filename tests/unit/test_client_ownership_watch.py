@@ -27,6 +27,7 @@ class Opener:
         self.refusing = True
         self.attempts = 0
         self.given_up: list[client.PulsarException] = []
+        self.dropped: list[client.PulsarException] = []
 
     async def reopen(self) -> None:
         self.attempts += 1
@@ -41,6 +42,7 @@ async def reconnecting(opener: Opener, name: str = "h") -> ConnectionHandler:
         Backoff(LONG_BACKOFF_S, LONG_BACKOFF_S, rand=lambda: 0.0),
         opener.reopen,
         opener.given_up.append,
+        opener.dropped.append,
     )
     opener.refusing = False
     await h.connect_first(5)
@@ -76,7 +78,11 @@ async def test_an_event_during_an_attempt_makes_the_next_wait_none() -> None:
 
     opener.refusing = False
     h = ConnectionHandler(
-        "h", Backoff(0.001, LONG_BACKOFF_S, rand=lambda: 0.0), slow_reopen, opener.given_up.append
+        "h",
+        Backoff(0.001, LONG_BACKOFF_S, rand=lambda: 0.0),
+        slow_reopen,
+        opener.given_up.append,
+        opener.dropped.append,
     )
     await h.connect_first(5)
     h.lost(client.ConnectError("broker gone"))

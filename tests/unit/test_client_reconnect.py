@@ -133,6 +133,9 @@ class Recorder:
     def give_up(self, error: PulsarError) -> None:
         self.given_up.append(error)
 
+    def drop(self, error: PulsarError) -> None:
+        """Nothing to drop: the recorder has no stream."""
+
     async def sleep(self, delay: float) -> None:
         self.delays.append(delay)
 
@@ -140,7 +143,7 @@ class Recorder:
 def handler(recorder: Recorder) -> ConnectionHandler:
     backoff = Backoff(0.1, 0.5, rand=lambda: 0.0)
     return ConnectionHandler(
-        "test", backoff, recorder.reopen, recorder.give_up, sleep=recorder.sleep
+        "test", backoff, recorder.reopen, recorder.give_up, recorder.drop, sleep=recorder.sleep
     )
 
 

@@ -89,6 +89,7 @@ def handler(recorder: Recorder, renewal: CredentialRenewal) -> ConnectionHandler
         Backoff(0.1, 0.5, rand=lambda: 0.0),
         recorder.reopen,
         recorder.give_up,
+        recorder.drop,
         sleep=recorder.sleep,
         renewal=renewal,
     )
