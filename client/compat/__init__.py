@@ -34,8 +34,10 @@ from .._consumer import (
 from .._crypto import ConsumerCryptoFailureAction, EncryptionContext, EncryptionKey
 from .._crypto_keys import CryptoKeyReader
 from .._errors import Result
+from .._key_shared import ConsumerKeySharedPolicy, KeySharedMode
 from .._message import Message, MessageId
 from .._routing import PartitionsRoutingMode
+from .._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 from .._sync import SyncClient as Client
 from .._sync import SyncConsumer as Consumer
 from .._sync import SyncProducer as Producer
@@ -48,6 +50,7 @@ __all__ = [
     "AuthenticationBasic",
     "AuthenticationTLS",
     "AuthenticationToken",
+    "AutoClusterFailover",
     "BatchReceivePolicy",
     "BatchingType",
     "BytesSchema",
@@ -57,11 +60,13 @@ __all__ = [
     "ConsumerBatchReceivePolicy",
     "ConsumerCryptoFailureAction",
     "ConsumerDeadLetterPolicy",
+    "ConsumerKeySharedPolicy",
     "ConsumerType",
     "CryptoKeyReader",
     "EncryptionContext",
     "EncryptionKey",
     "InitialPosition",
+    "KeySharedMode",
     "Message",
     "MessageId",
     "PartitionsRoutingMode",
@@ -70,6 +75,8 @@ __all__ = [
     "Reader",
     "RegexSubscriptionMode",
     "Result",
+    "ServiceInfo",
+    "ServiceInfoProvider",
     "asyncio",
     "schema",
 ]
