@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, NoReturn
@@ -41,6 +41,18 @@ log = logging.getLogger(__name__)
 MessageTarget = Message | MessageId
 # isinstance with a tuple: faster than with the union, on every ack.
 _ONE = (Message, MessageId)
+
+
+class _Done:
+    """An awaitable that is complete already: what a call that did its work at once returns,
+    so that awaiting it (as pulsar-client's asyncio API asks) and not awaiting it both work."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # a generator that ends at once: ``await`` returns None
+
+
+_DONE = _Done()
 # What a message listener may be: a plain function or a coroutine function.
 MessageListener = Callable[["Consumer", Message], Awaitable[None] | None]
 
@@ -492,13 +504,18 @@ class Consumer:
             )
         await self._ack([message], cumulative=True, wait=wait)
 
-    async def negative_acknowledge(self, message: MessageTarget) -> None:
+    def negative_acknowledge(self, message: MessageTarget) -> Awaitable[None]:
         """Ask for the redelivery of a message after the negative-ack delay.
+
+        A coroutine in pulsar-client's ``pulsar.asyncio``, so it is awaited there; here the
+        nack is recorded at the call and what it returns is already done, so a caller that
+        forgets the ``await`` loses nothing (issue 29).
 
         >>> await consumer.negative_acknowledge(msg)
         """
         stream, message_id = self._route(message)
         stream.negative_acknowledge(message_id)
+        return _DONE
 
     async def redeliver_unacknowledged_messages(self) -> None:
         """Have the broker redeliver every unacked message; drops the local queue.

@@ -235,7 +235,7 @@ class SyncConsumer:
 
     def negative_acknowledge(self, message: MessageTarget) -> None:
         """Ask for a redelivery after the negative-ack delay."""
-        self._runner.run(self._consumer.negative_acknowledge(message))
+        self._runner.run(_call(lambda: self._consumer.negative_acknowledge(message)))
 
     def redeliver_unacknowledged_messages(self) -> None:
         """Redeliver every unacked message."""
@@ -279,8 +279,9 @@ class SyncConsumer:
         self._runner.run(self._consumer.close_if_open())
 
 
-async def _call(function: Callable[[], None]) -> None:
-    """Run a plain method on the loop's thread (the consumer's state belongs to it)."""
+async def _call(function: Callable[[], object]) -> None:
+    """Run a plain method on the loop's thread (the consumer's state belongs to it); what it
+    returns is not needed (a nack's already complete awaitable)."""
     function()
 
 

@@ -18,6 +18,7 @@ import sys
 import textwrap
 import threading
 import uuid
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -508,3 +509,29 @@ def test_reader_uses_pulsar_client_names(broker: BrokerThread) -> None:
         assert not reader.has_message_available()
         with pytest.raises(Timeout):
             reader.read_next(timeout_millis=100)
+
+
+async def test_a_nack_not_awaited_still_redelivers_and_warns_of_nothing(
+    broker: BrokerThread,
+) -> None:
+    """pulsar.asyncio's negative_acknowledge is a coroutine; an application that forgets the
+    ``await`` must not lose the nack (nor see "coroutine was never awaited")."""
+    topic = unique("api-nack-unawaited")
+    async with Client(broker.service_url) as client:
+        consumer = await client.subscribe(
+            topic,
+            "sub",
+            consumer_type=ConsumerType.Shared,
+            negative_ack_redelivery_delay_ms=100,
+        )
+        producer = await client.create_producer(topic)
+        await producer.send(b"again")
+        first = await consumer.receive(timeout_millis=RECEIVE_MS)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            consumer.negative_acknowledge(first)  # no await
+            gc.collect()
+        again = await consumer.receive(timeout_millis=RECEIVE_MS)
+        assert (again.data(), again.redelivery_count()) == (b"again", 1)
+        await consumer.negative_acknowledge(again)  # awaiting it works as before
+        assert (await consumer.receive(timeout_millis=RECEIVE_MS)).redelivery_count() == 2
