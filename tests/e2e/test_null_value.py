@@ -14,11 +14,14 @@ import pytest
 
 import pulsar_grpc as pulsar
 from pulsar_grpc.schema import AvroSchema, Integer, Record, StringSchema
+from tests.e2e.test_encryption import RSA
 from tests.support import BrokerThread
 
 RECEIVE_MS = 10_000
 
-# Producer options: one message an entry, a batch, and a batch compressed as one block.
+# Producer options: one message an entry, a batch, a batch compressed as one block, and one
+# encrypted end to end (the null marker travels encrypted with the batch, as Pulsar's
+# null_value travels beside an encrypted empty payload).
 PRODUCERS: dict[str, dict[str, Any]] = {
     "not batched": {"batching_enabled": False},
     "batched": {"batching_enabled": True, "batching_max_publish_delay_ms": 60_000},
@@ -26,6 +29,12 @@ PRODUCERS: dict[str, dict[str, Any]] = {
         "batching_enabled": True,
         "batching_max_publish_delay_ms": 60_000,
         "compression_type": pulsar.CompressionType.LZ4,
+    },
+    "encrypted batch": {
+        "batching_enabled": True,
+        "batching_max_publish_delay_ms": 60_000,
+        "encryption_key": "k",
+        "crypto_key_reader": RSA,
     },
 }
 
@@ -55,7 +64,7 @@ def test_send_none_is_received_as_a_null_value(
     broker: BrokerThread, options: dict[str, Any]
 ) -> None:
     with pulsar.SyncClient(broker.service_url) as client:
-        consumer = client.subscribe("tombstones", "sub")
+        consumer = client.subscribe("tombstones", "sub", crypto_key_reader=RSA)
         producer = client.create_producer("tombstones", **options)
         _publish(producer, [None, b"", b"v"], partition_key="user-1")
         _publish(producer, [None], properties={"reason": "deleted"})
