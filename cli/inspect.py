@@ -282,6 +282,7 @@ def _entry_json(entry: EntryRecord, form: str, payload_dir: Path | None) -> dict
             "eventTime": m.event_time,
             "payloadSize": len(m.payload),
             "payload": _bytes(m.payload, form),
+            "nullValue": m.null_value,
         }
         if payload_dir is not None:
             message["payloadFile"] = _write(payload_dir, f"{stem}-{m.index}.bin", m.payload)

@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,7 @@ from typing import Any
 import pytest
 
 import pulsar_grpc as pulsar
+from pulsar_grpc.cli.main import main
 from pulsar_grpc.schema import AvroSchema, Integer, Record, StringSchema
 from tests.e2e.test_encryption import RSA
 from tests.support import BrokerThread
@@ -114,3 +118,40 @@ def test_null_values_are_stored(
             (True, "gone"),
             (False, ""),
         ]
+
+
+def _peek_header(broker: BrokerThread, topic: str, n: int) -> str | None:
+    """The X-Pulsar-null-value header of Pulsar's peek of the n-th unacked entry."""
+    topic_url = f"{broker.http_url}/admin/v2/persistent/public/default/{topic}"
+    url = f"{topic_url}/subscription/sub/position/{n}"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.headers.get("X-Pulsar-null-value")
+
+
+def test_the_tools_show_a_null_value_apart_from_an_empty_payload(
+    broker: BrokerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pulsar's peek answers X-Pulsar-null-value: true (only for one); pulsar-admin's
+    peek-messages shows it in the metadata, of a batched message too; consume prints it as
+    content that no payload prints as."""
+    with pulsar.SyncClient(broker.service_url) as client:
+        client.subscribe("shown", "sub").close()
+        single = client.create_producer("shown", batching_enabled=False)
+        single.send(None, partition_key="gone")
+        single.send(b"")
+        _publish(client.create_producer("shown", batching_max_publish_delay_ms=60_000), [None, b""])
+    assert [_peek_header(broker, "shown", n) for n in (1, 2)] == ["true", None]
+
+    admin = ["admin", "--admin-url", broker.http_url, "topics", "peek-messages", "shown"]
+    assert main([*admin, "-s", "sub", "-n", "4"]) == 0
+    peeked = [
+        json.loads(line.removeprefix("Metadata: "))
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("Metadata: ")
+    ]
+    assert [m.get("null-value") for m in peeked] == ["true", None, "true", None]
+
+    consume = ["consume", "shown", "-s", "sub", "-n", "4", "--service-url", broker.service_url]
+    assert main(consume) == 0
+    contents = re.findall(r"content:(.*)", capsys.readouterr().out)
+    assert contents == ["<null value>", "", "<null value>", ""]
