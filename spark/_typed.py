@@ -163,6 +163,9 @@ class ValueDecoder:
     def values(self, messages: list[Message]) -> pa.Array:
         out = []
         for message in messages:
+            if message.has_null_value():  # a tombstone: nothing was encoded to decode
+                out.append(None)
+                continue
             decode = self._by_version.get(message.schema_version(), self._own)
             try:
                 out.append(decode(message.data()))
