@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_grpc.broker.ledger.position import Position
+from pulsar_grpc.cli.receive import NULL_CONTENT
 from pulsar_grpc.inspector import (
     DEFAULT_TIMEOUT_S,
     Bound,
@@ -319,7 +320,9 @@ def _print_entry(doc: dict[str, Any]) -> None:
             f"  [{m['index']}] key={m['key']!r}, orderingKey={m['orderingKey']!r}, "
             f"properties={json.dumps(m['properties'])}, eventTime={m['eventTime']}"
         )
-        if m["payload"] is not None:
+        if m["nullValue"]:
+            line += f", payload={NULL_CONTENT}"
+        elif m["payload"] is not None:
             line += f", payload={m['payload']!r}"
         if "payloadFile" in m:
             line += f", payloadFile={m['payloadFile']}"

@@ -138,8 +138,8 @@ def _summary(command: str, count: int) -> str:
     return f"{count} messages successfully {'consumed' if command == 'consume' else 'read'}"
 
 
-# What consume and read print as the content of a null value (a tombstone), told apart from an
-# empty payload (which prints as nothing) and from the text "null".
+# What consume, read and inspect print as the payload of a null value (a tombstone), told apart
+# from an empty payload (which prints as nothing) and from the text "null".
 NULL_CONTENT = "<null value>"
 
 

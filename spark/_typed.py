@@ -161,7 +161,7 @@ class ValueDecoder:
             self._by_version[version] = _decoder(self.reader, writer)
 
     def values(self, messages: list[Message]) -> pa.Array:
-        out = []
+        out: list[Any] = []
         for message in messages:
             if message.has_null_value():  # a tombstone: nothing was encoded to decode
                 out.append(None)
