@@ -24,8 +24,8 @@ from tests.support import BrokerThread
 RECEIVE_MS = 10_000
 
 # Producer options: one message an entry, a batch, a batch compressed as one block, and one
-# encrypted end to end (the null marker travels encrypted with the batch, as Pulsar's
-# null_value travels beside an encrypted empty payload).
+# encrypted end to end (the null marker travels encrypted with its message, as a batched
+# message's SingleMessageMetadata.null_value does in Pulsar's encrypted batches).
 PRODUCERS: dict[str, dict[str, Any]] = {
     "not batched": {"batching_enabled": False},
     "batched": {"batching_enabled": True, "batching_max_publish_delay_ms": 60_000},
