@@ -303,6 +303,7 @@ def _print_message(answer: tuple[dict[str, str], bytes], most: int = 1 << 31) ->
             **metadata,
             **{f"PROPERTY-{k}": v for k, v in message.properties.items()},
             **({"partitionKey": message.key} if message.key else {}),
+            **({"null-value": "true"} if message.null_value else {}),
         }
         print(f"Metadata: {json.dumps(single, sort_keys=True)}")
         print(_payload(message.payload))

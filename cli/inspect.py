@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_grpc.broker.ledger.position import Position
+from pulsar_grpc.cli.receive import NULL_CONTENT
 from pulsar_grpc.inspector import (
     DEFAULT_TIMEOUT_S,
     Bound,
@@ -282,6 +283,7 @@ def _entry_json(entry: EntryRecord, form: str, payload_dir: Path | None) -> dict
             "eventTime": m.event_time,
             "payloadSize": len(m.payload),
             "payload": _bytes(m.payload, form),
+            "nullValue": m.null_value,
         }
         if payload_dir is not None:
             message["payloadFile"] = _write(payload_dir, f"{stem}-{m.index}.bin", m.payload)
@@ -318,7 +320,9 @@ def _print_entry(doc: dict[str, Any]) -> None:
             f"  [{m['index']}] key={m['key']!r}, orderingKey={m['orderingKey']!r}, "
             f"properties={json.dumps(m['properties'])}, eventTime={m['eventTime']}"
         )
-        if m["payload"] is not None:
+        if m["nullValue"]:
+            line += f", payload={NULL_CONTENT}"
+        elif m["payload"] is not None:
             line += f", payload={m['payload']!r}"
         if "payloadFile" in m:
             line += f", payloadFile={m['payloadFile']}"

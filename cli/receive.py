@@ -138,9 +138,16 @@ def _summary(command: str, count: int) -> str:
     return f"{count} messages successfully {'consumed' if command == 'consume' else 'read'}"
 
 
+# What consume, read and inspect print as the payload of a null value (a tombstone), told apart
+# from an empty payload (which prints as nothing) and from the text "null".
+NULL_CONTENT = "<null value>"
+
+
 def format_message(message: Message, *, hex_payload: bool = False, with_id: bool = False) -> str:
-    """pulsar-client's block for one message (``key:[null]`` when it has none); with
-    ``with_id``, a first line with its message id, which ``read -m`` takes::
+    """pulsar-client's block for one message (``key:[null]`` when it has none, and
+    ``content:`` followed by :data:`NULL_CONTENT` for a null value, which no payload prints as,
+    not even an empty one); with ``with_id``, a first line with its message id, which
+    ``read -m`` takes::
 
         ----- got message -----
         message id: 1:2:-1:-1
@@ -149,7 +156,9 @@ def format_message(message: Message, *, hex_payload: bool = False, with_id: bool
     properties = ", ".join(f"{k}={v}" for k, v in sorted(message.properties().items()))
     key = message.partition_key() or "null"
     data = message.data()
-    if hex_payload:
+    if message.has_null_value():
+        content = NULL_CONTENT
+    elif hex_payload:
         content = "\n" + hex_dump(data)
     else:
         content = data.decode("utf-8", errors="backslashreplace")

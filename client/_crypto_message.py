@@ -91,6 +91,10 @@ class EncryptedMessage(Message):
         """The encrypted bytes: no schema can read them."""
         return self.data()
 
+    def has_null_value(self) -> bool:
+        """The batch's values are encrypted, null ones too: False."""
+        return False
+
     def partition_key(self) -> str:
         """The batch's key in clear."""
         return self._origin.entry.compressed.key.decode(errors="replace")

@@ -349,14 +349,19 @@ class Message:
         """The payload decoded with the consumer's schema (the bytes without one), from the
         schema version the message was written with, as Pulsar's ``value()``. A payload the
         schema cannot read raises :class:`~pulsar_grpc.schema.SchemaSerializationError`.
-        Decoded once: later calls give the same value."""
+        Decoded once: later calls give the same value. None for a null value (Java's
+        ``getValue()``): no schema reads what was never encoded."""
         try:
             return self._value
         except AttributeError:
             pass
         decode = self._origin.decode
-        payload = self._origin.messages[self._index].payload
-        value = self._value = payload if decode is None else decode(payload)
+        message = self._origin.messages[self._index]
+        if message.null_value:
+            value = None
+        else:
+            value = message.payload if decode is None else decode(message.payload)
+        self._value = value
         return value
 
     def schema_version(self) -> str:
@@ -367,7 +372,7 @@ class Message:
         return self._origin.entry.schema_version.decode("latin-1")
 
     def data(self) -> bytes:
-        """The payload."""
+        """The payload (empty for a null value, as pulsar-client's)."""
         return self._origin.messages[self._index].payload
 
     def message_id(self) -> MessageId:
@@ -424,10 +429,9 @@ class Message:
         return self._origin.entry.sequence_id + self._index
 
     def has_null_value(self) -> bool:
-        """Whether the producer sent a null value (a tombstone) rather than a payload, as
-        pulsar-client's. Always False here: the SDK's producers send a payload, empty or not,
-        and the wire has no null marker."""
-        return False
+        """Whether the producer sent a null value (``send(None)``, a compaction tombstone)
+        rather than a payload, as pulsar-client's; an empty payload is not one."""
+        return self._origin.messages[self._index].null_value
 
     def redelivery_count(self) -> int:
         """How many times the message was delivered before."""

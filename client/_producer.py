@@ -521,7 +521,9 @@ class Producer:
         deliver_after: timedelta | None = None,
     ) -> MessageId:
         """Publish one message and wait until it is stored; pulsar-client's ``send``.
-        ``content`` is bytes, or a value of the producer's schema (encoded by it).
+        ``content`` is bytes, or a value of the producer's schema (encoded by it), or None
+        for a null value (a compaction tombstone, never given to the schema): its consumers
+        see ``has_null_value()`` True, ``data()`` empty and ``value()`` None.
 
         ``partition_key`` picks the partition (and is the Key_Shared key unless
         ``ordering_key`` is set); ``event_timestamp`` is in ms since the epoch;
@@ -568,7 +570,7 @@ class Producer:
         >>> producer.send_async(b"data", lambda result, msg_id: print(result, msg_id))
         """
         refuse_unsupported_send(replication_clusters, deliver_at, deliver_after)
-        payload = self._encode(content)
+        payload = None if content is None else self._encode(content)
         try:
             message = frame_message(
                 payload, partition_key, _ordering_key(ordering_key), properties, event_timestamp
@@ -604,7 +606,9 @@ class Producer:
         # are a measurable share of what the SDK costs.
         ordering = ordering_key if ordering_key is None else _ordering_key(ordering_key)
         payload = (
-            content if self._schema is None and type(content) is bytes else self._encode(content)
+            content
+            if content is None or (self._schema is None and type(content) is bytes)
+            else self._encode(content)
         )
         message = frame_message(payload, partition_key, ordering, properties, event_timestamp)
         self._check_open()

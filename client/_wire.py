@@ -6,6 +6,9 @@ its messages' bytes. The common message (payload, maybe a key) is framed here in
 operations, about a fifth of what constructing a protobuf message costs per send; a payload
 alone costs one concatenation with a precomputed head. Anything richer (properties, ordering
 key, event time) goes through protobuf itself; the bytes are the same either way.
+
+A payload of None is a null value (Pulsar's ``null_value``, a compaction tombstone): the
+message carries ``null_value`` and no payload, which an empty payload (``b""``) does not.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from ._compression import CompressionType, Sealer, compress_batch
 
 _PAYLOAD = b"\x0a"  # MessageData.payload = 1, length-delimited
 _KEY = b"\x12"  # MessageData.key = 2
+_NULL_VALUE = b"\x30\x01"  # MessageData.null_value = 6, varint true
 _SEQUENCE_ID = b"\x60"  # ProduceRequest.sequence_id = 12, varint
 _MESSAGE = b"\x6a"  # ProduceRequest.messages = 13, length-delimited
 _COMPRESSED = b"\x72"  # ProduceRequest.compressed = 14, length-delimited
@@ -39,25 +43,28 @@ def varint(value: int) -> bytes:
 
 
 def encode_message(
-    payload: bytes,
+    payload: bytes | None,
     key: str | None = None,
     ordering_key: bytes | None = None,
     properties: Mapping[str, str] | None = None,
     event_time: int | None = None,
 ) -> bytes:
-    """One serialized MessageData."""
+    """One serialized MessageData (a null value for a payload of None)."""
     if ordering_key or properties or event_time:
         return pb.MessageData(
-            payload=payload,
+            payload=payload or b"",
             key=key or "",
             ordering_key=ordering_key or b"",
             properties=properties,
             event_time=event_time or 0,
+            null_value=payload is None,
         ).SerializeToString()
     encoded = _PAYLOAD + varint(len(payload)) + payload if payload else b""
     if key:
         raw_key = key.encode()
         encoded += _KEY + varint(len(raw_key)) + raw_key
+    if payload is None:
+        encoded += _NULL_VALUE
     return encoded
 
 
@@ -73,14 +80,14 @@ _PAYLOAD_HEADS = [_payload_head(size) for size in range(2048)]
 
 
 def frame_message(
-    payload: bytes,
+    payload: bytes | None,
     key: str | None = None,
     ordering_key: bytes | None = None,
     properties: Mapping[str, str] | None = None,
     event_time: int | None = None,
 ) -> bytes:
     """One MessageData framed as a ProduceRequest's field 13: what a batch joins."""
-    if key is None and not (ordering_key or properties or event_time):
+    if payload is not None and key is None and not (ordering_key or properties or event_time):
         size = len(payload)
         head = _PAYLOAD_HEADS[size] if size < len(_PAYLOAD_HEADS) else _payload_head(size)
         return head + payload

@@ -81,6 +81,7 @@ def decode_entry(ledger_id: int, entry_id: int, data: bytes) -> EntryRecord:
                 properties=dict(m.properties),
                 event_time=m.event_time,
                 payload=m.payload,
+                null_value=m.null_value,
             )
             for i, m in enumerate(messages)
         ),

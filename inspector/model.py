@@ -158,6 +158,7 @@ class MessageRecord:
     properties: dict[str, str]
     event_time: int
     payload: bytes
+    null_value: bool = False  # sent with no value at all (a tombstone); payload is then empty
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,12 +47,14 @@ def to_record_batch(
 
     ``key`` is binary as in Spark's Kafka source (the UTF-8 bytes of Pulsar's string key),
     ``keyString`` the same key as text, which is what Pulsar users mostly compare against.
-    ``values``: the decoded values (the payloads when None).
+    ``values``: the decoded values (the payloads when None). A null value (a tombstone) is a
+    null ``value``, as Spark's Kafka source reads one; an empty payload is empty bytes.
     """
     n = len(messages)
     keys = [m.partition_key() or None for m in messages]
     if values is None:
-        values = pa.array([m.data() for m in messages], pa.binary())
+        payloads = [None if m.has_null_value() else m.data() for m in messages]
+        values = pa.array(payloads, pa.binary())
     arrays = [
         values,
         pa.array([k.encode() if k is not None else None for k in keys], pa.binary()),

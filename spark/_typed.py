@@ -161,8 +161,11 @@ class ValueDecoder:
             self._by_version[version] = _decoder(self.reader, writer)
 
     def values(self, messages: list[Message]) -> pa.Array:
-        out = []
+        out: list[Any] = []
         for message in messages:
+            if message.has_null_value():  # a tombstone: nothing was encoded to decode
+                out.append(None)
+                continue
             decode = self._by_version.get(message.schema_version(), self._own)
             try:
                 out.append(decode(message.data()))

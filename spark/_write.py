@@ -113,9 +113,9 @@ async def _declare(
     return encoding
 
 
-def _as_bytes(value: bytes | str | None) -> bytes:
-    if value is None:
-        return b""
+def _as_bytes(value: bytes | str | None) -> bytes | None:
+    """A row's raw value as a payload; a null one stays None, which the producer sends as a
+    null value (a tombstone), as Spark's Kafka sink writes a null value."""
     return value.encode() if isinstance(value, str) else value
 
 

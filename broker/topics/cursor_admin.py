@@ -336,6 +336,8 @@ def entry_headers(entry: Entry, partition: int) -> tuple[dict[str, str], bytes]:
         headers["X-Pulsar-partitionKey"] = _header_text(message.key, _VISIBLE)
     if message.event_time:
         headers["X-Pulsar-event-time"] = _iso_ms(message.event_time)
+    if message.null_value:  # Pulsar's header, sent only for a null value
+        headers["X-Pulsar-null-value"] = "true"
     for key, value in message.properties.items():
         headers[f"X-Pulsar-PROPERTY-{_header_text(key, _TOKEN)}"] = _header_text(value, _VISIBLE)
     headers["Content-Type"] = "application/octet-stream"

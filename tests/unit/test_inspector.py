@@ -22,6 +22,7 @@ from pulsar_grpc.broker.ledger.cursor_state import (
 from pulsar_grpc.broker.ledger.info import LedgerInfo, cursor_path, encode_ledgers, ledger_path
 from pulsar_grpc.broker.ledger.store import EntryWrite
 from pulsar_grpc.broker.metadata import EmbeddedMetadataStore
+from pulsar_grpc.cli.inspect import _entry_json, _print_entry
 from pulsar_grpc.client._compression import CompressionType, compress_batch
 from pulsar_grpc.inspector import (
     CorruptDataError,
@@ -64,6 +65,21 @@ def test_a_plain_batch_decodes_with_the_broker_sealed_fields() -> None:
         b"one",
     )
     assert (two.index, two.ordering_key, two.payload) == (1, b"ok", b"\xff\x00")
+
+
+def test_a_null_value_is_told_apart_from_an_empty_payload(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A tombstone (MessageData.null_value) is shown as one, in the record and the JSON that
+    `pulsar-grpc inspect entries` prints; an empty payload is not one."""
+    tombstone = pb.MessageData(key="gone", null_value=True)
+    entry = decode_entry(1, 0, sealed(pb.ProduceRequest(messages=[tombstone, pb.MessageData()])))
+    assert [(m.null_value, m.payload) for m in entry.messages] == [(True, b""), (False, b"")]
+    doc = _entry_json(entry, "text", None)
+    assert [(m["nullValue"], m["payload"]) for m in doc["messages"]] == [(True, ""), (False, "")]
+    _print_entry(doc)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.rsplit(", ", 1)[1] for line in lines[1:]] == ["payload=<null value>", "payload=''"]
 
 
 @pytest.mark.parametrize("codec", [c for c in CompressionType if c is not CompressionType.NONE])

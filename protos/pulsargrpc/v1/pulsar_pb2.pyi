@@ -353,12 +353,18 @@ class MessageData(_message.Message):
     ORDERING_KEY_FIELD_NUMBER: _builtins.int
     PROPERTIES_FIELD_NUMBER: _builtins.int
     EVENT_TIME_FIELD_NUMBER: _builtins.int
+    NULL_VALUE_FIELD_NUMBER: _builtins.int
     payload: _builtins.bytes
     key: _builtins.str
     """partition key; also the Key_Shared key unless ordering_key is set"""
     ordering_key: _builtins.bytes
     event_time: _builtins.int
     """milliseconds since the epoch, 0 = unset"""
+    null_value: _builtins.bool
+    """Pulsar's MessageMetadata.null_value: the producer sent no value at all (Java's
+    value(null), pulsar-client's send(None)), a compaction tombstone; payload is then empty.
+    An empty payload without it is an empty value, not a null one.
+    """
     @_builtins.property
     def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -369,10 +375,11 @@ class MessageData(_message.Message):
         ordering_key: _builtins.bytes = ...,
         properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         event_time: _builtins.int = ...,
+        null_value: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_time", b"event_time", "key", b"key", "ordering_key", b"ordering_key", "payload", b"payload", "properties", b"properties"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_time", b"event_time", "key", b"key", "null_value", b"null_value", "ordering_key", b"ordering_key", "payload", b"payload", "properties", b"properties"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
