@@ -95,9 +95,19 @@ class FakeTransport:
         return [d.position for d in self.sent]
 
     @property
+    def keyed(self) -> list[tuple[str, bytes]]:
+        """(key, payload) of each delivered entry's first message, in delivery order (the
+        messages of an entry share its key)."""
+        firsts = (entry_pb2.StoredEntry.FromString(d.data).messages[0] for d in self.sent)
+        return [(m.key, m.payload) for m in firsts]
+
+    @property
     def payloads(self) -> list[bytes]:
-        """Each delivered entry's first message payload, in delivery order."""
-        return [entry_pb2.StoredEntry.FromString(d.data).messages[0].payload for d in self.sent]
+        return [payload for _, payload in self.keyed]
+
+    @property
+    def keys(self) -> list[str]:
+        return [key for key, _ in self.keyed]
 
 
 @dataclass(eq=False)

@@ -1,0 +1,58 @@
+"""The Failover dispatcher's contract, through fake transports: one active consumer (the
+first by priority, then name), every consumer told when that changes, and what the previous
+active consumer had not acked delivered again to the new one."""
+
+from __future__ import annotations
+
+from pulsar_grpc.broker.topics.subscription import SubType
+from tests.unit.dispatch_support import dispatch_env
+from tests.waiting import eventually
+
+
+async def test_a_standby_is_told_so_and_gets_nothing() -> None:
+    async with dispatch_env() as env:
+        a, a_transport = await env.subscribe("a", SubType.Failover)
+        b, b_transport = await env.subscribe("b", SubType.Failover)
+        assert a_transport.active_changes == [True]
+        assert b_transport.active_changes == [False]
+        env.flow(a, 10)
+        env.flow(b, 10)
+        for i in range(3):
+            await env.publish(f"m{i}".encode())
+        await eventually(lambda: len(a_transport.sent) == 3)
+        await env.settle()
+        assert b_transport.sent == []
+
+
+async def test_a_new_active_consumer_gets_what_the_old_one_had_not_acked() -> None:
+    async with dispatch_env() as env:
+        b, b_transport = await env.subscribe("b", SubType.Failover)
+        env.flow(b, 10)
+        first = await env.publish(b"m0")
+        for i in range(1, 4):
+            await env.publish(f"m{i}".encode())
+        await eventually(lambda: len(b_transport.sent) == 4)
+        await env.ack(b, (first, -1))
+        # "a" sorts first: it takes over, and both hear of the change.
+        a, a_transport = await env.subscribe("a", SubType.Failover)
+        assert b_transport.active_changes == [True, False]
+        assert a_transport.active_changes == [True]
+        assert b.pending == {}
+        env.flow(a, 10)
+        await eventually(lambda: a_transport.payloads == [b"m1", b"m2", b"m3"])
+        await env.settle()
+        assert len(b_transport.sent) == 4
+
+
+async def test_when_the_active_consumer_leaves_the_standby_takes_over_its_unacked() -> None:
+    async with dispatch_env() as env:
+        a, a_transport = await env.subscribe("a", SubType.Failover)
+        b, b_transport = await env.subscribe("b", SubType.Failover)
+        env.flow(a, 2)
+        env.flow(b, 10)
+        for i in range(3):
+            await env.publish(f"m{i}".encode())
+        await eventually(lambda: len(a_transport.sent) == 2)
+        await env.subscription.remove_consumer(a)
+        assert b_transport.active_changes == [False, True]
+        await eventually(lambda: b_transport.payloads == [b"m0", b"m1", b"m2"])

@@ -1,0 +1,103 @@
+"""The Key_Shared dispatcher's contract, through fake transports: every message of a key goes
+to the same consumer, in order; a consumer that cannot take more holds back its own keys only;
+a departing consumer's keys, and what it had not acked, go on to the consumers left.
+
+Which consumer owns which key is the selector's business (tests/unit/test_key_shared_*.py):
+these tests only ask that the routing be consistent, so they hold for any hash-range scheme."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from pulsar_grpc.broker.topics.consumer import Consumer
+from pulsar_grpc.broker.topics.subscription import SubType
+from tests.unit.dispatch_support import DispatchEnv, FakeTransport, dispatch_env
+from tests.waiting import eventually
+
+KEYS = [f"k{i}" for i in range(10)]
+
+
+async def subscribe_three(env: DispatchEnv) -> list[tuple[Consumer, FakeTransport]]:
+    return [await env.subscribe(name, SubType.Key_Shared) for name in ("c1", "c2", "c3")]
+
+
+async def publish_rounds(env: DispatchEnv, rounds: range) -> None:
+    """Each key once per round; the payload names the round and the key (r0-k3...)."""
+    for r in rounds:
+        for key in KEYS:
+            await env.publish(f"r{r}-{key}".encode(), key=key)
+
+
+def owners(transports: list[FakeTransport]) -> dict[str, set[str]]:
+    """key -> the names of the consumers that received it."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for transport in transports:
+        for key in transport.keys:
+            found[key].add(transport.name)
+    return found
+
+
+def total(transports: list[FakeTransport]) -> int:
+    return sum(len(t.sent) for t in transports)
+
+
+async def test_every_message_of_a_key_goes_to_one_consumer_in_order() -> None:
+    async with dispatch_env() as env:
+        subscribed = await subscribe_three(env)
+        transports = [t for _, t in subscribed]
+        await publish_rounds(env, range(3))
+        for consumer, _ in subscribed:
+            env.flow(consumer, 100)
+        await eventually(lambda: total(transports) == 3 * len(KEYS))
+        assert all(len(names) == 1 for names in owners(transports).values())
+        assert sum(1 for t in transports if t.sent) > 1, "the keys went to one consumer only"
+        for transport in transports:
+            for key in set(transport.keys):
+                rounds = [p for k, p in transport.keyed if k == key]
+                assert rounds == [f"r{r}-{key}".encode() for r in range(3)]
+
+
+async def test_a_consumer_without_permits_holds_back_only_its_own_keys() -> None:
+    async with dispatch_env() as env:
+        subscribed = await subscribe_three(env)
+        (stalled, stalled_transport), *others = subscribed
+        for consumer, _ in others:
+            env.flow(consumer, 100)
+        await publish_rounds(env, range(2))
+        await env.settle()
+        assert stalled_transport.sent == []
+        served = owners([t for _, t in others])
+        held_back = set(KEYS) - set(served)
+        assert held_back, "the stalled consumer owns no key: the test proves nothing"
+        assert total([t for _, t in others]) == 2 * len(served)
+        env.flow(stalled, 100)
+        await eventually(lambda: len(stalled_transport.sent) == 2 * len(held_back))
+        assert set(stalled_transport.keys) == held_back
+        assert total([t for _, t in others]) == 2 * len(served)
+
+
+async def test_a_departing_consumer_hands_its_keys_and_unacked_messages_on() -> None:
+    async with dispatch_env() as env:
+        subscribed = await subscribe_three(env)
+        for consumer, _ in subscribed:
+            env.flow(consumer, 100)
+        await publish_rounds(env, range(1))
+        await eventually(lambda: total([t for _, t in subscribed]) == len(KEYS))
+        leaving, leaving_transport = next((c, t) for c, t in subscribed if t.sent)
+        stay = [t for c, t in subscribed if c is not leaving]
+        handed_on = set(leaving_transport.keys)
+        before = {t.name: len(t.sent) for t in stay}
+        await env.subscription.remove_consumer(leaving)
+        await publish_rounds(env, range(1, 2))
+        # The departed consumer's first round comes again, then every key's second round.
+        await eventually(lambda: total(stay) == len(KEYS) + len(handed_on) + sum(before.values()))
+        routed = owners([FakeTransport(t.name, t.sent[before[t.name] :]) for t in stay])
+        assert set(routed) == set(KEYS)
+        assert all(len(names) == 1 for names in routed.values())
+        for transport in stay:
+            after = transport.keyed[before[transport.name] :]
+            for key in handed_on & set(transport.keys):
+                assert [p for k, p in after if k == key] == [
+                    f"r0-{key}".encode(),
+                    f"r1-{key}".encode(),
+                ]
