@@ -175,8 +175,8 @@ class DispatchEnv:
 
 
 @asynccontextmanager
-async def dispatch_env(**config: object) -> AsyncIterator[DispatchEnv]:
-    """A loaded topic with a producer, over stores in memory; ``config``: broker settings
+async def dispatch_env(topic: str = TOPIC, **config: object) -> AsyncIterator[DispatchEnv]:
+    """``topic`` loaded with a producer, over stores in memory; ``config``: broker settings
     (a Failover switch waits no delay unless one is given)."""
     settings = ServiceConfiguration(
         **{"activeConsumerFailoverDelayTimeMillis": 0, **config}  # type: ignore[arg-type]
@@ -200,14 +200,14 @@ async def dispatch_env(**config: object) -> AsyncIterator[DispatchEnv]:
             SchemaRegistry(SchemaStorage(metadata)), SchemaPolicies(settings, permissions)
         ),
     )
-    name = TopicName.get(TOPIC)
+    name = TopicName.get(topic)
     ledger = await ledgers.open(name.persistence_naming_encoding)
-    topic = await PersistentTopic.load(registry, name, ledger)
-    producer = await topic.add_producer("producer")
+    loaded = await PersistentTopic.load(registry, name, ledger)
+    producer = await loaded.add_producer("producer")
     try:
-        yield DispatchEnv(topic, producer)
+        yield DispatchEnv(loaded, producer)
     finally:
-        await topic.close()
+        await loaded.close()
         await ledgers.close()
         await store.close()
         await metadata.close()

@@ -5,7 +5,7 @@ active consumer had not acked delivered again to the new one."""
 from __future__ import annotations
 
 from pulsar_grpc.broker.topics.subscription import SubType
-from tests.unit.dispatch_support import dispatch_env
+from tests.unit.dispatch_support import TOPIC, dispatch_env
 from tests.waiting import eventually
 
 
@@ -56,3 +56,19 @@ async def test_when_the_active_consumer_leaves_the_standby_takes_over_its_unacke
         await env.subscription.remove_consumer(a)
         assert b_transport.active_changes == [False, True]
         await eventually(lambda: b_transport.payloads == [b"m0", b"m1", b"m2"])
+
+
+async def test_on_a_partition_the_active_consumer_is_chosen_by_its_index() -> None:
+    """Consumers of a partitioned topic share its partitions: partition p goes to number
+    p % n of the n consumers of the highest priority, by name."""
+    async with dispatch_env(topic=f"{TOPIC}-partition-1") as env:
+        a, a_transport = await env.subscribe("a", SubType.Failover)
+        b, b_transport = await env.subscribe("b", SubType.Failover)
+        assert a_transport.active_changes == [True, False]
+        assert b_transport.active_changes == [True]
+        env.flow(a, 10)
+        env.flow(b, 10)
+        await env.publish(b"m0")
+        await eventually(lambda: b_transport.payloads == [b"m0"])
+        await env.settle()
+        assert a_transport.sent == []

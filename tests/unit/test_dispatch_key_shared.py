@@ -101,3 +101,23 @@ async def test_a_departing_consumer_hands_its_keys_and_unacked_messages_on() -> 
                     f"r0-{key}".encode(),
                     f"r1-{key}".encode(),
                 ]
+
+
+async def test_a_joining_consumer_waits_until_what_was_read_before_it_is_acked() -> None:
+    async with dispatch_env() as env:
+        first, first_transport = await env.subscribe("c1", SubType.Key_Shared)
+        env.flow(first, 100)
+        await publish_rounds(env, range(1))
+        await eventually(lambda: len(first_transport.sent) == len(KEYS))
+        joined, joined_transport = await env.subscribe("c2", SubType.Key_Shared)
+        env.flow(joined, 100)
+        await publish_rounds(env, range(1, 2))
+        await env.settle()
+        # Its keys' earlier messages are unacked at c1: taking their next ones now would let
+        # them overtake (Pulsar's recently joined consumers).
+        assert joined_transport.sent == []
+        moved = set(KEYS) - set(first_transport.keys[len(KEYS) :])
+        assert moved, "the joining consumer took no key: the test proves nothing"
+        await env.ack(first, *[(p, -1) for p in first_transport.positions[: len(KEYS)]])
+        await eventually(lambda: len(joined_transport.sent) == len(moved))
+        assert sorted(joined_transport.payloads) == sorted(f"r1-{k}".encode() for k in moved)
