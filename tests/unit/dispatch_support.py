@@ -130,6 +130,10 @@ class DispatchEnv:
         assert receipt.position is not None
         return receipt.position
 
+    async def publish_numbered(self, count: int) -> list[Position]:
+        """Store ``count`` entries of one message each: m0, m1..."""
+        return [await self.publish(f"m{i}".encode()) for i in range(count)]
+
     async def subscribe(
         self, name: str, sub_type: SubType, priority_level: int = 0
     ) -> tuple[Consumer, FakeTransport]:
@@ -142,6 +146,17 @@ class DispatchEnv:
             initial_position="earliest",
         )
         return consumer, transport
+
+    async def subscribe_each(
+        self, sub_type: SubType, permits: dict[str, int]
+    ) -> list[tuple[Consumer, FakeTransport]]:
+        """A consumer for each name, subscribed in order; then each is granted its permits
+        (0: none), all before the dispatcher runs."""
+        subscribed = [await self.subscribe(name, sub_type) for name in permits]
+        for (consumer, _), granted in zip(subscribed, permits.values(), strict=True):
+            if granted:
+                self.flow(consumer, granted)
+        return subscribed
 
     @property
     def subscription(self) -> Subscription:

@@ -14,8 +14,7 @@ from tests.waiting import eventually
 
 async def test_nothing_is_sent_without_permits_and_no_more_than_they_ask() -> None:
     async with dispatch_env() as env:
-        for i in range(5):
-            await env.publish(f"m{i}".encode())
+        await env.publish_numbered(5)
         consumer, transport = await env.subscribe("c", SubType.Exclusive)
         await env.settle()
         assert transport.sent == []
@@ -58,8 +57,7 @@ async def test_an_unwritable_transport_gets_nothing_until_it_drains() -> None:
         consumer, transport = await env.subscribe("c", SubType.Exclusive)
         transport.fill()
         env.flow(consumer, 10)
-        for i in range(3):
-            await env.publish(f"m{i}".encode())
+        await env.publish_numbered(3)
         await env.settle()
         assert transport.sent == []
         transport.drain()

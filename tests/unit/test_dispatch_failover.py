@@ -11,14 +11,12 @@ from tests.waiting import eventually
 
 async def test_a_standby_is_told_so_and_gets_nothing() -> None:
     async with dispatch_env() as env:
-        a, a_transport = await env.subscribe("a", SubType.Failover)
-        b, b_transport = await env.subscribe("b", SubType.Failover)
+        (_, a_transport), (_, b_transport) = await env.subscribe_each(
+            SubType.Failover, {"a": 10, "b": 10}
+        )
         assert a_transport.active_changes == [True]
         assert b_transport.active_changes == [False]
-        env.flow(a, 10)
-        env.flow(b, 10)
-        for i in range(3):
-            await env.publish(f"m{i}".encode())
+        await env.publish_numbered(3)
         await eventually(lambda: len(a_transport.sent) == 3)
         await env.settle()
         assert b_transport.sent == []
@@ -28,9 +26,7 @@ async def test_a_new_active_consumer_gets_what_the_old_one_had_not_acked() -> No
     async with dispatch_env() as env:
         b, b_transport = await env.subscribe("b", SubType.Failover)
         env.flow(b, 10)
-        first = await env.publish(b"m0")
-        for i in range(1, 4):
-            await env.publish(f"m{i}".encode())
+        first, *_ = await env.publish_numbered(4)
         await eventually(lambda: len(b_transport.sent) == 4)
         await env.ack(b, (first, -1))
         # "a" sorts first: it takes over, and both hear of the change.
@@ -46,12 +42,10 @@ async def test_a_new_active_consumer_gets_what_the_old_one_had_not_acked() -> No
 
 async def test_when_the_active_consumer_leaves_the_standby_takes_over_its_unacked() -> None:
     async with dispatch_env() as env:
-        a, a_transport = await env.subscribe("a", SubType.Failover)
-        b, b_transport = await env.subscribe("b", SubType.Failover)
-        env.flow(a, 2)
-        env.flow(b, 10)
-        for i in range(3):
-            await env.publish(f"m{i}".encode())
+        (a, a_transport), (_, b_transport) = await env.subscribe_each(
+            SubType.Failover, {"a": 2, "b": 10}
+        )
+        await env.publish_numbered(3)
         await eventually(lambda: len(a_transport.sent) == 2)
         await env.subscription.remove_consumer(a)
         assert b_transport.active_changes == [False, True]
@@ -62,12 +56,11 @@ async def test_on_a_partition_the_active_consumer_is_chosen_by_its_index() -> No
     """Consumers of a partitioned topic share its partitions: partition p goes to number
     p % n of the n consumers of the highest priority, by name."""
     async with dispatch_env(topic=f"{TOPIC}-partition-1") as env:
-        a, a_transport = await env.subscribe("a", SubType.Failover)
-        b, b_transport = await env.subscribe("b", SubType.Failover)
+        (_, a_transport), (_, b_transport) = await env.subscribe_each(
+            SubType.Failover, {"a": 10, "b": 10}
+        )
         assert a_transport.active_changes == [True, False]
         assert b_transport.active_changes == [True]
-        env.flow(a, 10)
-        env.flow(b, 10)
         await env.publish(b"m0")
         await eventually(lambda: b_transport.payloads == [b"m0"])
         await env.settle()

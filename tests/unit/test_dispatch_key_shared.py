@@ -9,16 +9,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from pulsar_grpc.broker.topics.consumer import Consumer
 from pulsar_grpc.broker.topics.subscription import SubType
 from tests.unit.dispatch_support import DispatchEnv, FakeTransport, dispatch_env
 from tests.waiting import eventually
 
 KEYS = [f"k{i}" for i in range(10)]
-
-
-async def subscribe_three(env: DispatchEnv) -> list[tuple[Consumer, FakeTransport]]:
-    return [await env.subscribe(name, SubType.Key_Shared) for name in ("c1", "c2", "c3")]
 
 
 async def publish_rounds(env: DispatchEnv, rounds: range) -> None:
@@ -43,11 +38,9 @@ def total(transports: list[FakeTransport]) -> int:
 
 async def test_every_message_of_a_key_goes_to_one_consumer_in_order() -> None:
     async with dispatch_env() as env:
-        subscribed = await subscribe_three(env)
+        subscribed = await env.subscribe_each(SubType.Key_Shared, {"c1": 100, "c2": 100, "c3": 100})
         transports = [t for _, t in subscribed]
         await publish_rounds(env, range(3))
-        for consumer, _ in subscribed:
-            env.flow(consumer, 100)
         await eventually(lambda: total(transports) == 3 * len(KEYS))
         assert all(len(names) == 1 for names in owners(transports).values())
         assert sum(1 for t in transports if t.sent) > 1, "the keys went to one consumer only"
@@ -59,10 +52,8 @@ async def test_every_message_of_a_key_goes_to_one_consumer_in_order() -> None:
 
 async def test_a_consumer_without_permits_holds_back_only_its_own_keys() -> None:
     async with dispatch_env() as env:
-        subscribed = await subscribe_three(env)
+        subscribed = await env.subscribe_each(SubType.Key_Shared, {"c1": 0, "c2": 100, "c3": 100})
         (stalled, stalled_transport), *others = subscribed
-        for consumer, _ in others:
-            env.flow(consumer, 100)
         await publish_rounds(env, range(2))
         await env.settle()
         assert stalled_transport.sent == []
@@ -78,9 +69,7 @@ async def test_a_consumer_without_permits_holds_back_only_its_own_keys() -> None
 
 async def test_a_departing_consumer_hands_its_keys_and_unacked_messages_on() -> None:
     async with dispatch_env() as env:
-        subscribed = await subscribe_three(env)
-        for consumer, _ in subscribed:
-            env.flow(consumer, 100)
+        subscribed = await env.subscribe_each(SubType.Key_Shared, {"c1": 100, "c2": 100, "c3": 100})
         await publish_rounds(env, range(1))
         await eventually(lambda: total([t for _, t in subscribed]) == len(KEYS))
         leaving, leaving_transport = next((c, t) for c, t in subscribed if t.sent)
@@ -105,12 +94,10 @@ async def test_a_departing_consumer_hands_its_keys_and_unacked_messages_on() -> 
 
 async def test_a_joining_consumer_waits_until_what_was_read_before_it_is_acked() -> None:
     async with dispatch_env() as env:
-        first, first_transport = await env.subscribe("c1", SubType.Key_Shared)
-        env.flow(first, 100)
+        [(first, first_transport)] = await env.subscribe_each(SubType.Key_Shared, {"c1": 100})
         await publish_rounds(env, range(1))
         await eventually(lambda: len(first_transport.sent) == len(KEYS))
-        joined, joined_transport = await env.subscribe("c2", SubType.Key_Shared)
-        env.flow(joined, 100)
+        [(_, joined_transport)] = await env.subscribe_each(SubType.Key_Shared, {"c2": 100})
         await publish_rounds(env, range(1, 2))
         await env.settle()
         # Its keys' earlier messages are unacked at c1: taking their next ones now would let

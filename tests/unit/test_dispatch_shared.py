@@ -12,13 +12,9 @@ from tests.waiting import eventually
 
 async def test_round_robin_across_the_consumers_with_permits() -> None:
     async with dispatch_env() as env:
-        subscribed = [await env.subscribe(name, SubType.Shared) for name in ("c1", "c2", "c3")]
-        (c1, t1), (c2, t2), (c3, t3) = subscribed
-        for i in range(6):
-            await env.publish(f"m{i}".encode())
-        env.flow(c1, 10)
-        env.flow(c2, 10)
-        env.flow(c3, 10)
+        subscribed = await env.subscribe_each(SubType.Shared, {"c1": 10, "c2": 10, "c3": 10})
+        (_, t1), (_, t2), (_, t3) = subscribed
+        await env.publish_numbered(6)
         await eventually(lambda: len(t1.sent) + len(t2.sent) + len(t3.sent) == 6)
         assert t1.payloads == [b"m0", b"m3"]
         assert t2.payloads == [b"m1", b"m4"]
@@ -27,12 +23,8 @@ async def test_round_robin_across_the_consumers_with_permits() -> None:
 
 async def test_a_consumer_out_of_permits_is_passed_over() -> None:
     async with dispatch_env() as env:
-        c1, t1 = await env.subscribe("c1", SubType.Shared)
-        c2, t2 = await env.subscribe("c2", SubType.Shared)
-        env.flow(c1, 1)
-        env.flow(c2, 10)
-        for i in range(4):
-            await env.publish(f"m{i}".encode())
+        (c1, t1), (_, t2) = await env.subscribe_each(SubType.Shared, {"c1": 1, "c2": 10})
+        await env.publish_numbered(4)
         await eventually(lambda: len(t1.sent) + len(t2.sent) == 4)
         assert len(t1.sent) == 1
         assert c1.permits == 0
@@ -41,13 +33,9 @@ async def test_a_consumer_out_of_permits_is_passed_over() -> None:
 
 async def test_an_unwritable_consumer_is_passed_over_until_it_drains() -> None:
     async with dispatch_env() as env:
-        c1, t1 = await env.subscribe("c1", SubType.Shared)
-        c2, t2 = await env.subscribe("c2", SubType.Shared)
+        (_, t1), (_, t2) = await env.subscribe_each(SubType.Shared, {"c1": 10, "c2": 2})
         t1.fill()
-        env.flow(c1, 10)
-        env.flow(c2, 2)
-        for i in range(4):
-            await env.publish(f"m{i}".encode())
+        await env.publish_numbered(4)
         await eventually(lambda: len(t2.sent) == 2)
         await env.settle()
         assert t1.sent == []
@@ -61,8 +49,7 @@ async def test_a_lower_priority_consumer_gets_only_what_the_higher_cannot_take()
         low, low_transport = await env.subscribe("low", SubType.Shared, priority_level=1)
         env.flow(high, 3)
         env.flow(low, 10)
-        for i in range(5):
-            await env.publish(f"m{i}".encode())
+        await env.publish_numbered(5)
         await eventually(lambda: len(high_transport.sent) + len(low_transport.sent) == 5)
         assert high_transport.payloads == [b"m0", b"m1", b"m2"]
         assert low_transport.payloads == [b"m3", b"m4"]
@@ -70,11 +57,8 @@ async def test_a_lower_priority_consumer_gets_only_what_the_higher_cannot_take()
 
 async def test_a_departing_consumer_hands_its_unacked_entries_to_the_others() -> None:
     async with dispatch_env() as env:
-        c1, t1 = await env.subscribe("c1", SubType.Shared)
-        c2, t2 = await env.subscribe("c2", SubType.Shared)
-        env.flow(c1, 2)
-        for i in range(2):
-            await env.publish(f"m{i}".encode())
+        (c1, t1), (c2, t2) = await env.subscribe_each(SubType.Shared, {"c1": 2, "c2": 0})
+        await env.publish_numbered(2)
         await eventually(lambda: len(t1.sent) == 2)
         await env.ack(c1, (t1.positions[0], -1))
         await env.subscription.remove_consumer(c1)
