@@ -7,8 +7,12 @@ these tests only ask that the routing be consistent, so they hold for any hash-r
 
 from __future__ import annotations
 
+import enum
 from collections import defaultdict
 
+import pytest
+
+from pulsar_grpc.broker.topics.consumer import Consumer
 from pulsar_grpc.broker.topics.subscription import SubType
 from tests.unit.dispatch_support import DispatchEnv, FakeTransport, dispatch_env
 from tests.waiting import eventually
@@ -50,10 +54,30 @@ async def test_every_message_of_a_key_goes_to_one_consumer_in_order() -> None:
                 assert rounds == [f"r{r}-{key}".encode() for r in range(3)]
 
 
-async def test_a_consumer_without_permits_holds_back_only_its_own_keys() -> None:
+class Stall(enum.Enum):
+    """Why a consumer cannot take more, and what lets it again."""
+
+    NO_PERMITS = "no permits"
+    UNWRITABLE = "unwritable"
+
+    def stall(self, env: DispatchEnv, consumer: Consumer, transport: FakeTransport) -> None:
+        if self is Stall.UNWRITABLE:
+            transport.fill()
+            env.flow(consumer, 100)
+
+    def release(self, env: DispatchEnv, consumer: Consumer, transport: FakeTransport) -> None:
+        if self is Stall.UNWRITABLE:
+            transport.drain()
+        else:
+            env.flow(consumer, 100)
+
+
+@pytest.mark.parametrize("stall", list(Stall), ids=lambda s: s.value)
+async def test_a_stalled_consumer_holds_back_only_its_own_keys(stall: Stall) -> None:
     async with dispatch_env() as env:
         subscribed = await env.subscribe_each(SubType.Key_Shared, {"c1": 0, "c2": 100, "c3": 100})
         (stalled, stalled_transport), *others = subscribed
+        stall.stall(env, stalled, stalled_transport)
         await publish_rounds(env, range(2))
         await env.settle()
         assert stalled_transport.sent == []
@@ -61,7 +85,7 @@ async def test_a_consumer_without_permits_holds_back_only_its_own_keys() -> None
         held_back = set(KEYS) - set(served)
         assert held_back, "the stalled consumer owns no key: the test proves nothing"
         assert total([t for _, t in others]) == 2 * len(served)
-        env.flow(stalled, 100)
+        stall.release(env, stalled, stalled_transport)
         await eventually(lambda: len(stalled_transport.sent) == 2 * len(held_back))
         assert set(stalled_transport.keys) == held_back
         assert total([t for _, t in others]) == 2 * len(served)

@@ -64,3 +64,19 @@ async def test_a_departing_consumer_hands_its_unacked_entries_to_the_others() ->
         await env.subscription.remove_consumer(c1)
         env.flow(c2, 10)
         await eventually(lambda: t2.payloads == [b"m1"])
+
+
+async def test_a_consumer_at_the_unacked_limit_gets_only_what_the_limit_leaves_room_for() -> None:
+    """maxUnackedMessagesPerConsumer bounds what one read sends too (Pulsar's
+    getMaxEntriesInThisBatch), not only whether a consumer is served at all."""
+    async with dispatch_env(maxUnackedMessagesPerConsumer=2) as env:
+        [(consumer, transport)] = await env.subscribe_each(SubType.Shared, {"c": 10})
+        await env.publish_numbered(4)
+        await eventually(lambda: len(transport.sent) == 2)
+        await env.settle()
+        assert consumer.unacked_messages == 2
+        await env.ack(consumer, (transport.positions[0], -1))
+        await eventually(lambda: transport.payloads == [b"m0", b"m1", b"m2"])
+        await env.settle()
+        assert len(transport.sent) == 3
+        assert consumer.unacked_messages == 2
