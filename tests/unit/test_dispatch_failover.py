@@ -66,3 +66,21 @@ async def test_on_a_partition_the_active_consumer_is_chosen_by_its_index() -> No
         await eventually(lambda: b_transport.payloads == [b"m0"])
         await env.settle()
         assert a_transport.sent == []
+
+
+async def test_during_the_switch_delay_nothing_is_dispatched() -> None:
+    """activeConsumerFailoverDelayTimeMillis: the new active consumer waits, so that acks the
+    old one still sends land first; the old one gets nothing more meanwhile. (The delay here
+    outlasts the test: what happens after it is the next test's business.)"""
+    async with dispatch_env(activeConsumerFailoverDelayTimeMillis=3_600_000) as env:
+        b, b_transport = await env.subscribe("b", SubType.Failover)
+        env.flow(b, 10)
+        await env.publish_numbered(2)
+        await eventually(lambda: len(b_transport.sent) == 2)
+        [(_, a_transport)] = await env.subscribe_each(SubType.Failover, {"a": 10})
+        assert a_transport.active_changes == [True]
+        assert b_transport.active_changes == [True, False]
+        await env.publish_numbered(2)
+        await env.settle()
+        assert a_transport.sent == []
+        assert len(b_transport.sent) == 2
