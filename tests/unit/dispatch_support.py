@@ -124,9 +124,9 @@ class DispatchEnv:
             pb.MessageData(payload=payload if i == 0 else payload + f".{i}".encode(), key=key)
             for i in range(batch)
         ]
-        data = entry_pb2.StoredEntry(sequence_id=self._sequence, messages=messages)
-        self._sequence += batch
-        receipt = await self.producer.publish(data.SerializeToString(), self._sequence, batch)
+        first, self._sequence = self._sequence, self._sequence + batch
+        data = entry_pb2.StoredEntry(sequence_id=first, messages=messages)
+        receipt = await self.producer.publish(data.SerializeToString(), first, batch)
         assert receipt.position is not None
         return receipt.position
 
