@@ -144,7 +144,7 @@ class Dispatcher(ABC):
     def budget(self, consumer: Consumer) -> int:
         """Messages ``consumer`` may be sent now: its permits, and no more than its unacked
         limit leaves room for (Pulsar's getMaxEntriesInThisBatch). ``ready`` only says whether
-        it may be served: one read sent it up to all its permits, past the limit."""
+        it may be served at all: without this bound one read could carry it past the limit."""
         limit = self.max_unacked_per_consumer
         if limit is None:
             return consumer.permits
