@@ -141,6 +141,15 @@ class Dispatcher(ABC):
             and consumer.transport.writable()
         )
 
+    def budget(self, consumer: Consumer) -> int:
+        """Messages ``consumer`` may be sent now: its permits, and no more than its unacked
+        limit leaves room for (Pulsar's getMaxEntriesInThisBatch). ``ready`` only says whether
+        it may be served at all: without this bound one read could carry it past the limit."""
+        limit = self.max_unacked_per_consumer
+        if limit is None:
+            return consumer.permits
+        return min(consumer.permits, limit - consumer.unacked_messages)
+
     # ------------------------------------------------------------- read loop
 
     async def pause(self) -> None:
@@ -426,7 +435,7 @@ class SharedDispatcher(Dispatcher):
         super().remove_consumer(consumer)
 
     def _dispatch(self, entries: list[Entry]) -> None:
-        budgets = {c: c.permits for c in self.consumers if self.ready(c) and c.permits > 0}
+        budgets = {c: b for c in self.consumers if self.ready(c) and (b := self.budget(c)) > 0}
         batches: dict[Consumer, list[Delivery]] = {}
         order = {c: i for i, c in enumerate(self.consumers)}
         for delivery, _ in self._deliveries(entries):
