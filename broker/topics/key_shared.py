@@ -234,7 +234,7 @@ class KeySharedDispatcher(Dispatcher):
                 self.replay[delivery.position] = key_hash
                 continue
             _, planned, hashes = batches.setdefault(id(consumer), (consumer, [], []))
-            budget = consumer.permits - sum(d.num_messages for d in planned)
+            budget = self.budget(consumer) - sum(d.num_messages for d in planned)
             earlier_waiting = key_hash in blocked_hashes and any(
                 p < delivery.position and h == key_hash for p, h in self.replay.items()
             )

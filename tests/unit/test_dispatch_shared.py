@@ -5,6 +5,8 @@ others."""
 
 from __future__ import annotations
 
+import pytest
+
 from pulsar_grpc.broker.topics.subscription import SubType
 from tests.unit.dispatch_support import dispatch_env
 from tests.waiting import eventually
@@ -66,11 +68,15 @@ async def test_a_departing_consumer_hands_its_unacked_entries_to_the_others() ->
         await eventually(lambda: t2.payloads == [b"m1"])
 
 
-async def test_a_consumer_at_the_unacked_limit_gets_only_what_the_limit_leaves_room_for() -> None:
+@pytest.mark.parametrize("sub_type", [SubType.Shared, SubType.Key_Shared])
+async def test_a_consumer_at_the_unacked_limit_gets_only_what_the_limit_leaves_room_for(
+    sub_type: SubType,
+) -> None:
     """maxUnackedMessagesPerConsumer bounds what one read sends too (Pulsar's
-    getMaxEntriesInThisBatch), not only whether a consumer is served at all."""
+    getMaxEntriesInThisBatch), not only whether a consumer is served at all; Key_Shared
+    applies the same limit."""
     async with dispatch_env(maxUnackedMessagesPerConsumer=2) as env:
-        [(consumer, transport)] = await env.subscribe_each(SubType.Shared, {"c": 10})
+        [(consumer, transport)] = await env.subscribe_each(sub_type, {"c": 10})
         await env.publish_numbered(4)
         await eventually(lambda: len(transport.sent) == 2)
         await env.settle()
