@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -11,10 +12,18 @@ from typing import TYPE_CHECKING
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.meters import RateMeter
 from pulsar_grpc.broker.topics.key_shared_policy import AUTO_SPLIT_IN_ORDER, KeySharedPolicy
-from pulsar_grpc.broker.topics.transport import ConsumerTransport
+from pulsar_grpc.broker.topics.transport import ConsumerTransport, Delivery
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.topics.subscription import AckId, Subscription
+
+
+class Tracking(enum.Enum):
+    """Whether what a consumer is sent waits for its ack: a durable subscription's does; a
+    reader's (non-durable) never acks, so tracking its deliveries would only grow."""
+
+    PENDING_UNTIL_ACKED = enum.auto()
+    UNTRACKED = enum.auto()
 
 
 @dataclass(slots=True)
@@ -76,8 +85,12 @@ class Consumer:
     # the cursor and the dispatcher (Pulsar's Consumer forwards to its subscription the same way).
 
     def flow(self, permits: int) -> None:
-        """The client grants ``permits`` more messages (Pulsar's flowPermits)."""
-        self.subscription.flow(self, permits)
+        """The client grants ``permits`` more messages (Pulsar's flowPermits): the consumer
+        adds them to its own count, then tells its subscription, whose dispatcher may send."""
+        if permits <= 0:
+            return
+        self.permits += permits
+        self.subscription.consumer_flow(self)
 
     async def acknowledge(self, ids: Iterable[AckId], cumulative: bool) -> asyncio.Future[None]:
         """Apply acks; the future resolves once the state holding them is durable."""
@@ -107,14 +120,15 @@ class Consumer:
         """Detach from the subscription; what it had pending goes to the others."""
         await self.subscription.remove_consumer(self)
 
-    def track_delivery(
-        self, position: Position, num_messages: int, batch_size: int, sticky_hash: int | None
-    ) -> None:
-        self.pending[position] = PendingEntry(
-            num_messages, batch_size, time.monotonic(), sticky_hash
-        )
-        self.unacked_messages += num_messages
-        self.permits -= num_messages
+    def sent(self, delivery: Delivery, sticky_hash: int | None, tracking: Tracking) -> None:
+        """A dispatcher sent ``delivery`` to this consumer: it costs permits, and unless the
+        subscription is a reader's (which never acks) it is pending until acked."""
+        self.permits -= delivery.num_messages
+        if tracking is Tracking.PENDING_UNTIL_ACKED:
+            self.pending[delivery.position] = PendingEntry(
+                delivery.num_messages, delivery.batch_size, time.monotonic(), sticky_hash
+            )
+            self.unacked_messages += delivery.num_messages
 
     def partially_acked(self, position: Position, still_unacked: int) -> None:
         """Some messages of a pending batch were acked: they no longer count as unacked."""
@@ -129,6 +143,14 @@ class Consumer:
         if entry is not None:
             self.unacked_messages -= entry.num_messages
         return entry
+
+    def release_all(self) -> list[tuple[Position, int | None]]:
+        """Forget every pending entry (the consumer left, or its subscription was reset), and
+        say which they were, with their Key_Shared hashes, for whoever delivers them next."""
+        released = [(position, entry.sticky_hash) for position, entry in self.pending.items()]
+        self.unacked_messages -= sum(entry.num_messages for entry in self.pending.values())
+        self.pending.clear()
+        return released
 
     def expired(self, now: float) -> list[Position]:
         """Positions pending for longer than the ack timeout."""

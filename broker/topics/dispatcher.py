@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.ledger import Entry, ManagedCursor, Position
-from pulsar_grpc.broker.topics.consumer import Consumer
+from pulsar_grpc.broker.topics.consumer import Consumer, Tracking
 from pulsar_grpc.broker.topics.rate_limit import Kind
 from pulsar_grpc.broker.topics.transport import Delivery
 
@@ -109,15 +109,17 @@ class Dispatcher(ABC):
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Hand the departed consumer's unacked entries to the others."""
-        self.consumers.remove(consumer)
-        for position in list(consumer.pending):
-            entry = consumer.release(position)
-            if entry is not None:
-                self.replay[position] = entry.sticky_hash
+        self.drop_consumer(consumer)
+        for position, sticky_hash in consumer.release_all():
+            self.replay[position] = sticky_hash
         self.trigger()
 
-    def consumer_flow(self, consumer: Consumer, permits: int) -> None:
-        consumer.permits += permits
+    def drop_consumer(self, consumer: Consumer) -> None:
+        """Forget a consumer without handing anything on (its subscription is closed)."""
+        self.consumers.remove(consumer)
+
+    def consumer_flow(self, consumer: Consumer) -> None:
+        """``consumer`` was granted permits (it keeps its own count): maybe read."""
         self.trigger()
 
     def redeliver(self, positions: list[tuple[Position, int | None]]) -> None:
@@ -130,8 +132,7 @@ class Dispatcher(ABC):
         self._epoch += 1
         self.replay.clear()
         for consumer in self.consumers:
-            for position in list(consumer.pending):
-                consumer.release(position)
+            consumer.release_all()
 
     def ready(self, consumer: Consumer) -> bool:
         limit = self.max_unacked_per_consumer
@@ -284,15 +285,9 @@ class Dispatcher(ABC):
         return out
 
     def _send(self, consumer: Consumer, batch: list[Delivery], hashes: list[int | None]) -> None:
-        # A reader (non-durable) never acks: tracking its deliveries would only grow.
-        track = self.subscription.durable
+        tracking = Tracking.PENDING_UNTIL_ACKED if self.subscription.durable else Tracking.UNTRACKED
         for delivery, sticky_hash in zip(batch, hashes, strict=True):
-            if track:
-                consumer.track_delivery(
-                    delivery.position, delivery.num_messages, delivery.batch_size, sticky_hash
-                )
-            else:
-                consumer.permits -= delivery.num_messages
+            consumer.sent(delivery, sticky_hash, tracking)
         self.subscription.on_dispatched(consumer, batch)
         consumer.transport.send_messages(batch)
 
@@ -385,8 +380,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         holds and read again from the first unacked entry."""
         self._switch_timer = None
         for consumer in self.consumers:
-            for position in list(consumer.pending):
-                consumer.release(position)
+            consumer.release_all()
         self._epoch += 1
         self.cursor.rewind()
         self.replay.clear()

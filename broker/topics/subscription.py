@@ -7,7 +7,7 @@ import enum
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from pulsar_grpc.broker import entry_format
@@ -76,7 +76,6 @@ class Subscription:
         self.config = config
         self.type: SubType | None = None
         self.dispatcher: Dispatcher | None = None
-        self.consumers: list[Consumer] = []
         self.state = SubscriptionState.OPEN
         # Pulsar's InMemoryRedeliveryTracker: how often each entry was redelivered.
         self._redeliveries: dict[Position, int] = {}
@@ -115,6 +114,11 @@ class Subscription:
         return f"{self.topic.name}/{self.name}"
 
     @property
+    def consumers(self) -> Sequence[Consumer]:
+        """The connected consumers, in join order: the dispatcher's list, the one copy."""
+        return () if self.dispatcher is None else self.dispatcher.consumers
+
+    @property
     def durable(self) -> bool:
         return self.cursor.durable
 
@@ -148,7 +152,6 @@ class Subscription:
         # left, or Sticky ranges another consumer has), the subscription does not list a
         # consumer that gets nothing.
         self.dispatcher.add_consumer(consumer)
-        self.consumers.append(consumer)
         if consumer.options.ack_timeout_ms > 0 and self._ack_timeout_task is None:
             self._ack_timeout_task = asyncio.get_running_loop().create_task(
                 self._ack_timeout_loop()
@@ -166,23 +169,22 @@ class Subscription:
         return KeySharedDispatcher(self, self.cursor, batch, policy)
 
     async def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer not in self.consumers:
+        if self.dispatcher is None or consumer not in self.dispatcher.consumers:
             return
-        self.consumers.remove(consumer)
         if self.state is SubscriptionState.CLOSED:
-            return  # the closed dispatcher hands nothing over (it would read a closed ledger)
-        assert self.dispatcher is not None
+            # The closed dispatcher hands nothing over (it would read a closed ledger).
+            self.dispatcher.drop_consumer(consumer)
+            return
         self.dispatcher.remove_consumer(consumer)
         if not self.consumers:
             await self._stop_timers()
             if not self.durable:
                 await self.topic.remove_subscription(self)
 
-    def flow(self, consumer: Consumer, permits: int) -> None:
-        if permits <= 0:
-            return
+    def consumer_flow(self, consumer: Consumer) -> None:
+        """``consumer`` added permits to its own count (Pulsar's consumerFlow)."""
         assert self.dispatcher is not None
-        self.dispatcher.consumer_flow(consumer, permits)
+        self.dispatcher.consumer_flow(consumer)
 
     # ------------------------------------------------------------ acks
 

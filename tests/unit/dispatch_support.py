@@ -155,7 +155,7 @@ class DispatchEnv:
         subscribed = [await self.subscribe(name, sub_type) for name in permits]
         for (consumer, _), granted in zip(subscribed, permits.values(), strict=True):
             if granted:
-                self.flow(consumer, granted)
+                consumer.flow(granted)
         return subscribed
 
     @property
@@ -169,7 +169,7 @@ class DispatchEnv:
         return dispatcher
 
     def flow(self, consumer: Consumer, permits: int) -> None:
-        self.subscription.flow(consumer, permits)
+        consumer.flow(permits)
 
     async def ack(self, consumer: Consumer, *ids: tuple[Position, int]) -> None:
         """Ack message ids ((position, batch index); -1: the whole entry), durably."""
