@@ -37,6 +37,7 @@ from ._crypto import ConsumerCryptoFailureAction, EncryptionContext, EncryptionK
 from ._crypto_keys import CryptoKeyReader, EncryptionKeyInfo, KeyReader
 from ._errors import Result, error_from_rpc
 from ._message import Message, MessageId, TopicMessageId
+from ._oauth2 import AuthenticationOauth2
 from ._producer import Producer
 from ._reader import Reader
 from ._routing import PartitionsRoutingMode
@@ -47,6 +48,7 @@ from .exceptions import *  # noqa: F403  (pulsar-client's exception names: its _
 __all__ = [
     "Authentication",
     "AuthenticationBasic",
+    "AuthenticationOauth2",
     "AuthenticationSCRAM",
     "AuthenticationTLS",
     "AuthenticationToken",
