@@ -20,6 +20,7 @@ from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 from ._auth import Authentication, Exchange, ExchangeAnswer
 from ._channels import ChannelPool, LookupResult, grpc_url
 from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
+from ._http_lookup import HttpLookup
 from ._stream import Metadata, Params, call_metadata
 
 __all__ = ["BrokerCalls"]
@@ -35,14 +36,20 @@ class BrokerCalls:
 
     def __init__(
         self,
-        service: tuple[str, bool],
+        service: tuple[str, bool] | HttpLookup,
         pool: ChannelPool,
         listener_name: str | None,
         authentication: Authentication | None,
         operation_timeout_s: float,
         max_lookup_redirects: int,
     ) -> None:
-        self._target, self._tls = service
+        # A gRPC service URL's address, or the web service its lookups go to instead.
+        if isinstance(service, HttpLookup):
+            self._http: HttpLookup | None = service
+            self._target, self._tls = "", service.prefers_tls
+        else:
+            self._http = None
+            self._target, self._tls = service
         self.pool = pool
         self._listener_name = listener_name
         self._authentication = authentication
@@ -59,6 +66,8 @@ class BrokerCalls:
 
     async def close_channels(self) -> None:
         """Close the channels, once no new call can start (:meth:`refuse_new`)."""
+        if self._http is not None:
+            await self._http.close()
         await self.pool.close()
 
     async def at_owner(self, topic: str, method: str, request: Any) -> Any:
@@ -83,6 +92,14 @@ class BrokerCalls:
         answers, up to ``max_lookup_redirects`` times, passing its ``authoritative`` on (as
         Pulsar's clients do: the broker the leader chose then takes the topic's bundle).
         """
+        if self._http is not None:
+            result = await self._http.lookup(topic)
+            try:
+                return result, result.grpc_address(self._tls)
+            except LookupFailed as exc:
+                raise LookupFailed(
+                    f"lookup of {topic} at {self._http.url}: {exc.message}"
+                ) from None
         request = pb.LookupRequest(topic=topic, listener_name=self._listener_name or "")
         target, tls = self._target, self._tls
         hops = [grpc_url(target, tls)]
@@ -112,6 +129,22 @@ class BrokerCalls:
             f"lookup of {topic} was redirected more than {self._max_lookup_redirects} times: "
             + " -> ".join(hops)
         )
+
+    async def partition_count(self, topic: str) -> int:
+        """The topic's partition count (0: not partitioned), asked at the service URL."""
+        if self._http is not None:
+            return await self._http.partition_count(topic)
+        request = pb.PartitionedTopicMetadataRequest(topic=topic)
+        response = await self.unary(self.stub().GetPartitionedTopicMetadata, request, topic)
+        return int(response.partitions)
+
+    async def topics_of_namespace(self, namespace: str) -> list[str]:
+        """The namespace's persistent topics, asked at the service URL."""
+        if self._http is not None:
+            return await self._http.topics_of_namespace(namespace)
+        request = pb.GetTopicsOfNamespaceRequest(namespace=namespace)
+        response = await self.unary(self.stub().GetTopicsOfNamespace, request, None)
+        return list(response.topics)
 
     def metadata(self, topic: str | None, params: Params) -> Metadata:
         base: Params = {

@@ -19,6 +19,10 @@ from ._errors import LookupFailed
 from ._wire import serialize as serialize_produce_request
 
 _SCHEMES = {"grpc": False, "grpc+ssl": True}
+# Pulsar's binary-protocol schemes, refused with the scheme to use here instead.
+_BINARY_SCHEMES = {"pulsar": "grpc", "pulsar+ssl": "grpc+ssl"}
+# A broker's web service as the service URL: lookups over HTTP (client/_http_lookup.py).
+WEB_SERVICE_SCHEMES = ("http://", "https://")
 # PIP-1: on calls through a proxy, the broker the proxy should forward them to (as the proxy's
 # lookup answered it), so that the proxy need not look the topic up itself.
 H_PROXY_TO_BROKER_URL = "x-pulsar-proxy-to-broker-url"
@@ -100,6 +104,14 @@ def parse_service_url(service_url: str) -> tuple[str, bool]:
     """
     scheme, sep, rest = service_url.partition("://")
     target = rest.rstrip("/")
+    if scheme in _BINARY_SCHEMES:
+        host = target.rpartition(":")[0] or target
+        raise ValueError(
+            f"invalid service URL {service_url!r}: {scheme}:// is Pulsar's binary protocol, "
+            f"which this broker does not speak: use {_BINARY_SCHEMES[scheme]}://{host}:<port> "
+            "on the broker's gRPC port (grpcServicePort, 50051 by default; grpcServicePortTls "
+            "for TLS), or its web service URL (http:// or https://) for lookups over HTTP"
+        )
     if not sep or scheme not in _SCHEMES or not target or "/" in target:
         raise ValueError(
             f"invalid service URL {service_url!r}: expected grpc://host:port or grpc+ssl://host:port"

@@ -26,6 +26,7 @@ from ._batching import BatchingType
 from ._calls import BrokerCalls
 from ._channels import (
     DEFAULT_KEEP_ALIVE_INTERVAL_S,
+    WEB_SERVICE_SCHEMES,
     ChannelPool,
     LookupResult,
     channel_options,
@@ -55,6 +56,7 @@ from ._consumer import (
 from ._crypto import ConsumerCryptoFailureAction, EntryDecryptor, producer_encryptor
 from ._crypto_keys import KeyReader
 from ._errors import AlreadyClosed, refusal_names
+from ._http_lookup import HttpLookup, ssl_context
 from ._message import MessageId, new_message_id
 from ._multi_consumer import TopicsPattern, watch_pattern
 from ._ownership_watch import OwnershipWatcher
@@ -170,7 +172,7 @@ class Client:
         refuse_unsupported(
             "Client",
             tls_allow_insecure_connection=(tls_allow_insecure_connection, False),
-            use_tls=(use_tls and not service_url.startswith("grpc+ssl://"), False),
+            use_tls=(use_tls and not service_url.startswith(("grpc+ssl://", "https://")), False),
         )
         tls_cert_file_path = one_of(
             "tls_certificate_file_path",
@@ -188,7 +190,8 @@ class Client:
             operation_timeout_ms = round(operation_timeout_seconds * 1000)
         elif operation_timeout_seconds != 30:
             raise ValueError("give operation_timeout_seconds or operation_timeout_ms, not both")
-        service = parse_service_url(service_url)
+        web_service = service_url.startswith(WEB_SERVICE_SCHEMES)
+        grpc_service = None if web_service else parse_service_url(service_url)
         if keep_alive_interval_seconds < 0:
             raise ValueError("keep_alive_interval_seconds must be >= 0 (0: no keepalive)")
         if not 0 < initial_backoff_interval_ms <= max_backoff_interval_ms:
@@ -224,8 +227,18 @@ class Client:
             ),
             [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else [],
         )
+        lookups: tuple[str, bool] | HttpLookup = grpc_service or HttpLookup(
+            service_url,
+            ssl_context(
+                service_url, tls_trust_certs_file_path, tls_cert_file_path, tls_key_file_path
+            ),
+            listener_name,
+            authentication,
+            self._operation_timeout_s,
+            max_lookup_redirects,
+        )
         self._calls = BrokerCalls(
-            service,
+            lookups,
             pool,
             listener_name,
             authentication,
@@ -233,7 +246,7 @@ class Client:
             max_lookup_redirects,
         )
         # Wakes reconnecting producers and consumers when their topic's bundle moves.
-        self.ownership_watch = OwnershipWatcher(self._calls, service, listener_name)
+        self.ownership_watch = OwnershipWatcher(self._calls, grpc_service, listener_name)
         self._streams = StreamStarter(
             self._calls, self.ownership_watch, self._backoff_s, self._operation_timeout_s
         )
@@ -627,9 +640,7 @@ class Client:
         >>> await client.get_topics_of_namespace("public/default")
         ['persistent://public/default/orders', ...]
         """
-        request = pb.GetTopicsOfNamespaceRequest(namespace=namespace)
-        response = await self._calls.unary(self._calls.stub().GetTopicsOfNamespace, request, None)
-        return list(response.topics)
+        return await self._calls.topics_of_namespace(namespace)
 
     async def get_partitions_for_topic(self, topic: str) -> list[str]:
         """The partitions' full names, or the topic's own for a non-partitioned topic.

@@ -74,17 +74,21 @@ _REFUSALS = (
 class OwnershipWatcher:
     """One client's watch (see the module docstring)."""
 
-    def __init__(self, calls: BrokerCalls, service: tuple[str, bool], listener: str | None):
+    def __init__(
+        self, calls: BrokerCalls, service: tuple[str, bool] | None, listener: str | None
+    ) -> None:
+        """``service``: the gRPC service URL's address; None for a web service URL, whose
+        client has no broker to watch through: its reconnects follow the timer alone."""
         self._calls = calls
-        self._service = service
-        self._tls = service[1]
+        self._service = service or ("", False)
+        self._tls = self._service[1]
         self._listener = listener or ""
         self._handlers: dict[str, set[ConnectionHandler]] = {}
-        self._state = WatchState.IDLE
+        self._state = WatchState.IDLE if service else WatchState.UNSUPPORTED
         self._task: asyncio.Task[None] | None = None
         self._restart: asyncio.TimerHandle | None = None
         self._fallbacks: deque[tuple[str, bool]] = deque(maxlen=MAX_FALLBACK_BROKERS)
-        self._target = service  # the broker the last stream was open on
+        self._target = self._service  # the broker the last stream was open on
         self.events = 0  # responses received, for tests and stats
         self.woken = 0  # reconnects woken by them
 
