@@ -86,7 +86,10 @@ class Client:
     its own): the Lookup RPC goes to the service URL, and the stream opens on the address the
     broker answers — ``grpc_url_tls`` when the service URL is ``grpc+ssl://``, else
     ``grpc_url`` (the other one when only one is answered). A Redirect answer is looked up
-    again at the broker it names, at most ``max_lookup_redirects`` times.
+    again at the broker it names, at most ``max_lookup_redirects`` times. A web service URL
+    (``http://host:8080``, ``https://``), as pulsar-client takes it, looks topics up over the
+    broker's REST API instead (client/_http_lookup.py); the streams still open over gRPC.
+    ``pulsar://`` and ``pulsar+ssl://`` raise ValueError naming the ``grpc://`` URL to use.
 
     ``listener_name`` (PIP-95) names the listener whose addresses lookups answer, e.g. the
     external one when the client reaches the cluster through a gateway; it travels in the
