@@ -17,12 +17,14 @@ from pulsar_grpc.client import (
     AuthenticationError,
     AuthenticationToken,
     Client,
+    ConnectError,
     SyncClient,
     TopicNotFound,
 )
 from tests.e2e.test_partitioned_and_dedup import create_partitioned
-from tests.e2e.test_tls import produce_and_consume
+from tests.e2e.test_tls import produce_and_consume, tls_config
 from tests.support import BrokerThread
+from tests.tls import TlsFiles, tls_files_fixture  # noqa: F401
 
 TIMEOUT_S = 30
 KEY = create_secret_key()
@@ -105,3 +107,20 @@ async def test_a_broker_error_over_http_keeps_its_meaning(
     async with Client(broker.http_url, operation_timeout_ms=5000) as client:
         with pytest.raises(TopicNotFound):
             await asyncio.wait_for(client.create_producer("absent"), TIMEOUT_S)
+
+
+async def test_an_https_service_url_trusts_the_clients_ca_and_connects_over_tls(
+    broker_factory: Callable[..., BrokerThread], tls_files: TlsFiles
+) -> None:
+    broker = broker_factory(**tls_config(tls_files, webServicePortTls="0"))
+    assert broker.service is not None
+    https_url = broker.service.namespaces.internal_urls().http_url_tls
+    assert https_url is not None and https_url.startswith("https://")
+    trusted = Client(https_url, tls_trust_certs_file_path=str(tls_files.ca))
+    async with trusted:
+        assert await produce_and_consume(trusted, "https", b"tls") == b"tls"
+    untrusted = Client(https_url, tls_trust_certs_file_path=str(tls_files.other_ca),
+                       operation_timeout_ms=5000)  # fmt: skip
+    async with untrusted:
+        with pytest.raises(ConnectError, match="certificate verify failed"):
+            await asyncio.wait_for(untrusted.create_producer("https"), TIMEOUT_S)

@@ -179,3 +179,14 @@ async def test_the_oauth2_plugin_of_pulsar_conf_files(
     )
     async with Client(oauth_broker.service_url, authentication=auth) as client:
         assert await produce_and_consume(client, "conf", b"conf") == b"conf"
+
+
+async def test_lookups_over_http_carry_the_oauth2_token(
+    oauth_broker: BrokerThread, issuer: Issuer, tmp_path: Path
+) -> None:
+    """A web service URL: the REST lookups and the gRPC streams send the same access token."""
+    await grant(oauth_broker, APP, ["produce", "consume"])
+    auth = oauth2(issuer.url, str(key_file(tmp_path)))
+    async with Client(oauth_broker.http_url, authentication=auth) as client:
+        assert await produce_and_consume(client, "over-http", b"http") == b"http"
+    assert len(issuer.issued) == 1
