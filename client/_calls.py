@@ -77,13 +77,15 @@ class BrokerCalls:
         stub = self.stub(target, tls)
         return await self.unary(getattr(stub, method), request, topic, result.route())
 
-    def stub(self, target: str | None = None, tls: bool = False) -> pb_grpc.PulsarServiceStub:
-        """The stub for an address; by default the service URL's."""
+    def stub(self, target: str, tls: bool) -> pb_grpc.PulsarServiceStub:
+        """The stub for a broker's address."""
         if self._state is CallsState.CLOSED:
             raise AlreadyClosed("the client is closed")
-        if target is None:
-            target, tls = self._target, self._tls
         return self.pool.stub(target, tls)
+
+    def _service_stub(self) -> pb_grpc.PulsarServiceStub:
+        """The stub for a gRPC service URL (a web service URL's calls go over HTTP)."""
+        return self.stub(self._target, self._tls)
 
     async def lookup(self, topic: str) -> tuple[LookupResult, tuple[str, bool]]:
         """The lookup answer for ``topic`` and the (``host:port``, tls) to connect to.
@@ -135,7 +137,9 @@ class BrokerCalls:
         if self._http is not None:
             return await self._http.partition_count(topic)
         request = pb.PartitionedTopicMetadataRequest(topic=topic)
-        response = await self.unary(self.stub().GetPartitionedTopicMetadata, request, topic)
+        response = await self.unary(
+            self._service_stub().GetPartitionedTopicMetadata, request, topic
+        )
         return int(response.partitions)
 
     async def topics_of_namespace(self, namespace: str) -> list[str]:
@@ -143,7 +147,7 @@ class BrokerCalls:
         if self._http is not None:
             return await self._http.topics_of_namespace(namespace)
         request = pb.GetTopicsOfNamespaceRequest(namespace=namespace)
-        response = await self.unary(self.stub().GetTopicsOfNamespace, request, None)
+        response = await self.unary(self._service_stub().GetTopicsOfNamespace, request, None)
         return list(response.topics)
 
     def metadata(self, topic: str | None, params: Params) -> Metadata:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import pytest
+from aiohttp import web
 
 from pulsar_grpc.broker.security.tokens import create_secret_key, create_token
 from pulsar_grpc.client import (
@@ -18,6 +20,7 @@ from pulsar_grpc.client import (
     AuthenticationToken,
     Client,
     ConnectError,
+    LookupFailed,
     SyncClient,
     TopicNotFound,
 )
@@ -124,3 +127,40 @@ async def test_an_https_service_url_trusts_the_clients_ca_and_connects_over_tls(
     async with untrusted:
         with pytest.raises(ConnectError, match="certificate verify failed"):
             await asyncio.wait_for(untrusted.create_producer("https"), TIMEOUT_S)
+
+
+@asynccontextmanager
+async def redirector(to: Callable[[str], str]) -> AsyncIterator[str]:
+    """A web server on a free port answering every GET with 307 to ``to(its own URL)`` plus
+    the request's path and query (as a broker that does not own a topic answers)."""
+    own: list[str] = []
+
+    async def redirect(request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(to(own[0]) + str(request.rel_url))
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", redirect)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        own.append(f"http://127.0.0.1:{runner.addresses[0][1]}")
+        yield own[0]
+    finally:
+        await runner.cleanup()
+
+
+async def test_redirects_are_followed_with_the_credentials_a_few_times_only(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    broker = broker_factory(
+        authenticationEnabled="true",
+        authenticationProviders="token",
+        tokenSecretKey="data:;base64," + base64.b64encode(KEY).decode(),
+    )
+    auth = AuthenticationToken(create_token(KEY, "app", expires_at=int(time.time()) + 3600))
+    async with redirector(lambda _: broker.http_url) as url, Client(url, authentication=auth) as c:
+        assert await produce_and_consume(c, "redirected", b"there") == b"there"
+    async with redirector(lambda own: own) as url, Client(url, max_lookup_redirects=2) as c:
+        with pytest.raises(LookupFailed, match="more than 2 redirects"):
+            await asyncio.wait_for(c.create_producer("loop"), TIMEOUT_S)
