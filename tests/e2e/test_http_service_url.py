@@ -33,6 +33,15 @@ TIMEOUT_S = 30
 KEY = create_secret_key()
 
 
+@pytest.fixture
+def token_broker(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
+    return broker_factory(
+        authenticationEnabled="true",
+        authenticationProviders="token",
+        tokenSecretKey="data:;base64," + base64.b64encode(KEY).decode(),
+    )
+
+
 async def test_an_http_service_url_produces_and_consumes_over_grpc(broker: BrokerThread) -> None:
     await create_partitioned(broker.http_url, "http-partitioned", 3)
     async with Client(broker.http_url) as client:
@@ -87,14 +96,8 @@ def test_a_web_service_url_with_no_host_or_a_path_is_refused(url: str) -> None:
         Client(url)
 
 
-async def test_lookups_over_http_carry_the_credentials(
-    broker_factory: Callable[..., BrokerThread],
-) -> None:
-    broker = broker_factory(
-        authenticationEnabled="true",
-        authenticationProviders="token",
-        tokenSecretKey="data:;base64," + base64.b64encode(KEY).decode(),
-    )
+async def test_lookups_over_http_carry_the_credentials(token_broker: BrokerThread) -> None:
+    broker = token_broker
     good = AuthenticationToken(create_token(KEY, "app", expires_at=int(time.time()) + 3600))
     async with Client(broker.http_url, authentication=good) as client:
         assert await produce_and_consume(client, "http-auth", b"auth") == b"auth"
@@ -151,13 +154,9 @@ async def redirector(to: Callable[[str], str]) -> AsyncIterator[str]:
 
 
 async def test_redirects_are_followed_with_the_credentials_a_few_times_only(
-    broker_factory: Callable[..., BrokerThread],
+    token_broker: BrokerThread,
 ) -> None:
-    broker = broker_factory(
-        authenticationEnabled="true",
-        authenticationProviders="token",
-        tokenSecretKey="data:;base64," + base64.b64encode(KEY).decode(),
-    )
+    broker = token_broker
     auth = AuthenticationToken(create_token(KEY, "app", expires_at=int(time.time()) + 3600))
     async with redirector(lambda _: broker.http_url) as url, Client(url, authentication=auth) as c:
         assert await produce_and_consume(c, "redirected", b"there") == b"there"
