@@ -31,6 +31,9 @@ __all__ = ["AuthenticationOauth2"]
 
 _WELL_KNOWN = "/.well-known/openid-configuration"
 _FLOW = "client_credentials"
+# How the client proves itself to the token endpoint: its secret in the form (pulsar-client-cpp
+# also has tls_client_auth, a client certificate, not offered here).
+_AUTH_METHOD = "client_secret_post"
 _DATA_PREFIX = "data:application/json;base64,"
 # pulsar-client-cpp's connect_timeout_seconds and request_timeout_seconds parameters.
 _DEFAULT_CONNECT_TIMEOUT_S = 10
@@ -62,6 +65,8 @@ class AuthenticationOauth2(ObtainedAuthentication):
         check_type(str, auth_params_string, "auth_params_string")
         super().__init__()
         self._settings = _settings(auth_params_string)
+        # Read from the issuer's well-known configuration once it answered (as pulsar-client).
+        self._token_endpoint: str | None = None
 
     async def obtain(self, exchange: Exchange) -> ExpiringHeader:
         """Fetch an access token from the issuer (the broker plays no part: ``exchange`` is
@@ -77,13 +82,21 @@ class AuthenticationOauth2(ObtainedAuthentication):
         if settings.scope:
             form["scope"] = settings.scope
         async with aiohttp.ClientSession(timeout=settings.timeout) as session:
-            well_known = settings.issuer_url.rstrip("/") + _WELL_KNOWN
-            configuration = await _json(session.get(well_known), well_known)
-            endpoint = configuration.get("token_endpoint")
-            if not isinstance(endpoint, str) or not endpoint:
-                raise AuthenticationError(f"OAuth2: {well_known} names no token_endpoint")
+            if self._token_endpoint is None:
+                self._token_endpoint = await _token_endpoint(session, settings.issuer_url)
+            endpoint = self._token_endpoint
             answer = await _json(session.post(endpoint, data=form), f"token endpoint {endpoint}")
         return _access_token(answer, endpoint)
+
+
+async def _token_endpoint(session: aiohttp.ClientSession, issuer_url: str) -> str:
+    """The ``token_endpoint`` of the issuer's OpenID configuration."""
+    well_known = issuer_url.rstrip("/") + _WELL_KNOWN
+    configuration = await _json(session.get(well_known), well_known)
+    endpoint = configuration.get("token_endpoint")
+    if not isinstance(endpoint, str) or not endpoint:
+        raise AuthenticationError(f"OAuth2: {well_known} names no token_endpoint")
+    return endpoint
 
 
 def _settings(text: str) -> _Settings:
@@ -97,6 +110,12 @@ def _settings(text: str) -> _Settings:
     flow = params.get("type", _FLOW)
     if flow != _FLOW:
         raise ValueError(f"AuthenticationOauth2: type {flow!r} is not supported ({_FLOW!r} is)")
+    method = params.get("tokenEndpointAuthMethod", _AUTH_METHOD)
+    if method != _AUTH_METHOD:
+        raise ValueError(
+            f"AuthenticationOauth2: tokenEndpointAuthMethod {method!r} is not supported "
+            f"({_AUTH_METHOD!r} is)"
+        )
     for required in ("issuer_url", "private_key"):
         if not isinstance(params.get(required), str) or not params[required]:
             raise ValueError(f"AuthenticationOauth2: {required} is required")

@@ -30,6 +30,7 @@ class Issuer:
     clients: dict[str, str]
     lifetimes_s: list[int] = field(default_factory=lambda: [3600])
     issued: list[Issued] = field(default_factory=list)
+    configurations_served: int = 0
     url: str = ""
     _runner: web.AppRunner | None = None
 
@@ -50,6 +51,7 @@ class Issuer:
             await self._runner.cleanup()
 
     async def _configuration(self, request: web.Request) -> web.Response:
+        self.configurations_served += 1
         return web.json_response({"issuer": self.url, "token_endpoint": self.url + "/oauth/token"})
 
     async def _token(self, request: web.Request) -> web.Response:

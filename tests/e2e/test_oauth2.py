@@ -139,6 +139,10 @@ async def test_an_unreachable_issuer_or_a_missing_key_file_is_an_authentication_
         ('{"private_key": "/k.json"}', "issuer_url is required"),
         ('{"issuer_url": "http://i"}', "private_key is required"),
         ('{"type": "device", "issuer_url": "http://i", "private_key": "k"}', "not supported"),
+        (
+            '{"tokenEndpointAuthMethod": "tls_client_auth", "issuer_url": "i", "private_key": "k"}',
+            "tokenEndpointAuthMethod 'tls_client_auth' is not supported",
+        ),
     ],
 )
 def test_bad_auth_params_are_refused_at_once(params: str, words: str) -> None:
@@ -166,6 +170,7 @@ async def test_an_expired_token_is_replaced_and_the_client_goes_on(
         received = [(await consumer.receive(timeout_ms=10_000)).data() for _ in range(2)]
     assert received == [b"before", b"after"]
     assert issuer.issued[0].token != issuer.issued[1].token
+    assert issuer.configurations_served == 1  # the token endpoint is read once
 
 
 async def test_the_oauth2_plugin_of_pulsar_conf_files(
