@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -65,6 +66,22 @@ async def test_an_http_service_url_produces_and_consumes_over_grpc(broker: Broke
         assert len(used) > 1  # the partitions' streams, each looked up over HTTP
         assert "persistent://public/default/http-plain" in (
             await client.get_topics_of_namespace("public/default")
+        )
+
+
+async def test_a_pattern_subscription_lists_the_namespace_over_http(broker: BrokerThread) -> None:
+    async with Client(broker.http_url) as client:
+        await (await client.create_producer("http-re-one")).send(b"one")
+        await (await client.create_producer("other-http-re")).send(b"no match")
+        consumer = await client.subscribe(
+            re.compile("persistent://public/default/http-re-.*"),
+            "sub",
+            initial_position="earliest",
+        )
+        message = await consumer.receive(timeout_ms=10_000)
+        assert (message.data(), message.topic_name()) == (
+            b"one",
+            "persistent://public/default/http-re-one",
         )
 
 
