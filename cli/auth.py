@@ -23,7 +23,7 @@ def auth_flags() -> list[tuple[tuple[str, ...], dict[str, object]]]:
     return [
         (("--auth-plugin",), {
             "metavar": "PLUGIN",
-            "help": "token, basic, tls or scram (or Pulsar's class name): Pulsar's authPlugin",
+            "help": "token, basic, tls, scram or oauth2 (or Pulsar's class name): authPlugin",
         }),
         (("--auth-params",), {
             "metavar": "PARAMS",

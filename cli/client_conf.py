@@ -7,6 +7,7 @@ these keys are used, others (Pulsar's client.conf has many) are left alone:
 
     webServiceUrl=http://localhost:8080/          the admin commands' --admin-url
     brokerServiceUrl=grpc://localhost:50051       produce/consume/perf's --service-url
+                                                  (or a web service's http(s):// URL)
     authPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken     --auth-plugin
     authParams=token:eyJ...                                               --auth-params
     tlsTrustCertsFilePath=/path/to/ca.cert.pem                            --tls-trust-cert-path
@@ -214,12 +215,15 @@ def resolve(args: argparse.Namespace) -> None:
     conf = read_client_conf(path) if path is not None else ClientConf()
     if UrlFlag.SERVICE in urls and not args.service_url:
         url = conf.broker_service_url
-        if url is not None and not url.startswith(("grpc://", "grpc+ssl://")):
+        if url is not None and not url.startswith(
+            ("grpc://", "grpc+ssl://", "http://", "https://")
+        ):
             # A stock Pulsar client.conf says pulsar://: fine for the admin commands, which
             # only read webServiceUrl, but this command would connect there.
             raise ValueError(
                 f"client.conf: brokerServiceUrl must be a grpc:// or grpc+ssl:// URL (this "
-                f"broker speaks gRPC), got {url!r}; or give --service-url"
+                f"broker speaks gRPC) or a web service's http(s):// URL, got {url!r}; "
+                "or give --service-url"
             )
         args.service_url = url or default_service_url()
     if UrlFlag.ADMIN in urls and not args.admin_url:

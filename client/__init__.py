@@ -38,6 +38,7 @@ from ._crypto_keys import CryptoKeyReader, EncryptionKeyInfo, KeyReader
 from ._errors import Result, error_from_rpc
 from ._key_shared import ConsumerKeySharedPolicy, KeySharedMode
 from ._message import Message, MessageId, TopicMessageId
+from ._oauth2 import AuthenticationOauth2
 from ._producer import Producer
 from ._reader import Reader
 from ._routing import PartitionsRoutingMode
@@ -49,6 +50,7 @@ from .exceptions import *  # noqa: F403  (pulsar-client's exception names: its _
 __all__ = [
     "Authentication",
     "AuthenticationBasic",
+    "AuthenticationOauth2",
     "AuthenticationSCRAM",
     "AuthenticationTLS",
     "AuthenticationToken",

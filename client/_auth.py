@@ -11,8 +11,10 @@ Pulsar's authPlugin and authParams.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import time
 from abc import ABCMeta, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -64,7 +66,7 @@ def _by_plugin(dynamicLibPath: str, authParamsString: str) -> Authentication:
     check_type(str, authParamsString, "authParamsString")
     authentication = authentication_from(dynamicLibPath, authParamsString)
     if authentication is None:
-        raise ValueError("Authentication needs a plugin name (token, basic, tls or scram)")
+        raise ValueError("Authentication needs a plugin name (token, basic, tls, scram or oauth2)")
     return authentication
 
 
@@ -94,6 +96,65 @@ class Authentication(metaclass=_ByPlugin):
         """The broker refused a call sent with ``authorization``: whether that credential is
         now dropped, so that the call is worth one more try after :meth:`prepare`."""
         return False
+
+
+# A credential obtained for a while is replaced when this share of its lifetime is left, so
+# that a call never leaves with one about to expire on its way.
+_RENEW_AT_REMAINING = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiringHeader:
+    """An ``authorization`` header value good until ``expires`` (``time.time()``)."""
+
+    header: str
+    received: float
+    expires: float
+
+    def fresh(self, now: float) -> bool:
+        return now < self.expires - (self.expires - self.received) * _RENEW_AT_REMAINING
+
+
+class ObtainedAuthentication(Authentication):
+    """Credentials obtained for a limited time (a SCRAM role token, an OAuth2 access token):
+    :meth:`obtain` runs before the first call and again when the current one nears its
+    expiry or the broker refuses it, once for all the calls waiting."""
+
+    # The scheme of the headers :meth:`obtain` gives ("Bearer "): a refused header of
+    # another scheme was a step of obtaining one, not one to drop.
+    scheme: str
+
+    def __init__(self) -> None:
+        self._current: ExpiringHeader | None = None
+        self._lock = asyncio.Lock()
+
+    @abstractmethod
+    async def obtain(self, exchange: Exchange) -> ExpiringHeader:
+        """A new header, or :class:`AuthenticationError` saying why there is none."""
+
+    def authorization(self) -> str | None:
+        return self._current.header if self._current is not None else None
+
+    @property
+    def renewal(self) -> CredentialRenewal:
+        """A stream ended because its credentials expired reopens at once: :meth:`prepare`
+        obtains new ones for it."""
+        return CredentialRenewal.SUPPLIED
+
+    def refused(self, authorization: str | None) -> bool:
+        if authorization is None or not authorization.startswith(self.scheme):
+            return False  # a refused step of obtaining one: AuthenticationError was raised
+        if self._current is not None and authorization == self._current.header:
+            self._current = None  # expired early, or its key was revoked: obtain another
+        # Otherwise a concurrent call has dropped or replaced it already: retry with that.
+        return True
+
+    async def prepare(self, exchange: Exchange) -> None:
+        if self._current is not None and self._current.fresh(time.time()):
+            return
+        async with self._lock:
+            if self._current is None or not self._current.fresh(time.time()):
+                self._current = await self.obtain(exchange)
 
 
 class AuthenticationToken(Authentication):

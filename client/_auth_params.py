@@ -7,9 +7,11 @@ parse them here.
     basic  {"userId":"u","password":"p"}  (or userId:u,password:p)
     scram  {"userId":"u","password":"p"}  (or userId:u,password:p)
     tls    tlsCertFile:/c.pem,tlsKeyFile:/k.pem
+    oauth2 {"issuer_url":"https://idp","private_key":"/key.json","audience":"a"}
+           (pulsar-client's AuthenticationOauth2 JSON; Java's issuerUrl, privateKey read too)
 
 The plugin may also be Pulsar's class name (org.apache.pulsar.client.impl.auth.AuthenticationToken,
-...AuthenticationBasic, ...AuthenticationTls).
+...AuthenticationBasic, ...AuthenticationTls, ...oauth2.AuthenticationOAuth2).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ._auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
+from ._oauth2 import AuthenticationOauth2
 from ._scram import AuthenticationSCRAM
 
 __all__ = ["authentication_from"]
@@ -29,14 +32,16 @@ _PULSAR_PACKAGE = "org.apache.pulsar.client.impl.auth."
 def authentication_from(plugin: str | None, params: str = "") -> Authentication | None:
     """The credentials a plugin name and its parameters name (None: no plugin, no
     parameters); ValueError naming what is wrong when they do not parse."""
-    name = (plugin or "").strip().removeprefix(_PULSAR_PACKAGE)
+    name = (plugin or "").strip().removeprefix(_PULSAR_PACKAGE).removeprefix("oauth2.")
     if not name:
         if params:
             raise ValueError("authParams given without authPlugin")
         return None
     make = _PLUGINS.get(name.lower().removeprefix("authentication"))
     if make is None:
-        raise ValueError(f"authPlugin: unknown plugin {name!r} (token, basic, tls or scram)")
+        raise ValueError(
+            f"authPlugin: unknown plugin {name!r} (token, basic, tls, scram or oauth2)"
+        )
     return make(params)
 
 
@@ -88,9 +93,19 @@ def _tls(text: str) -> Authentication:
     return AuthenticationTLS(params["tlsCertFile"], params["tlsKeyFile"])
 
 
+# Java's AuthenticationOAuth2 spells its parameters in camel case.
+_OAUTH2_JAVA_NAMES = {"issuerUrl": "issuer_url", "privateKey": "private_key"}
+
+
+def _oauth2(text: str) -> Authentication:
+    params = {_OAUTH2_JAVA_NAMES.get(k, k): v for k, v in _params(text).items()}
+    return AuthenticationOauth2(json.dumps(params))
+
+
 _PLUGINS: dict[str, Callable[[str], Authentication]] = {
     "token": _token,
     "basic": _basic,
     "tls": _tls,
     "scram": _scram,
+    "oauth2": _oauth2,
 }

@@ -21,6 +21,7 @@ from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 from ._auth import Authentication, Exchange, ExchangeAnswer
 from ._channels import ChannelPool, LookupResult, grpc_url
 from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
+from ._http_lookup import HttpLookup
 from ._stream import Metadata, Params, call_metadata
 
 __all__ = ["BrokerCalls"]
@@ -36,28 +37,39 @@ class BrokerCalls:
 
     def __init__(
         self,
-        service: tuple[str, bool],
+        service: tuple[str, bool] | HttpLookup,
         pool: ChannelPool,
         listener_name: str | None,
         authentication: Authentication | None,
         operation_timeout_s: float,
         max_lookup_redirects: int,
     ) -> None:
-        self._target, self._tls = service
-        self.pool = pool
+        self._http: HttpLookup | None = None
+        self._target, self._tls = "", False
+        self._https: list[HttpLookup] = []  # every web service used, closed with the client
+        self._pools: list[ChannelPool] = []  # every pool used, closed with the client
         self._listener_name = listener_name
-        self._authentication = authentication
         self._operation_timeout_s = operation_timeout_s
         self._max_lookup_redirects = max_lookup_redirects
         self._state = CallsState.OPEN
-        self._pools = [pool]  # every pool used, closed with the client
+        self.use(service, authentication, pool)
 
     def use(
-        self, service: tuple[str, bool], authentication: Authentication | None, pool: ChannelPool
+        self,
+        service: tuple[str, bool] | HttpLookup,
+        authentication: Authentication | None,
+        pool: ChannelPool,
     ) -> None:
-        """Make later lookups and calls go to another cluster (cluster failover): its service
-        address, credentials and channels (whose TLS trusts that cluster's CAs)."""
-        self._target, self._tls = service
+        """Make later lookups and calls go to a cluster (at start, and on a cluster failover):
+        a gRPC service URL's address or the web service its lookups go to instead, its
+        credentials and channels (whose TLS trusts that cluster's CAs)."""
+        if isinstance(service, HttpLookup):
+            self._http, self._target, self._tls = service, "", service.prefers_tls
+            if service not in self._https:
+                self._https.append(service)
+        else:
+            self._http = None
+            self._target, self._tls = service
         self._authentication = authentication
         self.pool = pool
         if pool not in self._pools:
@@ -77,7 +89,9 @@ class BrokerCalls:
 
     async def close_channels(self) -> None:
         """Close the channels, once no new call can start (:meth:`refuse_new`)."""
-        await asyncio.gather(*(pool.close() for pool in self._pools))
+        await asyncio.gather(
+            *(http.close() for http in self._https), *(pool.close() for pool in self._pools)
+        )
 
     async def at_owner(self, topic: str, method: str, request: Any) -> Any:
         """A unary call about ``topic``, made at the broker that owns it (through the proxy
@@ -86,13 +100,15 @@ class BrokerCalls:
         stub = self.stub(target, tls)
         return await self.unary(getattr(stub, method), request, topic, result.route())
 
-    def stub(self, target: str | None = None, tls: bool = False) -> pb_grpc.PulsarServiceStub:
-        """The stub for an address; by default the service URL's."""
+    def stub(self, target: str, tls: bool) -> pb_grpc.PulsarServiceStub:
+        """The stub for a broker's address."""
         if self._state is CallsState.CLOSED:
             raise AlreadyClosed("the client is closed")
-        if target is None:
-            target, tls = self._target, self._tls
         return self.pool.stub(target, tls)
+
+    def _service_stub(self) -> pb_grpc.PulsarServiceStub:
+        """The stub for a gRPC service URL (a web service URL's calls go over HTTP)."""
+        return self.stub(self._target, self._tls)
 
     async def lookup(self, topic: str) -> tuple[LookupResult, tuple[str, bool]]:
         """The lookup answer for ``topic`` and the (``host:port``, tls) to connect to.
@@ -101,6 +117,14 @@ class BrokerCalls:
         answers, up to ``max_lookup_redirects`` times, passing its ``authoritative`` on (as
         Pulsar's clients do: the broker the leader chose then takes the topic's bundle).
         """
+        if self._http is not None:
+            result = await self._http.lookup(topic)
+            try:
+                return result, result.grpc_address(self._tls)
+            except LookupFailed as exc:
+                raise LookupFailed(
+                    f"lookup of {topic} at {self._http.url}: {exc.message}"
+                ) from None
         request = pb.LookupRequest(topic=topic, listener_name=self._listener_name or "")
         target, tls = self._target, self._tls
         hops = [grpc_url(target, tls)]
@@ -130,6 +154,24 @@ class BrokerCalls:
             f"lookup of {topic} was redirected more than {self._max_lookup_redirects} times: "
             + " -> ".join(hops)
         )
+
+    async def partition_count(self, topic: str) -> int:
+        """The topic's partition count (0: not partitioned), asked at the service URL."""
+        if self._http is not None:
+            return await self._http.partition_count(topic)
+        request = pb.PartitionedTopicMetadataRequest(topic=topic)
+        response = await self.unary(
+            self._service_stub().GetPartitionedTopicMetadata, request, topic
+        )
+        return int(response.partitions)
+
+    async def topics_of_namespace(self, namespace: str) -> list[str]:
+        """The namespace's persistent topics, asked at the service URL."""
+        if self._http is not None:
+            return await self._http.topics_of_namespace(namespace)
+        request = pb.GetTopicsOfNamespaceRequest(namespace=namespace)
+        response = await self.unary(self._service_stub().GetTopicsOfNamespace, request, None)
+        return list(response.topics)
 
     def metadata(self, topic: str | None, params: Params) -> Metadata:
         base: Params = {

@@ -19,6 +19,10 @@ from ._errors import LookupFailed
 from ._wire import serialize as serialize_produce_request
 
 _SCHEMES = {"grpc": False, "grpc+ssl": True}
+# Pulsar's binary-protocol schemes, refused with the scheme to use here instead.
+_BINARY_SCHEMES = {"pulsar": "grpc", "pulsar+ssl": "grpc+ssl"}
+# A broker's web service as the service URL: lookups over HTTP (client/_http_lookup.py).
+WEB_SERVICE_SCHEMES = ("http://", "https://")
 # PIP-1: on calls through a proxy, the broker the proxy should forward them to (as the proxy's
 # lookup answered it), so that the proxy need not look the topic up itself.
 H_PROXY_TO_BROKER_URL = "x-pulsar-proxy-to-broker-url"
@@ -100,11 +104,37 @@ def parse_service_url(service_url: str) -> tuple[str, bool]:
     """
     scheme, sep, rest = service_url.partition("://")
     target = rest.rstrip("/")
+    if scheme in _BINARY_SCHEMES:
+        host = target.rpartition(":")[0] or target
+        raise ValueError(
+            f"invalid service URL {service_url!r}: {scheme}:// is Pulsar's binary protocol, "
+            f"which this broker does not speak: use {_BINARY_SCHEMES[scheme]}://{host}:<port> "
+            "on the broker's gRPC port (grpcServicePort, 50051 by default; grpcServicePortTls "
+            "for TLS), or its web service URL (http:// or https://) for lookups over HTTP"
+        )
     if not sep or scheme not in _SCHEMES or not target or "/" in target:
         raise ValueError(
             f"invalid service URL {service_url!r}: expected grpc://host:port or grpc+ssl://host:port"
         )
     return target, _SCHEMES[scheme]
+
+
+def service_address(service_url: str) -> tuple[str, bool]:
+    """The ``host:port`` and TLS of a gRPC service URL, or of a web service URL (``http://``
+    or ``https://``, whose port defaults to 80 or 443), which a failover probe connects to.
+
+    >>> service_address("https://broker:8443/")
+    ('broker:8443', True)
+    """
+    if not service_url.startswith(WEB_SERVICE_SCHEMES):
+        return parse_service_url(service_url)
+    tls = service_url.startswith("https://")
+    host = service_url.partition("://")[2].rstrip("/")
+    if not host or "/" in host:
+        raise ValueError(
+            f"invalid service URL {service_url!r}: expected http://host:port or https://host:port"
+        )
+    return (host if ":" in host.rpartition("]")[2] else f"{host}:{443 if tls else 80}"), tls
 
 
 def full_topic_name(topic: str) -> str:

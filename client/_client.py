@@ -54,6 +54,7 @@ from ._consumer import (
 from ._crypto import ConsumerCryptoFailureAction, EntryDecryptor, producer_encryptor
 from ._crypto_keys import KeyReader
 from ._errors import AlreadyClosed, refusal_names
+from ._http_lookup import HttpLookup, ssl_context
 from ._key_shared import ConsumerKeySharedPolicy
 from ._message import MessageId, new_message_id
 from ._multi_consumer import TopicsPattern, watch_pattern
@@ -63,7 +64,7 @@ from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
 from ._routing import PartitionsRoutingMode, Router
 from ._schemas import value_decoder
-from ._service_info import AutoClusterFailover, ServiceInfoProvider
+from ._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 from ._starting import StreamStarter
 from ._stream import Params
 
@@ -85,7 +86,10 @@ class Client:
     its own): the Lookup RPC goes to the service URL, and the stream opens on the address the
     broker answers — ``grpc_url_tls`` when the service URL is ``grpc+ssl://``, else
     ``grpc_url`` (the other one when only one is answered). A Redirect answer is looked up
-    again at the broker it names, at most ``max_lookup_redirects`` times.
+    again at the broker it names, at most ``max_lookup_redirects`` times. A web service URL
+    (``http://host:8080``, ``https://``), as pulsar-client takes it, looks topics up over the
+    broker's REST API instead (client/_http_lookup.py); the streams still open over gRPC.
+    ``pulsar://`` and ``pulsar+ssl://`` raise ValueError naming the ``grpc://`` URL to use.
 
     ``listener_name`` (PIP-95) names the listener whose addresses lookups answer, e.g. the
     external one when the client reaches the cluster through a gateway; it travels in the
@@ -188,7 +192,7 @@ class Client:
         refuse_unsupported(
             "Client",
             tls_allow_insecure_connection=(tls_allow_insecure_connection, False),
-            use_tls=(use_tls and not service_url.startswith("grpc+ssl://"), False),
+            use_tls=(use_tls and not service_url.startswith(("grpc+ssl://", "https://")), False),
         )
         tls_cert_file_path = one_of(
             "tls_certificate_file_path",
@@ -206,7 +210,6 @@ class Client:
             operation_timeout_ms = round(operation_timeout_seconds * 1000)
         elif operation_timeout_seconds != 30:
             raise ValueError("give operation_timeout_seconds or operation_timeout_ms, not both")
-        service = (initial.target, initial.use_tls)
         if keep_alive_interval_seconds < 0:
             raise ValueError("keep_alive_interval_seconds must be >= 0 (0: no keepalive)")
         if not 0 < initial_backoff_interval_ms <= max_backoff_interval_ms:
@@ -238,8 +241,23 @@ class Client:
             raise ValueError("max_lookup_redirects must be >= 0")
         if bool(tls_cert_file_path) != bool(tls_key_file_path):
             raise ValueError("tls_cert_file_path and tls_key_file_path go together (mutual TLS)")
+
+        def lookups_for(info: ServiceInfo) -> tuple[str, bool] | HttpLookup:
+            """Where a cluster's lookups go: its gRPC service address, or its web service."""
+            if not info.web_service:
+                return info.target, info.use_tls
+            trust = info.tls_trust_certs_file_path
+            return HttpLookup(
+                info.service_url,
+                ssl_context(info.service_url, trust, tls_cert_file_path, tls_key_file_path),
+                listener_name,
+                info.authentication,
+                self._operation_timeout_s,
+                max_lookup_redirects,
+            )
+
         self._calls = BrokerCalls(
-            service,
+            lookups_for(initial),
             # Read now: a missing file is the caller's mistake, better reported here than at
             # the first TLS connection (which a plaintext service URL may reach by a lookup).
             pool_for(initial),
@@ -249,9 +267,15 @@ class Client:
             max_lookup_redirects,
         )
         # Wakes reconnecting producers and consumers when their topic's bundle moves.
-        self.ownership_watch = OwnershipWatcher(self._calls, service, listener_name)
+        self.ownership_watch = OwnershipWatcher(
+            self._calls,
+            None if initial.web_service else (initial.target, initial.use_tls),
+            listener_name,
+        )
         # Moves everything to another cluster when the provider says so (cluster failover).
-        self.cluster = ClusterSwitch(provider, initial, self._calls, self.ownership_watch, pool_for)
+        self.cluster = ClusterSwitch(
+            provider, initial, self._calls, self.ownership_watch, pool_for, lookups_for
+        )
         self._streams = StreamStarter(
             self._calls,
             self.ownership_watch,
@@ -651,9 +675,7 @@ class Client:
         >>> await client.get_topics_of_namespace("public/default")
         ['persistent://public/default/orders', ...]
         """
-        request = pb.GetTopicsOfNamespaceRequest(namespace=namespace)
-        response = await self._calls.unary(self._calls.stub().GetTopicsOfNamespace, request, None)
-        return list(response.topics)
+        return await self._calls.topics_of_namespace(namespace)
 
     async def get_partitions_for_topic(self, topic: str) -> list[str]:
         """The partitions' full names, or the topic's own for a non-partitioned topic.

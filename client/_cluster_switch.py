@@ -22,6 +22,7 @@ from ._calls import BrokerCalls
 from ._channels import ChannelPool, channel_pool
 from ._cluster_failover import OneCluster
 from ._connection import ConnectionHandler
+from ._http_lookup import HttpLookup
 from ._ownership_watch import OwnershipWatcher
 from ._service_info import ServiceInfo, ServiceInfoProvider
 
@@ -31,6 +32,8 @@ log = logging.getLogger("pulsar_grpc.client")
 
 # Channels for a cluster, from its ServiceInfo.
 PoolFor = Callable[[ServiceInfo], ChannelPool]
+# Where a cluster's lookups go: its gRPC service address, or its web service over HTTP.
+LookupsFor = Callable[[ServiceInfo], tuple[str, bool] | HttpLookup]
 
 
 def cluster_pool(
@@ -65,6 +68,7 @@ class ClusterSwitch:
         calls: BrokerCalls,
         ownership_watch: OwnershipWatcher,
         pool_for: PoolFor,
+        lookups_for: LookupsFor,
     ) -> None:
         self._provider = provider
         self.current = initial
@@ -72,6 +76,7 @@ class ClusterSwitch:
         self._watch = ownership_watch
         self._pools = {initial: calls.pool}
         self._pool_for = pool_for
+        self._lookups_for = lookups_for
         self._connections: set[ConnectionHandler] = set()
         self.switches = 0  # clusters switched to, for tests and stats
 
@@ -114,9 +119,15 @@ class ClusterSwitch:
             except OSError as exc:  # its CA or certificate cannot be read: no way out there
                 log.error("cannot switch to %s: %s", service_info.service_url, exc)
                 return
-        service = (service_info.target, service_info.use_tls)
-        self._calls.use(service, service_info.authentication, self._pools[service_info])
-        self._watch.use(service)
+        self._calls.use(
+            self._lookups_for(service_info),
+            service_info.authentication,
+            self._pools[service_info],
+        )
+        # A web service URL has no ownership watch (the watch is a gRPC call).
+        self._watch.use(
+            None if service_info.web_service else (service_info.target, service_info.use_tls)
+        )
         self.current = service_info
         self.switches += 1
         for connection in list(self._connections):

@@ -74,17 +74,21 @@ _REFUSALS = (
 class OwnershipWatcher:
     """One client's watch (see the module docstring)."""
 
-    def __init__(self, calls: BrokerCalls, service: tuple[str, bool], listener: str | None):
+    def __init__(
+        self, calls: BrokerCalls, service: tuple[str, bool] | None, listener: str | None
+    ) -> None:
+        """``service``: the gRPC service URL's address; None for a web service URL, whose
+        client has no broker to watch through: its reconnects follow the timer alone."""
         self._calls = calls
-        self._service = service
-        self._tls = service[1]
+        self._service = service or ("", False)
+        self._tls = self._service[1]
         self._listener = listener or ""
         self._handlers: dict[str, set[ConnectionHandler]] = {}
-        self._state = WatchState.IDLE
+        self._state = WatchState.IDLE if service else WatchState.UNSUPPORTED
         self._task: asyncio.Task[None] | None = None
         self._restart: asyncio.TimerHandle | None = None
         self._fallbacks: deque[tuple[str, bool]] = deque(maxlen=MAX_FALLBACK_BROKERS)
-        self._target = service  # the broker the last stream was open on
+        self._target = self._service  # the broker the last stream was open on
         self.events = 0  # responses received, for tests and stats
         self.woken = 0  # reconnects woken by them
 
@@ -96,14 +100,28 @@ class OwnershipWatcher:
     def topics(self) -> list[str]:
         return sorted(self._handlers)
 
-    def use(self, service: tuple[str, bool]) -> None:
+    def use(self, service: tuple[str, bool] | None) -> None:
         """Watch through another cluster's service URL from now on (cluster failover): the
         brokers seen so far are the old cluster's, and the watch is opened there again (also
-        when the old cluster refused it: the new one takes other credentials)."""
+        when the old cluster refused it: the new one takes other credentials). None: the new
+        cluster is reached by a web service URL, with no broker to watch through."""
+        self._fallbacks.clear()
+        if self._state is WatchState.CLOSED:
+            return
+        if service is None:
+            self._state = WatchState.UNSUPPORTED
+            if self._restart is not None:
+                self._restart.cancel()
+                self._restart = None
+            task, self._task = self._task, None
+            if task is not None:
+                task.cancel()
+            return
         self._service = self._target = service
         self._tls = service[1]
-        self._fallbacks.clear()
-        if self._state in (WatchState.WATCHING, WatchState.REFUSED):
+        if self._state is WatchState.UNSUPPORTED:
+            self._state = WatchState.IDLE
+        if self._state in (WatchState.WATCHING, WatchState.REFUSED) or self._handlers:
             self._schedule()
 
     def add(self, topic: str, handler: ConnectionHandler) -> None:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from dataclasses import dataclass
 
 import grpc
 from scramp import ScramClient, ScramException
 
-from ._auth import Authentication, CredentialRenewal, Exchange, ExchangeAnswer
+from ._auth import Exchange, ExchangeAnswer, ExpiringHeader, ObtainedAuthentication
 from ._errors import AuthenticationError
 
 MECHANISM = "SCRAM-SHA-256"
@@ -26,59 +25,23 @@ _CHALLENGE = "www-authenticate"
 _SERVER_FINAL = "authentication-info"
 _ROLE_TOKEN = "pulsar-role-token"
 _ROLE_TOKEN_EXPIRES = "pulsar-role-token-expires-ms"
-# A role token is replaced when this share of its lifetime is left, so that a call never
-# leaves with a token about to expire on its way.
-_RENEW_AT_REMAINING = 0.1
 _ROLE_TOKEN_SCHEME = "RoleToken "
 
 
-@dataclass(frozen=True, slots=True)
-class _RoleToken:
-    header: str  # "RoleToken <token>"
-    received: float  # time.time()
-    expires: float  # time.time() of its expiry, as the broker said
-
-    def fresh(self, now: float) -> bool:
-        return now < self.expires - (self.expires - self.received) * _RENEW_AT_REMAINING
-
-
-class AuthenticationSCRAM(Authentication):
+class AuthenticationSCRAM(ObtainedAuthentication):
     """A user name and password proven by SCRAM-SHA-256 (the broker's ``scram`` provider)."""
+
+    scheme = _ROLE_TOKEN_SCHEME
 
     def __init__(self, username: str, password: str) -> None:
         if not username:
             raise ValueError("AuthenticationSCRAM needs a user name")
+        super().__init__()
         self._username = username
         self._password = password
-        self._token: _RoleToken | None = None
-        # One exchange at a time: the calls of a starting application wait for it together.
-        self._lock = asyncio.Lock()
 
-    def authorization(self) -> str | None:
-        return self._token.header if self._token is not None else None
-
-    @property
-    def renewal(self) -> CredentialRenewal:
-        """A stream ended because its role token expired reopens at once: :meth:`prepare`
-        runs a new exchange for it."""
-        return CredentialRenewal.SUPPLIED
-
-    def refused(self, authorization: str | None) -> bool:
-        if authorization is None or not authorization.startswith(_ROLE_TOKEN_SCHEME):
-            return False  # a refused exchange step: AuthenticationError was raised already
-        if self._token is not None and authorization == self._token.header:
-            self._token = None  # expired early, or its key was revoked: exchange again
-        # Otherwise a concurrent call has dropped or replaced it already: retry with that.
-        return True
-
-    async def prepare(self, exchange: Exchange) -> None:
-        if self._token is not None and self._token.fresh(time.time()):
-            return
-        async with self._lock:
-            if self._token is None or not self._token.fresh(time.time()):
-                self._token = await self._exchange(exchange)
-
-    async def _exchange(self, exchange: Exchange) -> _RoleToken:
+    async def obtain(self, exchange: Exchange) -> ExpiringHeader:
+        """Run the exchange: the role token the broker hands out at its end."""
         client = ScramClient([MECHANISM], self._username, self._password)
         challenge = await exchange(f"{MECHANISM} data={_b64(client.get_client_first())}")
         params = _params(_expect(challenge, _CHALLENGE).partition(" ")[2])
@@ -106,7 +69,7 @@ class AuthenticationSCRAM(Authentication):
         now = time.time()
         expires_ms = answer.trailers.get(_ROLE_TOKEN_EXPIRES, "")
         expires = int(expires_ms) / 1000 if expires_ms.isdigit() else now
-        return _RoleToken(_ROLE_TOKEN_SCHEME + token, now, expires)
+        return ExpiringHeader(_ROLE_TOKEN_SCHEME + token, now, expires)
 
 
 def _expect(answer: ExchangeAnswer, trailer: str) -> str:

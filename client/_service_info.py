@@ -15,14 +15,15 @@ from collections.abc import Callable
 
 from ._arguments import check_type, check_types
 from ._auth import Authentication
-from ._channels import parse_service_url
+from ._channels import WEB_SERVICE_SCHEMES, service_address
 
 __all__ = ["AutoClusterFailover", "ServiceInfo", "ServiceInfoProvider"]
 
 
 class ServiceInfo:
     """Connection information for one cluster: its service URL (``grpc://`` or
-    ``grpc+ssl://``), the authentication and the trusted CAs to use there."""
+    ``grpc+ssl://``, or its web service, ``http://`` or ``https://``), the authentication and
+    the trusted CAs to use there."""
 
     def __init__(
         self,
@@ -36,7 +37,7 @@ class ServiceInfo:
             tls_trust_certs_file_path=(tls_trust_certs_file_path, str, True),
         )
         # Checked now: a typo in a secondary's URL must not wait for the primary to fail.
-        self.target, self._tls = parse_service_url(service_url)
+        self.target, self._tls = service_address(service_url)
         self._service_url = service_url
         self.authentication = authentication
         self._trust = tls_trust_certs_file_path
@@ -44,6 +45,12 @@ class ServiceInfo:
     @property
     def service_url(self) -> str:
         return self._service_url
+
+    @property
+    def web_service(self) -> bool:
+        """Whether the URL is a broker's web service (http:// or https://), which the client
+        asks its lookups over HTTP, rather than a gRPC service URL."""
+        return self._service_url.startswith(WEB_SERVICE_SCHEMES)
 
     @property
     def use_tls(self) -> bool:

@@ -52,14 +52,11 @@ class StreamStarter:
     async def partition_count(self, topic: str) -> int:
         """The topic's partition count (0: not partitioned). The first call of every
         creation: retried while the broker is restarting, within the operation timeout."""
-        request = pb.PartitionedTopicMetadataRequest(topic=topic)
-
-        async def attempt() -> int:
-            stub = self.calls.stub()
-            response = await self.calls.unary(stub.GetPartitionedTopicMetadata, request, topic)
-            return int(response.partitions)
-
-        return await retry_creation(attempt, Backoff(*self.backoff_s), self.operation_timeout_s)
+        return await retry_creation(
+            lambda: self.calls.partition_count(topic),
+            Backoff(*self.backoff_s),
+            self.operation_timeout_s,
+        )
 
     async def attach(
         self,

@@ -28,9 +28,7 @@ from pulsar_grpc.broker.metadata.factory import StoreKind, parse_metadata_store_
 from pulsar_grpc.broker.security.settings import ClientAuthenticationSettings
 from pulsar_grpc.broker.security.tokens import config_problems as token_config_problems
 from pulsar_grpc.broker.web.broker_client import config_problems as broker_client_problems
-from pulsar_grpc.client._auth_params import authentication_from
 from pulsar_grpc.client._channels import parse_service_url
-from pulsar_grpc.client._scram import AuthenticationSCRAM
 
 __all__ = ["ConfigError", "ProxyConfiguration", "broker_view", "load_proxy_config"]
 
@@ -180,9 +178,9 @@ def _check_minimums(config: ProxyConfiguration) -> Iterator[tuple[str, str]]:
 
 def _check_security(config: ProxyConfiguration) -> Iterator[tuple[str, str]]:
     """The broker's own checks of the same properties, and what the proxy cannot do: SCRAM
-    without the cluster's metadata store (its role tokens are signed with the keys kept there),
-    and SCRAM as the proxy's own credentials (an exchange per broker is not what a forwarding
-    front door holds; token, basic or tls are)."""
+    without the cluster's metadata store (its role tokens are signed with the keys kept there).
+    The broker's checks refuse SCRAM and OAuth2 as the proxy's own credentials, as the
+    broker's (broker/web/broker_client.py)."""
     try:
         clustered = parse_metadata_store_url(config.metadataStoreUrl).kind is not StoreKind.EMBEDDED
     except ValueError:
@@ -196,17 +194,6 @@ def _check_security(config: ProxyConfiguration) -> Iterator[tuple[str, str]]:
     view = broker_view(config)
     yield from token_config_problems(view)
     yield from broker_client_problems(view)
-    try:
-        credentials = authentication_from(
-            config.brokerClientAuthenticationPlugin, config.brokerClientAuthenticationParameters
-        )
-    except ValueError:
-        return  # broker_client_problems named it
-    if isinstance(credentials, AuthenticationSCRAM):
-        yield (
-            "brokerClientAuthenticationPlugin",
-            "scram is not supported for the proxy's own credentials: use token, basic or tls",
-        )
 
 
 RULES: list[SettingsRule[ProxyConfiguration]] = [

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import hdrs
 
-from pulsar_grpc.client._auth import Authentication, AuthenticationTLS
+from pulsar_grpc.client._auth import Authentication, AuthenticationTLS, ObtainedAuthentication
 from pulsar_grpc.client._auth_params import authentication_from
 
 if TYPE_CHECKING:
@@ -123,6 +123,14 @@ def config_problems(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
     except ValueError as exc:  # the message names authPlugin or authParams
         plugin = str(exc).startswith("authPlugin")
         yield f"brokerClientAuthentication{'Plugin' if plugin else 'Parameters'}", str(exc)
+        return
+    if isinstance(authentication, ObtainedAuthentication):
+        # Sent as they are on each call: nothing runs SCRAM's exchange or fetches a token.
+        yield (
+            "brokerClientAuthenticationPlugin",
+            f"{config.brokerClientAuthenticationPlugin} is not supported for the broker's own "
+            "credentials (nor a proxy's): use token, basic or tls",
+        )
         return
     files = [("brokerClientTrustCertsFilePath", config.brokerClientTrustCertsFilePath)]
     if isinstance(authentication, AuthenticationTLS):

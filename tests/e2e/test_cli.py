@@ -242,7 +242,7 @@ def test_bad_usage_is_argparse_message_and_exit_2(args: tuple[str, ...], needle:
         (("produce", "t"), "give at least one -m MESSAGE or -f FILE"),
         (("produce", "t", "-m", "x", "-p", "novalue"), "expected KEY=VALUE"),
         (("produce", "t", "-f", "/nonexistent/file"), "/nonexistent/file"),
-        (("produce", "t", "-m", "x", "--service-url", "http://127.0.0.1:1"), "invalid service URL"),
+        (("produce", "t", "-m", "x", "--service-url", "pulsar://127.0.0.1:1"), "binary protocol"),
     ],
 )
 def test_bad_values_are_one_line_and_exit_2(args: tuple[str, ...], needle: str) -> None:

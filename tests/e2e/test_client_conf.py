@@ -161,3 +161,16 @@ def test_the_conf_trusts_the_brokers_ca_over_grpc_and_https(
     refused = cli("produce", "--conf", str(conf), *other, "tls-conf", "-m", "x",
                   "--operation-timeout-ms", "3000")  # fmt: skip
     assert refused.returncode == 1, refused.stderr
+
+
+def test_a_web_service_broker_url_in_the_conf_is_used_as_pulsar_client_uses_it(
+    broker: BrokerThread, tmp_path: Path
+) -> None:
+    """brokerServiceUrl=http://...: the commands look topics up over HTTP, send over gRPC."""
+    conf = tmp_path / "web.conf"
+    conf.write_text(f"brokerServiceUrl={broker.http_url}\nwebServiceUrl={broker.http_url}\n")
+    produced = cli("produce", "conf-web", "-m", "over-http", "--conf", str(conf))
+    assert produced.returncode == 0, produced.stderr
+    consumed = cli("consume", "conf-web", "-s", "sub", "-p", "earliest", "-n", "1",
+                   "--timeout", "10", "--conf", str(conf))  # fmt: skip
+    assert consumed.returncode == 0 and "over-http" in consumed.stdout, consumed.stderr

@@ -589,3 +589,15 @@ async def test_with_authorization_only_a_super_user_rotates_the_keys(scram_broke
     assert "super-user" in json.loads(refused.value.read())["reason"]
     ring = await asyncio.to_thread(rotate, broker, False, await role_token(broker, "alice"))
     assert len(ring["keys"]) == 2
+
+
+async def test_scram_over_a_web_service_url(scram_broker: BrokerThread) -> None:
+    """An http:// service URL: the exchange rides on the REST lookup (RFC 7804 headers), and
+    the role token it earns opens the gRPC streams; a wrong password fails promptly."""
+    auth = AuthenticationSCRAM("alice", "wonderland")
+    async with Client(scram_broker.http_url, authentication=auth) as client:
+        assert await produce_and_consume(client, "scram-http", b"http") == b"http"
+    wrong = AuthenticationSCRAM("alice", "not-it")
+    async with Client(scram_broker.http_url, authentication=wrong, operation_timeout_ms=5000) as c:
+        with pytest.raises(AuthenticationError):
+            await asyncio.wait_for(c.create_producer("scram-http"), 30)

@@ -40,6 +40,13 @@ def test_bad_broker_client_properties_are_refused_at_load(tmp_path) -> None:
             "brokerClientAuthenticationParameters: authParams: userId and password",
         ),
         (
+            {
+                "brokerClientAuthenticationPlugin": "oauth2",
+                "brokerClientAuthenticationParameters": '{"issuer_url":"http://i","private_key":"k"}',
+            },
+            "brokerClientAuthenticationPlugin: oauth2 is not supported for the broker's own",
+        ),
+        (
             {"brokerClientTrustCertsFilePath": str(absent)},
             f"brokerClientTrustCertsFilePath: cannot read {absent}",
         ),

@@ -68,7 +68,7 @@ def test_tls_and_security_problems_are_named() -> None:
         "scramAuthConf": "data:;base64,",
     }
     assert load_proxy_config(None, {}, scram_at_proxy).scramAuthConf == "data:;base64,"
-    assert "scram is not supported for the proxy's own credentials" in problems(
+    assert "scram is not supported for the broker's own credentials (nor a proxy's)" in problems(
         **BROKER,
         brokerClientAuthenticationPlugin="scram",
         brokerClientAuthenticationParameters="userId:u,password:p",
