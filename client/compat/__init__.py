@@ -36,6 +36,7 @@ from .._crypto_keys import CryptoKeyReader
 from .._errors import Result
 from .._key_shared import ConsumerKeySharedPolicy, KeySharedMode
 from .._message import Message, MessageId
+from .._oauth2 import AuthenticationOauth2
 from .._routing import PartitionsRoutingMode
 from .._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 from .._sync import SyncClient as Client
@@ -48,6 +49,7 @@ from . import asyncio
 __all__ = [
     "Authentication",
     "AuthenticationBasic",
+    "AuthenticationOauth2",
     "AuthenticationTLS",
     "AuthenticationToken",
     "AutoClusterFailover",

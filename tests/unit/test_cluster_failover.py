@@ -76,7 +76,17 @@ def test_a_client_of_several_clusters_refuses_its_own_credentials_as_pulsar_clie
 
 
 def test_a_service_info_with_a_bad_url_is_refused_at_once() -> None:
-    assert "invalid service URL" in error_of(lambda: ServiceInfo("http://broker:8080"))
+    assert "invalid service URL" in error_of(lambda: ServiceInfo("ftp://broker:8080"))
+    assert "Pulsar's binary protocol" in error_of(lambda: ServiceInfo("pulsar://broker:6650"))
+    assert "invalid service URL" in error_of(lambda: ServiceInfo("http://broker:8080/admin"))
+
+
+def test_a_service_info_may_name_a_web_service() -> None:
+    """As a plain http:// service URL: the cluster's lookups go over HTTP, and the failover
+    probe connects to the web service's port (80 or 443 when the URL names none)."""
+    web = ServiceInfo("https://broker")
+    assert (web.web_service, web.target, web.use_tls) == (True, "broker:443", True)
+    assert not ServiceInfo("grpc://broker:50051").web_service
 
 
 def test_failover_needs_a_running_loop_to_probe_on() -> None:
