@@ -136,3 +136,27 @@ async def test_the_secondary_is_reached_with_its_own_credentials(
         assert await stored(secondary.service_url, auth_token=token) == [b"on-secondary"]
     finally:
         await client.close()
+
+
+async def test_a_secondary_named_by_its_web_service_url_takes_lookups_over_http(
+    brokers: Brokers, tmp_path: Path
+) -> None:
+    """A cluster's ServiceInfo may be its http:// URL, as a plain service URL may: after the
+    switch the client asks that cluster its lookups over HTTP, then produces over gRPC."""
+    primary = await brokers.start(tmp_path / "primary")
+    secondary = await brokers.start(tmp_path / "secondary")
+    failover = AutoClusterFailover(
+        ServiceInfo(primary.service_url), [ServiceInfo(secondary.http_url)], check_interval_ms=100
+    )
+    client = Client(failover, initial_backoff_interval_ms=50, max_backoff_interval_ms=500)
+    try:
+        producer = await client.create_producer(TOPIC)
+        await producer.send(b"on-primary")
+        await brokers.stop(primary)
+        await producer.send(b"on-secondary")
+        assert client.cluster.current is failover.secondary[0]
+        assert await stored(secondary.service_url) == [b"on-secondary"]
+        late = await client.create_producer(TOPIC + "-late")  # a lookup over HTTP
+        await late.send(b"late")
+    finally:
+        await client.close()
