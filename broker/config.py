@@ -28,6 +28,7 @@ from pulsar_grpc.broker.cluster import is_cluster_store
 from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
 from pulsar_grpc.broker.metadata.factory import parse_metadata_store_url
+from pulsar_grpc.broker.partition_limits import PARTITIONS_CEILING, max_partitions
 from pulsar_grpc.broker.pulsar_properties import PULSAR_PROPERTIES
 from pulsar_grpc.broker.security.settings import ClientAuthenticationSettings
 from pulsar_grpc.broker.security.tokens import config_problems as token_config_problems
@@ -107,6 +108,9 @@ class ServiceConfiguration(ClientAuthenticationSettings):
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: Literal["non-partitioned", "partitioned"] = "non-partitioned"
     defaultNumPartitions: int = 1
+    # Pulsar's name and default (0: no limit of the operator's); never above this broker's
+    # safety ceiling, broker/partition_limits.py's PARTITIONS_CEILING.
+    maxNumPartitionsPerPartitionedTopic: int = 0
     # Pulsar's names and defaults: whether an admin's forced delete of a namespace (its topics
     # with it) or of a tenant (its namespaces with it) is allowed; refused 405 otherwise.
     forceDeleteNamespaceAllowed: bool = False
@@ -449,6 +453,7 @@ _AT_LEAST: dict[str, float] = {
     "statsUpdateFrequencyInSecs": 1,
     "authenticationRefreshCheckSeconds": 1,
     "defaultNumPartitions": 1,
+    "maxNumPartitionsPerPartitionedTopic": 0,
     "defaultNumberOfNamespaceBundles": 1,
     "managedLedgerMaxEntriesPerLedger": 1,
     "managedLedgerMaxSizePerLedgerMbytes": 1,
@@ -518,6 +523,24 @@ def _check_minimums(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
             yield name, f"{value} is less than the minimum {minimum}"
 
 
+def _check_partition_limits(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    """No configured count of partitions above what a request may declare (its reason is in
+    broker/partition_limits.py): auto-creation uses defaultNumPartitions."""
+    limit = max_partitions(config)
+    if config.maxNumPartitionsPerPartitionedTopic > PARTITIONS_CEILING:
+        yield (
+            "maxNumPartitionsPerPartitionedTopic",
+            f"{config.maxNumPartitionsPerPartitionedTopic} is over this broker's safety "
+            f"ceiling of {PARTITIONS_CEILING} partitions",
+        )
+    elif config.defaultNumPartitions > limit:
+        yield (
+            "defaultNumPartitions",
+            f"{config.defaultNumPartitions} is over the {limit} partitions a topic may have "
+            "(maxNumPartitionsPerPartitionedTopic, or this broker's safety ceiling)",
+        )
+
+
 def _check_not_empty(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
     for name in ("clusterName", "bindAddress", "dataDirectory", "messagingProtocols"):
         if not getattr(config, name):
@@ -585,6 +608,7 @@ RULES: list[Rule] = [
     _check_ports_distinct,
     _check_grpc_listener,
     _check_minimums,
+    _check_partition_limits,
     _check_not_empty,
     _check_tls_files,
     _check_metadata_store_url,
