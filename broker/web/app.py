@@ -1,7 +1,8 @@
 """The web service: /metrics plus the subset of Pulsar's admin API v2 that this broker serves.
 
 Errors answer Pulsar's way: a JSON body ``{"reason": ...}`` with 400 (bad input), 404 (absent),
-409 (already exists), 412 (not allowed now) or 500.
+409 (already exists), 412 (not allowed now), 413 (a body over aiohttp's 1 MiB client_max_size)
+or 500.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         # A SCRAM step answers with its next message in headers, as RFC 7804 does over HTTP.
         headers = dict(exc.metadata) if isinstance(exc, e.AuthenticationChallenge) else None
         return web.json_response({"reason": exc.message}, status=status, headers=headers)
+    except web.HTTPRequestEntityTooLarge as exc:  # aiohttp's, over client_max_size: its text
+        return web.json_response({"reason": exc.text}, status=exc.status)
 
 
 def _authenticating(service: AuthenticationService, metrics_open: bool) -> Middleware:

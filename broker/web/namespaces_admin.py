@@ -35,6 +35,7 @@ from aiohttp import web
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
 from pulsar_grpc.broker.topics.dedup import FIELD as DEDUPLICATION_ENABLED
 from pulsar_grpc.broker.topics.encryption_policy import FIELD as ENCRYPTION_REQUIRED
@@ -255,7 +256,7 @@ async def _policies_body(request: web.Request, kind: type[_Body]) -> _Body:
     if not text and kind is dict:
         return kind()
     try:
-        body = json.loads(text)
+        body = json_value(text)
     except ValueError:
         raise e.InvalidArgumentError(f"the body is not JSON: {text[:60]!r}") from None
     if not isinstance(body, kind):
