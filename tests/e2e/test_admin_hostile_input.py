@@ -1,0 +1,146 @@
+"""Admin requests whose declared counts or bodies would cost the broker out of proportion to
+what they sent (issue 25's last audit item): each is refused with a 4xx and Pulsar's
+``{"reason": ...}``, never a 500 with a traceback. Before: 10**9 partitions were accepted (a
+stats or delete of 100,000 partitions then held the event loop 9-16 s and did not end in
+two minutes), a body of 2,000 ``[`` answered 500 from every handler that parsed one, and a
+rate of 10**40 was stored."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import aiohttp
+import pytest
+
+from pulsar_grpc.broker.config import ConfigError
+from pulsar_grpc.broker.partition_limits import PARTITIONS_CEILING
+from tests.e2e.admin_support import call, shared_broker, unique
+from tests.support import BrokerThread
+
+__all__ = ["shared_broker"]
+
+BASE = "/admin/v2/persistent/public/default"
+# Past the recursion limit, within the 4 KiB a rate's body may have (and a body's 1 MiB).
+NESTED = "[" * 2_000 + "]" * 2_000
+
+
+async def test_partition_counts_over_the_safety_ceiling_are_refused(
+    shared_broker: BrokerThread,
+) -> None:
+    b = shared_broker
+    topic = unique("wide")
+    refusal = {
+        "reason": f"Number of partitions should be less than or equal to {PARTITIONS_CEILING}"
+    }
+    assert await call(b, "PUT", f"{BASE}/{topic}/partitions", 10**9) == (400, refusal)
+    assert await call(b, "GET", f"{BASE}/{topic}/partitions") == (200, {"partitions": 0})
+
+    assert await call(b, "PUT", f"{BASE}/{topic}/partitions", 2) == (204, None)
+    assert await call(b, "POST", f"{BASE}/{topic}/partitions", PARTITIONS_CEILING + 1) == (
+        400,
+        refusal,
+    )
+    assert await call(b, "GET", f"{BASE}/{topic}/partitions") == (200, {"partitions": 2})
+
+
+async def test_max_num_partitions_per_partitioned_topic_is_pulsars_limit(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    b = broker_factory(maxNumPartitionsPerPartitionedTopic=4)
+    refusal = {"reason": "Number of partitions should be less than or equal to 4"}
+    assert await call(b, "PUT", f"{BASE}/five/partitions", 5) == (400, refusal)
+    assert await call(b, "PUT", f"{BASE}/four/partitions", 4) == (204, None)
+    assert await call(b, "POST", f"{BASE}/four/partitions", 5) == (400, refusal)
+    assert await call(b, "GET", f"{BASE}/four/partitions") == (200, {"partitions": 4})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"maxNumPartitionsPerPartitionedTopic": PARTITIONS_CEILING + 1}, "safety ceiling"),
+        (
+            {
+                "allowAutoTopicCreationType": "partitioned",
+                "defaultNumPartitions": 8,
+                "maxNumPartitionsPerPartitionedTopic": 4,
+            },
+            "defaultNumPartitions: 8 is over the 4 partitions",
+        ),
+    ],
+)
+def test_a_configuration_asking_for_more_partitions_than_allowed_is_refused(
+    broker_factory: Callable[..., BrokerThread], overrides: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        broker_factory(**overrides)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PUT", "/admin/v2/tenants/{name}"),
+        ("PUT", "/admin/v2/clusters/{name}"),
+        ("PUT", "/admin/v2/namespaces/public/{name}"),
+        ("POST", "/admin/v2/namespaces/public/default/deduplication"),
+        ("POST", "/admin/v2/namespaces/public/default/permissions/{name}"),
+        ("POST", "/admin/v2/namespaces/public/default/publishRate"),
+        ("PUT", BASE + "/{name}/partitions"),
+        ("POST", "/admin/v2/schemas/public/default/{name}/schema"),
+        ("POST", "/admin/v2/schemas/public/default/{name}/version"),
+        ("POST", "/admin/v2/schemas/public/default/{name}/compatibility"),
+        ("PUT", "/admin/v2/namespaces/public/default/0x00000000_0xffffffff/split"),
+    ],
+)
+async def test_a_body_nested_past_the_recursion_limit_is_bad_input(
+    shared_broker: BrokerThread, method: str, path: str
+) -> None:
+    status, answer = await call(
+        shared_broker, method, path.format(name=unique("nested")), raw=NESTED
+    )
+    assert status == 400, answer
+    assert answer["reason"]
+
+
+async def test_a_subscription_reset_to_a_nested_body_is_bad_input(
+    shared_broker: BrokerThread,
+) -> None:
+    b = shared_broker
+    topic = unique("reset")
+    assert await call(b, "PUT", f"{BASE}/{topic}") == (204, None)
+    assert await call(b, "PUT", f"{BASE}/{topic}/subscription/s") == (204, None)
+    status, answer = await call(b, "POST", f"{BASE}/{topic}/subscription/s/resetcursor", raw=NESTED)
+    assert status == 400 and "not JSON" in answer["reason"]
+
+
+async def test_a_body_over_the_web_services_limit_answers_413_with_a_reason(
+    shared_broker: BrokerThread,
+) -> None:
+    url = f"{shared_broker.http_url}/admin/v2/tenants/{unique('big')}"
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
+        http.put(url, data=io.BytesIO(b"x" * (2 << 20))) as response,
+    ):
+        assert response.status == 413
+        answer = await response.json()
+    assert "Maximum request body size" in answer["reason"]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (
+            {"publishThrottlingRateInMsg": 2**31},
+            "publishThrottlingRateInMsg 2147483648 is out of range of a Java int",
+        ),
+        (
+            {"publishThrottlingRateInByte": 10**30},
+            f"publishThrottlingRateInByte {10**30} is out of range of a Java long",
+        ),
+    ],
+)
+async def test_a_rate_out_of_pulsars_field_range_is_refused(
+    shared_broker: BrokerThread, body: dict[str, int], reason: str
+) -> None:
+    path = "/admin/v2/namespaces/public/default/publishRate"
+    assert await call(shared_broker, "POST", path, body) == (400, {"reason": reason})
