@@ -318,9 +318,12 @@ class WebService:
         return web.Response(status=204)
 
     async def partitions(self, request: web.Request) -> web.Response:
+        """Pulsar's GET .../partitions: a read, unless ``checkAllowAutoCreation=true`` (Pulsar's
+        query parameter, false by default) lets it auto-create the topic as a lookup would."""
         name = self._topic(request)
         await self.access.topic(request, TopicName.get(name), TopicOperation.LOOKUP)
-        partitions = await self.service.resources.get_partitioned_metadata(name)
+        auto_create = request.query.get("checkAllowAutoCreation", "false").lower() == "true"
+        partitions = await self.service.resources.get_partitioned_metadata(name, auto_create)
         return web.json_response({"partitions": partitions})
 
     async def stats(self, request: web.Request) -> web.Response:

@@ -105,3 +105,17 @@ async def test_the_anonymous_sdk_auto_creates_a_partitioned_topic_where_it_may_l
             )
     assert await partitions_of(b, "private/closed/t") == 0
     assert await partitions_of(b, "private/closed/u") == 0
+
+
+async def test_reading_the_partitions_auto_creates_only_when_asked(
+    anonymous_broker: BrokerThread,
+) -> None:
+    """Pulsar's GET .../partitions takes checkAllowAutoCreation, false by default."""
+    b = anonymous_broker
+    path = "/admin/v2/persistent/public/default/read/partitions"
+    assert await admin(b, "GET", path) == {"partitions": 0}
+    assert await partitions_of(b, "public/default/read") == 0
+    assert await admin(b, "GET", path + "?checkAllowAutoCreation=true") == {
+        "partitions": PARTITIONS
+    }
+    assert await partitions_of(b, "public/default/read") == PARTITIONS
