@@ -77,6 +77,29 @@ def test_a_configuration_asking_for_more_partitions_than_allowed_is_refused(
 
 
 @pytest.mark.parametrize(
+    ("bundles", "reason"),
+    [
+        ({"numBundles": 10**9}, "numBundles asks for 1000000000 bundles"),
+        (
+            {"boundaries": [f"0x{i * 2**22:08x}" for i in range(1024)] + ["0xffffffff"]},
+            "boundaries make 1024 bundles",
+        ),
+    ],
+)
+async def test_a_namespace_asking_for_more_bundles_than_allowed_is_refused(
+    shared_broker: BrokerThread, bundles: dict[str, object], reason: str
+) -> None:
+    ns = "public/" + unique("bundles")
+    path = f"/admin/v2/namespaces/{ns}"
+    status, answer = await call(shared_broker, "PUT", path, {"bundles": bundles})
+    assert status == 412
+    assert answer["reason"] == (
+        f"Invalid bundles: {reason}, over loadBalancerNamespaceMaximumBundles 128"
+    )
+    assert (await call(shared_broker, "GET", path))[0] == 404
+
+
+@pytest.mark.parametrize(
     ("method", "path"),
     [
         ("PUT", "/admin/v2/tenants/{name}"),
