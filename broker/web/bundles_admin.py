@@ -211,7 +211,7 @@ def _broker_url(scheme: str, broker: str) -> URL:
     host, _, port = broker.rpartition(":")
     if host.startswith("[") and host.endswith("]"):  # an IPv6 address
         host = host[1:-1]
-    if host and port.isdigit() and 0 < int(port) <= MAX_PORT:
+    if host and port.isascii() and port.isdigit() and 0 < int(port) <= MAX_PORT:
         try:
             return URL.build(scheme=scheme, host=host, port=int(port))
         except ValueError:  # a host yarl cannot encode

@@ -95,7 +95,7 @@ class SchemasAdmin:
     async def get_version(self, request: web.Request) -> web.Response:
         topic = await self._topic(request, write=False)
         raw = request.match_info["version"]
-        if not raw.isdigit() or len(raw) > 19:
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:  # int("²") fails
             raise e.InvalidArgumentError(f"schema version {raw[:40]!r} is not a number")
         stored = await self.service.schemas.registry.get(schema_id(topic), int(raw))
         if stored is None:

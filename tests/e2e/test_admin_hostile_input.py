@@ -167,3 +167,20 @@ async def test_a_rate_out_of_pulsars_field_range_is_refused(
 ) -> None:
     path = "/admin/v2/namespaces/public/default/publishRate"
     assert await call(shared_broker, "POST", path, body) == (400, {"reason": reason})
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/admin/v2/schemas/public/default/{name}/schema/%C2%B2",  # "²": str.isdigit, not int
+        "/admin/v2/brokers/{cluster}/localhost:%C2%B2/ownedNamespaces",
+    ],
+)
+async def test_a_number_in_a_path_that_only_unicode_calls_a_digit_is_bad_input(
+    shared_broker: BrokerThread, path: str
+) -> None:
+    cluster = shared_broker.config.clusterName
+    url = path.format(name=unique("digits"), cluster=cluster)
+    status, answer = await call(shared_broker, "GET", url)
+    assert status == 400, answer
+    assert answer["reason"]
