@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pulsar_grpc.broker.errors import InvalidArgumentError
+from pulsar_grpc.broker.errors import NotAcceptableError
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.config import ServiceConfiguration
@@ -31,8 +31,10 @@ def max_partitions(config: ServiceConfiguration) -> int:
 
 
 def check_partitions(config: ServiceConfiguration, partitions: int) -> None:
-    """InvalidArgumentError with Pulsar's reason for a count over :func:`max_partitions`
-    (Pulsar's PersistentTopicsBase refuses it 406 before touching any metadata)."""
+    """Pulsar's refusals (406, its reasons) of a count below 1 or over :func:`max_partitions`,
+    made before any metadata is touched, as PersistentTopicsBase does."""
+    if partitions < 1:
+        raise NotAcceptableError("Number of partitions should be more than 0")
     limit = max_partitions(config)
     if partitions > limit:
-        raise InvalidArgumentError(f"Number of partitions should be less than or equal to {limit}")
+        raise NotAcceptableError(f"Number of partitions should be less than or equal to {limit}")

@@ -165,8 +165,6 @@ class NamespaceResources:
 
     async def create_partitioned_topic(self, name: str, partitions: int) -> None:
         topic = TopicName.get(name)
-        if partitions < 1:
-            raise InvalidArgumentError(f"number of partitions must be at least 1, got {partitions}")
         check_partitions(self.config, partitions)
         if topic.is_partitioned:
             raise InvalidArgumentError(

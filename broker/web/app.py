@@ -1,6 +1,7 @@
 """The web service: /metrics plus the subset of Pulsar's admin API v2 that this broker serves.
 
-Errors answer Pulsar's way: a JSON body ``{"reason": ...}`` with 400 (bad input), 404 (absent),
+Errors answer Pulsar's way: a JSON body ``{"reason": ...}`` with 400 (bad input; 406 where
+Pulsar answers it, a number of partitions out of range), 404 (absent),
 409 (already exists), 412 (not allowed now), 413 (a body over aiohttp's 1 MiB client_max_size)
 or 500.
 """
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _HTTP_STATUS: list[tuple[type[e.BrokerError], int]] = [
+    (e.NotAcceptableError, 406),
     (e.InvalidArgumentError, 400),
     (e.NotFoundError, 404),
     (e.PreconditionFailedError, 412),

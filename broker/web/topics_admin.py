@@ -124,8 +124,6 @@ class TopicsAdmin:
         topic = topic_of(request)
         await self.access.tenant_admin(request, topic.tenant)
         partitions = partition_count(await request.text())
-        if partitions < 1:  # Pulsar: 406 NOT_ACCEPTABLE "Number of partitions should be..."
-            raise e.InvalidArgumentError("Number of partitions should be more than 0")
         await self.service.resources.update_partitioned_topic(topic.full_name, partitions)
         return web.Response(status=204)
 

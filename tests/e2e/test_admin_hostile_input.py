@@ -33,15 +33,17 @@ async def test_partition_counts_over_the_safety_ceiling_are_refused(
     refusal = {
         "reason": f"Number of partitions should be less than or equal to {PARTITIONS_CEILING}"
     }
-    assert await call(b, "PUT", f"{BASE}/{topic}/partitions", 10**9) == (400, refusal)
+    assert await call(b, "PUT", f"{BASE}/{topic}/partitions", 10**9) == (406, refusal)
     assert await call(b, "GET", f"{BASE}/{topic}/partitions") == (200, {"partitions": 0})
 
     assert await call(b, "PUT", f"{BASE}/{topic}/partitions", 2) == (204, None)
     assert await call(b, "POST", f"{BASE}/{topic}/partitions", PARTITIONS_CEILING + 1) == (
-        400,
+        406,
         refusal,
     )
     assert await call(b, "GET", f"{BASE}/{topic}/partitions") == (200, {"partitions": 2})
+    below = {"reason": "Number of partitions should be more than 0"}
+    assert await call(b, "PUT", f"{BASE}/{unique('none')}/partitions", 0) == (406, below)
 
 
 async def test_max_num_partitions_per_partitioned_topic_is_pulsars_limit(
@@ -49,9 +51,9 @@ async def test_max_num_partitions_per_partitioned_topic_is_pulsars_limit(
 ) -> None:
     b = broker_factory(maxNumPartitionsPerPartitionedTopic=4)
     refusal = {"reason": "Number of partitions should be less than or equal to 4"}
-    assert await call(b, "PUT", f"{BASE}/five/partitions", 5) == (400, refusal)
+    assert await call(b, "PUT", f"{BASE}/five/partitions", 5) == (406, refusal)
     assert await call(b, "PUT", f"{BASE}/four/partitions", 4) == (204, None)
-    assert await call(b, "POST", f"{BASE}/four/partitions", 5) == (400, refusal)
+    assert await call(b, "POST", f"{BASE}/four/partitions", 5) == (406, refusal)
     assert await call(b, "GET", f"{BASE}/four/partitions") == (200, {"partitions": 4})
 
 
