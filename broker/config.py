@@ -502,38 +502,47 @@ _AT_LEAST: dict[str, float] = {
 }
 
 
+# Properties that have a maximum too: this broker's safety ceilings.
+_AT_MOST: dict[str, float] = {
+    "maxNumPartitionsPerPartitionedTopic": PARTITIONS_CEILING,
+}
+
+
 def parse_checked(name: str, raw: str) -> Any:
     """The typed value of property ``name`` from ``raw`` with the checks one value gets at load
-    (its type, its minimum): a value changed at run time (broker/dynamic_config.py) is held to
-    the same rules. ValueError says what is wrong."""
+    (its type, its minimum and maximum): a value changed at run time (broker/dynamic_config.py)
+    is held to the same rules. ValueError says what is wrong."""
     try:
         value = parse_value(name, raw)
     except _BadValue as exc:
         raise ValueError(f"{name}: {raw.strip()[:40]!r} {exc}") from None
-    minimum = _AT_LEAST.get(name)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name}: {value} is less than the minimum {minimum}")
+    problem = _out_of_bounds(name, value)
+    if problem:
+        raise ValueError(f"{name}: {problem}")
     return value
 
 
-def _check_minimums(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
-    for name, minimum in _AT_LEAST.items():
-        value = getattr(config, name)
-        if value < minimum:
-            yield name, f"{value} is less than the minimum {minimum}"
+def _out_of_bounds(name: str, value: Any) -> str | None:
+    minimum, maximum = _AT_LEAST.get(name), _AT_MOST.get(name)
+    if minimum is not None and value < minimum:
+        return f"{value} is less than the minimum {minimum}"
+    if maximum is not None and value > maximum:
+        return f"{value} is over the maximum {maximum}"
+    return None
+
+
+def _check_bounds(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    for name in {**_AT_LEAST, **_AT_MOST}:
+        problem = _out_of_bounds(name, getattr(config, name))
+        if problem:
+            yield name, problem
 
 
 def _check_partition_limits(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
-    """No configured count of partitions above what a request may declare (its reason is in
-    broker/partition_limits.py): auto-creation uses defaultNumPartitions."""
+    """Auto-creation (defaultNumPartitions) held to the limit a request is held to (its reason
+    is in broker/partition_limits.py)."""
     limit = max_partitions(config)
-    if config.maxNumPartitionsPerPartitionedTopic > PARTITIONS_CEILING:
-        yield (
-            "maxNumPartitionsPerPartitionedTopic",
-            f"{config.maxNumPartitionsPerPartitionedTopic} is over this broker's safety "
-            f"ceiling of {PARTITIONS_CEILING} partitions",
-        )
-    elif config.defaultNumPartitions > limit:
+    if config.defaultNumPartitions > limit:
         yield (
             "defaultNumPartitions",
             f"{config.defaultNumPartitions} is over the {limit} partitions a topic may have "
@@ -607,7 +616,7 @@ RULES: list[Rule] = [
     _check_ports_in_range,
     _check_ports_distinct,
     _check_grpc_listener,
-    _check_minimums,
+    _check_bounds,
     _check_partition_limits,
     _check_not_empty,
     _check_tls_files,

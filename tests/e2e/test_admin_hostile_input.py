@@ -17,6 +17,7 @@ from pulsar_grpc.broker.config import ConfigError
 from pulsar_grpc.broker.partition_limits import PARTITIONS_CEILING
 from tests.e2e.admin_support import call, shared_broker, unique
 from tests.support import BrokerThread
+from tests.waiting import eventually
 
 __all__ = ["shared_broker"]
 
@@ -57,10 +58,28 @@ async def test_max_num_partitions_per_partitioned_topic_is_pulsars_limit(
     assert await call(b, "GET", f"{BASE}/four/partitions") == (200, {"partitions": 4})
 
 
+async def test_max_num_partitions_is_dynamic_within_the_ceiling(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    """Dynamic in Pulsar too; the next create is held to the new value."""
+    b = broker_factory()
+    config = "/admin/v2/brokers/configuration/maxNumPartitionsPerPartitionedTopic"
+    assert await call(b, "POST", f"{config}/2") == (204, None)
+    await eventually(lambda: b.config.maxNumPartitionsPerPartitionedTopic == 2)
+    refusal = {"reason": "Number of partitions should be less than or equal to 2"}
+    assert await call(b, "PUT", f"{BASE}/three/partitions", 3) == (406, refusal)
+    status, answer = await call(b, "POST", f"{config}/{PARTITIONS_CEILING + 1}")
+    assert status == 412
+    assert f"is over the maximum {PARTITIONS_CEILING}" in answer["reason"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "problem"),
     [
-        ({"maxNumPartitionsPerPartitionedTopic": PARTITIONS_CEILING + 1}, "safety ceiling"),
+        (
+            {"maxNumPartitionsPerPartitionedTopic": PARTITIONS_CEILING + 1},
+            f"{PARTITIONS_CEILING + 1} is over the maximum {PARTITIONS_CEILING}",
+        ),
         (
             {
                 "allowAutoTopicCreationType": "partitioned",
