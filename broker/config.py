@@ -28,6 +28,7 @@ from pulsar_grpc.broker.cluster import is_cluster_store
 from pulsar_grpc.broker.ledger.storage_url import parse_ledger_storage_url
 from pulsar_grpc.broker.listeners import GRPC_SCHEMES, LISTENER_RULES, extra_bind_addresses
 from pulsar_grpc.broker.metadata.factory import parse_metadata_store_url
+from pulsar_grpc.broker.partition_limits import PARTITIONS_CEILING, max_partitions
 from pulsar_grpc.broker.pulsar_properties import PULSAR_PROPERTIES
 from pulsar_grpc.broker.security.settings import ClientAuthenticationSettings
 from pulsar_grpc.broker.security.tokens import config_problems as token_config_problems
@@ -107,6 +108,9 @@ class ServiceConfiguration(ClientAuthenticationSettings):
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: Literal["non-partitioned", "partitioned"] = "non-partitioned"
     defaultNumPartitions: int = 1
+    # Pulsar's name and default (0: no limit of the operator's); never above this broker's
+    # safety ceiling, broker/partition_limits.py's PARTITIONS_CEILING.
+    maxNumPartitionsPerPartitionedTopic: int = 0
     # Pulsar's names and defaults: whether an admin's forced delete of a namespace (its topics
     # with it) or of a tenant (its namespaces with it) is allowed; refused 405 otherwise.
     forceDeleteNamespaceAllowed: bool = False
@@ -449,6 +453,7 @@ _AT_LEAST: dict[str, float] = {
     "statsUpdateFrequencyInSecs": 1,
     "authenticationRefreshCheckSeconds": 1,
     "defaultNumPartitions": 1,
+    "maxNumPartitionsPerPartitionedTopic": 0,
     "defaultNumberOfNamespaceBundles": 1,
     "managedLedgerMaxEntriesPerLedger": 1,
     "managedLedgerMaxSizePerLedgerMbytes": 1,
@@ -497,25 +502,52 @@ _AT_LEAST: dict[str, float] = {
 }
 
 
+# Properties that have a maximum too: this broker's safety ceilings.
+_AT_MOST: dict[str, float] = {
+    "maxNumPartitionsPerPartitionedTopic": PARTITIONS_CEILING,
+}
+
+
 def parse_checked(name: str, raw: str) -> Any:
     """The typed value of property ``name`` from ``raw`` with the checks one value gets at load
-    (its type, its minimum): a value changed at run time (broker/dynamic_config.py) is held to
-    the same rules. ValueError says what is wrong."""
+    (its type, its minimum and maximum): a value changed at run time (broker/dynamic_config.py)
+    is held to the same rules. ValueError says what is wrong."""
     try:
         value = parse_value(name, raw)
     except _BadValue as exc:
         raise ValueError(f"{name}: {raw.strip()[:40]!r} {exc}") from None
-    minimum = _AT_LEAST.get(name)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name}: {value} is less than the minimum {minimum}")
+    problem = _out_of_bounds(name, value)
+    if problem:
+        raise ValueError(f"{name}: {problem}")
     return value
 
 
-def _check_minimums(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
-    for name, minimum in _AT_LEAST.items():
-        value = getattr(config, name)
-        if value < minimum:
-            yield name, f"{value} is less than the minimum {minimum}"
+def _out_of_bounds(name: str, value: Any) -> str | None:
+    minimum, maximum = _AT_LEAST.get(name), _AT_MOST.get(name)
+    if minimum is not None and value < minimum:
+        return f"{value} is less than the minimum {minimum}"
+    if maximum is not None and value > maximum:
+        return f"{value} is over the maximum {maximum}"
+    return None
+
+
+def _check_bounds(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    for name in {**_AT_LEAST, **_AT_MOST}:
+        problem = _out_of_bounds(name, getattr(config, name))
+        if problem:
+            yield name, problem
+
+
+def _check_partition_limits(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
+    """Auto-creation (defaultNumPartitions) held to the limit a request is held to (its reason
+    is in broker/partition_limits.py)."""
+    limit = max_partitions(config)
+    if config.defaultNumPartitions > limit:
+        yield (
+            "defaultNumPartitions",
+            f"{config.defaultNumPartitions} is over the {limit} partitions a topic may have "
+            "(maxNumPartitionsPerPartitionedTopic, or this broker's safety ceiling)",
+        )
 
 
 def _check_not_empty(config: ServiceConfiguration) -> Iterator[tuple[str, str]]:
@@ -584,7 +616,8 @@ RULES: list[Rule] = [
     _check_ports_in_range,
     _check_ports_distinct,
     _check_grpc_listener,
-    _check_minimums,
+    _check_bounds,
+    _check_partition_limits,
     _check_not_empty,
     _check_tls_files,
     _check_metadata_store_url,

@@ -5,13 +5,14 @@ Pulsar's model: the ServiceConfiguration fields marked ``@FieldContext(dynamic =
 overridden in the metadata store node ``/admin/configuration``, a JSON map of property name to
 its text (as broker.conf would give it). Every broker reads the node when it starts and
 watches it; an override replaces the broker.conf value, and removing it brings that value back.
-Here the dynamic properties are the rate limits (all of them dynamic in Pulsar too), applied
-live: the broker-wide throttles and every loaded topic's limits are retuned at once, so open
-producer streams and dispatchers feel a change within a notification's delay.
+Here the dynamic properties are the rate limits and maxNumPartitionsPerPartitionedTopic (all
+of them dynamic in Pulsar too), applied live: the broker-wide throttles and every loaded topic's
+limits are retuned at once, so open producer streams and dispatchers feel a change within a
+notification's delay; the partitions' limit holds for the next create or update.
 
-A value is checked when written (its type and minimum, as at load: a bad one is refused with
-412, as Pulsar refuses an invalid dynamic-config value) and again when read, since another tool
-may have written the node: a bad value there is logged and the broker.conf value holds.
+A value is checked when written (its type, minimum and maximum, as at load: a bad one is
+refused with 412, as Pulsar refuses an invalid dynamic-config value) and again when read, since
+another tool may have written the node: a bad value there is logged and the broker.conf value holds.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 DYNAMIC_CONFIG_PATH = "/admin/configuration"  # Pulsar's BROKER_SERVICE_CONFIGURATION_PATH
 
-# The rate properties the broker reads; Pulsar marks every one of them dynamic.
+# The rate properties the broker reads, and the partitions' limit; Pulsar marks each dynamic.
 DYNAMIC_PROPERTIES: frozenset[str] = frozenset(
     {
         "maxPublishRatePerTopicInMessages",
@@ -51,6 +52,8 @@ DYNAMIC_PROPERTIES: frozenset[str] = frozenset(
         "dispatchThrottlingRatePerSubscriptionInByte",
         "dispatchThrottlingRateInMsg",
         "dispatchThrottlingRateInByte",
+        # Read at each create or update of a partitioned topic; dynamic in Pulsar too.
+        "maxNumPartitionsPerPartitionedTopic",
     }
 )
 

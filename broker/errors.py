@@ -5,7 +5,8 @@ The tree::
     BrokerError                       (UnknownError)
     ├── InvalidArgumentError          bad parameters                 -> INVALID_ARGUMENT
     │   ├── InvalidTopicNameError     (InvalidTopicName)             -> INVALID_ARGUMENT
-    │   └── InvalidSchemaDataError    (IncompatibleSchema)           -> INVALID_ARGUMENT
+    │   ├── InvalidSchemaDataError    (IncompatibleSchema)           -> INVALID_ARGUMENT
+    │   └── NotAcceptableError                                       (HTTP 406)
     ├── NotFoundError                                                -> NOT_FOUND
     │   ├── TopicNotFoundError        (TopicNotFound)
     │   └── SubscriptionNotFoundError (SubscriptionNotFound)
@@ -79,6 +80,11 @@ class InvalidArgumentError(BrokerError):
 
 class InvalidTopicNameError(InvalidArgumentError):
     code = ServerError.InvalidTopicName
+
+
+class NotAcceptableError(InvalidArgumentError):
+    """A value Pulsar's admin API refuses with 406 NOT_ACCEPTABLE rather than 400 (a number
+    of partitions out of range): its clients tell the two apart."""
 
 
 class InvalidSchemaDataError(InvalidArgumentError):

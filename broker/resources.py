@@ -23,6 +23,7 @@ from pulsar_grpc.broker.ledger import ManagedLedgerFactory
 from pulsar_grpc.broker.metadata import MetadataStore
 from pulsar_grpc.broker.metadata.store import BadVersionError
 from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
+from pulsar_grpc.broker.partition_limits import check_partitions
 
 PARTITIONED_ROOT = "/admin/partitioned-topics"
 
@@ -164,8 +165,7 @@ class NamespaceResources:
 
     async def create_partitioned_topic(self, name: str, partitions: int) -> None:
         topic = TopicName.get(name)
-        if partitions < 1:
-            raise InvalidArgumentError(f"number of partitions must be at least 1, got {partitions}")
+        check_partitions(self.config, partitions)
         if topic.is_partitioned:
             raise InvalidArgumentError(
                 f"{topic} is a partition name; a partitioned topic's name has no -partition- suffix"
@@ -183,6 +183,7 @@ class NamespaceResources:
         not partitioned or the count does not grow."""
         topic = TopicName.get(name)
         path = self._partitioned_path(topic)
+        check_partitions(self.config, partitions)
         found = await self.store.get(path)
         if found is None:
             raise NotAllowedError(f"Topic {topic} is not partitioned topic")

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pulsar_grpc.broker.errors import InvalidSchemaDataError
+from pulsar_grpc.broker.json_text import json_value
 
 # Pulsar's versions are longs sent as 8 bytes, big-endian (LongSchemaVersion).
 VERSION_BYTES = 8
@@ -141,7 +142,7 @@ class SchemaInfo:
         if self.type not in _JSON_DATA:
             return self.data
         try:
-            parsed = json.loads(self.data)
+            parsed = json_value(self.data)
         except ValueError:  # validation refuses such data before it is registered
             return self.data
         return json.dumps(parsed, sort_keys=True, separators=(",", ":")).encode()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import struct
 from collections.abc import Mapping
 from functools import lru_cache
@@ -30,6 +29,7 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 
 from pulsar_grpc.broker.errors import InvalidSchemaDataError
+from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.schema.data import SchemaInfo, SchemaType
 
 MAX_SCHEMA_DATA_BYTES = 256 * 1024
@@ -110,7 +110,7 @@ def key_value_parts(info: SchemaInfo) -> tuple[SchemaInfo, SchemaInfo]:
 
 def _json_object(raw: str, side: str) -> dict[str, str]:
     try:
-        value: Any = json.loads(raw)
+        value: Any = json_value(raw)
     except ValueError:
         value = None
     if not isinstance(value, dict):
@@ -122,7 +122,7 @@ def protobuf_native_root(info: SchemaInfo) -> str:
     """The root message's full name of a PROTOBUF_NATIVE definition, once it is checked that
     its descriptor set parses and holds that message."""
     try:
-        value = json.loads(info.data)
+        value = json_value(info.data)
         encoded = value["fileDescriptorSet"]
         root = value["rootMessageTypeName"]
         descriptors = descriptor_pb2.FileDescriptorSet.FromString(

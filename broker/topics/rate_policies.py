@@ -82,12 +82,24 @@ class RateKind(enum.Enum):
         return {**self.as_json(UNLIMITED), **body}
 
 
-def _int_field(body: dict[str, Any], name: str, default: int) -> int:
+class JavaInt(enum.IntEnum):
+    """The largest value of the Java type Pulsar declares a rate field with: Jackson refuses a
+    number out of its range (400), so a rate this broker keeps is one Pulsar could hold."""
+
+    INT = 2**31 - 1
+    LONG = 2**63 - 1
+
+
+def _int_field(body: dict[str, Any], name: str, default: int, java: JavaInt = JavaInt.INT) -> int:
     value = body.get(name, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentError(f"{name} must be an integer, got {str(value)[:40]!r}")
+    if not -java - 1 <= value <= java:
+        raise InvalidArgumentError(
+            f"{name} {str(value)[:40]} is out of range of a Java {java.name.lower()}"
+        )
     return value
 
 
@@ -106,7 +118,7 @@ def parse_publish_rate(body: Any) -> RateLimit:
         raise InvalidArgumentError(f"unknown PublishRate field {sorted(unknown)[0][:40]!r}")
     return RateLimit(
         messages=max(0, _int_field(body, "publishThrottlingRateInMsg", -1)),
-        bytes=max(0, _int_field(body, "publishThrottlingRateInByte", -1)),
+        bytes=max(0, _int_field(body, "publishThrottlingRateInByte", -1, JavaInt.LONG)),
     )
 
 
@@ -131,7 +143,7 @@ def parse_dispatch_rate(body: Any) -> RateLimit:
         raise InvalidArgumentError(f"ratePeriodInSecond must be 1 to {MAX_PERIOD_S}, got {period}")
     return RateLimit(
         messages=max(0, _int_field(body, "dispatchThrottlingRateInMsg", -1)),
-        bytes=max(0, _int_field(body, "dispatchThrottlingRateInByte", -1)),
+        bytes=max(0, _int_field(body, "dispatchThrottlingRateInByte", -1, JavaInt.LONG)),
         period_s=period,
         relative_to_publish=relative,
     )

@@ -1,7 +1,9 @@
 """The web service: /metrics plus the subset of Pulsar's admin API v2 that this broker serves.
 
-Errors answer Pulsar's way: a JSON body ``{"reason": ...}`` with 400 (bad input), 404 (absent),
-409 (already exists), 412 (not allowed now) or 500.
+Errors answer Pulsar's way: a JSON body ``{"reason": ...}`` with 400 (bad input; 406 where
+Pulsar answers it, a number of partitions out of range), 404 (absent),
+409 (already exists), 412 (not allowed now), 413 (a body over aiohttp's 1 MiB client_max_size)
+or 500.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _HTTP_STATUS: list[tuple[type[e.BrokerError], int]] = [
+    (e.NotAcceptableError, 406),
     (e.InvalidArgumentError, 400),
     (e.NotFoundError, 404),
     (e.PreconditionFailedError, 412),
@@ -68,6 +71,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         # A SCRAM step answers with its next message in headers, as RFC 7804 does over HTTP.
         headers = dict(exc.metadata) if isinstance(exc, e.AuthenticationChallenge) else None
         return web.json_response({"reason": exc.message}, status=status, headers=headers)
+    except web.HTTPRequestEntityTooLarge as exc:  # aiohttp's, over client_max_size: its text
+        return web.json_response({"reason": exc.text}, status=exc.status)
 
 
 def _authenticating(service: AuthenticationService, metrics_open: bool) -> Middleware:
@@ -315,9 +320,12 @@ class WebService:
         return web.Response(status=204)
 
     async def partitions(self, request: web.Request) -> web.Response:
+        """Pulsar's GET .../partitions: a read, unless ``checkAllowAutoCreation=true`` (Pulsar's
+        query parameter, false by default) lets it auto-create the topic as a lookup would."""
         name = self._topic(request)
         await self.access.topic(request, TopicName.get(name), TopicOperation.LOOKUP)
-        partitions = await self.service.resources.get_partitioned_metadata(name)
+        auto_create = request.query.get("checkAllowAutoCreation", "false").lower() == "true"
+        partitions = await self.service.resources.get_partitioned_metadata(name, auto_create)
         return web.json_response({"partitions": partitions})
 
     async def stats(self, request: web.Request) -> web.Response:

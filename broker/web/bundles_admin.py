@@ -11,7 +11,6 @@ These endpoints are the contract the leader's shedding and splitting call.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -22,6 +21,7 @@ from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.bundles import BundleOwner, BundleService, Owner
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.cluster.split import SplitAlgorithm
+from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.web.access import AdminAccess
@@ -211,7 +211,7 @@ def _broker_url(scheme: str, broker: str) -> URL:
     host, _, port = broker.rpartition(":")
     if host.startswith("[") and host.endswith("]"):  # an IPv6 address
         host = host[1:-1]
-    if host and port.isdigit() and 0 < int(port) <= MAX_PORT:
+    if host and port.isascii() and port.isdigit() and 0 < int(port) <= MAX_PORT:
         try:
             return URL.build(scheme=scheme, host=host, port=int(port))
         except ValueError:  # a host yarl cannot encode
@@ -245,7 +245,7 @@ async def _split_boundaries(request: web.Request) -> list[int]:
     if not body:
         return []
     try:
-        positions = json.loads(body)
+        positions = json_value(body)
     except ValueError:
         raise e.InvalidArgumentError(
             f"body must be a JSON list of positions, got {body!r}"

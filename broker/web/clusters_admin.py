@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from pulsar_grpc.broker import errors as e
+from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.web.access import AdminAccess
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ async def _cluster_data(request: web.Request) -> dict[str, Any]:
     """The ClusterData body: a JSON object whose URL fields, when given, are strings."""
     text = (await request.text()).strip()
     try:
-        body = json.loads(text) if text else {}
+        body = json_value(text) if text else {}
     except ValueError:
         raise e.InvalidArgumentError(f"the body is not JSON: {text[:60]!r}") from None
     if not isinstance(body, dict):

@@ -35,6 +35,7 @@ from aiohttp import web
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
 from pulsar_grpc.broker.topics.dedup import FIELD as DEDUPLICATION_ENABLED
 from pulsar_grpc.broker.topics.encryption_policy import FIELD as ENCRYPTION_REQUIRED
@@ -255,7 +256,7 @@ async def _policies_body(request: web.Request, kind: type[_Body]) -> _Body:
     if not text and kind is dict:
         return kind()
     try:
-        body = json.loads(text)
+        body = json_value(text)
     except ValueError:
         raise e.InvalidArgumentError(f"the body is not JSON: {text[:60]!r}") from None
     if not isinstance(body, kind):
@@ -276,19 +277,27 @@ def _bundles(ns: NamespaceName, data: Any, config: ServiceConfiguration) -> Name
         if boundaries:
             if not isinstance(boundaries, list) or not all(isinstance(b, str) for b in boundaries):
                 raise e.InvalidArgumentError("boundaries must be a list of 0x%08x strings")
+            _within_maximum(len(boundaries) - 1, "boundaries make", config)
             return NamespaceBundles.parse(ns, boundaries)
         count = data.get("numBundles")
         if count is None:
             return None
         if isinstance(count, bool) or not isinstance(count, int):
             raise e.InvalidArgumentError(f"numBundles must be a number, got {count!r}")
-        if count > config.loadBalancerNamespaceMaximumBundles:
-            raise e.InvalidArgumentError(
-                f"numBundles {count} is over loadBalancerNamespaceMaximumBundles "
-                f"{config.loadBalancerNamespaceMaximumBundles}"
-            )
+        _within_maximum(count, "numBundles asks for", config)
         return NamespaceBundles.with_count(ns, count)
     except e.InvalidArgumentError as exc:
         raise e.PreconditionFailedError(f"Invalid bundles: {exc.message}") from None
     except ValueError as exc:  # a boundary that is not a number
         raise e.PreconditionFailedError(f"Invalid bundles: {exc}") from None
+
+
+def _within_maximum(count: int, what: str, config: ServiceConfiguration) -> None:
+    """A namespace's bundles, however they are given, are checked against the most it may have
+    before any is made: each is owned, reported on and looked up on its own (a 1 MiB body of
+    boundaries would otherwise make some 80,000)."""
+    if count > config.loadBalancerNamespaceMaximumBundles:
+        raise e.InvalidArgumentError(
+            f"{what} {count} bundles, over loadBalancerNamespaceMaximumBundles "
+            f"{config.loadBalancerNamespaceMaximumBundles}"
+        )

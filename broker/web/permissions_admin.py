@@ -15,13 +15,13 @@ from whichever broker receives them: every broker reads permissions from there.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
+from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.naming import NamespaceName, TopicName, check_subscription_name
 from pulsar_grpc.broker.security.permissions import (
     TenantInfo,
@@ -46,7 +46,7 @@ async def _json_body(request: web.Request, default: Any = None) -> Any:
             raise e.InvalidArgumentError("a JSON body is required")
         return default
     try:
-        return json.loads(text)
+        return json_value(text)
     except ValueError:
         raise e.InvalidArgumentError(f"the body is not JSON: {text[:60]!r}") from None
 

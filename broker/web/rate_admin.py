@@ -15,7 +15,6 @@ so a change reaches open producers and consumers everywhere (broker/topics/rate_
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from aiohttp import web
 
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
+from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.topics.rate_policies import TOPIC_POLICIES, RateKind, resolve
 from pulsar_grpc.broker.web.access import AdminAccess
@@ -49,7 +49,7 @@ async def _body(request: web.Request) -> Any:
     if not text:
         raise e.InvalidArgumentError("a JSON body is required")
     try:
-        return json.loads(text)
+        return json_value(text)
     except ValueError:
         raise e.InvalidArgumentError(f"the body is not JSON: {text[:60]!r}") from None
 

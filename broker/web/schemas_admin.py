@@ -20,12 +20,12 @@ broker answers: no redirect to the topic's owner.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from pulsar_grpc.broker import errors as e
+from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.schema import (
     CompatibilityStrategy,
@@ -95,7 +95,7 @@ class SchemasAdmin:
     async def get_version(self, request: web.Request) -> web.Response:
         topic = await self._topic(request, write=False)
         raw = request.match_info["version"]
-        if not raw.isdigit() or len(raw) > 19:
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:  # int("²") fails
             raise e.InvalidArgumentError(f"schema version {raw[:40]!r} is not a number")
         stored = await self.service.schemas.registry.get(schema_id(topic), int(raw))
         if stored is None:
@@ -178,7 +178,7 @@ class SchemasAdmin:
         ns = await self._namespace(request)
         raw = await request.text()
         try:
-            value = json.loads(raw)
+            value = json_value(raw)
         except ValueError:
             value = raw.strip()  # a bare word, as curl users write it
         names = ", ".join(s.value for s in CompatibilityStrategy)
@@ -232,7 +232,7 @@ async def _json_body(request: web.Request) -> Any:
         chunks.append(chunk)
     raw = b"".join(chunks)
     try:
-        return json.loads(raw)
+        return json_value(raw)
     except ValueError:
         raise e.InvalidArgumentError(f"the body is not JSON: {raw[:60]!r}") from None
 

@@ -29,6 +29,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from pulsar_grpc.broker import errors as e
+from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.ledger import Entry, Position
 from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.broker.topics.cursor_admin import CursorAdmin, Force, From, Start, entry_headers
@@ -262,7 +263,7 @@ def _json(body: bytes) -> Any:
     if not text:
         return None
     try:
-        return json.loads(text)
+        return json_value(text)
     except ValueError:
         raise e.InvalidArgumentError(f"the body is not JSON: {text[:60]!r}") from None
 

@@ -21,13 +21,13 @@ that another broker serves is redirected there (307), as Pulsar's validateTopicO
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from pulsar_grpc.broker import errors as e
+from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.schema import schema_id
@@ -124,8 +124,6 @@ class TopicsAdmin:
         topic = topic_of(request)
         await self.access.tenant_admin(request, topic.tenant)
         partitions = partition_count(await request.text())
-        if partitions < 1:  # Pulsar: 406 NOT_ACCEPTABLE "Number of partitions should be..."
-            raise e.InvalidArgumentError("Number of partitions should be more than 0")
         await self.service.resources.update_partitioned_topic(topic.full_name, partitions)
         return web.Response(status=204)
 
@@ -251,7 +249,7 @@ def partition_count(body: str) -> int:
     """The number of partitions a create or update request's body gives (Pulsar's bare JSON
     integer: not a boolean, a fraction or a float that overflows)."""
     try:
-        value = json.loads(body.strip())
+        value = json_value(body.strip())
     except ValueError:
         value = None
     if type(value) is not int:

@@ -327,3 +327,18 @@ async def test_get_schema_of_a_topic_without_one_is_not_found(channel: grpc.aio.
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub(channel).GetSchema(pb.GetSchemaRequest(topic="schemaless"))
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("kind", [pb.SCHEMA_TYPE_PROTOBUF_NATIVE, pb.SCHEMA_TYPE_JSON])
+async def test_a_definition_nested_past_the_recursion_limit_is_an_invalid_argument(
+    channel: grpc.aio.Channel, kind: int
+) -> None:
+    """Before: RecursionError escaped the PROTOBUF_NATIVE check (issue 25)."""
+    nested = b"[" * 2_000 + b"]" * 2_000
+    schema = pb.Schema(name="nested", schema_data=nested, type=kind)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub(channel).GetOrCreateSchema(
+            pb.GetOrCreateSchemaRequest(topic="nested", schema=schema)
+        )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_code(err.value) == pb.IncompatibleSchema  # Pulsar's for InvalidSchemaData
