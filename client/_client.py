@@ -699,6 +699,11 @@ class Client:
         result, _ = await self._calls.lookup(topic)
         return result
 
+    def get_service_info(self) -> ServiceInfo:
+        """The cluster the client uses now: its service URL's, or the one an
+        AutoClusterFailover or ServiceInfoProvider switched it to (pulsar-client's)."""
+        return self.cluster.current
+
     async def close(self) -> None:
         """Close every producer, consumer and reader, then the channels. A second close
         raises AlreadyClosed, as pulsar-client's (after :meth:`shutdown`, close waits for it)."""

@@ -39,7 +39,7 @@ from ._message import Message, MessageId
 from ._partition_consumer import ConsumerType
 from ._producer import Producer, SendCallback, refuse_unsupported_send, report_to
 from ._reader import Reader
-from ._service_info import AutoClusterFailover, ServiceInfoProvider
+from ._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 
 T = TypeVar("T")
 
@@ -498,6 +498,10 @@ class SyncClient:
         if self._listener_thread is not None:
             self._listener_thread.shutdown(wait=True, cancel_futures=True)
         self._runner.stop()
+
+    def get_service_info(self) -> ServiceInfo:
+        """The cluster the client uses now (see :meth:`Client.get_service_info`)."""
+        return self._client.get_service_info()
 
     def shutdown(self) -> None:
         """pulsar-client's immediate shutdown: close everything without waiting for a

@@ -96,12 +96,12 @@ async def test_the_client_fails_over_to_the_secondary_and_back(
         # Pending until the client moved to the secondary: then stored there and delivered.
         await producer.send(b"on-secondary")
         assert await receive_until(consumer, b"on-secondary") == [b"on-secondary"]
-        assert client.cluster.current is failover.secondary[0]
+        assert client.get_service_info() is failover.secondary[0]
         assert await stored(secondary.service_url) == [b"on-secondary"]
 
         # The primary is reachable again (a broker on its address): the client goes back.
         primary = await brokers.start(tmp_path / "primary-again", grpcServicePort=primary_port)
-        await eventually(lambda: client.cluster.current is failover.primary, 30)
+        await eventually(lambda: client.get_service_info() is failover.primary, 30)
         await producer.send(b"back")
         assert (await receive_until(consumer, b"back"))[-1] == b"back"
         assert await stored(primary.service_url) == [b"back"]
