@@ -10,7 +10,6 @@ import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
@@ -62,7 +61,7 @@ from ._ownership_watch import OwnershipWatcher
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
-from ._routing import PartitionsRoutingMode, Router
+from ._routing import MessageRouter, PartitionsRoutingMode, Router
 from ._schemas import value_decoder
 from ._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 from ._starting import StreamStarter
@@ -317,7 +316,7 @@ class Client:
         encryption_key: str | Sequence[str] | None = None,
         crypto_key_reader: KeyReader | None = None,
         access_mode: ProducerAccessMode = ProducerAccessMode.Shared,
-        message_router: Callable[[Any, int], int] | None = None,
+        message_router: MessageRouter | None = None,
     ) -> Producer:
         """Create a producer; on a partitioned topic, one stream per partition. The parameters
         are pulsar-client's, with its defaults except ``batching_enabled`` (on, as in Pulsar's
@@ -361,8 +360,9 @@ class Client:
         producer beside an exclusive one fails with :class:`~client.ProducerBusy`.
 
         ``lazy_start_partitioned_producers`` is accepted and ignored (every partition's
-        stream opens at once); ``chunking_enabled``, ``properties`` and ``message_router``
-        take only their defaults (NotImplementedError otherwise).
+        stream opens at once); ``chunking_enabled`` and ``properties`` take only their
+        defaults (NotImplementedError otherwise). A ``message_router(message, num_partitions)``
+        chooses each message's partition of a partitioned topic, as pulsar-client's.
         """
         check_types(
             topic=(topic, str, False),
@@ -376,8 +376,9 @@ class Client:
             "create_producer",
             chunking_enabled=(chunking_enabled, False),
             properties=(properties or None, None),
-            message_router=(message_router, None),
         )
+        if message_router is not None and not callable(message_router):
+            raise ValueError("message_router must be a function (message, num_partitions) -> int")
         config = ProducerConfig(
             batching_max_messages=batching_max_messages if batching_enabled else 1,
             batching_max_bytes=batching_max_allowed_size_in_bytes,
@@ -410,7 +411,11 @@ class Client:
             ]
             topics = partition_topics(topic, partitions)
             await self._streams.start_all(producers, topics, "Produce", params, schema)
-        router = Router(partitions, mode, batching_max_publish_delay_ms) if partitions else None
+        router = (
+            Router(partitions, mode, batching_max_publish_delay_ms, custom=message_router)
+            if partitions
+            else None
+        )
         budget = max_pending_messages
         if partitions:
             budget = min(max_pending_messages * partitions, max_pending_messages_across_partitions)

@@ -40,11 +40,9 @@ class RegexSubscriptionMode(IntEnum):
 # Why each parameter can only take its default here (shown in the error and the docs table).
 UNSUPPORTED_REASONS = {
     "chunking_enabled": "the broker does not chunk messages; keep messages under maxMessageSize",
-    "message_router": "custom routers are not supported; use partition_key or message_routing_mode",
     "properties": "producer and consumer properties are not carried to the broker",
     "is_read_compacted": "the broker does not compact topics",
     "replicate_subscription_state_enabled": "the broker does not replicate between clusters",
-    "start_message_id_inclusive": "only readers take it here (create_reader's parameter)",
     "regex_subscription_mode": "the broker has persistent topics only",
     "replication_clusters": "the broker does not replicate between clusters",
     "deliver_at": "the broker has no delayed delivery",

@@ -51,7 +51,7 @@ from ._errors import (
     Timeout,
 )
 from ._message import MessageId, ids_of_receipt
-from ._routing import Router
+from ._routing import RoutedMessage, Router
 from ._stream import (
     CLOSE_GRACE_S,
     Connect,
@@ -571,14 +571,16 @@ class Producer:
         """
         refuse_unsupported_send(replication_clusters, deliver_at, deliver_after)
         payload = None if content is None else self._encode(content)
+        ordering = _ordering_key(ordering_key)
         try:
-            message = frame_message(
-                payload, partition_key, _ordering_key(ordering_key), properties, event_timestamp
-            )
+            message = frame_message(payload, partition_key, ordering, properties, event_timestamp)
             self._check_open()
+            index = self._custom_route(
+                content, payload, partition_key, ordering, properties, event_timestamp
+            )
             if not self._take_slot_now():
                 raise self._queue_full()
-            future = self._add(message, partition_key, _ordering_key(ordering_key), sequence_id)
+            future = self._add(message, partition_key, ordering, sequence_id, index)
         except PulsarException as exc:
             asyncio.get_running_loop().call_soon(callback, exc.result(), None)
             return
@@ -612,11 +614,37 @@ class Producer:
         )
         message = frame_message(payload, partition_key, ordering, properties, event_timestamp)
         self._check_open()
+        index = self._custom_route(
+            content, payload, partition_key, ordering, properties, event_timestamp
+        )
         if not self._take_slot_now():
             if not self._block_if_queue_full:
                 raise self._queue_full()
             await self._wait_for_slot()
-        return self._add(message, partition_key, ordering, sequence_id)
+        return self._add(message, partition_key, ordering, sequence_id, index)
+
+    def _custom_route(
+        self,
+        content: Any,
+        payload: bytes | None,
+        partition_key: str | None,
+        ordering: bytes | None,
+        properties: Mapping[str, str] | None,
+        event_timestamp: int | None,
+    ) -> int | None:
+        """The partition a custom message_router chooses; None without one (the routing
+        mode chooses in :meth:`_add`, with no message object made on that hot path)."""
+        if self._router is None or self._router.custom is None:
+            return None
+        routed = RoutedMessage(
+            content,
+            payload,
+            partition_key,
+            ordering,
+            dict(properties) if properties else None,
+            event_timestamp,
+        )
+        return self._router.route(routed)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -647,10 +675,17 @@ class Producer:
             raise
 
     def _add(
-        self, message: bytes, key: str | None, ordering_key: bytes | None, sequence_id: int | None
+        self,
+        message: bytes,
+        key: str | None,
+        ordering_key: bytes | None,
+        sequence_id: int | None,
+        index: int | None = None,
     ) -> asyncio.Future[MessageId]:
-        """Hand a message that holds a slot to its partition's producer."""
-        index = self._router.choose(key) if self._router is not None else 0
+        """Hand a message that holds a slot to its partition's producer (``index``: the one
+        a custom router chose already)."""
+        if index is None:
+            index = self._router.choose(key) if self._router is not None else 0
         try:
             return self._partitions[index].add(message, ordering_key or key, sequence_id)
         except BaseException:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,33 @@ async def test_broker_errors_arrive_as_pulsar_client_exceptions(broker: BrokerTh
             await client.create_producer("persistent://a/b/c/d/e")
         with pytest.raises(pulsar.PulsarException):  # the base catches them all
             await client.create_producer("busy", "only-one")
+
+
+async def test_a_message_router_chooses_each_messages_partition(broker: BrokerThread) -> None:
+    """pulsar-client's custom router: called with the outgoing message and the partition count
+    for every send (keyed or not, send, send_async), its answer is the partition; an index the
+    topic does not have is refused."""
+    topic = "persistent://public/default/routed"
+    await broker.call(broker.service.resources.create_partitioned_topic(topic, 3))
+    asked: list[tuple[str, int]] = []
+
+    def by_property(message: Any, num_partitions: int) -> int:
+        asked.append((message.partition_key(), num_partitions))
+        return int(message.properties()["to"])
+
+    async with pulsar.Client(broker.service_url) as client:
+        consumer = await client.subscribe(topic, "s", initial_position="Earliest")
+        producer = await client.create_producer(topic, message_router=by_property)
+        for i, to in enumerate([2, 0, 2, 1]):
+            await producer.send(f"m{i}".encode(), properties={"to": str(to)}, partition_key="k")
+        done: list[object] = []
+        producer.send_async(b"m4", lambda result, _: done.append(result), properties={"to": "1"})
+        await producer.flush()
+        await eventually(lambda: done == [pulsar.Result.Ok])
+        got = {m.data(): m.message_id().partition() for m in await receive_n(consumer, 5)}
+        assert got == {b"m0": 2, b"m1": 0, b"m2": 2, b"m3": 1, b"m4": 1}
+        assert asked[:4] == [("k", 3)] * 4
+        with pytest.raises(ValueError, match="message_router returned 3"):
+            await producer.send(b"nowhere", properties={"to": "3"})
+        with pytest.raises(ValueError, match="message_router must be a function"):
+            await client.create_producer(topic, message_router="by_property")  # type: ignore[arg-type]

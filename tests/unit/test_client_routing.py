@@ -54,7 +54,10 @@ def test_keys_spread_over_partitions():
 
 
 def test_keyed_messages_ignore_the_mode():
-    for mode in PartitionsRoutingMode:
+    for mode in (
+        PartitionsRoutingMode.RoundRobinDistribution,
+        PartitionsRoutingMode.UseSinglePartition,
+    ):
         router = Router(5, mode, clock=lambda: 0.0)
         assert router.choose("user-42") == partition_for_key("user-42", 5)
 
@@ -95,3 +98,10 @@ def test_router_validates():
         Router(0)
     with pytest.raises(ValueError):
         Router(2, "key_hash_everything")
+
+
+def test_custom_partition_needs_a_router_and_a_router_means_custom_partition():
+    with pytest.raises(ValueError, match="needs a message_router"):
+        Router(3, PartitionsRoutingMode.CustomPartition)
+    router = Router(3, "round_robin", custom=lambda message, n: n - 1)
+    assert router.mode is PartitionsRoutingMode.CustomPartition
