@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pulsar_grpc.broker.config import ServiceConfiguration
-from pulsar_grpc.broker.tls import server_ssl_context
+from pulsar_grpc.broker.tls import certificate_common_name, server_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,10 @@ def needs_front(config: ServiceConfiguration) -> bool:
 
 
 def front_ssl_context(config: ServiceConfiguration) -> ssl.SSLContext:
-    """The broker's server TLS settings, asking for a client certificate without requiring it
-    (a presented one must chain to tlsTrustCertsFilePath), speaking HTTP/2 as gRPC needs."""
+    """The broker's server TLS settings (which ask for a client certificate without requiring
+    it: a presented one must chain to tlsTrustCertsFilePath), speaking HTTP/2 as gRPC needs."""
     context = server_ssl_context(config)
-    context.verify_mode = ssl.CERT_OPTIONAL
+    assert context.verify_mode is ssl.CERT_OPTIONAL  # needs_front: trust certs, not required
     context.set_alpn_protocols(["h2"])
     return context
 
@@ -225,7 +225,7 @@ class TlsFront:
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             log.debug("TLS front: handshake with %s failed: %s", address, exc)
             return
-        peer = PipedPeer(address, _common_name(writer.get_extra_info("peercert")))
+        peer = PipedPeer(address, certificate_common_name(writer.get_extra_info("peercert")))
         try:
             up_reader, up_writer = await asyncio.open_connection(LOOPBACK, self.upstream_port)
         except OSError as exc:
@@ -273,12 +273,3 @@ def _grpc_peer(peername: tuple[str, int] | tuple[str, int, int, int] | None) -> 
         return "unknown"
     host, port = peername[0], peername[1]
     return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
-
-
-def _common_name(cert: dict[str, object] | None) -> str | None:
-    """The subject's CN, from ``getpeercert()``'s nested tuples; None with no certificate."""
-    for rdn in (cert or {}).get("subject", ()):  # type: ignore[attr-defined]
-        for key, value in rdn:
-            if key == "commonName":
-                return str(value)
-    return None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 
 import grpc
@@ -182,3 +184,26 @@ async def test_the_front_holds_at_most_its_connections_and_forgets_closed_ones(
     await close(first)
     await eventually(lambda: len(front.peers) == 0, timeout=TIMEOUT_S, what="first forgotten")
     await close(await open_tls(broker, tls_files))  # its slot is free again
+
+
+def test_the_admin_api_over_https_asks_for_the_certificate_too(
+    broker_factory: Callable[..., BrokerThread], tls_files: TlsFiles
+) -> None:
+    config = tls_config(tls_files, webServicePortTls="0", **OPTIONAL_CERT)
+    broker = grant_produce(broker_factory(**config))
+    assert broker.service is not None
+    https_url = broker.service.namespaces.internal_urls().http_url_tls
+    assert https_url is not None
+    context = ssl.create_default_context(cafile=str(tls_files.ca))
+    url = f"{https_url}/admin/v2/namespaces/{NS}/permissions"
+
+    def status() -> int:
+        try:
+            with urllib.request.urlopen(url, timeout=TIMEOUT_S, context=context) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert status() == 401  # no certificate: the handshake passes, authentication refuses
+    context.load_cert_chain(str(tls_files.client_cert), str(tls_files.client_key))
+    assert status() == 403  # the certificate's role, who may produce but not administer
