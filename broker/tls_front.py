@@ -26,10 +26,12 @@ import enum
 import logging
 import ssl
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from pulsar_grpc.broker.config import ServiceConfiguration
+from pulsar_grpc.broker.security.authentication import PROVIDERS, TlsProvider
 from pulsar_grpc.broker.tls import certificate_common_name, server_ssl_context
 
 log = logging.getLogger(__name__)
@@ -40,9 +42,10 @@ _PEER_PREFIX = f"ipv4:{LOOPBACK}:"
 # A client that connects and never finishes its handshake holds a slot no longer than this.
 HANDSHAKE_TIMEOUT_S = 10.0
 _CHUNK = 256 * 1024
-# The provider that takes the certificate; asking for it optionally only serves that provider.
+# The names of the provider that takes the certificate (its short and its Pulsar name): asking
+# for one optionally only serves that provider.
 _TLS_PROVIDERS = frozenset(
-    {"tls", "org.apache.pulsar.broker.authentication.AuthenticationProviderTls"}
+    name for name, factory in PROVIDERS.items() if factory == TlsProvider.from_config
 )
 
 
@@ -139,6 +142,9 @@ class TlsFront:
         self._max_connections = max_connections
         self._loop_factory = loop_factory
         self._connections: set[asyncio.Task[None]] = set()
+        # Every socket's transport while the loop holds it (closing ones too): weak, so a closed
+        # one leaves by itself.
+        self._transports: weakref.WeakSet[asyncio.WriteTransport] = weakref.WeakSet()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -195,6 +201,11 @@ class TlsFront:
             for task in list(self._connections):
                 task.cancel()
             await asyncio.gather(*self._connections, return_exceptions=True)
+            # A closed TLS connection may still wait for its peer's goodbye (up to 30 s): the
+            # loop ends now, so every socket still open is dropped.
+            for transport in list(self._transports):
+                transport.abort()
+            await asyncio.sleep(0)  # the aborts close their sockets on the next iteration
             await server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -208,6 +219,7 @@ class TlsFront:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self._transports.add(writer.transport)  # the TCP one, under the TLS to come
         try:
             await self._pipe(reader, writer)
         except asyncio.CancelledError:
@@ -216,7 +228,7 @@ class TlsFront:
             pass
         finally:
             self._connections.discard(task)
-            self._end(writer)
+            writer.close()
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         address = _grpc_peer(writer.get_extra_info("peername"))
@@ -231,6 +243,7 @@ class TlsFront:
         except OSError as exc:
             log.warning("TLS front: cannot reach the gRPC server: %s", exc)
             return
+        self._transports.add(up_writer.transport)
         local_port = up_writer.get_extra_info("sockname")[1]
         self.peers.add(local_port, peer)  # before any byte reaches the gRPC server
         try:
@@ -245,17 +258,8 @@ class TlsFront:
                     copy.cancel()
                 await asyncio.gather(*copies, return_exceptions=True)
         finally:
-            self._end(up_writer)
+            up_writer.close()
             self.peers.remove(local_port)
-
-    def _end(self, writer: asyncio.StreamWriter) -> None:
-        """Close after what is buffered, or at once when the front stops: its loop ends next
-        and will not wait for a TLS goodbye."""
-        assert self._stop is not None
-        if self._stop.is_set():
-            writer.transport.abort()
-        else:
-            writer.close()
 
 
 async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:

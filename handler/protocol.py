@@ -171,8 +171,9 @@ class GrpcProtocolHandler(ProtocolHandler):
         were refused with it: the grace only bounds a call still writing to a slow reader."""
         servers, self.servers = self.servers, []
         fronts, self.fronts = self.fronts, []
-        await asyncio.gather(*(front.close() for front in fronts))
         await asyncio.gather(*(server.stop(grace=_STOP_GRACE_S) for server in servers))
+        # After the servers: what they wrote in their grace still reaches the clients.
+        await asyncio.gather(*(front.close() for front in fronts))
         if self.expiry is not None:
             await self.expiry.close()
 
