@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import socket
 import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 import pytest
@@ -29,9 +31,10 @@ from pulsar_grpc.client import (
 from pulsar_grpc.handler.protocol import GrpcProtocolHandler
 from tests.e2e.test_authentication import assert_unauthenticated
 from tests.e2e.test_authorization import KEY, NS, SUPER, http, token
+from tests.e2e.test_cli import cli
 from tests.e2e.test_tls import OPERATION_TIMEOUT_MS, tls_config, tls_url
 from tests.e2e.wire import stub
-from tests.support import BrokerThread
+from tests.support import BrokerThread, StandaloneProcess
 from tests.tls import TlsFiles, tls_files_fixture  # noqa: F401
 from tests.waiting import eventually
 
@@ -207,3 +210,49 @@ def test_the_admin_api_over_https_asks_for_the_certificate_too(
     assert status() == 401  # no certificate: the handshake passes, authentication refuses
     context.load_cert_chain(str(tls_files.client_cert), str(tls_files.client_key))
     assert status() == 403  # the certificate's role, who may produce but not administer
+
+
+def standalone_args(files: TlsFiles, tls_port: int) -> list[str]:
+    """The CLI's --set arguments of a front broker with the TLS provider alone."""
+    settings = {
+        **tls_config(files),
+        "grpcServicePortTls": str(tls_port),
+        "tlsRequireTrustedClientCertOnConnect": "false",
+        "authenticationEnabled": "true",
+        "authenticationProviders": "tls",
+    }
+    return [arg for name, value in settings.items() for arg in ("--set", f"{name}={value}")]
+
+
+async def test_the_standalone_broker_serves_the_front_on_its_uvloop(
+    standalone_factory: Callable[..., StandaloneProcess], tls_files: TlsFiles, tmp_path: Path
+) -> None:
+    """The CLI's broker runs on uvloop, and so does its front."""
+    with socket.socket() as probe:  # a port free now, for the broker to bind
+        probe.bind((LOOPBACK, 0))
+        tls_port = probe.getsockname()[1]
+    standalone_factory(tmp_path / "data", *standalone_args(tls_files, tls_port))
+    auth = AuthenticationTLS(str(tls_files.client_cert), str(tls_files.client_key))
+    async with Client(
+        f"grpc+ssl://{LOOPBACK}:{tls_port}",
+        tls_trust_certs_file_path=str(tls_files.ca),
+        authentication=auth,
+        operation_timeout_ms=OPERATION_TIMEOUT_MS,
+    ) as c:
+        await produce_one(c, "on-uvloop")
+
+
+def test_a_taken_front_port_is_exit_1_without_a_traceback(
+    tls_files: TlsFiles, tmp_path: Path
+) -> None:
+    with socket.socket() as taken:
+        taken.bind((LOOPBACK, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        data = str(tmp_path / "d")
+        ports = ["--set", "grpcServicePort=0", "--set", "webServicePort=0"]
+        args = standalone_args(tls_files, port)
+        result = cli("standalone", "--data", data, *ports, *args, timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert "cannot start" in result.stderr and str(port) in result.stderr
+    assert "Traceback" not in result.stderr
