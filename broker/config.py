@@ -55,6 +55,10 @@ class ServiceConfiguration(ClientAuthenticationSettings):
     # Ours: new gRPC calls that may wait for the broker to take them (a burst of streams
     # opened at once); past it gRPC core refuses them as CANCELLED (docs/protocol.md).
     grpcMaxPendingCalls: int = 100_000
+    # Ours: connections a TLS front (broker/tls_front.py: a TLS listener with the TLS
+    # provider and tlsRequireTrustedClientCertOnConnect=false) holds at once, handshaking ones
+    # included; a further one is closed as it arrives (docs/protocol.md).
+    grpcTlsFrontMaxConnections: int = 10_000
     webServicePort: int | None = 8080
     webServicePortTls: int | None = None
     messagingProtocols: list[str] = field(default_factory=lambda: ["grpc"])
@@ -450,6 +454,7 @@ _AT_LEAST: dict[str, float] = {
     "maxMessagesPerBatch": 1,
     "keepAliveIntervalSeconds": 1,
     "grpcMaxPendingCalls": 1,
+    "grpcTlsFrontMaxConnections": 1,
     "statsUpdateFrequencyInSecs": 1,
     "authenticationRefreshCheckSeconds": 1,
     "defaultNumPartitions": 1,

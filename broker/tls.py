@@ -1,12 +1,17 @@
 """TLS material from the broker's configuration (tlsCertificateFilePath, tlsKeyFilePath,
 tlsTrustCertsFilePath, tlsRequireTrustedClientCertOnConnect), for every server that
-terminates TLS: the web service here, and protocol handlers through :func:`read_tls_files`."""
+terminates TLS: the web service and the gRPC handler's TLS front (broker/tls_front.py) here,
+and protocol handlers through :func:`read_tls_files`. Like Pulsar, a listener with trust
+certificates asks clients for a certificate: it must send one with
+tlsRequireTrustedClientCertOnConnect=true, else one it sends must be trusted."""
 
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pulsar_grpc.broker.config import ConfigError, ServiceConfiguration
 
@@ -49,4 +54,18 @@ def server_ssl_context(config: ServiceConfiguration) -> ssl.SSLContext:
         context.load_verify_locations(cadata=files.trust_certs.decode())
     if files.require_client_cert:
         context.verify_mode = ssl.CERT_REQUIRED
+    elif files.trust_certs is not None:
+        # Pulsar's "want client auth": a certificate is asked for, and one that is sent must
+        # chain to the trust certificates; a client without one goes on to other credentials.
+        context.verify_mode = ssl.CERT_OPTIONAL
     return context
+
+
+def certificate_common_name(cert: Mapping[str, Any] | None) -> str | None:
+    """The subject's CN in ``SSLSocket.getpeercert()``'s nested tuples; None without a
+    (verified) certificate."""
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None

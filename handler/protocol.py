@@ -12,12 +12,20 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from pulsar_grpc.broker.config import ServiceConfiguration
-from pulsar_grpc.broker.listeners import GRPC_SCHEMES, ListenerConfig
+from pulsar_grpc.broker.listeners import GRPC_SCHEMES, BindAddress, ListenerConfig
 from pulsar_grpc.broker.lookup import resolve_ports
 from pulsar_grpc.broker.protocol import BrokerContext, ProtocolHandler
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.security.expiry import CredentialExpiryCheck
 from pulsar_grpc.broker.tls import TlsFiles, read_tls_files
+from pulsar_grpc.broker.tls_front import (
+    LOOPBACK,
+    LoopFactory,
+    PipedPeers,
+    TlsFront,
+    front_ssl_context,
+    needs_front,
+)
 from pulsar_grpc.handler import advertised, codec
 from pulsar_grpc.handler.access import authorize_namespace_topics, authorize_topic
 from pulsar_grpc.handler.consume import consume
@@ -48,6 +56,8 @@ class GrpcProtocolHandler(ProtocolHandler):
         self.listeners: ListenerConfig | None = None
         self.broker: BrokerContext | None = None
         self.servers: list[aio.Server] = []
+        # The TLS fronts of listeners that ask for a client certificate optionally.
+        self.fronts: list[TlsFront] = []
         # Shared by every server: "" and the service report SERVING until drain().
         self.health: health.aio.HealthServicer | None = None
         # Ends streams whose credentials expire (none expire while authentication is off).
@@ -75,6 +85,9 @@ class GrpcProtocolHandler(ProtocolHandler):
         health_servicer = self.health = health.aio.HealthServicer()
         try:
             for bind in binds:
+                if bind.tls and needs_front(self.config):
+                    context.bound[bind] = await self._serve_behind_front(bind, health_servicer)
+                    continue
                 server = self._server(bind.listener, health_servicer)
                 self.servers.append(server)
                 if bind.tls:
@@ -93,8 +106,34 @@ class GrpcProtocolHandler(ProtocolHandler):
         self._advertised = advertised.advertise(resolve_ports(self.listeners, context.bound))
         log.info("grpc handler listening: %s", self._advertised)
 
+    async def _serve_behind_front(
+        self, bind: BindAddress, health_servicer: health.aio.HealthServicer
+    ) -> int:
+        """A plaintext server on an ephemeral loopback port behind a :class:`TlsFront` on the
+        bind address (broker/tls_front.py); the front's bound port."""
+        assert self.config is not None
+        peers = PipedPeers()
+        server = self._server(bind.listener, health_servicer, peers)
+        self.servers.append(server)
+        internal_port = server.add_insecure_port(f"{LOOPBACK}:0")
+        await server.start()
+        front = TlsFront(
+            bind.host,
+            bind.port,
+            front_ssl_context(self.config),
+            internal_port,
+            self.config.grpcTlsFrontMaxConnections,
+            peers,
+            _loop_factory(),
+        )
+        self.fronts.append(front)
+        return await front.start()
+
     def _server(
-        self, listener: str | None, health_servicer: health.aio.HealthServicer
+        self,
+        listener: str | None,
+        health_servicer: health.aio.HealthServicer,
+        piped_peers: PipedPeers | None = None,
     ) -> aio.Server:
         assert self.config is not None and self.listeners is not None
         assert self.broker is not None
@@ -104,7 +143,8 @@ class GrpcProtocolHandler(ProtocolHandler):
         ]
         if self.broker.authentication is not None:  # first: nothing runs for a stranger
             interceptors.insert(
-                0, AuthenticationInterceptor(self.broker.authentication, listener, abort)
+                0,
+                AuthenticationInterceptor(self.broker.authentication, listener, abort, piped_peers),
             )
         server = aio.server(
             interceptors=interceptors,
@@ -130,7 +170,10 @@ class GrpcProtocolHandler(ProtocolHandler):
         Consume stream is already ending with ServiceNotReady, and calls arriving meanwhile
         were refused with it: the grace only bounds a call still writing to a slow reader."""
         servers, self.servers = self.servers, []
+        fronts, self.fronts = self.fronts, []
         await asyncio.gather(*(server.stop(grace=_STOP_GRACE_S) for server in servers))
+        # After the servers: what they wrote in their grace still reaches the clients.
+        await asyncio.gather(*(front.close() for front in fronts))
         if self.expiry is not None:
             await self.expiry.close()
 
@@ -286,3 +329,12 @@ def _credentials(tls: TlsFiles) -> grpc.ServerCredentials:
         root_certificates=tls.trust_certs,
         require_client_auth=tls.require_client_cert,
     )
+
+
+def _loop_factory() -> LoopFactory | None:
+    """uvloop for a front when the broker runs on it (the CLI's broker does), else asyncio's."""
+    if type(asyncio.get_running_loop()).__module__.startswith("uvloop"):
+        import uvloop
+
+        return uvloop.new_event_loop
+    return None

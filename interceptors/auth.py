@@ -4,7 +4,9 @@ AuthenticationError code, so a stranger cannot even make the broker parse a topi
 create a topic. The role and the method that proved it go into the call context.
 
 The credentials are the ``authorization`` header (``Bearer <token>`` or ``Basic <base64>``) and,
-on a mutual-TLS listener, the CN of the verified client certificate (gRPC's auth context).
+on a mutual-TLS listener, the CN of the verified client certificate: gRPC's auth context, or,
+behind a TLS front that asks for the certificate optionally (broker/tls_front.py), what the
+front recorded for the loopback connection the call came through.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from grpc import aio
 from pulsar_grpc.broker.errors import AuthenticationError
 from pulsar_grpc.broker.security.authentication import AuthenticationData, AuthenticationService
 from pulsar_grpc.broker.security.permissions import check_role
+from pulsar_grpc.broker.tls_front import PipedPeers
 from pulsar_grpc.interceptors._wrap import Abort, Prepare, PreparingInterceptor, wrap_handler
 from pulsar_grpc.interceptors.context import CallContext
 from pulsar_grpc.interceptors.headers import AUTHORIZATION, Header
@@ -34,11 +37,17 @@ class AuthenticationInterceptor(PreparingInterceptor):
     """Only installed while authenticationEnabled is true: a broker without it pays nothing."""
 
     def __init__(
-        self, service: AuthenticationService, bind_listener: str | None, abort: Abort
+        self,
+        service: AuthenticationService,
+        bind_listener: str | None,
+        abort: Abort,
+        piped_peers: PipedPeers | None = None,
     ) -> None:
+        """``piped_peers``: the TLS front's connections, when this server is behind one."""
         super().__init__(abort)
         self._service = service
         self._bind_listener = bind_listener
+        self._piped_peers = piped_peers
 
     async def intercept_service(
         self,
@@ -64,11 +73,20 @@ class AuthenticationInterceptor(PreparingInterceptor):
         original_principal = headers.get(Header.ORIGINAL_PRINCIPAL)
         service = self._service
         listener = self._bind_listener
+        piped_peers = self._piped_peers
 
         async def prepare(ctx: CallContext, context: aio.ServicerContext) -> None:
+            if piped_peers is None:
+                common_name = _peer_common_name(context)
+            else:
+                piped = piped_peers.of(ctx.peer)
+                # The client's own address from here on (stats, per-address limits), and only
+                # a connection the front piped has a certificate.
+                ctx.peer = piped.address if piped is not None else ctx.peer
+                common_name = piped.common_name if piped is not None else None
             data = AuthenticationData(
                 authorization=authorization,
-                tls_common_name=_peer_common_name(context),
+                tls_common_name=common_name,
                 remote_address=ctx.peer,
                 listener=listener,
             )

@@ -94,9 +94,10 @@ class AuthenticationProvider(ABC):
 
 
 class TlsProvider(AuthenticationProvider):
-    """The role is the CN of the client certificate the connection's mutual TLS verified
-    (Pulsar's AuthenticationProviderTls). Only a listener with tlsTrustCertsFilePath and
-    tlsRequireTrustedClientCertOnConnect asks clients for a certificate."""
+    """The role is the CN of the client certificate the connection's TLS verified (Pulsar's
+    AuthenticationProviderTls). With tlsRequireTrustedClientCertOnConnect=true the listeners
+    require one (grpcio's mutual TLS); without it they ask for one optionally, through a TLS
+    front (broker/tls_front.py), as Pulsar does: a client without one may send a token."""
 
     @property
     def auth_method_name(self) -> str:
@@ -109,15 +110,10 @@ class TlsProvider(AuthenticationProvider):
 
     @classmethod
     def from_config(cls, config: ServiceConfiguration) -> TlsProvider:
-        if not config.tlsRequireTrustedClientCertOnConnect:
-            # Pulsar asks for the certificate optionally; grpcio's server credentials can
-            # only require one or not ask at all (its Python API has no "request but don't
-            # require" mode), so without the setting no client ever presents one.
+        if not config.tlsTrustCertsFilePath:
             log.warning(
-                "authenticationProviders has the TLS provider but "
-                "tlsRequireTrustedClientCertOnConnect=false: the gRPC listeners cannot ask for "
-                "an optional client certificate, so it authenticates no one; set "
-                "tlsRequireTrustedClientCertOnConnect=true (docs/protocol.md, Authentication)"
+                "authenticationProviders has the TLS provider but no tlsTrustCertsFilePath: "
+                "no client certificate can be verified, so it authenticates no one"
             )
         return cls()
 

@@ -26,7 +26,7 @@ from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.security.authentication import AuthenticationData, AuthenticationService
 from pulsar_grpc.broker.security.authorization import TopicOperation
-from pulsar_grpc.broker.tls import server_ssl_context
+from pulsar_grpc.broker.tls import certificate_common_name, server_ssl_context
 from pulsar_grpc.broker.web.access import AdminAccess, remember_role
 from pulsar_grpc.broker.web.broker_client import BrokerClient
 from pulsar_grpc.broker.web.broker_stats_admin import BrokerStatsAdmin
@@ -105,11 +105,7 @@ def _authenticating(service: AuthenticationService, metrics_open: bool) -> Middl
 def _peer_common_name(request: web.Request) -> str | None:
     """CN of the client certificate the https handshake verified (None over http)."""
     cert = request.transport.get_extra_info("peercert") if request.transport else None
-    for rdn in (cert or {}).get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                return str(value)
-    return None
+    return certificate_common_name(cert)
 
 
 class WebService:
