@@ -56,8 +56,8 @@ class ServiceConfiguration(ClientAuthenticationSettings):
     # opened at once); past it gRPC core refuses them as CANCELLED (docs/protocol.md).
     grpcMaxPendingCalls: int = 100_000
     # Ours: connections a TLS front (broker/tls_front.py: a TLS listener with the TLS
-    # provider and tlsRequireTrustedClientCertOnConnect=false) holds at once, handshaking ones
-    # included; a further one is closed as it arrives (docs/protocol.md).
+    # provider and tlsRequireTrustedClientCertOnConnect=false) holds at once; a further one is
+    # closed once its handshake is done (docs/protocol.md).
     grpcTlsFrontMaxConnections: int = 10_000
     webServicePort: int | None = 8080
     webServicePortTls: int | None = None

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 # The only host the gRPC server behind a front binds: nothing off this machine reaches it.
 LOOPBACK = "127.0.0.1"
 _PEER_PREFIX = f"ipv4:{LOOPBACK}:"
-# A client that connects and never finishes its handshake holds a slot no longer than this.
+# A client that connects and never finishes its handshake is dropped after this long.
 HANDSHAKE_TIMEOUT_S = 10.0
 _CHUNK = 256 * 1024
 # The names of the provider that takes the certificate (its short and its Pulsar name): asking
@@ -142,9 +142,10 @@ class TlsFront:
         self._max_connections = max_connections
         self._loop_factory = loop_factory
         self._connections: set[asyncio.Task[None]] = set()
-        # Every socket's transport while the loop holds it (closing ones too): weak, so a closed
-        # one leaves by itself.
-        self._transports: weakref.WeakSet[asyncio.WriteTransport] = weakref.WeakSet()
+        # The writer of every socket while the loop holds it (closing ones too: a transport
+        # holds its protocol, which holds the writer), weak so that a closed one leaves by
+        # itself; writers, because uvloop's TLS transports cannot be weakly referenced.
+        self._writers: weakref.WeakSet[asyncio.StreamWriter] = weakref.WeakSet()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -188,7 +189,16 @@ class TlsFront:
 
     async def _serve(self, bound: concurrent.futures.Future[int]) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        server = await asyncio.start_server(self._accept, self._host, self._port)
+        # The handshake is the server's (ssl=), done before _accept runs: upgrading an accepted
+        # stream with start_tls would lose a ClientHello that arrived before the upgrade (the
+        # stream reader buffers it), and the handshake would hang until the client gave up.
+        server = await asyncio.start_server(
+            self._accept,
+            self._host,
+            self._port,
+            ssl=self._context,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
+        )
         port = server.sockets[0].getsockname()[1]
         bound.set_result(port)
         log.info(
@@ -203,8 +213,8 @@ class TlsFront:
             await asyncio.gather(*self._connections, return_exceptions=True)
             # A closed TLS connection may still wait for its peer's goodbye (up to 30 s): the
             # loop ends now, so every socket still open is dropped.
-            for transport in list(self._transports):
-                transport.abort()
+            for writer in list(self._writers):
+                writer.transport.abort()
             await asyncio.sleep(0)  # the aborts close their sockets on the next iteration
             await server.wait_closed()
 
@@ -219,7 +229,7 @@ class TlsFront:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        self._transports.add(writer.transport)  # the TCP one, under the TLS to come
+        self._writers.add(writer)
         try:
             await self._pipe(reader, writer)
         except asyncio.CancelledError:
@@ -232,18 +242,13 @@ class TlsFront:
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         address = _grpc_peer(writer.get_extra_info("peername"))
-        try:
-            await writer.start_tls(self._context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
-        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
-            log.debug("TLS front: handshake with %s failed: %s", address, exc)
-            return
         peer = PipedPeer(address, certificate_common_name(writer.get_extra_info("peercert")))
         try:
             up_reader, up_writer = await asyncio.open_connection(LOOPBACK, self.upstream_port)
         except OSError as exc:
             log.warning("TLS front: cannot reach the gRPC server: %s", exc)
             return
-        self._transports.add(up_writer.transport)
+        self._writers.add(up_writer)
         local_port = up_writer.get_extra_info("sockname")[1]
         self.peers.add(local_port, peer)  # before any byte reaches the gRPC server
         try:
