@@ -198,7 +198,11 @@ class BrokerService:
         dynamic = self.dynamic_config = DynamicConfig(
             self.config,
             metadata,
-            [lambda config: topics.apply(TopicSettings.from_config(config)), resources.apply],
+            [
+                lambda config: topics.apply(TopicSettings.from_config(config)),
+                resources.apply,
+                self._take_config,
+            ],
         )
         await dynamic.start()
         await resources.ensure_namespace(NamespaceName.get("public/default"))
@@ -304,6 +308,11 @@ class BrokerService:
         if self._store is not None:
             steps.append(("closing the ledger store", self._store.close))
         return steps
+
+    def _take_config(self, config: ServiceConfiguration) -> None:
+        """A dynamic change: ``config`` is the configuration in effect now (a new object; the
+        one it replaces is not written), which the web service's admin views answer with."""
+        self.config = config
 
     def check_open(self) -> None:
         """Refuse a request once the broker is closing, with a status clients retry (on this
