@@ -10,6 +10,11 @@ of them dynamic in Pulsar too), applied live: the broker-wide throttles and ever
 limits are retuned at once, so open producer streams and dispatchers feel a change within a
 notification's delay; the partitions' limit holds for the next create or update.
 
+A change is an event, not a write into the broker's configuration: the ServiceConfiguration
+read at start stays as loaded, and each listener is called with a new one, the broker.conf
+values with the overrides in effect; its owners (the topic registry, the namespace resources)
+build their own settings from it and apply them, so nothing else writes what they read.
+
 A value is checked when written (its type, minimum and maximum, as at load: a bad one is
 refused with 412, as Pulsar refuses an invalid dynamic-config value) and again when read, since
 another tool may have written the node: a bad value there is logged and the broker.conf value holds.
@@ -18,11 +23,12 @@ another tool may have written the node: a bad value there is logged and the brok
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pulsar_grpc.broker.config import PROPERTY_NAMES, ServiceConfiguration, parse_checked
@@ -118,18 +124,25 @@ def as_text(value: Any) -> str:
     return str(value)
 
 
+# Told the configuration in effect after a dynamic change; applies what it owns of it.
+ConfigListener = Callable[[ServiceConfiguration], None]
+
+
 class DynamicConfig:
-    """The overrides of this broker's configuration: the one writer of the dynamic properties
-    of ``config`` once started. ``changed`` is called after they changed."""
+    """The overrides of this broker's configuration (``config``, as loaded: never written).
+    ``effective`` is the configuration in effect; each of ``listeners`` is called with it
+    after a dynamic property changed."""
 
     def __init__(
-        self, config: ServiceConfiguration, store: MetadataStore, changed: Callable[[], None]
+        self,
+        config: ServiceConfiguration,
+        store: MetadataStore,
+        listeners: Sequence[ConfigListener],
     ) -> None:
-        self._config = config
+        self._config = config  # broker.conf's values: what a removed override falls back to
         self._store = store
-        self._changed = changed
-        # broker.conf's values: what a removed override falls back to.
-        self._from_file = {name: getattr(config, name) for name in DYNAMIC_PROPERTIES}
+        self._listeners = tuple(listeners)
+        self.effective = config
         self.overrides: dict[str, str] = {}  # the ones applied now
         self._state = DynamicConfigState.OPEN
         # One read-and-apply at a time, in the order the notifications came: the last applies
@@ -171,7 +184,7 @@ class DynamicConfig:
         return {
             name: MASK
             if name in SECRET_PROPERTIES
-            else _without_password(as_text(getattr(self._config, name)))
+            else _without_password(as_text(getattr(self.effective, name)))
             for name in PROPERTY_NAMES
         }
 
@@ -202,7 +215,7 @@ class DynamicConfig:
                 self._apply({} if found is None else parse_node(found.value))
 
     def _apply(self, node: dict[str, str]) -> None:
-        values = dict(self._from_file)
+        values = {name: getattr(self._config, name) for name in DYNAMIC_PROPERTIES}
         applied: dict[str, str] = {}
         for name, raw in node.items():
             if name not in DYNAMIC_PROPERTIES:
@@ -215,15 +228,15 @@ class DynamicConfig:
                 continue
             applied[name] = raw
         self.overrides = applied
-        changed = sorted(n for n, v in values.items() if getattr(self._config, n) != v)
-        for name in changed:
-            setattr(self._config, name, values[name])
+        changed = sorted(n for n, v in values.items() if getattr(self.effective, n) != v)
         if changed:
+            self.effective = dataclasses.replace(self._config, **values)
             log.info(
                 "dynamic configuration: %s",
                 ", ".join(f"{n}={as_text(values[n])}" for n in changed),
             )
-            self._changed()
+            for listener in self._listeners:
+                listener(self.effective)
 
     def _on_notification(self, notification: Notification) -> None:
         if notification.path == DYNAMIC_CONFIG_PATH and notification.type in _NOTIFIED_BY:

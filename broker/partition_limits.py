@@ -30,11 +30,11 @@ def max_partitions(config: ServiceConfiguration) -> int:
     return configured if configured > 0 else PARTITIONS_CEILING
 
 
-def check_partitions(config: ServiceConfiguration, partitions: int) -> None:
-    """Pulsar's refusals (406, its reasons) of a count below 1 or over :func:`max_partitions`,
-    made before any metadata is touched, as PersistentTopicsBase does."""
+def check_partitions(limit: int, partitions: int) -> None:
+    """Pulsar's refusals (406, its reasons) of a count below 1 or over ``limit`` (the
+    :func:`max_partitions` in effect), made before any metadata is touched, as
+    PersistentTopicsBase does."""
     if partitions < 1:
         raise NotAcceptableError("Number of partitions should be more than 0")
-    limit = max_partitions(config)
     if partitions > limit:
         raise NotAcceptableError(f"Number of partitions should be less than or equal to {limit}")

@@ -23,7 +23,7 @@ from pulsar_grpc.broker.ledger import ManagedLedgerFactory
 from pulsar_grpc.broker.metadata import MetadataStore
 from pulsar_grpc.broker.metadata.store import BadVersionError
 from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
-from pulsar_grpc.broker.partition_limits import check_partitions
+from pulsar_grpc.broker.partition_limits import check_partitions, max_partitions
 
 PARTITIONED_ROOT = "/admin/partitioned-topics"
 
@@ -38,6 +38,13 @@ class NamespaceResources:
         self.config = config
         self.store = store
         self.ledgers = ledgers
+        # maxNumPartitionsPerPartitionedTopic is dynamic: kept here, replaced by apply().
+        self.max_partitions = max_partitions(config)
+
+    def apply(self, config: ServiceConfiguration) -> None:
+        """A dynamic configuration change: its partitions' limit holds from the next create
+        or update of a partitioned topic, as in Pulsar."""
+        self.max_partitions = max_partitions(config)
 
     # ------------------------------------------------------------ tenants and namespaces
 
@@ -165,7 +172,7 @@ class NamespaceResources:
 
     async def create_partitioned_topic(self, name: str, partitions: int) -> None:
         topic = TopicName.get(name)
-        check_partitions(self.config, partitions)
+        check_partitions(self.max_partitions, partitions)
         if topic.is_partitioned:
             raise InvalidArgumentError(
                 f"{topic} is a partition name; a partitioned topic's name has no -partition- suffix"
@@ -183,7 +190,7 @@ class NamespaceResources:
         not partitioned or the count does not grow."""
         topic = TopicName.get(name)
         path = self._partitioned_path(topic)
-        check_partitions(self.config, partitions)
+        check_partitions(self.max_partitions, partitions)
         found = await self.store.get(path)
         if found is None:
             raise NotAllowedError(f"Topic {topic} is not partitioned topic")

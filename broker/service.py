@@ -65,6 +65,7 @@ from pulsar_grpc.broker.stalls import StallMonitor
 from pulsar_grpc.broker.tls import read_tls_files
 from pulsar_grpc.broker.topics import PersistentTopic
 from pulsar_grpc.broker.topics.registry import TopicRegistry
+from pulsar_grpc.broker.topics.settings import TopicSettings
 from pulsar_grpc.broker.topics.stats_task import StatsTask
 from pulsar_grpc.broker.web.app import WebService
 
@@ -181,7 +182,7 @@ class BrokerService:
             clustered=is_cluster_store(self.config.metadataStoreUrl),
         )
         topics = self._topics = TopicRegistry(
-            self.config,
+            TopicSettings.from_config(self.config),
             ledgers,
             resources,
             namespaces,
@@ -195,7 +196,13 @@ class BrokerService:
         self.stalls = StallMonitor(self.config.statsUpdateFrequencyInSecs)
         self.stalls.start()
         dynamic = self.dynamic_config = DynamicConfig(
-            self.config, metadata, topics.rate_properties_changed
+            self.config,
+            metadata,
+            [
+                lambda config: topics.apply(TopicSettings.from_config(config)),
+                resources.apply,
+                self._take_config,
+            ],
         )
         await dynamic.start()
         await resources.ensure_namespace(NamespaceName.get("public/default"))
@@ -301,6 +308,11 @@ class BrokerService:
         if self._store is not None:
             steps.append(("closing the ledger store", self._store.close))
         return steps
+
+    def _take_config(self, config: ServiceConfiguration) -> None:
+        """A dynamic change: ``config`` is the configuration in effect now (a new object; the
+        one it replaces is not written), which the web service's admin views answer with."""
+        self.config = config
 
     def check_open(self) -> None:
         """Refuse a request once the broker is closing, with a status clients retry (on this

@@ -94,9 +94,7 @@ class CursorAdmin:
         if start.position is not None:
             await cursor.reset_cursor(start.position)
         if name not in self.topic.subscriptions:  # a consumer may have subscribed meanwhile
-            self.topic.subscriptions[name] = Subscription(
-                self.topic, name, cursor, self.topic.config
-            )
+            self.topic.subscriptions[name] = Subscription(self.topic, name, cursor)
 
     async def delete(self, name: str, force: Force) -> None:
         """Pulsar's unsubscribe: 412 while consumers are connected, unless forced (then they

@@ -25,19 +25,19 @@ from enum import Enum
 from typing import Any
 
 from pulsar_grpc.broker import entry_format
-from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, Position
 from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR
+from pulsar_grpc.broker.topics.settings import DedupSettings
 
 log = logging.getLogger(__name__)
 
 FIELD = "deduplicationEnabled"  # the namespace policy, in its Policies node
 
 
-def deduplication_enabled(config: ServiceConfiguration, policies: dict[str, Any] | None) -> bool:
+def deduplication_enabled(settings: DedupSettings, policies: dict[str, Any] | None) -> bool:
     """The namespace's policy when it is set, else the broker's default."""
     found = (policies or {}).get(FIELD)
-    return found if isinstance(found, bool) else config.brokerDeduplicationEnabled
+    return found if isinstance(found, bool) else settings.enabled
 
 
 class SnapshotState(Enum):

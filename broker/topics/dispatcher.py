@@ -28,6 +28,7 @@ from pulsar_grpc.broker.topics.rate_limit import Kind
 from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
+    from pulsar_grpc.broker.topics.settings import DispatchSettings
     from pulsar_grpc.broker.topics.subscription import Subscription
 
 log = logging.getLogger(__name__)
@@ -79,12 +80,12 @@ class ReplaySet(dict[Position, int | None]):
 
 class Dispatcher(ABC):
     def __init__(
-        self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
+        self, subscription: Subscription, cursor: ManagedCursor, settings: DispatchSettings
     ) -> None:
         self.subscription = subscription
         self.cursor = cursor
         self.consumers: list[Consumer] = []
-        self.max_read_batch = max_read_batch
+        self.max_read_batch = settings.max_read_batch_size
         # Pulsar applies maxUnackedMessagesPerConsumer to Shared and Key_Shared only.
         self.max_unacked_per_consumer: int | None = None
         self.replay = ReplaySet()
@@ -313,10 +314,10 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         self,
         subscription: Subscription,
         cursor: ManagedCursor,
-        max_read_batch: int,
+        settings: DispatchSettings,
         switch_delay_s: float = 0.0,
     ) -> None:
-        super().__init__(subscription, cursor, max_read_batch)
+        super().__init__(subscription, cursor, settings)
         self.active: Consumer | None = None
         self.switch_delay_s = switch_delay_s
         # Pending while a switch waits out the delay; the one owner of that waiting state.
@@ -415,10 +416,10 @@ class SharedDispatcher(Dispatcher):
     take it."""
 
     def __init__(
-        self, subscription: Subscription, cursor: ManagedCursor, max_read_batch: int
+        self, subscription: Subscription, cursor: ManagedCursor, settings: DispatchSettings
     ) -> None:
-        super().__init__(subscription, cursor, max_read_batch)
-        self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer or None
+        super().__init__(subscription, cursor, settings)
+        self.max_unacked_per_consumer = settings.max_unacked_per_consumer
         # priority level -> the consumer served last at that level (where round robin resumes)
         self._last_served: dict[int, Consumer] = {}
 

@@ -31,6 +31,7 @@ from pulsar_grpc.broker.topics.key_shared_policy import (
 from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
+    from pulsar_grpc.broker.topics.settings import DispatchSettings
     from pulsar_grpc.broker.topics.subscription import Subscription
 
 
@@ -167,11 +168,11 @@ class KeySharedDispatcher(Dispatcher):
         self,
         subscription: Subscription,
         cursor: ManagedCursor,
-        max_read_batch: int,
+        settings: DispatchSettings,
         policy: KeySharedPolicy,
     ) -> None:
-        super().__init__(subscription, cursor, max_read_batch)
-        self.max_unacked_per_consumer = subscription.config.maxUnackedMessagesPerConsumer or None
+        super().__init__(subscription, cursor, settings)
+        self.max_unacked_per_consumer = settings.max_unacked_per_consumer
         self.policy = policy
         self.selector: Selector = (
             StickySelector() if policy.mode is KeySharedMode.STICKY else AutoSplitSelector()

@@ -69,11 +69,11 @@ class Producer:
 
     @property
     def max_messages_per_batch(self) -> int:
-        return self.topic.config.maxMessagesPerBatch
+        return self.topic.settings.publish.max_messages_per_batch
 
     @property
     def max_message_size(self) -> int:
-        return self.topic.config.maxMessageSize
+        return self.topic.settings.publish.max_message_size
 
     def check_encryption(self, encrypted: bool) -> None:
         """Refuse a batch the namespace's encryption_required policy does not take."""

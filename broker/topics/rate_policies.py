@@ -32,6 +32,7 @@ from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.broker.topics.dedup import deduplication_enabled
 from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
 from pulsar_grpc.broker.topics.rate_limit import UNLIMITED, RateLimit
+from pulsar_grpc.broker.topics.settings import RateSettings, TopicSettings
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.security.permissions import PolicyCache
@@ -156,19 +157,13 @@ class TopicLimits:
     subscription_dispatch: RateLimit = UNLIMITED
 
 
-def broker_default(config: ServiceConfiguration, kind: RateKind) -> RateLimit:
+def broker_default(rates: RateSettings, kind: RateKind) -> RateLimit:
+    """The broker's limit of ``kind``: what holds where no topic or namespace policy is set."""
     if kind is RateKind.PUBLISH:
-        return RateLimit(
-            config.maxPublishRatePerTopicInMessages, config.maxPublishRatePerTopicInBytes
-        )
+        return rates.publish_per_topic
     if kind is RateKind.DISPATCH:
-        return RateLimit(
-            config.dispatchThrottlingRatePerTopicInMsg, config.dispatchThrottlingRatePerTopicInByte
-        )
-    return RateLimit(
-        config.dispatchThrottlingRatePerSubscriptionInMsg,
-        config.dispatchThrottlingRatePerSubscriptionInByte,
-    )
+        return rates.dispatch_per_topic
+    return rates.dispatch_per_subscription
 
 
 def policy_topic_key(topic: TopicName) -> str:
@@ -194,18 +189,26 @@ def namespace_rate(policies: dict[str, Any], cluster: str, kind: RateKind) -> Ra
 def resolve(
     config: ServiceConfiguration, policies: dict[str, Any] | None, topic: TopicName
 ) -> TopicLimits:
+    """:func:`resolve_limits` with the rates of ``config`` (the admin view's question, in
+    broker/web/rate_admin.py; loaded topics are resolved with the registry's settings)."""
+    return resolve_limits(RateSettings.from_config(config), policies, topic)
+
+
+def resolve_limits(
+    rates: RateSettings, policies: dict[str, Any] | None, topic: TopicName
+) -> TopicLimits:
     """The limits that hold for ``topic`` given its namespace's Policies node."""
     policies = policies or {}
 
     def one(kind: RateKind) -> RateLimit:
         try:
             found = topic_rate(policies, topic, kind) or namespace_rate(
-                policies, config.clusterName, kind
+                policies, rates.cluster, kind
             )
         except InvalidArgumentError as exc:  # written by another tool: say so, use the default
             log.warning("%s of %s ignored: %s", kind.name.lower(), topic, exc.message)
             found = None
-        return found if found is not None else broker_default(config, kind)
+        return found if found is not None else broker_default(rates, kind)
 
     return TopicLimits(
         one(RateKind.PUBLISH), one(RateKind.DISPATCH), one(RateKind.SUBSCRIPTION_DISPATCH)
@@ -218,11 +221,11 @@ class RatePolicies:
 
     def __init__(
         self,
-        config: ServiceConfiguration,
+        settings: Callable[[], TopicSettings],
         cache: PolicyCache,
         loaded_topics: Callable[[], list[PersistentTopic]],
     ) -> None:
-        self._config = config
+        self._settings = settings  # the registry's current ones
         self._cache = cache
         self._loaded_topics = loaded_topics
         self._unwatch: dict[str, Callable[[], None]] = {}  # tenant -> stop watching
@@ -239,7 +242,8 @@ class RatePolicies:
 
     async def deduplication(self, topic: TopicName) -> bool:
         """Whether ``topic`` deduplicates (asked before it loads, so it loads that way)."""
-        return deduplication_enabled(self._config, await self._namespace_policies(topic))
+        policies = await self._namespace_policies(topic)
+        return deduplication_enabled(self._settings().dedup, policies)
 
     async def apply(self, topic: PersistentTopic) -> None:
         """Set ``topic``'s limits and its namespace's encryption and deduplication policies
@@ -249,9 +253,10 @@ class RatePolicies:
         if tenant not in self._unwatch:
             self._unwatch[tenant] = self._cache.watch(tenant, lambda: self._changed(tenant))
         policies = await self._namespace_policies(topic.topic_name)
-        topic.set_rate_limits(resolve(self._config, policies, topic.topic_name))
+        settings = self._settings()
+        topic.set_rate_limits(resolve_limits(settings.rates, policies, topic.topic_name))
         topic.encryption = EncryptionPolicy.of(policies)
-        await topic.set_deduplication(deduplication_enabled(self._config, policies))
+        await topic.set_deduplication(deduplication_enabled(settings.dedup, policies))
 
     def reapply_all(self) -> None:
         """Resolve every loaded topic's limits again (the broker's defaults changed)."""

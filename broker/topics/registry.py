@@ -14,16 +14,16 @@ import logging
 from collections.abc import Callable
 
 from pulsar_grpc.broker.cluster.id_generator import DistributedIdGenerator
-from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.errors import NotAllowedError, TopicNotFoundError
 from pulsar_grpc.broker.ledger import ManagedLedgerFactory
 from pulsar_grpc.broker.namespace_service import NamespaceService
 from pulsar_grpc.broker.naming import NamespaceBundle, TopicName
 from pulsar_grpc.broker.resources import NamespaceResources
 from pulsar_grpc.broker.security.permissions import PolicyCache
-from pulsar_grpc.broker.topics.rate_limit import RateLimit, Throttle
+from pulsar_grpc.broker.topics.rate_limit import Throttle
 from pulsar_grpc.broker.topics.rate_policies import RatePolicies
 from pulsar_grpc.broker.topics.schema_carrier import SchemaCarrier
+from pulsar_grpc.broker.topics.settings import TopicSettings
 from pulsar_grpc.broker.topics.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class TopicRegistry:
 
     def __init__(
         self,
-        config: ServiceConfiguration,
+        settings: TopicSettings,
         ledgers: ManagedLedgerFactory,
         resources: NamespaceResources,
         namespaces: NamespaceService,
@@ -44,7 +44,9 @@ class TopicRegistry:
         policies: PolicyCache,
         schemas: SchemaCarrier,
     ) -> None:
-        self.config = config
+        # What the loaded topics read of the broker's configuration (PersistentTopic.settings):
+        # replaced, never changed, and only by apply().
+        self.settings = settings
         self.ledgers = ledgers
         self.resources = resources
         self.namespaces = namespaces
@@ -54,17 +56,21 @@ class TopicRegistry:
         self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         # The broker-wide rates, shared by every topic (brokerPublisherThrottlingMax*,
         # dispatchThrottlingRateIn*), and the per-topic ones kept current from the policies.
-        self.publish_throttle = Throttle(_broker_publish_rate(config))
-        self.dispatch_throttle = Throttle(_broker_dispatch_rate(config))
-        self.rate_policies = RatePolicies(config, policies, self.loaded_topics)
+        self.publish_throttle = Throttle(settings.rates.broker_publish)
+        self.dispatch_throttle = Throttle(settings.rates.broker_dispatch)
+        self.rate_policies = RatePolicies(lambda: self.settings, policies, self.loaded_topics)
 
-    def rate_properties_changed(self) -> None:
-        """The rate properties changed (dynamic configuration): the broker-wide throttles take
-        the new rates, and every loaded topic's limits are resolved again (the per-topic
-        properties are their defaults), which wakes held-back producers and dispatchers."""
-        self.publish_throttle.update(_broker_publish_rate(self.config))
-        self.dispatch_throttle.update(_broker_dispatch_rate(self.config))
-        self.rate_policies.reapply_all()
+    def apply(self, settings: TopicSettings) -> None:
+        """Take ``settings`` (a dynamic configuration change). When the rates changed, the
+        broker-wide throttles take the new ones and every loaded topic's limits are resolved
+        again (the per-topic properties are their defaults), which wakes held-back producers
+        and dispatchers: open streams feel it at once, as in Pulsar. The other settings are
+        read where they are used, so they hold from the next publish or new dispatcher."""
+        old, self.settings = self.settings, settings
+        if settings.rates != old.rates:
+            self.publish_throttle.update(settings.rates.broker_publish)
+            self.dispatch_throttle.update(settings.rates.broker_dispatch)
+            self.rate_policies.reapply_all()
 
     async def get_topic(
         self, name: str | TopicName, create: bool = True, explicit: bool = False
@@ -123,7 +129,7 @@ class TopicRegistry:
                     f"use {topic}-partition-<0..{partitions - 1}>"
                 )
             known = False
-        may_create = explicit or (create and self.config.allowAutoTopicCreation)
+        may_create = explicit or (create and self.settings.allow_auto_topic_creation)
         # Asked only when it matters: open() reads the same node, and a load is a few reads.
         if not (known or may_create) and not await self.ledgers.exists(ledger_name):
             raise TopicNotFoundError(f"topic {topic} does not exist")
@@ -208,13 +214,3 @@ async def _close_when_loaded(futures: list[asyncio.Future[PersistentTopic]]) -> 
     for outcome in await asyncio.gather(*closes, return_exceptions=True):
         if isinstance(outcome, BaseException):
             raise outcome
-
-
-def _broker_publish_rate(config: ServiceConfiguration) -> RateLimit:
-    return RateLimit(
-        config.brokerPublisherThrottlingMaxMessageRate, config.brokerPublisherThrottlingMaxByteRate
-    )
-
-
-def _broker_dispatch_rate(config: ServiceConfiguration) -> RateLimit:
-    return RateLimit(config.dispatchThrottlingRateInMsg, config.dispatchThrottlingRateInByte)

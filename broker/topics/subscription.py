@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from pulsar_grpc.broker import entry_format
-from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.errors import ConsumerBusyError, InvalidArgumentError, NotAllowedError
 from pulsar_grpc.broker.ledger import ManagedCursor, Position
 from pulsar_grpc.broker.meters import RateMeter, iso_utc
@@ -68,12 +67,10 @@ class Subscription:
         topic: PersistentTopic,
         name: str,
         cursor: ManagedCursor,
-        config: ServiceConfiguration,
     ) -> None:
         self.topic = topic
         self.name = name
         self.cursor = cursor
-        self.config = config
         self.type: SubType | None = None
         self.dispatcher: Dispatcher | None = None
         self.state = SubscriptionState.OPEN
@@ -158,15 +155,16 @@ class Subscription:
             )
 
     def _new_dispatcher(self, sub_type: SubType, policy: KeySharedPolicy) -> Dispatcher:
-        batch = self.config.dispatcherMaxReadBatchSize
+        settings = self.topic.settings.dispatch
         if sub_type is SubType.Exclusive:
-            return SingleActiveConsumerDispatcher(self, self.cursor, batch)
+            return SingleActiveConsumerDispatcher(self, self.cursor, settings)
         if sub_type is SubType.Failover:
-            delay_s = self.config.activeConsumerFailoverDelayTimeMillis / 1000
-            return SingleActiveConsumerDispatcher(self, self.cursor, batch, delay_s)
+            return SingleActiveConsumerDispatcher(
+                self, self.cursor, settings, settings.failover_delay_s
+            )
         if sub_type is SubType.Shared:
-            return SharedDispatcher(self, self.cursor, batch)
-        return KeySharedDispatcher(self, self.cursor, batch, policy)
+            return SharedDispatcher(self, self.cursor, settings)
+        return KeySharedDispatcher(self, self.cursor, settings, policy)
 
     async def remove_consumer(self, consumer: Consumer) -> None:
         if self.dispatcher is None or consumer not in self.dispatcher.consumers:

@@ -15,7 +15,6 @@ import itertools
 from typing import TYPE_CHECKING, Literal
 
 from pulsar_grpc.broker import entry_format
-from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.errors import (
     BrokerError,
     ManagedLedgerFencedError,
@@ -34,6 +33,7 @@ from pulsar_grpc.broker.topics.producer import Producer, PublishReceipt
 from pulsar_grpc.broker.topics.producer_access import ExclusiveAccess, ProducerAccessMode
 from pulsar_grpc.broker.topics.rate_limit import RateLimit, Throttle
 from pulsar_grpc.broker.topics.rate_policies import RateKind, TopicLimits, broker_default
+from pulsar_grpc.broker.topics.settings import DedupSettings, TopicSettings
 from pulsar_grpc.broker.topics.subscription import Subscription, SubType
 from pulsar_grpc.broker.topics.transport import ConsumerTransport
 
@@ -57,7 +57,6 @@ class PersistentTopic:
         self.name = topic_name.full_name
         self.partition = topic_name.partition_index
         self.ledger = ledger
-        self.config: ServiceConfiguration = registry.config
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self._dedup = dedup
@@ -72,15 +71,15 @@ class PersistentTopic:
         # each subscription gets on its own.
         # What was published (msgInCounter, msgRateIn...): a relative dispatch rate follows it.
         self.rate_in = RateMeter()
-        self.publish_throttle = Throttle(broker_default(self.config, RateKind.PUBLISH))
+        self.publish_throttle = Throttle(broker_default(self.settings.rates, RateKind.PUBLISH))
         # Set (and replaced) when the limits change: producers held back wake to the new ones.
         # Made by the first producer held back: most topics never are (an Event is 0.7 KB).
         self._limits_changed: asyncio.Event | None = None
         self.dispatch_throttle = Throttle(
-            broker_default(self.config, RateKind.DISPATCH), publish_rate=self.rate_in.rates
+            broker_default(self.settings.rates, RateKind.DISPATCH), publish_rate=self.rate_in.rates
         )
         self.subscription_dispatch_limit: RateLimit = broker_default(
-            self.config, RateKind.SUBSCRIPTION_DISPATCH
+            self.settings.rates, RateKind.SUBSCRIPTION_DISPATCH
         )
         self.publish_rate_limited_times = 0  # Pulsar's publishRateLimitedTimes
         # The namespace's encryption_required (RatePolicies keeps it current too): the produce
@@ -98,17 +97,17 @@ class PersistentTopic:
     ) -> PersistentTopic:
         """``deduplication``: whether it is on (the namespace's deduplicationEnabled, else
         brokerDeduplicationEnabled: None says the latter)."""
-        config = registry.config
+        settings = registry.settings.dedup
         if deduplication is None:
-            deduplication = config.brokerDeduplicationEnabled
-        dedup = await _recover_dedup(ledger, config) if deduplication else None
+            deduplication = settings.enabled
+        dedup = await _recover_dedup(ledger, settings) if deduplication else None
         topic = cls(registry, topic_name, ledger, dedup)
         # An empty context: the callback would otherwise keep a copy of the loading call's
         # context (its CallContext, headers...) for the topic's whole life.
         ledger.fenced.add_done_callback(topic._on_fenced, context=contextvars.Context())
         for name, cursor in ledger.cursors.items():
             if name != DEDUPLICATION_CURSOR:
-                topic.subscriptions[name] = Subscription(topic, name, cursor, config)
+                topic.subscriptions[name] = Subscription(topic, name, cursor)
         # Ledgers every cursor had consumed before the restart (the dedup cursor's snapshot at
         # close moves it to the end) would otherwise wait for the next rollover or ack.
         ledger.schedule_trim()
@@ -174,6 +173,11 @@ class PersistentTopic:
         return self._dedup.last_sequence_id(producer_name) if self._dedup else -1
 
     @property
+    def settings(self) -> TopicSettings:
+        """The registry's current ones: a dynamic change it applies is seen at the next read."""
+        return self.registry.settings
+
+    @property
     def deduplication(self) -> bool:
         return self._dedup is not None
 
@@ -188,7 +192,7 @@ class PersistentTopic:
             if self._closed:
                 return
             if enabled and self._dedup is None:
-                dedup = await _recover_dedup(self.ledger, self.config)
+                dedup = await _recover_dedup(self.ledger, self.settings.dedup)
                 if self._closed:  # unloaded while recovering: close() saw no dedup
                     dedup.stop()
                     return
@@ -205,10 +209,9 @@ class PersistentTopic:
     ) -> asyncio.Future[PublishReceipt]:
         loop = asyncio.get_running_loop()
         highest = sequence_id + max(num_messages, 1) - 1
-        if len(data) > self.config.maxMessageSize:
-            raise TooLargeError(
-                f"batch of {len(data)} bytes exceeds maxMessageSize {self.config.maxMessageSize}"
-            )
+        max_size = self.settings.publish.max_message_size
+        if len(data) > max_size:
+            raise TooLargeError(f"batch of {len(data)} bytes exceeds maxMessageSize {max_size}")
         dedup = self._dedup
         if dedup is not None and dedup.is_duplicate(producer.name, sequence_id):
             return _duplicate_receipt(
@@ -340,7 +343,7 @@ class PersistentTopic:
                     start_inclusive,
                 )
             subscription = self.subscriptions.get(subscription_name) or Subscription(
-                self, subscription_name, cursor, self.config
+                self, subscription_name, cursor
             )
             self.subscriptions[subscription_name] = subscription
         self._check_open()  # again: the topic may have begun closing while this waited
@@ -398,7 +401,7 @@ class PersistentTopic:
             return
         cursor = await self.ledger.open_cursor(name, "earliest")
         if name not in self.subscriptions:  # a consumer may have subscribed meanwhile
-            self.subscriptions[name] = Subscription(self, name, cursor, self.config)
+            self.subscriptions[name] = Subscription(self, name, cursor)
 
     def get_subscription(self, name: str) -> Subscription:
         try:
@@ -527,11 +530,9 @@ def _check_initial_subscription(name: str) -> None:
         raise type(exc)(f"dead-letter initial subscription: {exc.message}") from exc
 
 
-async def _recover_dedup(ledger: ManagedLedger, config: ServiceConfiguration) -> Deduplication:
+async def _recover_dedup(ledger: ManagedLedger, settings: DedupSettings) -> Deduplication:
     return await Deduplication.recover(
-        ledger,
-        config.brokerDeduplicationEntriesInterval,
-        config.brokerDeduplicationSnapshotFrequencyInSeconds,
+        ledger, settings.entries_interval, settings.snapshot_frequency_s
     )
 
 

@@ -65,7 +65,9 @@ async def test_max_num_partitions_is_dynamic_within_the_ceiling(
     b = broker_factory()
     config = "/admin/v2/brokers/configuration/maxNumPartitionsPerPartitionedTopic"
     assert await call(b, "POST", f"{config}/2") == (204, None)
-    await eventually(lambda: b.config.maxNumPartitionsPerPartitionedTopic == 2)
+    assert b.service is not None
+    resources = b.service.resources
+    await eventually(lambda: resources.max_partitions == 2)
     refusal = {"reason": "Number of partitions should be less than or equal to 2"}
     assert await call(b, "PUT", f"{BASE}/three/partitions", 3) == (406, refusal)
     status, answer = await call(b, "POST", f"{config}/{PARTITIONS_CEILING + 1}")

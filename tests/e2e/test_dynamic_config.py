@@ -82,6 +82,20 @@ async def test_names_values_and_runtime_answer_what_is_in_effect(
     assert (await call(broker, "GET", "/admin/v2/brokers/standalone"))[0] == 200
 
 
+async def test_a_topics_applied_rates_show_a_dynamic_default(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    """The admin API's applied view answers with the default in effect, not broker.conf's."""
+    broker = broker_factory(dispatchThrottlingRatePerTopicInMsg=5)
+    applied = "/admin/v2/persistent/public/default/dynamic-default/dispatchRate?applied=true"
+    assert (await call(broker, "GET", applied))[1]["dispatchThrottlingRateInMsg"] == 5
+    name = "dispatchThrottlingRatePerTopicInMsg"
+    assert await call(broker, "POST", f"{CONFIG}/{name}/40") == (204, None)
+    assert (await call(broker, "GET", applied))[1]["dispatchThrottlingRateInMsg"] == 40
+    assert await call(broker, "DELETE", f"{CONFIG}/{name}") == (204, None)
+    assert (await call(broker, "GET", applied))[1]["dispatchThrottlingRateInMsg"] == 5
+
+
 async def test_bad_names_and_values_are_refused_with_412(broker: BrokerThread) -> None:
     cases = {
         ("POST", f"{CONFIG}/clusterName/other"): "Can't update non-dynamic configuration",

@@ -35,6 +35,7 @@ from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.dispatcher import Dispatcher
 from pulsar_grpc.broker.topics.producer import Producer
 from pulsar_grpc.broker.topics.registry import TopicRegistry
+from pulsar_grpc.broker.topics.settings import TopicSettings
 from pulsar_grpc.broker.topics.subscription import Subscription, SubType
 from pulsar_grpc.broker.topics.topic import PersistentTopic
 from pulsar_grpc.broker.topics.transport import Delivery
@@ -202,7 +203,7 @@ async def dispatch_env(topic: str = TOPIC, **config: object) -> AsyncIterator[Di
     resources = NamespaceResources(settings, metadata, ledgers)
     permissions = PermissionStore(metadata)
     registry = TopicRegistry(
-        settings,
+        TopicSettings.from_config(settings),
         ledgers,
         resources,
         NamespaceService(

@@ -1,6 +1,7 @@
 """Dynamic configuration: which names and values are taken, and how overrides in the metadata
-store reach the broker's configuration (two brokers' views of one in-memory store); the REST
-paths and live limits are in tests/e2e/test_dynamic_config.py."""
+store reach each broker as a change its listeners apply, the configuration as loaded left
+unwritten (two brokers' views of one in-memory store); the REST paths and live limits are in
+tests/e2e/test_dynamic_config.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pulsar_grpc.broker.config import load_config
+from pulsar_grpc.broker.config import ServiceConfiguration, load_config
 from pulsar_grpc.broker.dynamic_config import (
     DYNAMIC_CONFIG_PATH,
     MASK,
@@ -52,23 +53,26 @@ async def test_overrides_reach_every_broker_and_a_removal_restores_the_file_valu
     name = f"dyn-{uuid.uuid4().hex}"
     configs = [load_config(None, {}, {RATE: "7"}) for _ in range(2)]
     stores = [MemoryMetadataStore(name) for _ in range(2)]
-    calls = [0, 0]
+    told: list[list[ServiceConfiguration]] = [[], []]  # what each broker's listener was told
 
-    def counter(i: int) -> Callable[[], None]:
-        def changed() -> None:
-            calls[i] += 1
+    def listener(i: int) -> Callable[[ServiceConfiguration], None]:
+        return told[i].append
 
-        return changed
+    def applied(i: int) -> ServiceConfiguration:
+        return told[i][-1] if told[i] else configs[i]
 
-    brokers = [DynamicConfig(configs[i], stores[i], counter(i)) for i in range(2)]
+    brokers = [DynamicConfig(configs[i], stores[i], [listener(i)]) for i in range(2)]
     for broker in brokers:
         await broker.start()
-    assert calls == [0, 0]  # nothing stored: broker.conf's values hold
+    assert told == [[], []]  # nothing stored: broker.conf's values hold
     await brokers[0].update(RATE, "500")
-    assert configs[0].brokerPublisherThrottlingMaxMessageRate == 500  # applied before answering
+    assert applied(0).brokerPublisherThrottlingMaxMessageRate == 500  # applied before answering
+    assert brokers[0].effective is applied(0)
+    # The configuration as loaded is not written: only the listeners apply a change.
+    assert configs[0].brokerPublisherThrottlingMaxMessageRate == 7
 
     async def sees(i: int, value: int) -> None:
-        await eventually(lambda: configs[i].brokerPublisherThrottlingMaxMessageRate == value)
+        await eventually(lambda: applied(i).brokerPublisherThrottlingMaxMessageRate == value)
 
     await sees(1, 500)
     assert brokers[1].overrides == {RATE: "500"}
@@ -76,17 +80,17 @@ async def test_overrides_reach_every_broker_and_a_removal_restores_the_file_valu
     assert brokers[1].runtime()[RATE] == "500"
     assert brokers[1].runtime()["tokenSecretKey"] == MASK
     await brokers[1].delete(RATE)
-    assert configs[1].brokerPublisherThrottlingMaxMessageRate == 7  # applied before answering
+    assert applied(1).brokerPublisherThrottlingMaxMessageRate == 7  # applied before answering
     await sees(0, 7)
-    assert calls[0] >= 2 and calls[1] >= 2
+    assert len(told[0]) >= 2 and len(told[1]) >= 2
     # A bad value written by another tool is ignored (logged), the others applied.
     await stores[0].put(
         DYNAMIC_CONFIG_PATH,
         json.dumps({RATE: "lots", "dispatchThrottlingRateInMsg": "9"}).encode(),
         (await stores[0].get(DYNAMIC_CONFIG_PATH)).version,  # type: ignore[union-attr]
     )
-    await eventually(lambda: configs[1].dispatchThrottlingRateInMsg == 9)
-    assert configs[1].brokerPublisherThrottlingMaxMessageRate == 7
+    await eventually(lambda: applied(1).dispatchThrottlingRateInMsg == 9)
+    assert applied(1).brokerPublisherThrottlingMaxMessageRate == 7
     assert brokers[1].overrides == {"dispatchThrottlingRateInMsg": "9"}
     for i in range(2):
         await brokers[i].close()
@@ -96,6 +100,6 @@ async def test_overrides_reach_every_broker_and_a_removal_restores_the_file_valu
 async def test_the_runtime_view_masks_passwords_in_urls() -> None:
     config = load_config(None, {}, {"ledgerStorageUrl": "postgresql://app:s3cr:et@db:5432/pg"})
     store = MemoryMetadataStore(f"mask-{uuid.uuid4().hex}")
-    runtime = DynamicConfig(config, store, lambda: None).runtime()
+    runtime = DynamicConfig(config, store, []).runtime()
     assert runtime["ledgerStorageUrl"] == "postgresql://app:******@db:5432/pg"
     assert runtime["metadataStoreUrl"] == config.metadataStoreUrl  # no password: unchanged
