@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._compression import decompress_entry
+from ._protowire import MessageIdDataField, WireType, tag, varint
 
 if TYPE_CHECKING:
     from ._crypto import EncryptionContext
@@ -19,19 +20,10 @@ if TYPE_CHECKING:
 # Ids serialized by this SDK before issue 26: four big-endian fields, 24 bytes.
 _LEGACY_PACKED = struct.Struct(">qqii")
 _MAX_LONG = 2**63 - 1
-_U64 = 2**64
-
-
-def _varint(value: int) -> bytes:
-    """Protobuf's base-128 varint of ``value`` (a negative one as its 64-bit two's
-    complement, as protobuf writes int32 and uint64 fields)."""
-    value %= _U64
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+_LEDGER_ID = tag(MessageIdDataField.LEDGER_ID, WireType.VARINT)
+_ENTRY_ID = tag(MessageIdDataField.ENTRY_ID, WireType.VARINT)
+_PARTITION = tag(MessageIdDataField.PARTITION, WireType.VARINT)
+_BATCH_INDEX = tag(MessageIdDataField.BATCH_INDEX, WireType.VARINT)
 
 
 def _signed(value: int, bits: int) -> int:
@@ -56,32 +48,32 @@ def _decode_message_id_data(data: bytes) -> tuple[int, int, int, int]:
     """(ledger, entry, batch, partition) from Pulsar's ``MessageIdData`` protobuf
     (PulsarApi.proto: ledgerId = 1, entryId = 2, partition = 3 [default -1], batch_index = 4
     [default -1]; ack_set, batch_size, first_chunk_message_id and the rest are skipped)."""
-    fields = {3: -1, 4: -1}
+    fields: dict[int, int] = {MessageIdDataField.PARTITION: -1, MessageIdDataField.BATCH_INDEX: -1}
     pos = 0
     while pos < len(data):
         key, pos = _read_varint(data, pos)
         number, wire = key >> 3, key & 7
-        if wire == 0:
+        if wire == WireType.VARINT:
             value, pos = _read_varint(data, pos)
             fields[number] = value
-        elif wire == 2:
+        elif wire == WireType.LEN:
             length, pos = _read_varint(data, pos)
             pos += length
-        elif wire == 1:
+        elif wire == WireType.I64:
             pos += 8
-        elif wire == 5:
+        elif wire == WireType.I32:
             pos += 4
         else:
             raise ValueError(f"malformed serialized MessageId (wire type {wire})")
         if pos > len(data):
             raise ValueError("truncated serialized MessageId")
-    if 1 not in fields or 2 not in fields:
+    if MessageIdDataField.LEDGER_ID not in fields or MessageIdDataField.ENTRY_ID not in fields:
         raise ValueError("a serialized MessageId lacks its ledger or entry id")
     return (
-        _signed(fields[1], 64),
-        _signed(fields[2], 64),
-        _signed(fields[4], 32),
-        _signed(fields[3], 32),
+        _signed(fields[MessageIdDataField.LEDGER_ID], 64),
+        _signed(fields[MessageIdDataField.ENTRY_ID], 64),
+        _signed(fields[MessageIdDataField.BATCH_INDEX], 32),
+        _signed(fields[MessageIdDataField.PARTITION], 32),
     )
 
 
@@ -216,11 +208,11 @@ class MessageId(tuple[int, int, int, int]):
         """Pulsar's ``MessageIdData`` protobuf, byte for byte what pulsar-client's
         ``serialize()`` gives: ids saved by either load in the other."""
         ledger_id, entry_id, batch_index, partition = self
-        out = b"\x08" + _varint(ledger_id) + b"\x10" + _varint(entry_id)
+        out = _LEDGER_ID + varint(ledger_id) + _ENTRY_ID + varint(entry_id)
         if partition != -1:
-            out += b"\x18" + _varint(partition)
+            out += _PARTITION + varint(partition)
         if batch_index != -1:
-            out += b"\x20" + _varint(batch_index)
+            out += _BATCH_INDEX + varint(batch_index)
         return out
 
     @staticmethod
@@ -233,7 +225,7 @@ class MessageId(tuple[int, int, int, int]):
         for a ledger id below 2**59 (every real one, the earliest and latest sentinels
         included)."""
         data = bytes(message_id_bytes)
-        if len(data) == _LEGACY_PACKED.size and data[:1] != b"\x08":
+        if len(data) == _LEGACY_PACKED.size and data[:1] != _LEDGER_ID:
             fields = _LEGACY_PACKED.unpack(data)
         else:
             fields = _decode_message_id_data(data)
