@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from pulsar_grpc.broker.errors import ServerError
 from pulsar_grpc.broker.schema.data import SchemaType as BrokerSchemaType
+from pulsar_grpc.broker.topics import ProducerAccessMode as BrokerAccessMode
+from pulsar_grpc.broker.topics import SubType
+from pulsar_grpc.broker.topics.key_shared_policy import KeySharedMode as BrokerKeySharedMode
+from pulsar_grpc.client import ConsumerType, KeySharedMode, ProducerAccessMode
 from pulsar_grpc.client import _headers as client_headers
+from pulsar_grpc.client._compression import CompressionType
 from pulsar_grpc.handler import errors as handler_errors
 from pulsar_grpc.interceptors import headers as server_headers
 from pulsar_grpc.schema.schema import SchemaType as ClientSchemaType
@@ -43,3 +48,19 @@ def test_every_header_the_sdk_sends_is_one_the_server_reads() -> None:
     read = {h.name: h.value for h in server_headers.Header}
     assert sent.items() <= read.items()
     assert client_headers.AUTHORIZATION == server_headers.AUTHORIZATION
+
+
+def test_the_sdks_compression_types_are_the_protos() -> None:
+    """pulsar-client spells one ``ZLib``; the proto's ``ZLIB`` is the same member."""
+    assert {name: CompressionType[name].value for name in pb.CompressionType.keys()} == dict(
+        pb.CompressionType.items()
+    )
+    assert len(CompressionType) == len(pb.CompressionType.keys())
+
+
+def test_the_enum_values_the_sdk_sends_in_headers_are_the_ones_the_server_parses() -> None:
+    """A value the server does not know is refused (INVALID_ARGUMENT) at every subscribe."""
+    assert {t.value for t in ConsumerType} == {t.value for t in SubType}
+    # KeySharedMode and ProducerAccessMode travel by their names (pulsar-client's).
+    assert {m.name for m in KeySharedMode} == {m.value for m in BrokerKeySharedMode}
+    assert {m.name for m in ProducerAccessMode} == {m.value for m in BrokerAccessMode}
