@@ -57,7 +57,7 @@ from ._errors import AlreadyClosed, refusal_names
 from ._headers import Header
 from ._http_lookup import HttpLookup, ssl_context
 from ._key_shared import ConsumerKeySharedPolicy
-from ._message import MessageId, new_message_id
+from ._message_id import MessageId, new_message_id
 from ._multi_consumer import TopicsPattern, watch_pattern
 from ._ownership_watch import OwnershipWatcher
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue

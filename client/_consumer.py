@@ -30,7 +30,8 @@ from ._errors import (
 )
 from ._headers import Header
 from ._key_shared import ConsumerKeySharedPolicy, key_shared_params
-from ._message import Message, MessageId, TopicMessageId
+from ._message import Message
+from ._message_id import MessageId, TopicMessageId
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
 from ._stream import Params
 

@@ -39,7 +39,7 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from ._headers import Trailer
 
 if TYPE_CHECKING:
-    from ._message import MessageId
+    from ._message_id import MessageId
 
 # A call refused because another broker owns the topic names the owner's gRPC addresses
 # (docs/protocol.md): the client looks the topic up again at once instead of backing off.

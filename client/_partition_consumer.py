@@ -36,7 +36,8 @@ from ._errors import (
 )
 from ._flow import PermitTracker
 from ._headers import Header
-from ._message import Message, MessageId, messages_of_entry
+from ._message import Message, messages_of_entry
+from ._message_id import MessageId
 from ._schemas import ValueDecoder
 from ._stream import (
     CLOSE_GRACE_S,
@@ -412,7 +413,7 @@ class PartitionConsumer:
             for entry in response.messages.entries:
                 failure = decryptor.decrypt(entry)
                 if failure is not None:  # not decrypted: the consumer's crypto_failure_action
-                    messages.extend(undecryptable(entry, failure, self))
+                    messages.extend(undecryptable(entry, failure, self, self.config.topic_ids))
                     continue
                 of_entry = messages_of_entry(
                     entry,

@@ -51,7 +51,7 @@ from ._errors import (
     Timeout,
 )
 from ._headers import Header
-from ._message import MessageId, ids_of_receipt
+from ._message_id import MessageId, ids_of_receipt
 from ._routing import Router
 from ._stream import (
     CLOSE_GRACE_S,

@@ -2,7 +2,7 @@
 numbers it writes, their tags, and base-128 varints.
 
 The produce hot path (client/_wire.py) frames MessageData and ProduceRequest as bytes rather
-than protobuf objects, and MessageId.serialize (client/_message.py) writes Pulsar's own
+than protobuf objects, and MessageId.serialize (client/_message_id.py) writes Pulsar's own
 MessageIdData, which is not in this contract's proto. Each field number is named here once:
 tests/unit/test_client_protowire.py checks the contract's against the generated descriptors,
 and tests/unit/test_client_message.py checks MessageIdData's bytes against pulsar-client's.
