@@ -37,7 +37,8 @@ from ._crypto import ConsumerCryptoFailureAction, EncryptionContext, EncryptionK
 from ._crypto_keys import CryptoKeyReader, EncryptionKeyInfo, KeyReader
 from ._errors import Result, error_from_rpc
 from ._key_shared import ConsumerKeySharedPolicy, KeySharedMode
-from ._message import Message, MessageId, TopicMessageId
+from ._message import Message
+from ._message_id import MessageId, TopicMessageId
 from ._oauth2 import AuthenticationOauth2
 from ._producer import Producer
 from ._reader import Reader

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
-from ._message import MessageId
+from ._message_id import MessageId
 
 EntryKey = tuple[int, int]  # (ledger id, entry id)
 # (ledger id, entry id, batch index, partition): an ack outside any tracked entry.

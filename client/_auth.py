@@ -47,6 +47,19 @@ class ExchangeAnswer:
 Exchange = Callable[[str], Awaitable[ExchangeAnswer]]
 
 
+# pulsar-client's (plugin, params) -> credentials: client/_auth_params.py's builder. That module
+# imports this one for the classes it builds, so it hands the builder over as it loads
+# (:func:`build_plugins_with`) rather than this one importing it; the package's __init__ loads
+# it, so it is here before any Authentication can be made.
+_build_plugin: Callable[[str, str], Authentication | None]
+
+
+def build_plugins_with(build: Callable[[str, str], Authentication | None]) -> None:
+    """Make ``build`` what ``Authentication(plugin, params)`` calls."""
+    global _build_plugin
+    _build_plugin = build
+
+
 class _ByPlugin(ABCMeta):
     """``Authentication(plugin, params)`` itself, as pulsar-client's
     ``Authentication(dynamicLibPath, authParamsString)``, gives the credentials the plugin
@@ -60,11 +73,9 @@ class _ByPlugin(ABCMeta):
 
 
 def _by_plugin(dynamicLibPath: str, authParamsString: str) -> Authentication:
-    from ._auth_params import authentication_from
-
     check_type(str, dynamicLibPath, "dynamicLibPath")
     check_type(str, authParamsString, "authParamsString")
-    authentication = authentication_from(dynamicLibPath, authParamsString)
+    authentication = _build_plugin(dynamicLibPath, authParamsString)
     if authentication is None:
         raise ValueError("Authentication needs a plugin name (token, basic, tls, scram or oauth2)")
     return authentication

@@ -20,7 +20,13 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ._auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
+from ._auth import (
+    Authentication,
+    AuthenticationBasic,
+    AuthenticationTLS,
+    AuthenticationToken,
+    build_plugins_with,
+)
 from ._oauth2 import AuthenticationOauth2
 from ._scram import AuthenticationSCRAM
 
@@ -109,3 +115,7 @@ _PLUGINS: dict[str, Callable[[str], Authentication]] = {
     "scram": _scram,
     "oauth2": _oauth2,
 }
+
+
+# What `Authentication(plugin, params)` builds with (client/_auth.py cannot import this module).
+build_plugins_with(authentication_from)

@@ -21,6 +21,7 @@ from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 from ._auth import Authentication, Exchange, ExchangeAnswer
 from ._channels import ChannelPool, LookupResult, grpc_url
 from ._errors import AlreadyClosed, LookupFailed, error_from_rpc
+from ._headers import AUTHORIZATION, Header
 from ._http_lookup import HttpLookup
 from ._stream import Metadata, Params, call_metadata
 
@@ -175,9 +176,9 @@ class BrokerCalls:
 
     def metadata(self, topic: str | None, params: Params) -> Metadata:
         base: Params = {
-            "x-pulsar-topic": topic,
-            "x-pulsar-listenername": self._listener_name,
-            "authorization": self._authentication.authorization() if self._authentication else None,
+            Header.TOPIC: topic,
+            Header.LISTENER_NAME: self._listener_name,
+            AUTHORIZATION: self._authentication.authorization() if self._authentication else None,
         }
         return call_metadata({**base, **params})
 
@@ -203,7 +204,7 @@ class BrokerCalls:
             try:
                 return await self._call(method, request, metadata)
             except grpc.aio.AioRpcError as exc:
-                sent = dict(metadata).get("authorization")
+                sent = dict(metadata).get(AUTHORIZATION)
                 if auth is None or exc.code() != grpc.StatusCode.UNAUTHENTICATED:
                     raise
                 if not auth.refused(sent if isinstance(sent, str) else None):
@@ -239,7 +240,7 @@ class BrokerCalls:
         Any other failure (the broker unreachable) is the call's own, raised as it would be."""
 
         async def exchange(authorization: str) -> ExchangeAnswer:
-            metadata = self.metadata(topic, {**route, "authorization": authorization})
+            metadata = self.metadata(topic, {**route, AUTHORIZATION: authorization})
             try:
                 await self._call(method, request, metadata)
             except grpc.aio.AioRpcError as exc:

@@ -16,6 +16,7 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
 from ._errors import LookupFailed
+from ._headers import Header
 from ._wire import serialize as serialize_produce_request
 
 _SCHEMES = {"grpc": False, "grpc+ssl": True}
@@ -23,9 +24,6 @@ _SCHEMES = {"grpc": False, "grpc+ssl": True}
 _BINARY_SCHEMES = {"pulsar": "grpc", "pulsar+ssl": "grpc+ssl"}
 # A broker's web service as the service URL: lookups over HTTP (client/_http_lookup.py).
 WEB_SERVICE_SCHEMES = ("http://", "https://")
-# PIP-1: on calls through a proxy, the broker the proxy should forward them to (as the proxy's
-# lookup answered it), so that the proxy need not look the topic up itself.
-H_PROXY_TO_BROKER_URL = "x-pulsar-proxy-to-broker-url"
 
 _MAX_CHANNEL_BACKOFF_MS = 1000
 # Keepalive pings on channels with calls open: Pulsar's keepAliveIntervalSeconds. The broker
@@ -65,14 +63,16 @@ class LookupResult:
 
     def route(self) -> dict[str, str]:
         """The header that sends calls through a proxy to the topic's broker; none when the
-        answer came from a broker itself.
+        answer came from a broker itself (the proxy forwards them to the broker its lookup
+        answered, so that it need not look the topic up itself).
 
-        >>> LookupResult("grpc://p:1", "", "", "", True, False, "", True, "grpc://b:2").route()
-        {'x-pulsar-proxy-to-broker-url': 'grpc://b:2'}
+        >>> route = LookupResult("grpc://p:1", "", "", "", True, False, "", True, "grpc://b:2").route()
+        >>> route == {"x-pulsar-proxy-to-broker-url": "grpc://b:2"}
+        True
         """
         if not self.proxy_through_service_url or not self.proxy_to_broker_url:
             return {}
-        return {H_PROXY_TO_BROKER_URL: self.proxy_to_broker_url}
+        return {Header.PROXY_TO_BROKER_URL: self.proxy_to_broker_url}
 
     def grpc_address(self, tls: bool) -> tuple[str, bool]:
         """The (``host:port``, tls) to connect to: ``grpc_url_tls`` when ``tls`` is preferred,

@@ -53,9 +53,10 @@ from ._consumer import (
 from ._crypto import ConsumerCryptoFailureAction, EntryDecryptor, producer_encryptor
 from ._crypto_keys import KeyReader
 from ._errors import AlreadyClosed, refusal_names
+from ._headers import Header
 from ._http_lookup import HttpLookup, ssl_context
 from ._key_shared import ConsumerKeySharedPolicy
-from ._message import MessageId, new_message_id
+from ._message_id import MessageId, new_message_id
 from ._multi_consumer import TopicsPattern, watch_pattern
 from ._ownership_watch import OwnershipWatcher
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue
@@ -404,7 +405,7 @@ class Client:
         with refusal_names("produce", topic):
             partitions = await self._streams.partition_count(topic)
             params: Params = {
-                "x-pulsar-producer-name": producer_name,
+                Header.PRODUCER_NAME: producer_name,
             }
             producers = [
                 PartitionProducer(config, index) for index in partition_indexes(partitions)
@@ -618,12 +619,12 @@ class Client:
             raise ValueError("a reader of a partitioned topic starts at earliest or latest")
         subscription = f"{subscription_role_prefix or 'reader'}-{uuid.uuid4().hex[:10]}"
         params: Params = {
-            "x-pulsar-subscription": subscription,
-            "x-pulsar-subscription-type": ConsumerType.Exclusive.value,
-            "x-pulsar-consumer-name": reader_name,
-            "x-pulsar-durable": False,
-            "x-pulsar-start-message-id": str(start),
-            "x-pulsar-start-message-id-inclusive": start_message_id_inclusive,
+            Header.SUBSCRIPTION: subscription,
+            Header.SUBSCRIPTION_TYPE: ConsumerType.Exclusive.value,
+            Header.CONSUMER_NAME: reader_name,
+            Header.DURABLE: False,
+            Header.START_MESSAGE_ID: str(start),
+            Header.START_MESSAGE_ID_INCLUSIVE: start_message_id_inclusive,
         }
         config = ConsumerConfig(
             receiver_queue_size=receiver_queue_size,

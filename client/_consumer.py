@@ -28,8 +28,10 @@ from ._errors import (
     PulsarException,
     Timeout,
 )
+from ._headers import Header
 from ._key_shared import ConsumerKeySharedPolicy, key_shared_params
-from ._message import Message, MessageId, TopicMessageId
+from ._message import Message
+from ._message_id import MessageId, TopicMessageId
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
 from ._stream import Params
 
@@ -142,18 +144,18 @@ def subscription_params(
     if not subscription_name.strip():
         raise InvalidConfiguration("Empty subscription name")
     params: Params = {
-        "x-pulsar-subscription": subscription_name,
-        "x-pulsar-subscription-type": consumer_type.value,
-        "x-pulsar-consumer-name": consumer_name,
-        "x-pulsar-initial-position": initial_position.value,
-        "x-pulsar-priority-level": priority_level,
-        "x-pulsar-negative-ack-delay-ms": negative_ack_redelivery_delay_ms,
-        "x-pulsar-ack-timeout-ms": unacked_messages_timeout_ms or 0,
+        Header.SUBSCRIPTION: subscription_name,
+        Header.SUBSCRIPTION_TYPE: consumer_type.value,
+        Header.CONSUMER_NAME: consumer_name,
+        Header.INITIAL_POSITION: initial_position.value,
+        Header.PRIORITY_LEVEL: priority_level,
+        Header.NEGATIVE_ACK_DELAY_MS: negative_ack_redelivery_delay_ms,
+        Header.ACK_TIMEOUT_MS: unacked_messages_timeout_ms or 0,
     }
     if dead_letter_policy is not None:
-        params["x-pulsar-max-redeliver-count"] = dead_letter_policy.max_redeliver_count
-        params["x-pulsar-dead-letter-topic"] = dead_letter_policy.dead_letter_topic
-        params["x-pulsar-dead-letter-initial-subscription"] = (
+        params[Header.MAX_REDELIVER_COUNT] = dead_letter_policy.max_redeliver_count
+        params[Header.DEAD_LETTER_TOPIC] = dead_letter_policy.dead_letter_topic
+        params[Header.DEAD_LETTER_INITIAL_SUBSCRIPTION] = (
             dead_letter_policy.initial_subscription_name
         )
     if consumer_type is ConsumerType.KeyShared:

@@ -20,18 +20,31 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._crypto import ConsumerCryptoFailureAction, CryptoFailure, EncryptionContext
 from ._errors import CryptoError, PulsarException
-from ._message import EntryOrigin, Message, MessageId
-
-if TYPE_CHECKING:
-    from ._partition_consumer import PartitionConsumer
+from ._message import EntryOrigin, Message
+from ._message_id import MessageId
 
 log = logging.getLogger(__name__)
+
+
+class ReadingStream(Protocol):
+    """What :func:`undecryptable` needs of the partition consumer that read the entry (named
+    here so that this module, which the consumer imports, need not import the consumer)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    def acknowledge(self, message_id: MessageId) -> None: ...
+
+    def consumed(self, count: int) -> None: ...
 
 
 class EncryptedMessage(Message):
@@ -125,10 +138,11 @@ def failed_decryption(message: Message) -> bool:
 
 
 def undecryptable(
-    entry: pb.DeliveredEntry, failure: CryptoFailure, stream: PartitionConsumer
+    entry: pb.DeliveredEntry, failure: CryptoFailure, stream: ReadingStream, topic_ids: bool
 ) -> list[Message]:
     """The messages ``stream`` queues for an entry it could not decrypt (see the module doc);
-    gives back the permits of the batch's other messages, and under DISCARD acks it."""
+    gives back the permits of the batch's other messages, and under DISCARD acks it.
+    ``topic_ids``: the message's id names its topic (a multi-topic consumer's)."""
     # What the broker charged: the batch's messages less those acked before (a redelivery).
     permits = max(entry.compressed.num_messages - len(entry.acked_batch_indexes), 1)
     action, topic = failure.action, stream.topic
@@ -151,5 +165,4 @@ def undecryptable(
         )
     if permits > 1:
         stream.consumed(permits - 1)
-    topic_ids = stream.config.topic_ids
     return [EncryptedMessage(entry, stream.partition, topic, topic_ids, failure)]

@@ -36,13 +36,14 @@ import grpc
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
-if TYPE_CHECKING:
-    from ._message import MessageId
+from ._headers import Trailer
 
-ERROR_CODE_KEY = "pulsar-error-code"
+if TYPE_CHECKING:
+    from ._message_id import MessageId
+
 # A call refused because another broker owns the topic names the owner's gRPC addresses
 # (docs/protocol.md): the client looks the topic up again at once instead of backing off.
-OWNER_URL_KEYS = ("pulsar-owner-url", "pulsar-owner-url-tls")
+_OWNER_URL_KEYS = (Trailer.OWNER_URL, Trailer.OWNER_URL_TLS)
 
 
 class Result(IntEnum):
@@ -492,14 +493,14 @@ class RpcErrorLike(Protocol):
 
 def _owner_url(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
     for key, value in metadata or ():
-        if key.lower() in OWNER_URL_KEYS:
+        if key.lower() in _OWNER_URL_KEYS:
             return value.decode() if isinstance(value, bytes) else value
     return None
 
 
 def _server_error_code(metadata: Iterable[tuple[str, str | bytes]] | None) -> int | None:
     for key, value in metadata or ():
-        if key.lower() == ERROR_CODE_KEY:
+        if key.lower() == Trailer.ERROR_CODE:
             text = value.decode() if isinstance(value, bytes) else value
             try:
                 return int(text)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import IntEnum
 
+from ._headers import Header
 from ._stream import Params
 
 __all__ = ["ConsumerKeySharedPolicy", "KeySharedMode", "key_shared_params"]
@@ -101,9 +102,9 @@ def key_shared_params(policy: ConsumerKeySharedPolicy | None) -> Params:
     if not isinstance(policy, ConsumerKeySharedPolicy):
         raise TypeError(f"key_shared_policy: {policy!r} is not a ConsumerKeySharedPolicy")
     params: Params = {
-        "x-pulsar-key-shared-mode": policy.key_shared_mode.name,
-        "x-pulsar-key-shared-allow-out-of-order": policy.allow_out_of_order_delivery,
+        Header.KEY_SHARED_MODE: policy.key_shared_mode.name,
+        Header.KEY_SHARED_ALLOW_OUT_OF_ORDER: policy.allow_out_of_order_delivery,
     }
     if policy.key_shared_mode is KeySharedMode.Sticky:
-        params["x-pulsar-key-shared-ranges"] = ",".join(f"{s}-{e}" for s, e in policy.sticky_ranges)
+        params[Header.KEY_SHARED_RANGES] = ",".join(f"{s}-{e}" for s, e in policy.sticky_ranges)
     return params

@@ -35,7 +35,9 @@ from ._errors import (
     error_from_code,
 )
 from ._flow import PermitTracker
-from ._message import Message, MessageId, messages_of_entry
+from ._headers import Header
+from ._message import Message, messages_of_entry
+from ._message_id import MessageId
 from ._schemas import ValueDecoder
 from ._stream import (
     CLOSE_GRACE_S,
@@ -247,14 +249,14 @@ class PartitionConsumer:
         and for a reader the position after the last message read."""
         if not self.consumer_name:
             return {}
-        params: Params = {"x-pulsar-consumer-name": self.consumer_name}
+        params: Params = {Header.CONSUMER_NAME: self.consumer_name}
         if not self.config.durable:
             if self._last_dequeued is not None:
-                params["x-pulsar-start-message-id"] = str(self._last_dequeued.message_id())
-                params["x-pulsar-start-message-id-inclusive"] = False
+                params[Header.START_MESSAGE_ID] = str(self._last_dequeued.message_id())
+                params[Header.START_MESSAGE_ID_INCLUSIVE] = False
             else:
-                params["x-pulsar-start-message-id"] = str(self._start[0])
-                params["x-pulsar-start-message-id-inclusive"] = self._start[1]
+                params[Header.START_MESSAGE_ID] = str(self._start[0])
+                params[Header.START_MESSAGE_ID_INCLUSIVE] = self._start[1]
         return params
 
     def dequeued(self, message: Message) -> None:
@@ -411,7 +413,7 @@ class PartitionConsumer:
             for entry in response.messages.entries:
                 failure = decryptor.decrypt(entry)
                 if failure is not None:  # not decrypted: the consumer's crypto_failure_action
-                    messages.extend(undecryptable(entry, failure, self))
+                    messages.extend(undecryptable(entry, failure, self, self.config.topic_ids))
                     continue
                 of_entry = messages_of_entry(
                     entry,

@@ -50,7 +50,8 @@ from ._errors import (
     Result,
     Timeout,
 )
-from ._message import MessageId, ids_of_receipt
+from ._headers import Header
+from ._message_id import MessageId, ids_of_receipt
 from ._routing import RoutedMessage, Router
 from ._stream import (
     CLOSE_GRACE_S,
@@ -167,13 +168,13 @@ class PartitionProducer:
         # Reconnecting under the same name keeps the broker's deduplication state ours.
         params: Params = {}
         if self.producer_name:
-            params["x-pulsar-producer-name"] = self.producer_name
+            params[Header.PRODUCER_NAME] = self.producer_name
         # Several receipts per response when several batches are stored together.
-        params["x-pulsar-grouped-receipts"] = True
+        params[Header.GROUPED_RECEIPTS] = True
         if self.config.access_mode is not ProducerAccessMode.Shared:
-            params["x-pulsar-producer-access-mode"] = self.config.access_mode.name
+            params[Header.PRODUCER_ACCESS_MODE] = self.config.access_mode.name
         if self.topic_epoch is not None:
-            params["x-pulsar-producer-topic-epoch"] = self.topic_epoch
+            params[Header.PRODUCER_TOPIC_EPOCH] = self.topic_epoch
         call, ready = await open_expecting(self._connect, params, "ready", self._ready_timeout_s())
         first = not self.producer_name
         self._call = call

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 from ._consumer import Consumer
 from ._crypto_message import EncryptedMessage
 from ._errors import AlreadyClosed, CryptoError
-from ._message import Message, MessageId
+from ._message import Message
+from ._message_id import MessageId
 
 LastMessageId = Callable[[str], Awaitable[MessageId | None]]
 

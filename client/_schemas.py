@@ -18,10 +18,9 @@ from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ..schema import Schema, SchemaInfo, SchemaSerializationError, SchemaType
 from ._errors import PulsarException
+from ._headers import Header
 from ._stream import Params
 
-SCHEMA_HEADER = "x-pulsar-schema-bin"
-SCHEMA_VERSION_HEADER = "x-pulsar-schema-version-bin"
 # Above this a definition is registered first (GetOrCreateSchema) instead of riding in call
 # metadata: gRPC's default limit for all of a call's metadata is 8 KiB.
 MAX_INLINE_SCHEMA_BYTES = 4096
@@ -53,8 +52,8 @@ async def schema_params(schema: Schema | None, register: RegisterSchema) -> Para
     message = info.to_proto()
     data = message.SerializeToString()
     if len(data) <= MAX_INLINE_SCHEMA_BYTES:
-        return {SCHEMA_HEADER: data}
-    return {SCHEMA_VERSION_HEADER: await register(message)}
+        return {Header.SCHEMA: data}
+    return {Header.SCHEMA_VERSION: await register(message)}
 
 
 def value_decoder(schema: Schema | None, fetch: FetchSchema) -> ValueDecoder | None:

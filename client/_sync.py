@@ -35,7 +35,8 @@ from ._crypto import ConsumerCryptoFailureAction
 from ._crypto_keys import KeyReader
 from ._errors import AlreadyClosed, PulsarException
 from ._key_shared import ConsumerKeySharedPolicy
-from ._message import Message, MessageId
+from ._message import Message
+from ._message_id import MessageId
 from ._partition_consumer import ConsumerType
 from ._producer import Producer, SendCallback, refuse_unsupported_send, report_to
 from ._reader import Reader

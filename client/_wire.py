@@ -18,28 +18,14 @@ from collections.abc import Mapping
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 from ._compression import CompressionType, Sealer, compress_batch
+from ._protowire import MessageDataField, ProduceRequestField, WireType, tag, varint
 
-_PAYLOAD = b"\x0a"  # MessageData.payload = 1, length-delimited
-_KEY = b"\x12"  # MessageData.key = 2
-_NULL_VALUE = b"\x30\x01"  # MessageData.null_value = 6, varint true
-_SEQUENCE_ID = b"\x60"  # ProduceRequest.sequence_id = 12, varint
-_MESSAGE = b"\x6a"  # ProduceRequest.messages = 13, length-delimited
-_COMPRESSED = b"\x72"  # ProduceRequest.compressed = 14, length-delimited
-
-
-_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
-
-
-def varint(value: int) -> bytes:
-    """Protobuf's base-128 encoding of a non-negative integer."""
-    if value < 0x80:
-        return _ONE_BYTE[value]
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+_PAYLOAD = tag(MessageDataField.PAYLOAD, WireType.LEN)
+_KEY = tag(MessageDataField.KEY, WireType.LEN)
+_NULL_VALUE = tag(MessageDataField.NULL_VALUE, WireType.VARINT) + varint(True)
+_SEQUENCE_ID = tag(ProduceRequestField.SEQUENCE_ID, WireType.VARINT)
+_MESSAGE = tag(ProduceRequestField.MESSAGES, WireType.LEN)
+_COMPRESSED = tag(ProduceRequestField.COMPRESSED, WireType.LEN)
 
 
 def encode_message(

@@ -16,6 +16,7 @@ import grpc
 
 from pulsar_grpc.cli.perf.spec import LoadSpec, chunk_of, payload_of
 from pulsar_grpc.cli.perf.stats import Budget, Pacer, Recorder, now_us, with_reporters
+from pulsar_grpc.client._headers import Header
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from pulsargrpc.v1 import pulsar_pb2_grpc as pb_grpc
 
@@ -54,7 +55,7 @@ class _RawStream:
         window: int,
         authorization: tuple[tuple[str, str], ...],
     ):
-        self._call = stub.Produce(metadata=(("x-pulsar-topic", topic), *authorization))
+        self._call = stub.Produce(metadata=((Header.TOPIC.value, topic), *authorization))
         self._message = pb.MessageData(payload=payload)
         self._window = asyncio.Semaphore(window)
         self._sent: deque[tuple[int, int]] = deque()  # (sent µs, messages) per batch in flight
@@ -101,9 +102,9 @@ async def consume_raw(spec: LoadSpec, rec: Recorder) -> None:
         calls = []
         for topic in spec.topics:
             metadata = (
-                ("x-pulsar-topic", topic),
-                ("x-pulsar-subscription", spec.subscription),
-                ("x-pulsar-initial-position", spec.initial_position),
+                (Header.TOPIC.value, topic),
+                (Header.SUBSCRIPTION.value, spec.subscription),
+                (Header.INITIAL_POSITION.value, spec.initial_position),
                 *spec.authorization(),
             )
             call = stub.Consume(metadata=metadata)

@@ -35,7 +35,8 @@ from .._crypto import ConsumerCryptoFailureAction, EncryptionContext, Encryption
 from .._crypto_keys import CryptoKeyReader
 from .._errors import Result
 from .._key_shared import ConsumerKeySharedPolicy, KeySharedMode
-from .._message import Message, MessageId
+from .._message import Message
+from .._message_id import MessageId
 from .._oauth2 import AuthenticationOauth2
 from .._routing import PartitionsRoutingMode
 from .._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider

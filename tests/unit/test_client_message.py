@@ -7,7 +7,8 @@ import struct
 import pytest
 
 from pulsar_grpc.client import MessageId, TopicMessageId
-from pulsar_grpc.client._message import ids_of_receipt, messages_of_entry
+from pulsar_grpc.client._message import messages_of_entry
+from pulsar_grpc.client._message_id import ids_of_receipt
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
 # One text form everywhere (issue 25): Pulsar's MessageId.toString(),

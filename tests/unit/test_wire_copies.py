@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from pulsar_grpc.broker.errors import ServerError
 from pulsar_grpc.broker.schema.data import SchemaType as BrokerSchemaType
-from pulsar_grpc.client import _errors as client_errors
+from pulsar_grpc.broker.topics import ProducerAccessMode as BrokerAccessMode
+from pulsar_grpc.broker.topics import SubType
+from pulsar_grpc.broker.topics.key_shared_policy import KeySharedMode as BrokerKeySharedMode
+from pulsar_grpc.client import ConsumerType, KeySharedMode, ProducerAccessMode
+from pulsar_grpc.client import _headers as client_headers
+from pulsar_grpc.client._compression import CompressionType
 from pulsar_grpc.handler import errors as handler_errors
+from pulsar_grpc.interceptors import headers as server_headers
 from pulsar_grpc.schema.schema import SchemaType as ClientSchemaType
 from pulsargrpc.v1 import pulsar_pb2 as pb
 
@@ -31,8 +37,30 @@ def test_both_schema_type_enums_are_the_protos() -> None:
 
 
 def test_the_error_trailer_keys_are_the_same_on_both_sides() -> None:
-    assert client_errors.ERROR_CODE_KEY == handler_errors.ERROR_CODE_KEY == "pulsar-error-code"
-    assert client_errors.OWNER_URL_KEYS == (
-        handler_errors.OWNER_URL_KEY,
-        handler_errors.OWNER_URL_TLS_KEY,
+    assert client_headers.Trailer.ERROR_CODE == handler_errors.ERROR_CODE_KEY
+    assert client_headers.Trailer.OWNER_URL == handler_errors.OWNER_URL_KEY
+    assert client_headers.Trailer.OWNER_URL_TLS == handler_errors.OWNER_URL_TLS_KEY
+    assert len(client_headers.Trailer) == 3  # a new trailer key needs its line above
+
+
+def test_every_header_the_sdk_sends_is_one_the_server_reads() -> None:
+    sent = {h.name: h.value for h in client_headers.Header}
+    read = {h.name: h.value for h in server_headers.Header}
+    assert sent.items() <= read.items()
+    assert client_headers.AUTHORIZATION == server_headers.AUTHORIZATION
+
+
+def test_the_sdks_compression_types_are_the_protos() -> None:
+    """pulsar-client spells one ``ZLib``; the proto's ``ZLIB`` is the same member."""
+    assert {name: CompressionType[name].value for name in pb.CompressionType.keys()} == dict(
+        pb.CompressionType.items()
     )
+    assert len(CompressionType) == len(pb.CompressionType.keys())
+
+
+def test_the_enum_values_the_sdk_sends_in_headers_are_the_ones_the_server_parses() -> None:
+    """A value the server does not know is refused (INVALID_ARGUMENT) at every subscribe."""
+    assert {t.value for t in ConsumerType} == {t.value for t in SubType}
+    # KeySharedMode and ProducerAccessMode travel by their names (pulsar-client's).
+    assert {m.name for m in KeySharedMode} == {m.value for m in BrokerKeySharedMode}
+    assert {m.name for m in ProducerAccessMode} == {m.value for m in BrokerAccessMode}
