@@ -183,7 +183,7 @@ async def test_lookup_and_unreachable_broker(broker):
 
 
 def test_invalid_service_url():
-    for url in ["http://h:1", "grpc://", "h:1", "grpc://h:1/x"]:
+    for url in ["ftp://h:1", "pulsar://h:6650", "grpc://", "h:1", "grpc://h:1/x", "http://h:1/x"]:
         with pytest.raises(ValueError):
             Client(url)
 
