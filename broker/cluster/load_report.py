@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import psutil
 
@@ -39,9 +39,9 @@ from pulsar_grpc.broker.metadata import (
     release_at_close,
 )
 from pulsar_grpc.broker.naming import NamespaceBundle
+from pulsar_grpc.broker.service_parts import HasConfig, HasIdentity, HasListeners, HasTopics
 
 if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
     from pulsar_grpc.broker.topics import PersistentTopic
 
 __all__ = [
@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 LOADBALANCE_BROKERS_ROOT = "/loadbalance/brokers"
 _MB = 1024 * 1024
 _MIN_CPU_WINDOW_S = 1.0
+
+
+class LoadReportPort(HasConfig, HasIdentity, HasListeners, HasTopics, Protocol):
+    """What the load report reads: this broker's addresses, its settings and loaded topics."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +173,7 @@ class LoadReporter:
 
     def __init__(
         self,
-        service: BrokerService,
+        service: LoadReportPort,
         store: MetadataStore,
         bundles: Callable[[], list[NamespaceBundle]] = list,
     ) -> None:

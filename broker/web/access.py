@@ -8,17 +8,13 @@ Pulsar's proxy does. Every check does nothing while authorizationEnabled is fals
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 
 from pulsar_grpc.broker.errors import AuthenticationError
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.security.authorization import Caller, TopicOperation
 from pulsar_grpc.broker.security.permissions import check_role
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
+from pulsar_grpc.broker.service_parts import HasAuthorization
 
 H_ORIGINAL_PRINCIPAL = "X-Original-Principal"
 _ROLE = web.RequestKey("pulsar_grpc.role", str)
@@ -39,7 +35,7 @@ def caller(request: web.Request) -> Caller:
 class AdminAccess:
     """The checks each admin route makes before it acts."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: HasAuthorization) -> None:
         self._service = service
 
     async def tenant_admin(self, request: web.Request, tenant: str) -> None:

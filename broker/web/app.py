@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp import http_exceptions, web
 from aiohttp.typedefs import Middleware
@@ -26,10 +26,27 @@ from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.security.authentication import AuthenticationData, AuthenticationService
 from pulsar_grpc.broker.security.authorization import TopicOperation
+from pulsar_grpc.broker.service_parts import (
+    HasAuthentication,
+    HasAuthorization,
+    HasConfig,
+    HasDynamicConfig,
+    HasIdentity,
+    HasLedgers,
+    HasListeners,
+    HasNamespaces,
+    HasOpenCheck,
+    HasPermissions,
+    HasResources,
+    HasSchemas,
+    HasStalls,
+    HasStore,
+    HasTopics,
+)
 from pulsar_grpc.broker.tls import server_ssl_context
 from pulsar_grpc.broker.web.access import AdminAccess, remember_role
 from pulsar_grpc.broker.web.broker_client import BrokerClient
-from pulsar_grpc.broker.web.broker_stats_admin import BrokerStatsAdmin
+from pulsar_grpc.broker.web.broker_stats_admin import BrokerStatsAdmin, BrokerStatsPort
 from pulsar_grpc.broker.web.brokers_config_admin import BrokersConfigAdmin
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.clusters_admin import ClustersAdmin
@@ -43,9 +60,6 @@ from pulsar_grpc.broker.web.role_tokens_admin import add_role_token_routes
 from pulsar_grpc.broker.web.schemas_admin import SchemasAdmin
 from pulsar_grpc.broker.web.subscriptions_admin import SubscriptionsAdmin
 from pulsar_grpc.broker.web.topics_admin import TopicsAdmin, partition_count
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -112,8 +126,31 @@ def _peer_common_name(request: web.Request) -> str | None:
     return None
 
 
+class WebPort(
+    HasAuthentication,
+    HasAuthorization,
+    HasConfig,
+    HasDynamicConfig,
+    HasIdentity,
+    HasLedgers,
+    HasListeners,
+    HasNamespaces,
+    HasOpenCheck,
+    HasPermissions,
+    HasResources,
+    HasSchemas,
+    HasStalls,
+    HasStore,
+    HasTopics,
+    BrokerStatsPort,
+    Protocol,
+):
+    """Every part the web service reaches: its own routes' (the leader, lookups, topics listing
+    and creation, health) and, passed on as each one's narrower port, its route groups'."""
+
+
 class WebService:
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: WebPort) -> None:
         self.service = service
         self.access = AdminAccess(service)
         self.registry = CollectorRegistry(auto_describe=False)

@@ -20,7 +20,7 @@ broker answers: no redirect to the topic's owner.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -37,10 +37,8 @@ from pulsar_grpc.broker.schema import (
 )
 from pulsar_grpc.broker.schema.registry import live
 from pulsar_grpc.broker.security.authorization import TopicOperation
+from pulsar_grpc.broker.service_parts import HasSchemas
 from pulsar_grpc.broker.web.access import AdminAccess
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 TOPIC = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
@@ -51,7 +49,7 @@ MAX_BODY_BYTES = 1024 * 1024
 class SchemasAdmin:
     """The routes; ``add_routes`` registers them on the web application."""
 
-    def __init__(self, service: BrokerService, access: AdminAccess) -> None:
+    def __init__(self, service: HasSchemas, access: AdminAccess) -> None:
         self.service = service
         self.access = access
 
