@@ -23,13 +23,14 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import psutil
 
 from pulsar_grpc.broker.cluster import advertised_listener, broker_id
 from pulsar_grpc.broker.config import ServiceConfiguration
-from pulsar_grpc.broker.listeners import GRPC, GRPC_TLS, HTTP, HTTPS
+from pulsar_grpc.broker.listeners import GRPC, GRPC_TLS, HTTP, HTTPS, BindAddress, ListenerConfig
+from pulsar_grpc.broker.lookup import BrokerData
 from pulsar_grpc.broker.metadata import (
     CreateOption,
     MetadataNotFoundError,
@@ -39,7 +40,6 @@ from pulsar_grpc.broker.metadata import (
     release_at_close,
 )
 from pulsar_grpc.broker.naming import NamespaceBundle
-from pulsar_grpc.broker.service_parts import HasConfig, HasIdentity, HasListeners, HasTopics
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.topics import PersistentTopic
@@ -60,8 +60,18 @@ _MB = 1024 * 1024
 _MIN_CPU_WINDOW_S = 1.0
 
 
-class LoadReportPort(HasConfig, HasIdentity, HasListeners, HasTopics, Protocol):
-    """What the load report reads: this broker's addresses, its settings and loaded topics."""
+@dataclass(frozen=True)
+class LoadReportPort:
+    """What the load report reads of its broker, handed in by the broker service (which this
+    module must not import: the service holds the reporter, and the leader's placement below
+    the service reads the reports): its settings, addresses and loaded topics."""
+
+    config: ServiceConfiguration
+    listeners: ListenerConfig
+    # The port each server socket really got (bound before the report is made).
+    bound: dict[BindAddress, int]
+    broker_data: Callable[[], BrokerData]
+    loaded_topics: Callable[[], list[PersistentTopic]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +223,7 @@ class LoadReporter:
 
     def report(self) -> tuple[dict[str, object], LoadSample]:
         """The current LocalBrokerData JSON (lastUpdate: now) and its sample for the rule."""
-        topics = self.service.topics.loaded_topics()
+        topics = self.service.loaded_topics()
         subscriptions = [s for t in topics for s in t.subscriptions.values()]
         rate_in, rate_out, tp_in, tp_out = _rates(topics)
         usage = self._system.sample()
