@@ -7,7 +7,9 @@ report, and holds the broker's parts:
 - ``topics`` (TopicRegistry): the loaded topics, loaded only where their bundle is owned;
 - ``schemas`` (TopicSchemas): the schema registry and the namespaces' schema policies.
 
-Protocol handlers see it only as a BrokerContext (broker/protocol.py).
+Protocol handlers see it only as a BrokerContext (broker/protocol.py); the web route groups
+each through their own narrow port (broker/service_parts.py), the load report through a
+LoadReportPort. It is the composition root: nothing else in broker/ imports this module.
 
 Start-up order: metadata store, ledger storage, built-in namespace, web service, protocol
 handlers (last, so nothing reaches a half-built broker), then a cluster member's bundle

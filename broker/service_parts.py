@@ -3,9 +3,11 @@ exactly those (a port such as ``class TopicsPort(HasResources, HasTopics, Protoc
 of importing the service itself.
 
 BrokerService (broker/service.py) is the composition root: it satisfies every port by what it
-holds and hands itself over typed as the port, so nothing below it imports it and the types
-say, for each route group and for the load report, which parts it reaches. Every member is a
-read-only property: the service may hold it as an attribute or compute it once started.
+holds and hands itself over typed as the port (a route group that needs one part only, such as
+the schemas routes, gets that part), so nothing below it imports it and the types say, for each
+route group, which parts it reaches. Every member is a read-only property: the service may hold
+it as an attribute or compute it once started, and a part that comes later (the load reporter
+of a cluster member) is read at each call.
 """
 
 from __future__ import annotations

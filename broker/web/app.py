@@ -152,7 +152,7 @@ class WebPort(
 class WebService:
     def __init__(self, service: WebPort) -> None:
         self.service = service
-        self.access = AdminAccess(service)
+        self.access = AdminAccess(service.authorization)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(service))
         # This broker's credentials and trust for its calls to the other brokers' web services.
@@ -199,7 +199,7 @@ class WebService:
         NamespacesAdmin(self.service, self.access, topics, bundles).add_routes(app)
         ClustersAdmin(self.service, self.access).add_routes(app)
         PermissionsAdmin(self.service, self.access).add_routes(app)
-        SchemasAdmin(self.service, self.access).add_routes(app)
+        SchemasAdmin(self.service.schemas, self.access).add_routes(app)
         RateAdmin(self.service, self.access).add_routes(app)
         add_role_token_routes(app, authentication, self.access)
         BrokerStatsAdmin(self.service, self.access).add_routes(app)
