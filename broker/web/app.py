@@ -19,6 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from yarl import URL
 
 from pulsar_grpc.broker import errors as e
+from pulsar_grpc.broker import service_parts as parts
 from pulsar_grpc.broker.cluster.leader import LeaderBroker
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.listeners import WEB_SCHEMES
@@ -26,23 +27,6 @@ from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.security.authentication import AuthenticationData, AuthenticationService
 from pulsar_grpc.broker.security.authorization import TopicOperation
-from pulsar_grpc.broker.service_parts import (
-    HasAuthentication,
-    HasAuthorization,
-    HasConfig,
-    HasDynamicConfig,
-    HasIdentity,
-    HasLedgers,
-    HasListeners,
-    HasNamespaces,
-    HasOpenCheck,
-    HasPermissions,
-    HasResources,
-    HasSchemas,
-    HasStalls,
-    HasStore,
-    HasTopics,
-)
 from pulsar_grpc.broker.tls import server_ssl_context
 from pulsar_grpc.broker.web.access import AdminAccess, remember_role
 from pulsar_grpc.broker.web.broker_client import BrokerClient
@@ -127,21 +111,21 @@ def _peer_common_name(request: web.Request) -> str | None:
 
 
 class WebPort(
-    HasAuthentication,
-    HasAuthorization,
-    HasConfig,
-    HasDynamicConfig,
-    HasIdentity,
-    HasLedgers,
-    HasListeners,
-    HasNamespaces,
-    HasOpenCheck,
-    HasPermissions,
-    HasResources,
-    HasSchemas,
-    HasStalls,
-    HasStore,
-    HasTopics,
+    parts.HasAuthentication,
+    parts.HasAuthorization,
+    parts.HasConfig,
+    parts.HasDynamicConfig,
+    parts.HasIdentity,
+    parts.HasLedgers,
+    parts.HasListeners,
+    parts.HasNamespaces,
+    parts.HasOpenCheck,
+    parts.HasPermissions,
+    parts.HasResources,
+    parts.HasSchemas,
+    parts.HasStalls,
+    parts.HasStore,
+    parts.HasTopics,
     BrokerStatsPort,
     Protocol,
 ):
