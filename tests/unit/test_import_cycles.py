@@ -35,9 +35,6 @@ KNOWN: list[frozenset[str]] = [
             "broker.topics.topic",
         }
     ),
-    # A managed ledger makes its cursors and each cursor reads its ledger (Pulsar's
-    # ManagedLedgerImpl and ManagedCursorImpl hold each other the same way).
-    frozenset({"broker.ledger.cursor", "broker.ledger.managed_ledger"}),
 ]
 
 
