@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from pulsar_grpc.broker.errors import InvalidArgumentError
 
-if TYPE_CHECKING:  # broker.config imports this module for its RULES
-    from pulsar_grpc.broker.config import ServiceConfiguration
+if TYPE_CHECKING:
+    from pulsar_grpc.broker.service_configuration import ServiceConfiguration
 
 GRPC = "grpc"
 GRPC_TLS = "grpc+ssl"

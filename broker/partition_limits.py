@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from pulsar_grpc.broker.errors import NotAcceptableError
 
 if TYPE_CHECKING:
-    from pulsar_grpc.broker.config import ServiceConfiguration
+    from pulsar_grpc.broker.service_configuration import ServiceConfiguration
 
 __all__ = ["PARTITIONS_CEILING", "check_partitions", "max_partitions"]
 

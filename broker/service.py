@@ -7,7 +7,9 @@ report, and holds the broker's parts:
 - ``topics`` (TopicRegistry): the loaded topics, loaded only where their bundle is owned;
 - ``schemas`` (TopicSchemas): the schema registry and the namespaces' schema policies.
 
-Protocol handlers see it only as a BrokerContext (broker/protocol.py).
+Protocol handlers see it only as a BrokerContext (broker/protocol.py); the web route groups
+each through their own narrow port (broker/service_parts.py), the load report through a
+LoadReportPort. It is the composition root: nothing else in broker/ imports this module.
 
 Start-up order: metadata store, ledger storage, built-in namespace, web service, protocol
 handlers (last, so nothing reaches a half-built broker), then a cluster member's bundle
@@ -39,7 +41,7 @@ from pulsar_grpc.broker.cluster import broker_id, is_cluster_store
 from pulsar_grpc.broker.cluster.id_generator import PRODUCER_NAME_PATH, DistributedIdGenerator
 from pulsar_grpc.broker.cluster.leader import LeaderBroker, LeaderElection
 from pulsar_grpc.broker.cluster.load_manager import LoadManager
-from pulsar_grpc.broker.cluster.load_report import LoadReporter
+from pulsar_grpc.broker.cluster.load_report import LoadReporter, LoadReportPort
 from pulsar_grpc.broker.cluster.ownership import NamespaceEphemeralData
 from pulsar_grpc.broker.cluster.ownership_watch import OwnershipWatchService
 from pulsar_grpc.broker.cluster.placement import BundlePlacement
@@ -231,7 +233,10 @@ class BrokerService:
         leader's placement reads the reports, its own included)."""
         namespaces.start_ownership(metadata, topics.unload_bundles)
         self.ownership_watches = OwnershipWatchService(metadata)
-        reporter = LoadReporter(self, metadata, bundles=namespaces.owned_bundles)
+        port = LoadReportPort(
+            self.config, self.listeners, self.bound, self.broker_data, topics.loaded_topics
+        )
+        reporter = LoadReporter(port, metadata, bundles=namespaces.owned_bundles)
         await reporter.start()
         self.load_reporter = reporter
         election = self.election = LeaderElection(

@@ -29,7 +29,8 @@ import psutil
 
 from pulsar_grpc.broker.cluster import advertised_listener, broker_id
 from pulsar_grpc.broker.config import ServiceConfiguration
-from pulsar_grpc.broker.listeners import GRPC, GRPC_TLS, HTTP, HTTPS
+from pulsar_grpc.broker.listeners import GRPC, GRPC_TLS, HTTP, HTTPS, BindAddress, ListenerConfig
+from pulsar_grpc.broker.lookup import BrokerData
 from pulsar_grpc.broker.metadata import (
     CreateOption,
     MetadataNotFoundError,
@@ -41,7 +42,6 @@ from pulsar_grpc.broker.metadata import (
 from pulsar_grpc.broker.naming import NamespaceBundle
 
 if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
     from pulsar_grpc.broker.topics import PersistentTopic
 
 __all__ = [
@@ -58,6 +58,20 @@ log = logging.getLogger(__name__)
 LOADBALANCE_BROKERS_ROOT = "/loadbalance/brokers"
 _MB = 1024 * 1024
 _MIN_CPU_WINDOW_S = 1.0
+
+
+@dataclass(frozen=True)
+class LoadReportPort:
+    """What the load report reads of its broker, handed in by the broker service (which this
+    module must not import: the service holds the reporter, and the leader's placement below
+    the service reads the reports): its settings, addresses and loaded topics."""
+
+    config: ServiceConfiguration
+    listeners: ListenerConfig
+    # The port each server socket really got (bound before the report is made).
+    bound: dict[BindAddress, int]
+    broker_data: Callable[[], BrokerData]
+    loaded_topics: Callable[[], list[PersistentTopic]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +183,7 @@ class LoadReporter:
 
     def __init__(
         self,
-        service: BrokerService,
+        service: LoadReportPort,
         store: MetadataStore,
         bundles: Callable[[], list[NamespaceBundle]] = list,
     ) -> None:
@@ -209,7 +223,7 @@ class LoadReporter:
 
     def report(self) -> tuple[dict[str, object], LoadSample]:
         """The current LocalBrokerData JSON (lastUpdate: now) and its sample for the rule."""
-        topics = self.service.topics.loaded_topics()
+        topics = self.service.loaded_topics()
         subscriptions = [s for t in topics for s in t.subscriptions.values()]
         rate_in, rate_out, tp_in, tp_out = _rates(topics)
         usage = self._system.sample()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pulsar_grpc.broker.errors import (
     BrokerError,
@@ -30,19 +30,53 @@ from pulsar_grpc.broker.ledger.cursor_state import (
 )
 from pulsar_grpc.broker.ledger.position import Entry, Position
 from pulsar_grpc.broker.ledger.range_set import PositionRangeSet
-from pulsar_grpc.broker.ledger.store import EntrySpan
+from pulsar_grpc.broker.ledger.store import EntrySpan, LedgerOwner, LedgerStore
 
 if TYPE_CHECKING:
-    from pulsar_grpc.broker.ledger.managed_ledger import ManagedLedger
+    from pulsar_grpc.broker.ledger.info import LedgerInfo
+    from pulsar_grpc.broker.ledger.stats import LedgerStats
 
-__all__ = ["ManagedCursor"]
+__all__ = ["CursorLedger", "ManagedCursor"]
+
+
+class CursorLedger(Protocol):
+    """What a cursor uses of its managed ledger (ManagedLedger is one): positions, entries, the
+    store its state is committed to under the ledger's owner, the fencing and the stats. Named
+    here so the cursor does not import the ledger that creates it: the ledger depends on its
+    cursors, not the other way round."""
+
+    name: str
+    owner: LedgerOwner
+    store: LedgerStore
+    last_confirmed_entry: Position | None
+    fenced: asyncio.Future[ManagedLedgerFencedError]
+    stats: LedgerStats
+
+    def normalize(self, position: Position) -> Position: ...
+
+    def next_position(self, position: Position) -> Position: ...
+
+    def end_position(self) -> Position: ...
+
+    def entries_in(self, ledger_id: int) -> int: ...
+
+    def count_entries(self, after: Position, upto: Position) -> int: ...
+
+    async def read_spans(self, spans: list[EntrySpan]) -> list[Entry]: ...
+
+    def schedule_trim(self) -> None: ...
+
+    def mark_fenced(self, error: ManagedLedgerFencedError) -> None: ...
+
+    @property
+    def ledgers(self) -> list[LedgerInfo]: ...
 
 
 class ManagedCursor:
     """Created by ManagedLedger.open_cursor / new_non_durable_cursor, never directly."""
 
     def __init__(
-        self, ledger: ManagedLedger, name: str, durable: bool, mark_delete: Position
+        self, ledger: CursorLedger, name: str, durable: bool, mark_delete: Position
     ) -> None:
         self.name = name
         self.durable = durable

@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from pulsar_grpc.broker.errors import AuthenticationError
 
 if TYPE_CHECKING:
-    from pulsar_grpc.broker.config import ServiceConfiguration
+    from pulsar_grpc.broker.service_configuration import ServiceConfiguration
 
 # A token this long is no token: refused before any parsing (a client controls its size).
 MAX_TOKEN_CHARS = 64 * 1024

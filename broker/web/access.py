@@ -8,17 +8,12 @@ Pulsar's proxy does. Every check does nothing while authorizationEnabled is fals
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 
 from pulsar_grpc.broker.errors import AuthenticationError
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
-from pulsar_grpc.broker.security.authorization import Caller, TopicOperation
+from pulsar_grpc.broker.security.authorization import AuthorizationService, Caller, TopicOperation
 from pulsar_grpc.broker.security.permissions import check_role
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 H_ORIGINAL_PRINCIPAL = "X-Original-Principal"
 _ROLE = web.RequestKey("pulsar_grpc.role", str)
@@ -39,24 +34,25 @@ def caller(request: web.Request) -> Caller:
 class AdminAccess:
     """The checks each admin route makes before it acts."""
 
-    def __init__(self, service: BrokerService) -> None:
-        self._service = service
+    def __init__(self, authorization: AuthorizationService | None) -> None:
+        # None while authorizationEnabled is false: every check passes.
+        self._authorization = authorization
 
     async def tenant_admin(self, request: web.Request, tenant: str) -> None:
         """A super-user or one of the tenant's adminRoles."""
-        if (authorization := self._service.authorization) is not None:
+        if (authorization := self._authorization) is not None:
             await authorization.check_tenant_admin(caller(request), tenant)
 
     def super_user(self, request: web.Request, what: str) -> None:
-        if (authorization := self._service.authorization) is not None:
+        if (authorization := self._authorization) is not None:
             authorization.check_super_user(caller(request), what)
 
     async def topic(
         self, request: web.Request, topic: TopicName, operation: TopicOperation
     ) -> None:
-        if (authorization := self._service.authorization) is not None:
+        if (authorization := self._authorization) is not None:
             await authorization.check_topic(caller(request), topic, operation)
 
     async def namespace_topics(self, request: web.Request, ns: NamespaceName) -> None:
-        if (authorization := self._service.authorization) is not None:
+        if (authorization := self._authorization) is not None:
             await authorization.check_namespace_topics(caller(request), ns)

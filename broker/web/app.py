@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp import http_exceptions, web
 from aiohttp.typedefs import Middleware
@@ -19,6 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from yarl import URL
 
 from pulsar_grpc.broker import errors as e
+from pulsar_grpc.broker import service_parts as parts
 from pulsar_grpc.broker.cluster.leader import LeaderBroker
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.listeners import WEB_SCHEMES
@@ -29,7 +30,7 @@ from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.tls import certificate_common_name, server_ssl_context
 from pulsar_grpc.broker.web.access import AdminAccess, remember_role
 from pulsar_grpc.broker.web.broker_client import BrokerClient
-from pulsar_grpc.broker.web.broker_stats_admin import BrokerStatsAdmin
+from pulsar_grpc.broker.web.broker_stats_admin import BrokerStatsAdmin, BrokerStatsPort
 from pulsar_grpc.broker.web.brokers_config_admin import BrokersConfigAdmin
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
 from pulsar_grpc.broker.web.clusters_admin import ClustersAdmin
@@ -43,9 +44,6 @@ from pulsar_grpc.broker.web.role_tokens_admin import add_role_token_routes
 from pulsar_grpc.broker.web.schemas_admin import SchemasAdmin
 from pulsar_grpc.broker.web.subscriptions_admin import SubscriptionsAdmin
 from pulsar_grpc.broker.web.topics_admin import TopicsAdmin, partition_count
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -108,10 +106,33 @@ def _peer_common_name(request: web.Request) -> str | None:
     return certificate_common_name(cert)
 
 
+class WebPort(
+    parts.HasAuthentication,
+    parts.HasAuthorization,
+    parts.HasConfig,
+    parts.HasDynamicConfig,
+    parts.HasIdentity,
+    parts.HasLedgers,
+    parts.HasListeners,
+    parts.HasNamespaces,
+    parts.HasOpenCheck,
+    parts.HasPermissions,
+    parts.HasResources,
+    parts.HasSchemas,
+    parts.HasStalls,
+    parts.HasStore,
+    parts.HasTopics,
+    BrokerStatsPort,
+    Protocol,
+):
+    """Every part the web service reaches: its own routes' (the leader, lookups, topics listing
+    and creation, health) and, passed on as each one's narrower port, its route groups'."""
+
+
 class WebService:
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: WebPort) -> None:
         self.service = service
-        self.access = AdminAccess(service)
+        self.access = AdminAccess(service.authorization)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(service))
         # This broker's credentials and trust for its calls to the other brokers' web services.
@@ -158,7 +179,7 @@ class WebService:
         NamespacesAdmin(self.service, self.access, topics, bundles).add_routes(app)
         ClustersAdmin(self.service, self.access).add_routes(app)
         PermissionsAdmin(self.service, self.access).add_routes(app)
-        SchemasAdmin(self.service, self.access).add_routes(app)
+        SchemasAdmin(self.service.schemas, self.access).add_routes(app)
         RateAdmin(self.service, self.access).add_routes(app)
         add_role_token_routes(app, authentication, self.access)
         BrokerStatsAdmin(self.service, self.access).add_routes(app)

@@ -32,7 +32,7 @@ from pulsar_grpc.client._auth import Authentication, AuthenticationTLS, Obtained
 from pulsar_grpc.client._auth_params import authentication_from
 
 if TYPE_CHECKING:
-    from pulsar_grpc.broker.config import ServiceConfiguration
+    from pulsar_grpc.broker.service_configuration import ServiceConfiguration
 
 __all__ = ["BrokerClient", "WebScheme", "config_problems", "refusal"]
 

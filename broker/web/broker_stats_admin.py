@@ -12,22 +12,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
-from pulsar_grpc.broker.cluster.load_report import LOADBALANCE_BROKERS_ROOT
+from pulsar_grpc.broker.cluster.load_report import LOADBALANCE_BROKERS_ROOT, LoadReporter
 from pulsar_grpc.broker.errors import NotFoundError
 
 if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
     from pulsar_grpc.broker.web.access import AdminAccess
 
 BASE = "/admin/v2/broker-stats"
 
 
+class BrokerStatsPort(Protocol):
+    """What the broker-stats routes read: the load reporter, None on a standalone broker and
+    until a cluster member has joined (so read at each call, not at composition)."""
+
+    @property
+    def load_reporter(self) -> LoadReporter | None: ...
+
+
 class BrokerStatsAdmin:
-    def __init__(self, service: BrokerService, access: AdminAccess) -> None:
+    def __init__(self, service: BrokerStatsPort, access: AdminAccess) -> None:
         self.service = service
         self.access = access
 

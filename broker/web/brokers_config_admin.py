@@ -15,15 +15,11 @@ it has applied it when it answers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 
 from pulsar_grpc.broker.dynamic_config import DYNAMIC_PROPERTIES, DynamicConfig
+from pulsar_grpc.broker.service_parts import HasDynamicConfig
 from pulsar_grpc.broker.web.access import AdminAccess
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 BASE = "/admin/v2/brokers/configuration"
 
@@ -32,7 +28,7 @@ class BrokersConfigAdmin:
     """The routes. Registered before ``/admin/v2/brokers/{cluster}``, which would otherwise
     take ``configuration`` for a cluster name."""
 
-    def __init__(self, service: BrokerService, access: AdminAccess) -> None:
+    def __init__(self, service: HasDynamicConfig, access: AdminAccess) -> None:
         self.service = service
         self.access = access
 

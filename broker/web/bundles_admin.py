@@ -11,7 +11,7 @@ These endpoints are the contract the leader's shedding and splitting call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
@@ -24,11 +24,16 @@ from pulsar_grpc.broker.cluster.split import SplitAlgorithm
 from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
 from pulsar_grpc.broker.security.authorization import TopicOperation
+from pulsar_grpc.broker.service_parts import (
+    HasConfig,
+    HasIdentity,
+    HasNamespaces,
+    HasResources,
+    HasStore,
+    HasTopics,
+)
 from pulsar_grpc.broker.web.access import AdminAccess
 from pulsar_grpc.broker.web.broker_client import BrokerClient, refusal
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 __all__ = ["BundlesAdmin"]
 
@@ -39,11 +44,17 @@ MAX_PORT = 65535
 OWNER_TIMEOUT_S = 60.0
 
 
+class BundlesPort(
+    HasConfig, HasIdentity, HasNamespaces, HasResources, HasStore, HasTopics, Protocol
+):
+    """What the bundles routes use: bundle ownership, the namespaces' bundles and topics."""
+
+
 class BundlesAdmin:
     """The routes, on one broker; ``add_routes`` registers them on the web application."""
 
     def __init__(
-        self, service: BrokerService, access: AdminAccess, broker_client: BrokerClient
+        self, service: BundlesPort, access: AdminAccess, broker_client: BrokerClient
     ) -> None:
         """Made when the web service starts, once the broker's parts exist."""
         self.service = service

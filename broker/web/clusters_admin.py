@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.json_text import json_value
+from pulsar_grpc.broker.service_parts import HasConfig, HasNamespaces, HasStore
 from pulsar_grpc.broker.web.access import AdminAccess
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 __all__ = ["ClustersAdmin"]
 
@@ -38,8 +36,12 @@ _CLUSTER_NAME = re.compile(r"[-=:.\w]+")
 _URL_FIELDS = ("serviceUrl", "serviceUrlTls", "brokerServiceUrl", "brokerServiceUrlTls")
 
 
+class ClustersPort(HasConfig, HasNamespaces, HasStore, Protocol):
+    """What the clusters routes use: the cluster's name, its internal URLs and the store."""
+
+
 class ClustersAdmin:
-    def __init__(self, service: BrokerService, access: AdminAccess) -> None:
+    def __init__(self, service: ClustersPort, access: AdminAccess) -> None:
         self.service = service
         self.access = access
 

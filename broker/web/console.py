@@ -18,17 +18,21 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
 from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.broker.security.authorization import TopicOperation
-from pulsar_grpc.broker.web.partitioned_stats import owner_stats, partitioned_stats
+from pulsar_grpc.broker.service_parts import HasConfig, HasResources
+from pulsar_grpc.broker.web.partitioned_stats import (
+    PartitionedStatsPort,
+    owner_stats,
+    partitioned_stats,
+)
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.config import ServiceConfiguration
-    from pulsar_grpc.broker.service import BrokerService
     from pulsar_grpc.broker.web.access import AdminAccess
     from pulsar_grpc.broker.web.broker_client import BrokerClient
 
@@ -61,6 +65,10 @@ _REFRESH_PLACEHOLDER = "{{REFRESH_MS}}"
 _LONGEST_REFRESH_S = 2
 
 
+class ConsolePort(PartitionedStatsPort, HasConfig, HasResources, Protocol):
+    """What the console uses: its refresh setting, the namespaces and topics' stats."""
+
+
 def refresh_ms(config: ServiceConfiguration) -> int:
     """The page polls every stats interval (statsUpdateFrequencyInSecs: the rates change no
     faster) but at least every 2 s (Pulsar's default interval is 60 s, and backlogs, producers
@@ -78,7 +86,7 @@ class Console:
     for it (a topic's stats from any broker)."""
 
     def __init__(
-        self, service: BrokerService, access: AdminAccess, broker_client: BrokerClient
+        self, service: ConsolePort, access: AdminAccess, broker_client: BrokerClient
     ) -> None:
         self.service = service
         self.access = access

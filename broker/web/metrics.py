@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 from prometheus_client.core import (
@@ -34,11 +34,11 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from pulsar_grpc.broker.meters import ENTRY_LATENCY_BUCKETS_MS, ENTRY_SIZE_BUCKETS_BYTES, Buckets
+from pulsar_grpc.broker.service_parts import HasConfig, HasStalls, HasTopics
 from pulsar_grpc.broker.stalls import PauseMeter, StallMonitor
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.ledger.stats import LedgerStats
-    from pulsar_grpc.broker.service import BrokerService
     from pulsar_grpc.broker.topics import PersistentTopic
 
 TOPIC_LABELS = ["cluster", "namespace", "topic"]
@@ -59,6 +59,10 @@ ENTRY_SIZE_NAMES = tuple(
     f"pulsar_entry_size_le_{n}"
     for n in ("128", "512", "1_kb", "2_kb", "4_kb", "16_kb", "100_kb", "1_mb", "overflow")
 )
+
+
+class MetricsPort(HasConfig, HasStalls, HasTopics, Protocol):
+    """What /metrics reads: the loaded topics, the stall monitor and the stats settings."""
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -89,7 +93,7 @@ def _quantiles(bounds: tuple[float, ...]) -> list[str]:
 
 
 class BrokerCollector(Collector):
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: MetricsPort) -> None:
         self.service = service
         # This collector yields what they collect (the broker's registry holds it alone);
         # GCCollector insists on registering somewhere: a registry of its own.

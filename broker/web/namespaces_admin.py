@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -37,16 +37,14 @@ from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.naming import NamespaceBundles, NamespaceName, TopicName
+from pulsar_grpc.broker.service_parts import HasConfig, HasPermissions, HasResources, HasStore
 from pulsar_grpc.broker.topics.dedup import FIELD as DEDUPLICATION_ENABLED
 from pulsar_grpc.broker.topics.encryption_policy import FIELD as ENCRYPTION_REQUIRED
 from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
 from pulsar_grpc.broker.web.access import AdminAccess
 from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
-from pulsar_grpc.broker.web.partition_fanout import Absent, PartitionCall, on_each_topic
+from pulsar_grpc.broker.web.partition_fanout import Absent, FanoutPort, PartitionCall, on_each_topic
 from pulsar_grpc.broker.web.topics_admin import TopicsAdmin, forced
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 __all__ = ["NamespacesAdmin"]
 
@@ -74,12 +72,17 @@ _POLICIES_DEFAULTS: dict[str, Any] = {
 }
 
 
+class NamespacesPort(FanoutPort, HasConfig, HasPermissions, HasResources, HasStore, Protocol):
+    """What the namespaces routes use: the namespaces' resources, policies and grants, and the
+    fan-out of a call to each topic's owner."""
+
+
 class NamespacesAdmin:
     """The routes; ``add_routes`` registers them on the web application."""
 
     def __init__(
         self,
-        service: BrokerService,
+        service: NamespacesPort,
         access: AdminAccess,
         topics: TopicsAdmin,
         bundles: BundlesAdmin,

@@ -16,18 +16,16 @@ import enum
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 from yarl import URL
 
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.broker.service_parts import HasIdentity, HasListeners, HasNamespaces
 from pulsar_grpc.broker.web.broker_client import REASON_CHARS, BrokerClient
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 __all__ = ["Absent", "PartitionCall", "on_each_partition", "on_each_topic"]
 
@@ -41,6 +39,10 @@ _REFUSALS: dict[int, type[e.BrokerError]] = {
     409: e.NotAllowedError,
     412: e.PreconditionFailedError,
 }
+
+
+class FanoutPort(HasIdentity, HasListeners, HasNamespaces, Protocol):
+    """What sending a call to each topic's owner uses: lookups and this broker's addresses."""
 
 
 class Absent(enum.Enum):
@@ -63,7 +65,7 @@ class PartitionCall:
 
 
 async def on_each_partition(
-    service: BrokerService,
+    service: FanoutPort,
     broker_client: BrokerClient,
     topic: TopicName,
     partitions: int,
@@ -78,7 +80,7 @@ async def on_each_partition(
 
 
 async def on_each_topic(
-    service: BrokerService,
+    service: FanoutPort,
     broker_client: BrokerClient,
     topics: list[TopicName],
     call: PartitionCall,
@@ -99,7 +101,7 @@ async def on_each_topic(
 
 
 async def _one(
-    service: BrokerService,
+    service: FanoutPort,
     broker_client: BrokerClient,
     http: aiohttp.ClientSession,
     partition: TopicName,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 from yarl import URL
@@ -25,10 +25,8 @@ from yarl import URL
 from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.broker.service_parts import HasIdentity, HasListeners, HasNamespaces, HasTopics
 from pulsar_grpc.broker.web.broker_client import REASON_CHARS, BrokerClient, refusal
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 __all__ = [
     "PartitionStatsError",
@@ -44,12 +42,16 @@ CONCURRENT_PARTITIONS = 16
 OWNER_TIMEOUT_S = 10.0
 
 
+class PartitionedStatsPort(HasIdentity, HasListeners, HasNamespaces, HasTopics, Protocol):
+    """What gathering a topic's stats uses: lookups, this broker's addresses and its topics."""
+
+
 class PartitionStatsError(e.ServiceNotReadyError):
     """The stats of one or more partitions could not be had (their owner failed, refused or
     could not be reached): 503, naming the partitions."""
 
 
-def names_this_broker(service: BrokerService, result: LookupResult) -> bool:
+def names_this_broker(service: HasIdentity, result: LookupResult) -> bool:
     """Whether the lookup ``result`` names this broker (its web addresses on the listener)."""
     mine = service.broker_data().listeners.get(result.listener)
     return mine is not None and (mine.http_url, mine.https_url) == (
@@ -59,7 +61,7 @@ def names_this_broker(service: BrokerService, result: LookupResult) -> bool:
 
 
 async def partitioned_stats(
-    service: BrokerService, broker_client: BrokerClient, topic: TopicName, partitions: int
+    service: PartitionedStatsPort, broker_client: BrokerClient, topic: TopicName, partitions: int
 ) -> dict[str, Any]:
     """``{"metadata": {"partitions": n}, "partitions": {name: TopicStats}}``, every partition's
     stats from its owner; PartitionStatsError if any of them could not be had."""
@@ -93,7 +95,7 @@ async def partitioned_stats(
 
 
 async def owner_stats(
-    service: BrokerService, broker_client: BrokerClient, topic: TopicName
+    service: PartitionedStatsPort, broker_client: BrokerClient, topic: TopicName
 ) -> dict[str, Any]:
     """One non-partitioned topic's (or partition's) stats from its owner, read here when this
     broker serves it: for a caller that cannot follow a redirect to another broker (the
@@ -160,7 +162,7 @@ def aggregate(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _partition_stats(
-    service: BrokerService,
+    service: PartitionedStatsPort,
     broker_client: BrokerClient,
     http: aiohttp.ClientSession,
     partition: TopicName,

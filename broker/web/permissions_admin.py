@@ -15,7 +15,7 @@ from whichever broker receives them: every broker reads permissions from there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -29,10 +29,8 @@ from pulsar_grpc.broker.security.permissions import (
     parse_actions,
     parse_roles,
 )
+from pulsar_grpc.broker.service_parts import HasConfig, HasPermissions, HasStore
 from pulsar_grpc.broker.web.access import AdminAccess
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 TENANT = "/admin/v2/tenants/{tenant}"
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
@@ -51,10 +49,14 @@ async def _json_body(request: web.Request, default: Any = None) -> Any:
         raise e.InvalidArgumentError(f"the body is not JSON: {text[:60]!r}") from None
 
 
+class PermissionsPort(HasConfig, HasPermissions, HasStore, Protocol):
+    """What the permissions routes use: the grants, the tenants in the store, the cluster."""
+
+
 class PermissionsAdmin:
     """The routes; ``add_routes`` registers them on the web application."""
 
-    def __init__(self, service: BrokerService, access: AdminAccess) -> None:
+    def __init__(self, service: PermissionsPort, access: AdminAccess) -> None:
         self.service = service
         self.access = access
 

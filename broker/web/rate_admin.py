@@ -16,7 +16,7 @@ so a change reaches open producers and consumers everywhere (broker/topics/rate_
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -24,11 +24,9 @@ from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
+from pulsar_grpc.broker.service_parts import HasConfig, HasPermissions
 from pulsar_grpc.broker.topics.rate_policies import TOPIC_POLICIES, RateKind, resolve
 from pulsar_grpc.broker.web.access import AdminAccess
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
@@ -54,6 +52,10 @@ async def _body(request: web.Request) -> Any:
         raise e.InvalidArgumentError(f"the body is not JSON: {text[:60]!r}") from None
 
 
+class RatePort(HasConfig, HasPermissions, Protocol):
+    """What the rate-limit routes use: the namespaces' policies and the broker defaults."""
+
+
 def _answer(value: Any) -> web.Response:
     return web.Response(status=204) if value is None else web.json_response(value)
 
@@ -61,7 +63,7 @@ def _answer(value: Any) -> web.Response:
 class RateAdmin:
     """The routes; ``add_routes`` registers them on the web application."""
 
-    def __init__(self, service: BrokerService, access: AdminAccess) -> None:
+    def __init__(self, service: RatePort, access: AdminAccess) -> None:
         self.service = service
         self.access = access
 

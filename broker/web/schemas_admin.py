@@ -20,7 +20,7 @@ broker answers: no redirect to the topic's owner.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -32,15 +32,13 @@ from pulsar_grpc.broker.schema import (
     SchemaInfo,
     SchemaType,
     StoredSchema,
+    TopicSchemas,
     new_schema,
     schema_id,
 )
 from pulsar_grpc.broker.schema.registry import live
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.web.access import AdminAccess
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 TOPIC = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
@@ -51,8 +49,8 @@ MAX_BODY_BYTES = 1024 * 1024
 class SchemasAdmin:
     """The routes; ``add_routes`` registers them on the web application."""
 
-    def __init__(self, service: BrokerService, access: AdminAccess) -> None:
-        self.service = service
+    def __init__(self, schemas: TopicSchemas, access: AdminAccess) -> None:
+        self.schemas = schemas
         self.access = access
 
     def add_routes(self, app: web.Application) -> None:
@@ -87,7 +85,7 @@ class SchemasAdmin:
 
     async def get_latest(self, request: web.Request) -> web.Response:
         topic = await self._topic(request, write=False)
-        stored = await self.service.schemas.registry.latest(schema_id(topic))
+        stored = await self.schemas.registry.latest(schema_id(topic))
         if stored is None:
             raise e.NotFoundError(f"Schema not found: {topic} has no schema")
         return web.json_response(_schema_response(stored))
@@ -97,7 +95,7 @@ class SchemasAdmin:
         raw = request.match_info["version"]
         if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:  # int("²") fails
             raise e.InvalidArgumentError(f"schema version {raw[:40]!r} is not a number")
-        stored = await self.service.schemas.registry.get(schema_id(topic), int(raw))
+        stored = await self.schemas.registry.get(schema_id(topic), int(raw))
         if stored is None:
             raise e.NotFoundError(f"Schema not found: {topic} has no version {raw}")
         if stored.deleted:
@@ -106,7 +104,7 @@ class SchemasAdmin:
 
     async def get_all(self, request: web.Request) -> web.Response:
         topic = await self._topic(request, write=False)
-        versions = live(await self.service.schemas.registry.versions(schema_id(topic)))
+        versions = live(await self.schemas.registry.versions(schema_id(topic)))
         if not versions:
             raise e.NotFoundError(f"Schema not found: {topic} has no schema")
         return web.json_response({"getSchemaResponses": [_schema_response(v) for v in versions]})
@@ -116,14 +114,14 @@ class SchemasAdmin:
         not apply: this is how an admin adds a schema when producers may not)."""
         topic = await self._topic(request, write=True)
         info = _payload(await _json_body(request))
-        schemas = self.service.schemas
+        schemas = self.schemas
         strategy = await schemas.policies.strategy(topic.namespace)
         version = await schemas.registry.put_if_absent(schema_id(topic), info, strategy)
         return web.json_response({"version": {"version": version}}, status=202)
 
     async def delete(self, request: web.Request) -> web.Response:
         topic = await self._topic(request, write=True)
-        registry = self.service.schemas.registry
+        registry = self.schemas.registry
         if request.query.get("force", "").lower() == "true":
             latest = await registry.versions(schema_id(topic))
             if not latest:
@@ -138,7 +136,7 @@ class SchemasAdmin:
     async def compatibility(self, request: web.Request) -> web.Response:
         topic = await self._topic(request, write=False)
         info = _payload(await _json_body(request))
-        schemas = self.service.schemas
+        schemas = self.schemas
         strategy = await schemas.policies.strategy(topic.namespace)
         try:
             await schemas.registry.check(schema_id(topic), info, strategy)
@@ -156,7 +154,7 @@ class SchemasAdmin:
     async def find_version(self, request: web.Request) -> web.Response:
         topic = await self._topic(request, write=False)
         info = _payload(await _json_body(request))
-        version = await self.service.schemas.registry.find_version(schema_id(topic), info)
+        version = await self.schemas.registry.find_version(schema_id(topic), info)
         if version is None:
             raise e.NotFoundError(f"Not found schema: {topic} does not hold this schema")
         return web.json_response({"version": version})
@@ -171,7 +169,7 @@ class SchemasAdmin:
 
     async def get_strategy(self, request: web.Request) -> web.Response:
         ns = await self._namespace(request)
-        strategy = await self.service.schemas.policies.namespace_strategy(ns)
+        strategy = await self.schemas.policies.namespace_strategy(ns)
         return web.json_response(strategy.value)
 
     async def set_strategy(self, request: web.Request) -> web.Response:
@@ -185,28 +183,28 @@ class SchemasAdmin:
         if not isinstance(value, str) or value.upper() not in CompatibilityStrategy.__members__:
             raise e.InvalidArgumentError(f"{str(value)[:40]!r} is not one of {names}")
         strategy = CompatibilityStrategy(value.upper())
-        await self.service.schemas.policies.set_strategy(ns, strategy)
+        await self.schemas.policies.set_strategy(ns, strategy)
         return web.Response(status=204)
 
     async def get_auto_update(self, request: web.Request) -> web.Response:
         ns = await self._namespace(request)
-        return web.json_response(await self.service.schemas.policies.allow_auto_update(ns))
+        return web.json_response(await self.schemas.policies.allow_auto_update(ns))
 
     async def set_auto_update(self, request: web.Request) -> web.Response:
         ns = await self._namespace(request)
         allow = _boolean(await _json_body(request))
-        await self.service.schemas.policies.set_allow_auto_update(ns, allow)
+        await self.schemas.policies.set_allow_auto_update(ns, allow)
         return web.Response(status=204)
 
     async def get_enforced(self, request: web.Request) -> web.Response:
         ns = await self._namespace(request)
-        policies = self.service.schemas.policies
+        policies = self.schemas.policies
         return web.json_response(await policies.namespace_validation_enforced(ns))
 
     async def set_enforced(self, request: web.Request) -> web.Response:
         ns = await self._namespace(request)
         enforced = _boolean(await _json_body(request))
-        await self.service.schemas.policies.set_validation_enforced(ns, enforced)
+        await self.schemas.policies.set_validation_enforced(ns, enforced)
         return web.Response(status=204)
 
 

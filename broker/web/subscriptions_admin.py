@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from aiohttp import web
@@ -32,14 +32,12 @@ from pulsar_grpc.broker import errors as e
 from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.ledger import Entry, Position
 from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.broker.service_parts import HasResources, HasTopics
 from pulsar_grpc.broker.topics.cursor_admin import CursorAdmin, Force, From, Start, entry_headers
 from pulsar_grpc.broker.topics.topic import PersistentTopic
-from pulsar_grpc.broker.web.partition_fanout import PartitionCall, on_each_partition
-from pulsar_grpc.broker.web.partitioned_stats import partitioned_stats
+from pulsar_grpc.broker.web.partition_fanout import FanoutPort, PartitionCall, on_each_partition
+from pulsar_grpc.broker.web.partitioned_stats import PartitionedStatsPort, partitioned_stats
 from pulsar_grpc.broker.web.topics_admin import TOPIC, Right, TopicsAdmin, forced, topic_of
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
 
 __all__ = ["SubscriptionsAdmin"]
 
@@ -48,10 +46,15 @@ SUBSCRIPTION = TOPIC + "/subscription/{subscription}"
 LONG_MAX = (1 << 63) - 1
 
 
+class SubscriptionsPort(FanoutPort, PartitionedStatsPort, HasResources, HasTopics, Protocol):
+    """What the subscriptions routes use: partitioned metadata, the loaded topics, and the
+    fan-out of a call or a stats read to each partition's owner."""
+
+
 class SubscriptionsAdmin:
     """The routes; ``add_routes`` registers them on the web application."""
 
-    def __init__(self, service: BrokerService, topics: TopicsAdmin) -> None:
+    def __init__(self, service: SubscriptionsPort, topics: TopicsAdmin) -> None:
         self.service = service
         self.topics = topics
 

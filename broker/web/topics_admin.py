@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -32,15 +32,18 @@ from pulsar_grpc.broker.lookup import LookupResult
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.broker.schema import schema_id
 from pulsar_grpc.broker.security.authorization import TopicOperation
+from pulsar_grpc.broker.service_parts import HasLedgers, HasResources, HasSchemas, HasTopics
 from pulsar_grpc.broker.topics.cursor_admin import CursorAdmin
 from pulsar_grpc.broker.topics.topic import PersistentTopic
 from pulsar_grpc.broker.web.access import AdminAccess
 from pulsar_grpc.broker.web.broker_client import BrokerClient
-from pulsar_grpc.broker.web.partition_fanout import Absent, PartitionCall, on_each_partition
-from pulsar_grpc.broker.web.partitioned_stats import partitioned_stats
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.service import BrokerService
+from pulsar_grpc.broker.web.partition_fanout import (
+    Absent,
+    FanoutPort,
+    PartitionCall,
+    on_each_partition,
+)
+from pulsar_grpc.broker.web.partitioned_stats import PartitionedStatsPort, partitioned_stats
 
 __all__ = ["BASE", "TOPIC", "Right", "ServedHere", "TopicsAdmin", "forced", "topic_of"]
 
@@ -50,6 +53,13 @@ TOPIC = BASE + "/{topic}"
 # The web service's lookup of a topic for a request: answers when this broker serves it,
 # raises a 307 to the broker that does otherwise.
 ServedHere = Callable[[web.Request, TopicName], Awaitable[LookupResult]]
+
+
+class TopicsPort(
+    FanoutPort, PartitionedStatsPort, HasLedgers, HasResources, HasSchemas, HasTopics, Protocol
+):
+    """What the topics routes use: partitioned metadata, the ledgers, the schemas, the loaded
+    topics, and the fan-out of a call or a stats read to each partition's owner."""
 
 
 class Right(enum.Enum):
@@ -75,7 +85,7 @@ class TopicsAdmin:
 
     def __init__(
         self,
-        service: BrokerService,
+        service: TopicsPort,
         access: AdminAccess,
         served_here: ServedHere,
         broker_client: BrokerClient,

@@ -148,3 +148,30 @@ def test_the_broker_may_use_the_clients_authentication_and_nothing_else_of_it() 
     for line in ("from pulsar_grpc.client import Client", "from ...client import _client"):
         modules = imported_modules(line, ("broker", "web"))
         assert forbidden_in(modules, FORBIDDEN["broker"], ALLOWED["broker"]) != [], line
+
+
+# The broker service is the composition root (issue 27): it builds the parts and hands each
+# module the narrow port it needs (broker/service_parts.py), so nothing inside broker/ names it.
+COMPOSITION_ROOT = ROOT / "broker" / "service.py"
+
+
+def test_nothing_in_the_broker_imports_its_composition_root() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): forbidden_in(
+            imported_modules(path.read_text(), path.relative_to(ROOT).parent.parts),
+            {"broker.service"},
+        )
+        for path in (ROOT / "broker").rglob("*.py")
+        if path != COMPOSITION_ROOT
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_a_port_module_is_not_the_composition_root() -> None:
+    """broker.service_parts shares the root's name as a prefix, not its package."""
+    modules = imported_modules(
+        "from pulsar_grpc.broker.service_parts import HasTopics", ("broker", "web")
+    )
+    assert forbidden_in(modules, {"broker.service"}) == []
+    modules = imported_modules("from ..service import BrokerService", ("broker", "web"))
+    assert "broker.service" in forbidden_in(modules, {"broker.service"})

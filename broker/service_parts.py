@@ -1,0 +1,123 @@
+"""The parts BrokerService holds, one Protocol each, so a module that needs some of them names
+exactly those (a port such as ``class TopicsPort(HasResources, HasTopics, Protocol)``) instead
+of importing the service itself.
+
+BrokerService (broker/service.py) is the composition root: it satisfies every port by what it
+holds and hands itself over typed as the port (a route group that needs one part only, such as
+the schemas routes, gets that part), so nothing below it imports it and the types say, for each
+route group, which parts it reaches. Every member is a read-only property: the service may hold
+it as an attribute or compute it once started, and a part that comes later (the load reporter
+of a cluster member) is read at each call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pulsar_grpc.broker.config import ServiceConfiguration
+    from pulsar_grpc.broker.dynamic_config import DynamicConfig
+    from pulsar_grpc.broker.ledger import ManagedLedgerFactory
+    from pulsar_grpc.broker.listeners import BindAddress, ListenerConfig
+    from pulsar_grpc.broker.lookup import BrokerData
+    from pulsar_grpc.broker.metadata import MetadataStore
+    from pulsar_grpc.broker.namespace_service import NamespaceService
+    from pulsar_grpc.broker.resources import NamespaceResources
+    from pulsar_grpc.broker.schema import TopicSchemas
+    from pulsar_grpc.broker.security.authentication import AuthenticationService
+    from pulsar_grpc.broker.security.authorization import AuthorizationService
+    from pulsar_grpc.broker.security.permissions import PermissionStore
+    from pulsar_grpc.broker.stalls import StallMonitor
+    from pulsar_grpc.broker.topics.registry import TopicRegistry
+
+
+class HasConfig(Protocol):
+    @property
+    def config(self) -> ServiceConfiguration: ...
+
+
+class HasListeners(Protocol):
+    """The configured listeners and the port each server socket really got."""
+
+    @property
+    def listeners(self) -> ListenerConfig: ...
+
+    @property
+    def bound(self) -> dict[BindAddress, int]: ...
+
+
+class HasIdentity(Protocol):
+    """This broker's name and advertised addresses (known once its sockets are bound)."""
+
+    def broker_data(self) -> BrokerData: ...
+
+    def broker_id(self) -> str: ...
+
+    def web_service_url(self) -> str: ...
+
+
+class HasAuthentication(Protocol):
+    """None while authenticationEnabled is false."""
+
+    @property
+    def authentication(self) -> AuthenticationService | None: ...
+
+
+class HasAuthorization(Protocol):
+    """None while authorizationEnabled is false."""
+
+    @property
+    def authorization(self) -> AuthorizationService | None: ...
+
+
+class HasOpenCheck(Protocol):
+    def check_open(self) -> None: ...
+
+
+class HasStore(Protocol):
+    @property
+    def store(self) -> MetadataStore: ...
+
+
+class HasLedgers(Protocol):
+    @property
+    def ledgers(self) -> ManagedLedgerFactory: ...
+
+
+class HasPermissions(Protocol):
+    @property
+    def permissions(self) -> PermissionStore: ...
+
+
+class HasResources(Protocol):
+    @property
+    def resources(self) -> NamespaceResources: ...
+
+
+class HasNamespaces(Protocol):
+    @property
+    def namespaces(self) -> NamespaceService: ...
+
+
+class HasTopics(Protocol):
+    @property
+    def topics(self) -> TopicRegistry: ...
+
+
+class HasSchemas(Protocol):
+    @property
+    def schemas(self) -> TopicSchemas: ...
+
+
+class HasDynamicConfig(Protocol):
+    """None until the broker has started."""
+
+    @property
+    def dynamic_config(self) -> DynamicConfig | None: ...
+
+
+class HasStalls(Protocol):
+    """None until the broker has started."""
+
+    @property
+    def stalls(self) -> StallMonitor | None: ...
