@@ -5,6 +5,7 @@ verb, and no user error ending in a traceback (a sweep over every verb)."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import socket
 import threading
@@ -157,6 +158,19 @@ def test_global_flags_before_or_after_the_verb(broker: BrokerThread, tmp_path: P
     conf.write_text(f"webServiceUrl={broker.http_url}\nbrokerServiceUrl={broker.service_url}\n")
     with_conf = cli("--conf", str(conf), "read", topic, "-m", "earliest", "-n", "2")
     assert contents(with_conf.stdout) == ["x", "y"], with_conf.stderr
+    # After the verb for every connecting command, long forms included: -p is consume's
+    # position here (produce's properties above), as in pulsar-client.
+    url = ("--service-url", broker.service_url)
+    read = cli("read", topic, "--start-message-id", "earliest", "-n", "2", *url)
+    assert contents(read.stdout) == ["x", "y"], read.stderr
+    consumed = cli("consume", topic, "-s", "s", "--subscription-position", "Earliest", "-n", "2",
+                   "--url", broker.service_url)  # fmt: skip
+    assert contents(consumed.stdout) == ["x", "y"], consumed.stderr
+    owner = broker.http_url.removeprefix("http://")
+    owned = cli("admin", "brokers", "namespaces", "standalone", "-u", owner, "--admin-url",
+                broker.http_url)  # fmt: skip
+    assert owned.returncode == 0, owned.stderr
+    assert any(bundle.startswith("public/default/") for bundle in json.loads(owned.stdout))
     nowhere = cli("--admin-url", broker.http_url, "tokens", "create-secret-key")
     assert nowhere.returncode == 2
     assert "--admin-url: this command connects to no broker" in nowhere.stderr
