@@ -144,11 +144,16 @@ def test_global_flags_before_or_after_the_verb(broker: BrokerThread, tmp_path: P
     assert before.returncode == 0, before.stderr
     after = cli("produce", topic, "-m", "y", "--url", broker.service_url)
     assert after.returncode == 0, after.stderr
+    # Both URLs are taken after any verb, as before the command, the unused one too.
+    both = ("--url", broker.service_url, "--admin-url", broker.http_url)
+    with_both = cli("produce", topic, "-m", "z", *both)
+    assert with_both.returncode == 0, with_both.stderr
     full = f"persistent://public/default/{topic}"
     for argv in (
         ("--admin-url", broker.http_url, "topics", "list"),
         ("topics", "--admin-url", broker.http_url, "list"),
         ("topics", "list", "--admin-url", broker.http_url),
+        ("topics", "list", *both),
     ):
         listed = cli(*argv)
         assert listed.returncode == 0 and full in listed.stdout.split(), (argv, listed)
