@@ -5,7 +5,7 @@
     admin namespaces split-bundle NS -b BUNDLE [-u] [--split-algorithm-name NAME]
                                              [--split-boundaries POS,POS]
     admin brokers list CLUSTER
-    admin brokers namespaces CLUSTER --url BROKER
+    admin brokers namespaces CLUSTER -u|--url BROKER   (the broker asked about)
     admin brokers leader-broker
     admin topics bundle-range TOPIC
 
@@ -46,7 +46,6 @@ SPLIT_ALGORITHMS = (
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "admin",
-        help="tenants, permissions, schemas, rate limits, bundles and brokers (pulsar-admin's)",
     )
     add_connection_args(p, [UrlFlag.ADMIN])
     groups = p.add_subparsers(dest="group", required=True, metavar="GROUP")
@@ -83,7 +82,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     listing.add_argument("cluster", help=CLUSTER_HELP)
     owned = br_verbs.add_parser("namespaces", help="the bundles a broker owns")
     owned.add_argument("cluster", help=CLUSTER_HELP)
-    owned.add_argument("--url", required=True, help="the broker, as `brokers list` names it")
+    owned.add_argument(
+        "-u", "--url", required=True, metavar="BROKER",
+        help="the broker asked about, host:port as `brokers list` prints it (pulsar-admin's "
+        "--url: a broker's id, not where this command connects, which is --admin-url)",
+    )  # fmt: skip
     br_verbs.add_parser("leader-broker", help="the cluster's leader broker")
     admin_brokers.add_verbs(br_verbs)
 
@@ -142,8 +145,10 @@ def _run(args: argparse.Namespace) -> int:
             if args.bundle:
                 bundle = NamespaceBundle.parse(ns, args.bundle)
                 request("PUT", f"{url}/{bundle.range_str}/unload")
+                print(f"unloaded bundle {bundle.range_str} of {ns}")
             else:
                 request("PUT", f"{url}/unload")
+                print(f"unloaded {ns}")
         else:
             bundle = NamespaceBundle.parse(ns, args.bundle)
             query = f"unload={str(args.unload).lower()}"
@@ -151,6 +156,7 @@ def _run(args: argparse.Namespace) -> int:
                 query += f"&splitAlgorithmName={args.split_algorithm_name}"
             body = json.dumps(args.split_boundaries).encode() if args.split_boundaries else None
             request("PUT", f"{url}/{bundle.range_str}/split?{query}", body)
+            print(f"split bundle {bundle.range_str} of {ns}")
     elif args.group == "brokers":
         if args.verb == "list":
             print_lines(request("GET", f"{base}/admin/v2/brokers/{args.cluster}"))

@@ -52,8 +52,10 @@ def run(args: argparse.Namespace, base: str) -> int:
     url = f"{base}{BASE}"
     if args.verb == "update-dynamic-config":
         request("POST", f"{url}/{_part(args.config)}/{_part(args.value)}")
+        print(f"set {args.config} to {args.value} on every broker")
     elif args.verb == "delete-dynamic-config":
         request("DELETE", f"{url}/{_part(args.config)}")
+        print(f"deleted the override of {args.config}: broker.conf's value holds")
     elif args.verb == "list-dynamic-config":
         print_lines(request("GET", url))
     else:

@@ -90,6 +90,11 @@ def _add_switch(
     switch.add_argument("-d", "--disable", action="store_true", help=switch_help[1])
 
 
+def switched(args: argparse.Namespace) -> str:
+    """What a verb made with ``_add_switch`` did, for its confirmation line."""
+    return "enabled" if args.enable else "disabled"
+
+
 def handles(args: argparse.Namespace) -> bool:
     return args.group == "namespaces" and args.verb in VERBS
 
@@ -106,12 +111,15 @@ def run(args: argparse.Namespace, base: str) -> int:
         print(json.dumps(request("GET", f"{url}/encryptionRequired")))
     elif args.verb == "set-encryption-required":
         request("POST", f"{url}/encryptionRequired", json.dumps(bool(args.enable)).encode())
+        print(f"{switched(args)} encryption-required on {ns}")
     elif args.verb == "get-deduplication":
         print(json.dumps(request("GET", f"{url}/deduplication")))
     elif args.verb == "set-deduplication":
         request("POST", f"{url}/deduplication", json.dumps(bool(args.enable)).encode())
+        print(f"{switched(args)} deduplication on {ns}")
     elif args.verb == "remove-deduplication":
         request("DELETE", f"{url}/deduplication")
+        print(f"removed the deduplication policy of {ns}")
     elif args.verb == "create":
         policies: dict[str, object] = {}
         if args.bundles is not None:

@@ -108,9 +108,11 @@ def run(args: argparse.Namespace, base: str) -> int:
     if args.group == "tenants":
         _tenants(args, f"{base}/admin/v2/tenants")
     elif args.group == "namespaces":
-        _namespace(args, f"{base}/admin/v2/namespaces/{NamespaceName.get(args.namespace)}")
+        ns = NamespaceName.get(args.namespace)
+        _namespace(args, str(ns), f"{base}/admin/v2/namespaces/{ns}")
     else:
-        _topic(args, f"{base}/admin/v2/{TopicName.get(args.topic).rest_path}")
+        topic = TopicName.get(args.topic)
+        _topic(args, str(topic), f"{base}/admin/v2/{topic.rest_path}")
     return 0
 
 
@@ -128,6 +130,7 @@ def _tenants(args: argparse.Namespace, url: str) -> None:
         return
     if args.verb == "delete":
         request("DELETE", url)
+        print(f"deleted tenant {args.tenant}")
         return
     info: dict[str, object] = {"adminRoles": [], "allowedClusters": []}
     if args.verb == "update":
@@ -139,27 +142,35 @@ def _tenants(args: argparse.Namespace, url: str) -> None:
     if args.allowed_clusters is not None:
         info["allowedClusters"] = args.allowed_clusters
     request("PUT" if args.verb == "create" else "POST", url, _json(info))
+    print(f"{args.verb}d tenant {args.tenant}")  # created, updated
 
 
-def _namespace(args: argparse.Namespace, url: str) -> None:
-    if args.verb == "permissions":
-        print(json.dumps(request("GET", f"{url}/permissions"), indent=2))
-    elif args.verb == "grant-permission":
-        request("POST", f"{url}/permissions/{quote(args.role, safe='')}", _json(args.actions))
-    elif args.verb == "revoke-permission":
-        request("DELETE", f"{url}/permissions/{quote(args.role, safe='')}")
+def _namespace(args: argparse.Namespace, ns: str, url: str) -> None:
+    if args.verb in ("permissions", "grant-permission", "revoke-permission"):
+        _role_permissions(args, ns, url)
     elif args.verb == "grant-subscription-permission":
         sub = quote(args.subscription, safe="")
         request("POST", f"{url}/permission/{sub}", _json(args.roles))
+        roles = ", ".join(args.roles)
+        print(f"granted subscription {args.subscription} of {ns} to {roles}")
     else:
         sub, role = quote(args.subscription, safe=""), quote(args.role, safe="")
         request("DELETE", f"{url}/permission/{sub}/{role}")
+        print(f"revoked subscription {args.subscription} of {ns} from {args.role}")
 
 
-def _topic(args: argparse.Namespace, url: str) -> None:
+def _topic(args: argparse.Namespace, topic: str, url: str) -> None:
+    _role_permissions(args, topic, url)
+
+
+def _role_permissions(args: argparse.Namespace, target: str, url: str) -> None:
+    """A namespace's or a topic's permissions verb; a grant or revoke says so in one line."""
+    role_url = f"{url}/permissions/{quote(getattr(args, 'role', ''), safe='')}"
     if args.verb == "permissions":
         print(json.dumps(request("GET", f"{url}/permissions"), indent=2))
     elif args.verb == "grant-permission":
-        request("POST", f"{url}/permissions/{quote(args.role, safe='')}", _json(args.actions))
+        request("POST", role_url, _json(args.actions))
+        print(f"granted {', '.join(args.actions)} on {target} to {args.role}")
     else:
-        request("DELETE", f"{url}/permissions/{quote(args.role, safe='')}")
+        request("DELETE", role_url)
+        print(f"revoked the permissions of {args.role} on {target}")

@@ -107,15 +107,19 @@ def _body(args: argparse.Namespace, rate: str) -> bytes:
 
 def run(args: argparse.Namespace, base: str) -> int:
     if args.group == "namespaces":
-        url = f"{base}/admin/v2/namespaces/{NamespaceName.get(args.namespace)}"
+        target = str(NamespaceName.get(args.namespace))
+        url = f"{base}/admin/v2/namespaces/{target}"
     else:
-        url = f"{base}/admin/v2/{TopicName.get(args.topic).rest_path}"
+        topic = TopicName.get(args.topic)
+        target, url = str(topic), f"{base}/admin/v2/{topic.rest_path}"
     action, _, rate = args.verb.partition("-")
     url = f"{url}/{RATES[rate]}"
     if action == "set":
         request("POST", url, _body(args, rate))
+        print(f"set the {rate} of {target}")
     elif action == "remove":
         request("DELETE", url)
+        print(f"removed the {rate} of {target}")
     else:
         applied = "?applied=true" if getattr(args, "applied", False) else ""
         print(json.dumps(request("GET", url + applied), indent=2))

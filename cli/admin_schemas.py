@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
-from pulsar_grpc.broker.schema import CompatibilityStrategy
+from pulsar_grpc.cli.admin_namespaces import switched
 from pulsar_grpc.cli.admin_topics import NAMESPACE_HELP, TOPIC_HELP
 from pulsar_grpc.cli.rest import AdminRequestError, request
 
@@ -61,6 +62,20 @@ def add_schema_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore
     delete.add_argument("-f", "--force", action="store_true", help="forget every version")
 
 
+class _Strategies:
+    """Pulsar's SchemaCompatibilityStrategy names as argparse's choices. The broker's schema
+    package (which brings the broker's configuration) is imported only when a strategy is
+    checked or listed, not by every admin verb."""
+
+    def __iter__(self) -> Iterator[str]:
+        from pulsar_grpc.broker.schema import CompatibilityStrategy
+
+        return iter([strategy.value for strategy in CompatibilityStrategy])
+
+    def __contains__(self, name: object) -> bool:
+        return name in list(self)
+
+
 def add_namespace_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     for name in _POLICY:
         verbs.add_parser(f"get-{name}", help=f"the namespace's {name}").add_argument(
@@ -74,8 +89,9 @@ def add_namespace_verbs(verbs: argparse._SubParsersAction) -> None:  # type: ign
         "-c",
         "--compatibility",
         required=True,
-        choices=[s.value for s in CompatibilityStrategy],
-        help="UNDEFINED applies the broker's schemaCompatibilityStrategy",
+        choices=_Strategies(),
+        metavar="STRATEGY",  # argparse lists the choices in the usage line: only in -h's
+        help="%(choices)s; UNDEFINED applies the broker's schemaCompatibilityStrategy",
     )
     for name in ("is-allow-auto-update-schema", "schema-validation-enforce"):
         p = verbs.add_parser(f"set-{name}", help=f"turn the namespace's {name} on or off")
@@ -94,9 +110,11 @@ def handles(args: argparse.Namespace) -> bool:
 def run(args: argparse.Namespace, base: str) -> int:
     if args.group == "schemas":
         topic = TopicName.get(args.topic)
-        _schemas(args, f"{base}/admin/v2/schemas/{topic.namespace}/{topic.encoded_local_name}")
+        url = f"{base}/admin/v2/schemas/{topic.namespace}/{topic.encoded_local_name}"
+        _schemas(args, str(topic), url)
     else:
-        _namespace(args, f"{base}/admin/v2/namespaces/{NamespaceName.get(args.namespace)}")
+        ns = NamespaceName.get(args.namespace)
+        _namespace(args, str(ns), f"{base}/admin/v2/namespaces/{ns}")
     return 0
 
 
@@ -111,24 +129,36 @@ def _payload(path: Path) -> bytes:
     return raw
 
 
-def _schemas(args: argparse.Namespace, url: str) -> None:
+def _schemas(args: argparse.Namespace, topic: str, url: str) -> None:
     if args.verb == "get":
         suffix = "" if args.version is None else f"/{args.version}"
         print(json.dumps(request("GET", f"{url}/schema{suffix}"), indent=2))
     elif args.verb == "upload":
-        request("POST", f"{url}/schema", _payload(args.filename))
+        answer = request("POST", f"{url}/schema", _payload(args.filename))
+        print(f"uploaded the schema of {topic}{_version_of(answer)}")
     elif args.verb == "delete":
         request("DELETE", f"{url}/schema?force={str(args.force).lower()}")
+        print(f"deleted the schema of {topic}")
     else:
         print(json.dumps(request("POST", f"{url}/compatibility", _payload(args.filename))))
 
 
-def _namespace(args: argparse.Namespace, url: str) -> None:
+def _version_of(answer: object) -> str:
+    """``: version N`` from a PostSchemaResponse (``{"version": {"version": N}}``), so the
+    confirmation says which version the upload made (or found: an equal schema is not added)."""
+    version = answer.get("version") if isinstance(answer, dict) else None
+    number = version.get("version") if isinstance(version, dict) else None
+    return f": version {number}" if number is not None else ""
+
+
+def _namespace(args: argparse.Namespace, ns: str, url: str) -> None:
     action, _, name = args.verb.partition("-")
     path, method = _POLICY[name]
     if action == "get":
         print(json.dumps(request("GET", f"{url}/{path}")))
     elif name == "schema-compatibility-strategy":
         request(method, f"{url}/{path}", json.dumps(args.compatibility).encode())
+        print(f"set the {name} of {ns} to {args.compatibility}")
     else:
         request(method, f"{url}/{path}", json.dumps(bool(args.enable)).encode())
+        print(f"{switched(args)} {name} on {ns}")

@@ -22,10 +22,8 @@ import re
 import time
 from urllib.parse import quote, unquote
 
-from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.naming import NamespaceName, TopicName
 from pulsar_grpc.cli.rest import AdminRequestError, print_lines, request, request_raw
-from pulsar_grpc.client import MessageId
 
 VERBS = (
     "list",
@@ -165,6 +163,8 @@ def _message_id(text: str) -> dict[str, int]:
         return {"ledgerId": LONG_MAX, "entryId": LONG_MAX, "partitionIndex": -1}
     if lowered == "earliest":
         return {"ledgerId": -1, "entryId": -1, "partitionIndex": -1}
+    from pulsar_grpc.client import MessageId  # the SDK, only for a verb that parses an id
+
     try:
         message_id = MessageId.parse(text)
     except ValueError:
@@ -203,6 +203,7 @@ def run(args: argparse.Namespace, base: str) -> int:
         print(f"deleted {topic}")
     elif args.verb == "unload":
         request("PUT", f"{url}/unload")
+        print(f"unloaded {topic}")
     elif args.verb == "stats":
         _print_json(request("GET", f"{url}/stats"))
     elif args.verb == "partitioned-stats":
@@ -218,7 +219,7 @@ def run(args: argparse.Namespace, base: str) -> int:
         query = f"initialPosition={args.initialPosition}&messagePosition={args.messagePosition}"
         _print_message(request_raw("GET", f"{url}/examinemessage?{query}"))
     else:
-        _subscription(args, f"{url}/subscription/{quote(args.subscription, safe='')}")
+        _subscription(args, topic, f"{url}/subscription/{quote(args.subscription, safe='')}")
     return 0
 
 
@@ -237,21 +238,30 @@ def _create(args: argparse.Namespace, topic: TopicName, url: str) -> int:
     return 0
 
 
-def _subscription(args: argparse.Namespace, url: str) -> None:
+def _subscription(args: argparse.Namespace, topic: TopicName, url: str) -> None:
+    """A subscription verb; one that changes the subscription says what it did in one line."""
+    sub = args.subscription
     if args.verb == "create-subscription":
         request("PUT", url, _json(_message_id(args.messageId)))
+        print(f"created subscription {sub} on {topic} at {args.messageId}")
     elif args.verb == "unsubscribe":
         request("DELETE", f"{url}?force={str(args.force).lower()}")
+        print(f"deleted subscription {sub} of {topic}")
     elif args.verb == "skip":
         request("POST", f"{url}/skip/{args.count}")
+        print(f"skipped {args.count} messages of subscription {sub} on {topic}")
     elif args.verb == "clear-backlog":
         request("POST", f"{url}/skip_all")
+        print(f"cleared the backlog of subscription {sub} on {topic}")
     elif args.verb == "reset-cursor":
         if args.time is not None:
             request("POST", f"{url}/resetcursor/{int(time.time() * 1000) - args.time * 1000}")
+            where = f"{args.time} s ago"
         else:
             body = _message_id(args.messageId) | {"isExcluded": args.exclude_message}
             request("POST", f"{url}/resetcursor", _json(body))
+            where = args.messageId
+        print(f"reset subscription {sub} on {topic} to {where}")
     else:
         _peek(url, args.count)
 
@@ -289,6 +299,8 @@ def _print_message(answer: tuple[dict[str, str], bytes], most: int = 1 << 31) ->
         print(f"Metadata: {json.dumps(metadata, sort_keys=True)}")
         print(_payload(body))
         return 1
+    from pulsar_grpc.broker import entry_format  # protobuf, only for a peeked batch
+
     stored = entry_format.parse(body)
     if stored.HasField("compressed"):
         print(f"Message ID: {entry_id}")

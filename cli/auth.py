@@ -14,8 +14,10 @@ The plugin may also be Pulsar's class name (org.apache.pulsar.client.impl.auth.A
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from pulsar_grpc.client import Authentication, authentication_from
+if TYPE_CHECKING:
+    from pulsar_grpc.client import Authentication
 
 
 def auth_flags() -> list[tuple[tuple[str, ...], dict[str, object]]]:
@@ -34,5 +36,11 @@ def auth_flags() -> list[tuple[tuple[str, ...], dict[str, object]]]:
 
 
 def authentication_of(args: argparse.Namespace) -> Authentication | None:
-    """The credentials the flags name; ValueError (a usage error) when they do not parse."""
+    """The credentials the flags name; ValueError (a usage error) when they do not parse.
+    The SDK, which parses them, is imported only when a flag names some: a command without
+    credentials starts without it."""
+    if not (args.auth_plugin or args.auth_params):
+        return None
+    from pulsar_grpc.client import authentication_from
+
     return authentication_from(args.auth_plugin, args.auth_params)

@@ -18,7 +18,6 @@ from pulsar_grpc.cli.standalone import add_broker_options, run_broker
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "broker",
-        help="run a broker that is a member of a cluster (metadataStoreUrl=zk:...)",
         description="Run one cluster member: metadata in the ZooKeeper metadataStoreUrl names, "
         "entries where ledgerStorageUrl says; the same options as standalone.",
     )

@@ -153,14 +153,21 @@ def _children(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 
 
 def _add_flags(parser: argparse.ArgumentParser, urls: tuple[UrlFlag, ...]) -> None:
-    flags: list[tuple[tuple[str, ...], dict[str, object]]] = []
-    if UrlFlag.SERVICE in urls:
-        flags.append((
-            ("--service-url", "--url", "-u"),
-            {"help": f"grpc:// or grpc+ssl:// {SERVICE_URL_HELP}; client.conf's brokerServiceUrl"},
-        ))  # fmt: skip
-    if UrlFlag.ADMIN in urls:
-        flags.append((("--admin-url",), {"help": f"{ADMIN_URL_HELP}; client.conf's webServiceUrl"}))
+    """Every connection flag. A URL the command does not use is accepted all the same but left
+    out of its help, as before the command, where every flag is taken: a shell's habit of
+    passing both URLs to every command does not fail after the verb only."""
+    url_help = {
+        UrlFlag.SERVICE: f"grpc:// or grpc+ssl:// {SERVICE_URL_HELP}; client.conf's "
+        "brokerServiceUrl",
+        UrlFlag.ADMIN: f"{ADMIN_URL_HELP}; client.conf's webServiceUrl",
+    }
+    flags: list[tuple[tuple[str, ...], dict[str, object]]] = [
+        (
+            ("--service-url", "--url", "-u") if url is UrlFlag.SERVICE else (url.value,),
+            {"help": url_help[url] if url in urls else argparse.SUPPRESS},
+        )
+        for url in UrlFlag
+    ]
     flags += [
         (("--conf",), {
             "type": Path, "metavar": "FILE",

@@ -47,7 +47,6 @@ TOPIC_HELP = "topic name, e.g. my-topic or persistent://t/ns/topic"
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     produce = sub.add_parser(
         "produce",
-        help="send messages to a topic",
         description="Send each -m message (and each -f file's content) COUNT times.",
     )
     produce.add_argument("topic", help=TOPIC_HELP)
@@ -76,7 +75,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     produce.add_argument("-k", "--key", help="partition key of every message")
     produce.add_argument(
         "-p", "--properties", action="append", default=[], metavar="K=V[,K=V...]",
-        help="message properties, comma separated: -p k1=v1,k2=v2 (repeatable)",
+        help="message properties, comma separated: -p k1=v1,k2=v2 (repeatable). -p is "
+        "pulsar-client's: properties for produce, the subscription position for consume",
     )  # fmt: skip
     produce.add_argument(
         "-v", "--verbose", action="store_true", help="print the id of every message"
@@ -87,7 +87,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     consume = sub.add_parser(
         "consume",
-        help="print and acknowledge messages of a subscription",
         description="Receive, print and acknowledge messages until COUNT are consumed, "
         "--timeout passes without a message, or Ctrl-C.",
     )
@@ -104,14 +103,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     consume.add_argument(
         "-p", "--subscription-position", default=InitialPosition.Latest.value,
         type=choice_of(InitialPosition), metavar="POSITION",
-        help="where a new subscription starts: Latest or Earliest, any case (default Latest)",
+        help="where a new subscription starts: Latest or Earliest, any case (default "
+        "Latest). -p is pulsar-client's: the position here, the properties for produce",
     )  # fmt: skip
     _receive_args(consume, "consumed")
     consume.set_defaults(run=run_consume)
 
     read = sub.add_parser(
         "read",
-        help="print messages with a reader (no subscription, no acknowledgements)",
         description="Read and print messages from -m on until COUNT are read, --timeout "
         "passes without a message, or Ctrl-C.",
     )

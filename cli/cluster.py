@@ -125,7 +125,6 @@ def write_broker(workdir: Path, name: str, properties: dict[str, str]) -> Broker
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "cluster",
-        help="run ZooKeeper, PostgreSQL and three brokers on this machine until Ctrl-C",
         description="A fresh three-broker cluster on this machine (ZooKeeper and PostgreSQL "
         "from their Debian packages, see `make cluster-deps`), for trying it out.",
     )

@@ -43,7 +43,6 @@ TOPIC_HELP = "the topic: my-topic, tenant/ns/my-topic or persistent://tenant/ns/
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "inspect",
-        help="read a topic's ledgers, cursors and entries straight from storage (read-only)",
         description="Read a topic's ledgers, cursors and entries from a standalone data "
         "directory or a cluster's ZooKeeper and PostgreSQL, without a broker and without "
         "writing anything. Topics are named as everywhere else (my-topic is "

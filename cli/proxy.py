@@ -24,7 +24,6 @@ from pulsar_grpc.cli.standalone import invalid_configuration
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "proxy",
-        help="run the stateless proxy in front of a cluster's brokers (PIP-1)",
         description="Run a proxy: clients connect only to it; it answers lookups with its own "
         "address and forwards each stream to the broker that owns the topic.",
     )

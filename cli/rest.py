@@ -6,7 +6,6 @@ bad namespace, topic or bundle name given on the command line)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import http.client
 import json
 import ssl
@@ -15,13 +14,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import grpc
+from typing import TYPE_CHECKING
 
 from pulsar_grpc.broker.errors import InvalidArgumentError
 from pulsar_grpc.cli.auth import authentication_of
-from pulsar_grpc.client import Authentication, AuthenticationTLS
-from pulsar_grpc.client._auth import Exchange, ExchangeAnswer
+
+if TYPE_CHECKING:  # the SDK and grpc are imported only by a command given credentials
+    from pulsar_grpc.client import Authentication
+    from pulsar_grpc.client._auth import Exchange, ExchangeAnswer
 
 __all__ = [
     "AdminRequestError",
@@ -81,6 +81,8 @@ def request_raw(method: str, url: str, body: bytes | None = None) -> tuple[dict[
             req.add_header("Content-Type", "application/json")
         authentication = _connection.authentication
         if authentication is not None:  # a two-way method (SCRAM) runs its exchange first
+            import asyncio  # the SDK's authentication is async; a command without it skips both
+
             asyncio.run(authentication.prepare(_http_exchange(url)))
         authorization = authentication.authorization() if authentication is not None else None
         if authorization:
@@ -104,6 +106,11 @@ def request_raw(method: str, url: str, body: bytes | None = None) -> tuple[dict[
 def _http_exchange(url: str) -> Exchange:
     """A step of a two-way authentication as a GET of ``url``: the broker refuses it (401)
     with the next message in its headers, before doing anything for it."""
+    import asyncio
+
+    import grpc
+
+    from pulsar_grpc.client._auth import ExchangeAnswer
 
     def get(authorization: str) -> ExchangeAnswer:
         req = urllib.request.Request(url, headers={"Authorization": authorization})
@@ -168,11 +175,11 @@ def reporting_errors(command: str, run: Callable[[], int], args: argparse.Namesp
     bad --auth-params or trust file one line and exit code 2, as argparse's usage errors."""
     try:
         _connection.authentication = authentication_of(args)
-        https = urllib.request.HTTPSHandler(context=_https_context(args))
+        https = _https_handlers(args)
     except (ValueError, OSError) as exc:
         print(f"pulsar-grpc {command}: {exc}", file=sys.stderr)
         return 2
-    _connection.opener = urllib.request.build_opener(_NoRedirect, https)
+    _connection.opener = urllib.request.build_opener(_NoRedirect, *https)
     try:
         return run()
     except AdminRequestError as exc:
@@ -183,6 +190,17 @@ def reporting_errors(command: str, run: Callable[[], int], args: argparse.Namesp
         return 2
 
 
+def _https_handlers(args: argparse.Namespace) -> list[urllib.request.BaseHandler]:
+    """The https handler with the command's own trust, where it has some to apply: an https
+    admin URL, a trust flag or credentials. Otherwise urllib's default one, whose context (the
+    system's certificates: a tenth of a second) is built only if an https URL is opened."""
+    admin_url = getattr(args, "admin_url", None) or ""
+    trust = getattr(args, "tls_trust_cert_path", None) or getattr(args, "tls_allow_insecure", None)
+    if not (admin_url.startswith("https://") or trust or _connection.authentication):
+        return []
+    return [urllib.request.HTTPSHandler(context=_https_context(args))]
+
+
 def _https_context(args: argparse.Namespace) -> ssl.SSLContext:
     """Trust for https admin URLs: --tls-trust-cert-path (else the system's), none at all with
     --tls-allow-insecure; a tls plugin's client certificate is presented."""
@@ -191,6 +209,10 @@ def _https_context(args: argparse.Namespace) -> ssl.SSLContext:
     if getattr(args, "tls_allow_insecure", False):
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+    if _connection.authentication is None:
+        return context
+    from pulsar_grpc.client import AuthenticationTLS
+
     if isinstance(_connection.authentication, AuthenticationTLS):
         tls = _connection.authentication
         context.load_cert_chain(tls.certificate_path, tls.private_key_path)

@@ -27,7 +27,7 @@ KEYS_PATH = "/admin/v2/role-token-keys"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("scram", help="SCRAM users and the cluster's role-token keys")
+    p = sub.add_parser("scram")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     add = verbs.add_parser("add-user", help="add or replace a user in a SCRAM credentials file")

@@ -27,7 +27,6 @@ EXIT_DATA_DIRECTORY_IN_USE = 3
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "standalone",
-        help="run a broker with embedded metadata and storage",
         description="Run one broker: metadata and ledgers in --data (default ./data), gRPC on "
         "127.0.0.1:50051, HTTP on 127.0.0.1:8080 unless configured otherwise.",
     )

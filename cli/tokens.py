@@ -52,7 +52,7 @@ class UsageError(Exception):
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("tokens", help="create keys and JSON Web Tokens as Pulsar's tokens tool")
+    p = sub.add_parser("tokens")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     secret = verbs.add_parser("create-secret-key", help="create a new secret key")

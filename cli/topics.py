@@ -11,7 +11,7 @@ from pulsar_grpc.cli.rest import reporting_errors
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("topics", help="topics and their subscriptions (= admin topics)")
+    p = sub.add_parser("topics")
     add_connection_args(p, [UrlFlag.ADMIN])
     admin_topics.add_verbs(p.add_subparsers(dest="verb", required=True, metavar="VERB"))
     p.set_defaults(run=run, group="topics")

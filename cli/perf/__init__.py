@@ -52,7 +52,7 @@ from pulsar_grpc.client.exceptions import PulsarException
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("perf", help="measure throughput and latency (pulsar-perf's flags)")
+    p = sub.add_parser("perf")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     for verb, help in (
         (Verb.PRODUCE, "produce to a running broker (pulsar-perf produce)"),

@@ -50,7 +50,8 @@ def cli(shared_broker: BrokerThread, capsys: pytest.CaptureFixture[str]) -> Cli:
 def test_tenant_and_namespace_verbs(cli: Cli) -> None:
     tenant = unique("tenant")
     ns = f"{tenant}/ns"
-    cli.ok("tenants", "create", tenant, "-c", "standalone")
+    assert cli.ok("tenants", "create", tenant, "-c", "standalone") == f"created tenant {tenant}\n"
+    assert cli.ok("tenants", "update", tenant, "-r", "ops") == f"updated tenant {tenant}\n"
     assert cli.ok("namespaces", "create", ns, "-b", "8") == f"created {ns}\n"
     assert cli.ok("namespaces", "list", tenant).split() == [ns]
     policies = json.loads(cli.ok("namespaces", "policies", ns))
@@ -60,7 +61,7 @@ def test_tenant_and_namespace_verbs(cli: Cli) -> None:
     cli.ok("topics", "create", f"persistent://{ns}/t")
     assert "Cannot delete non empty namespace" in cli.refused("namespaces", "delete", ns)
     cli.ok("namespaces", "delete", ns, "-f")
-    cli.ok("tenants", "delete", tenant)
+    assert cli.ok("tenants", "delete", tenant) == f"deleted tenant {tenant}\n"
     assert tenant not in cli.ok("tenants", "list").split()
 
 
@@ -77,15 +78,20 @@ def test_topic_and_subscription_verbs(cli: Cli, shared_broker: BrokerThread) -> 
     stats = json.loads(cli.ok("topics", "partitioned-stats", parted, "--per-partition"))
     assert stats["metadata"] == {"partitions": 3} and len(stats["partitions"]) == 3
 
-    assert cli.ok("topics", "create", plain) == f"created persistent://public/default/{plain}\n"
-    cli.ok("topics", "create-subscription", plain, "-s", "s", "-m", "earliest")
+    full = f"persistent://public/default/{plain}"
+    assert cli.ok("topics", "create", plain) == f"created {full}\n"
+    assert cli.ok("topics", "create-subscription", plain, "-s", "s", "-m", "earliest") == (
+        f"created subscription s on {full} at earliest\n"
+    )
     for _ in range(3):  # three entries
         assert main(["produce", plain, "-m", "hello", "-u", shared_broker.service_url]) == 0
     cli.capsys.readouterr()
     assert cli.ok("topics", "subscriptions", plain).split() == ["s"]
     peeked = cli.ok("topics", "peek-messages", plain, "-s", "s", "-n", "2")
     assert peeked.count("hello") == 2 and peeked.count("Message ID:") == 2
-    cli.ok("topics", "skip", plain, "-s", "s", "-n", "1")
+    assert cli.ok("topics", "skip", plain, "-s", "s", "-n", "1") == (
+        f"skipped 1 messages of subscription s on {full}\n"
+    )
     internal = json.loads(cli.ok("topics", "internal-stats", plain))
     assert internal["numberOfEntries"] == 3
     last = json.loads(cli.ok("topics", "last-message-id", plain))
@@ -96,22 +102,29 @@ def test_topic_and_subscription_verbs(cli: Cli, shared_broker: BrokerThread) -> 
     def backlog() -> int:
         return int(json.loads(cli.ok("topics", "stats", plain))["subscriptions"]["s"]["msgBacklog"])
 
-    cli.ok("topics", "reset-cursor", plain, "-s", "s", "-t", "1h")
+    assert cli.ok("topics", "reset-cursor", plain, "-s", "s", "-t", "1h") == (
+        f"reset subscription s on {full} to 3600 s ago\n"
+    )
     assert backlog() == 3
-    cli.ok("topics", "clear-backlog", plain, "-s", "s")
+    assert cli.ok("topics", "clear-backlog", plain, "-s", "s") == (
+        f"cleared the backlog of subscription s on {full}\n"
+    )
     assert backlog() == 0
-    cli.ok(
-        "topics", "reset-cursor", plain, "-s", "s", "-m", f"{last['ledgerId']}:{last['entryId']}"
+    at = f"{last['ledgerId']}:{last['entryId']}"
+    assert cli.ok("topics", "reset-cursor", plain, "-s", "s", "-m", at) == (
+        f"reset subscription s on {full} to {at}\n"
     )
     assert backlog() == 1
     assert "404" in cli.refused("topics", "peek-messages", plain, "-s", "absent")
     assert "not a message id" in cli.refused(
         "topics", "create-subscription", plain, "-s", "x", "-m", "bogus"
     )
-    cli.ok("topics", "unsubscribe", plain, "-s", "s")
+    assert cli.ok("topics", "unsubscribe", plain, "-s", "s") == (
+        f"deleted subscription s of {full}\n"
+    )
     # The `topics` command is the same verbs.
     assert cli.ok("subscriptions", plain, command="topics") == ""
-    cli.ok("topics", "unload", plain)
+    assert cli.ok("topics", "unload", plain) == f"unloaded {full}\n"
     cli.ok("topics", "delete", plain)
     cli.ok("topics", "delete-partitioned-topic", parted, "-f")
     listed = cli.ok("topics", "list", "public/default").split()

@@ -136,14 +136,18 @@ def test_the_admin_command_grants_and_revokes(authz_broker: BrokerThread) -> Non
     assert run("tenants", "list").split() == ["acme", "public"]
 
     ns = "public/default"
-    run("namespaces", "grant-permission", ns, "--role", "app", "--actions", "produce,consume")
+    granted = run(
+        "namespaces", "grant-permission", ns, "--role", "app", "--actions", "produce,consume"
+    )
+    assert granted == f"granted produce, consume on {ns} to app\n"
     assert json.loads(run("namespaces", "permissions", ns)) == {"app": ["consume", "produce"]}
     run("topics", "grant-permission", "t1", "--role", "bot", "--actions", "produce")
     assert json.loads(run("topics", "permissions", "t1")) == {
         "app": ["consume", "produce"],
         "bot": ["produce"],
     }
-    run("topics", "revoke-permission", "t1", "--role", "bot")
+    revoked = run("topics", "revoke-permission", "t1", "--role", "bot")
+    assert revoked == "revoked the permissions of bot on persistent://public/default/t1\n"
     run("namespaces", "revoke-permission", ns, "--role", "app")
     assert json.loads(run("namespaces", "permissions", ns)) == {}
 

@@ -98,6 +98,7 @@ def test_cli_admin_verbs(broker: BrokerThread) -> None:
         "-u",
     )  # fmt: skip
     assert split.returncode == 0, split.stderr
+    assert split.stdout == f"split bundle {FIRST.range_str} of public/default\n"
     shown = cli(*admin, "namespaces", "bundles", "public/default")
     assert json.loads(shown.stdout)["boundaries"][:3] == ["0x00000000", "0x00001000", "0x40000000"]
 
@@ -107,7 +108,8 @@ def test_cli_admin_verbs(broker: BrokerThread) -> None:
         ).returncode
         == 0
     )
-    assert cli(*admin, "namespaces", "unload", "public/default").returncode == 0
+    unloaded = cli(*admin, "namespaces", "unload", "public/default")
+    assert unloaded.returncode == 0 and unloaded.stdout == "unloaded public/default\n"
 
     listed = cli(*admin, "brokers", "list", "standalone")
     assert listed.stdout.split() == [broker_id(broker)]

@@ -5,6 +5,7 @@ verb, and no user error ending in a traceback (a sweep over every verb)."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import socket
 import threading
@@ -143,11 +144,16 @@ def test_global_flags_before_or_after_the_verb(broker: BrokerThread, tmp_path: P
     assert before.returncode == 0, before.stderr
     after = cli("produce", topic, "-m", "y", "--url", broker.service_url)
     assert after.returncode == 0, after.stderr
+    # Both URLs are taken after any verb, as before the command, the unused one too.
+    both = ("--url", broker.service_url, "--admin-url", broker.http_url)
+    with_both = cli("produce", topic, "-m", "z", *both)
+    assert with_both.returncode == 0, with_both.stderr
     full = f"persistent://public/default/{topic}"
     for argv in (
         ("--admin-url", broker.http_url, "topics", "list"),
         ("topics", "--admin-url", broker.http_url, "list"),
         ("topics", "list", "--admin-url", broker.http_url),
+        ("topics", "list", *both),
     ):
         listed = cli(*argv)
         assert listed.returncode == 0 and full in listed.stdout.split(), (argv, listed)
@@ -157,6 +163,19 @@ def test_global_flags_before_or_after_the_verb(broker: BrokerThread, tmp_path: P
     conf.write_text(f"webServiceUrl={broker.http_url}\nbrokerServiceUrl={broker.service_url}\n")
     with_conf = cli("--conf", str(conf), "read", topic, "-m", "earliest", "-n", "2")
     assert contents(with_conf.stdout) == ["x", "y"], with_conf.stderr
+    # After the verb for every connecting command, long forms included: -p is consume's
+    # position here (produce's properties above), as in pulsar-client.
+    url = ("--service-url", broker.service_url)
+    read = cli("read", topic, "--start-message-id", "earliest", "-n", "2", *url)
+    assert contents(read.stdout) == ["x", "y"], read.stderr
+    consumed = cli("consume", topic, "-s", "s", "--subscription-position", "Earliest", "-n", "2",
+                   "--url", broker.service_url)  # fmt: skip
+    assert contents(consumed.stdout) == ["x", "y"], consumed.stderr
+    owner = broker.http_url.removeprefix("http://")
+    owned = cli("admin", "brokers", "namespaces", "standalone", "-u", owner, "--admin-url",
+                broker.http_url)  # fmt: skip
+    assert owned.returncode == 0, owned.stderr
+    assert any(bundle.startswith("public/default/") for bundle in json.loads(owned.stdout))
     nowhere = cli("--admin-url", broker.http_url, "tokens", "create-secret-key")
     assert nowhere.returncode == 2
     assert "--admin-url: this command connects to no broker" in nowhere.stderr

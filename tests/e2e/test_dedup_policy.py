@@ -49,13 +49,15 @@ async def test_the_policy_is_set_read_and_removed(broker: BrokerThread) -> None:
     assert json.loads(await cli(broker, "get-deduplication", NS)) is None
     status, _ = await asyncio.to_thread(http, broker, "GET", POLICY_PATH, None)
     assert status == 204  # Pulsar's null
-    await cli(broker, "set-deduplication", NS, "--enable")
+    enabled = await cli(broker, "set-deduplication", NS, "--enable")
+    assert enabled == f"enabled deduplication on {NS}\n"
     assert json.loads(await cli(broker, "get-deduplication", NS)) is True
     policies = json.loads(await cli(broker, "policies", NS))
     assert policies["deduplicationEnabled"] is True
     await cli(broker, "set-deduplication", NS, "-d")
     assert json.loads(await cli(broker, "get-deduplication", NS)) is False
-    await cli(broker, "remove-deduplication", NS)
+    removed = await cli(broker, "remove-deduplication", NS)
+    assert removed == f"removed the deduplication policy of {NS}\n"
     assert json.loads(await cli(broker, "get-deduplication", NS)) is None
     assert "deduplicationEnabled" not in json.loads(await cli(broker, "policies", NS))
 

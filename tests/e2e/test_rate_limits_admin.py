@@ -165,6 +165,7 @@ def test_cli_sets_gets_and_removes_rates(broker: BrokerThread) -> None:
     url = ("--admin-url", broker.http_url)
     done = cli("admin", *url, "namespaces", "set-publish-rate", "public/default", "-m", "300")
     assert done.returncode == 0, done.stderr
+    assert done.stdout == "set the publish-rate of public/default\n"
     got = cli("admin", *url, "namespaces", "get-publish-rate", "public/default")
     assert json.loads(got.stdout) == {
         "publishThrottlingRateInMsg": 300,

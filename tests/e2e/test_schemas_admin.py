@@ -151,7 +151,10 @@ def test_cli_schemas_and_namespace_policies_round_trip(
     v1, v2 = tmp_path / "v1.json", tmp_path / "v2.json"
     v1.write_text(json.dumps(payload(USER_V1)))
     v2.write_text(json.dumps(payload(record(field("name", "string")))))
-    assert cli("admin", *url, "schemas", "upload", "typed", "--filename", str(v1)).returncode == 0
+    uploaded = cli("admin", *url, "schemas", "upload", "typed", "--filename", str(v1))
+    assert uploaded.returncode == 0, uploaded.stderr
+    full = "persistent://public/default/typed"
+    assert uploaded.stdout == f"uploaded the schema of {full}: version 0\n"
     got = cli("admin", *url, "schemas", "get", "typed")
     assert got.returncode == 0 and json.loads(got.stdout)["version"] == 0
     old = cli("admin", *url, "schemas", "get", "typed", "--version", "0")
@@ -160,17 +163,22 @@ def test_cli_schemas_and_namespace_policies_round_trip(
     assert json.loads(compat.stdout)["compatibility"] is False
     refused = cli("admin", *url, "schemas", "upload", "typed", "-f", str(v2))
     assert refused.returncode == 1 and "field 'age'" in assert_one_line_error(refused)
-    assert cli("admin", *url, "schemas", "delete", "typed").returncode == 0
+    deleted = cli("admin", *url, "schemas", "delete", "typed")
+    assert deleted.stdout == f"deleted the schema of {full}\n", deleted.stderr
     missing = cli("admin", *url, "schemas", "get", "typed")
     assert missing.returncode == 1 and "404" in assert_one_line_error(missing)
 
     ns = ("namespaces",)
     set_strategy = ("set-schema-compatibility-strategy", "public/default", "-c", "BACKWARD")
-    assert cli("admin", *url, *ns, *set_strategy).returncode == 0
+    done = cli("admin", *url, *ns, *set_strategy)
+    assert done.stdout == (
+        "set the schema-compatibility-strategy of public/default to BACKWARD\n"
+    ), done.stderr
     shown = cli("admin", *url, *ns, "get-schema-compatibility-strategy", "public/default")
     assert shown.stdout.strip() == '"BACKWARD"'
     disable = ("set-is-allow-auto-update-schema", "public/default", "--disable")
-    assert cli("admin", *url, *ns, *disable).returncode == 0
+    done = cli("admin", *url, *ns, *disable)
+    assert done.stdout == "disabled is-allow-auto-update-schema on public/default\n"
     shown = cli("admin", *url, *ns, "get-is-allow-auto-update-schema", "public/default")
     assert shown.stdout.strip() == "false"
     enforce = ("set-schema-validation-enforce", "public/default", "-e")
