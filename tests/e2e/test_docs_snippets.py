@@ -210,7 +210,7 @@ def run_script(
     return result.stdout
 
 
-CITED_TEST = re.compile(r"(?:tests/)?(?:(?P<dir>e2e|unit)/)?(?P<name>test_\w+\.py)")
+CITED_TEST = re.compile(r"(?:tests/)?(?:(?P<dir>e2e|unit|ported)/)?(?P<name>test_\w+\.py)")
 
 
 def test_the_tests_the_docs_cite_exist() -> None:
