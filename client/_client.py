@@ -53,7 +53,7 @@ from ._consumer import (
 from ._crypto import ConsumerCryptoFailureAction, EntryDecryptor, producer_encryptor
 from ._crypto_keys import KeyReader
 from ._errors import AlreadyClosed, refusal_names
-from ._headers import Header
+from ._headers import Header, metadata_header
 from ._http_lookup import HttpLookup, ssl_context
 from ._key_shared import ConsumerKeySharedPolicy
 from ._message_id import MessageId, new_message_id
@@ -361,9 +361,10 @@ class Client:
         producer beside an exclusive one fails with :class:`~client.ProducerBusy`.
 
         ``lazy_start_partitioned_producers`` is accepted and ignored (every partition's
-        stream opens at once); ``chunking_enabled`` and ``properties`` take only their
-        defaults (NotImplementedError otherwise). A ``message_router(message, num_partitions)``
-        chooses each message's partition of a partitioned topic, as pulsar-client's.
+        stream opens at once); ``chunking_enabled`` takes only its default
+        (NotImplementedError otherwise); ``properties`` show in the topic's stats. A
+        ``message_router(message, num_partitions)`` chooses each message's partition of a
+        partitioned topic, as pulsar-client's.
         """
         check_types(
             topic=(topic, str, False),
@@ -376,7 +377,6 @@ class Client:
         refuse_unsupported(
             "create_producer",
             chunking_enabled=(chunking_enabled, False),
-            properties=(properties or None, None),
         )
         if message_router is not None and not callable(message_router):
             raise ValueError("message_router must be a function (message, num_partitions) -> int")
@@ -406,6 +406,7 @@ class Client:
             partitions = await self._streams.partition_count(topic)
             params: Params = {
                 Header.PRODUCER_NAME: producer_name,
+                Header.METADATA: metadata_header(properties),
             }
             producers = [
                 PartitionProducer(config, index) for index in partition_indexes(partitions)
@@ -491,8 +492,9 @@ class Client:
         ``max_total_receiver_queue_size_across_partitions``,
         ``broker_consumer_stats_cache_time_ms``, the two chunking options (no chunks arrive)
         and ``batch_index_ack_enabled`` (acks are always per batch index here). Only their
-        defaults: ``is_read_compacted``, ``properties``, ``replicate_subscription_state_enabled``,
-        ``regex_subscription_mode``. ``key_shared_policy`` (a :class:`ConsumerKeySharedPolicy`)
+        defaults: ``is_read_compacted``, ``replicate_subscription_state_enabled``,
+        ``regex_subscription_mode``. ``properties`` show in the subscription's stats.
+        ``key_shared_policy`` (a :class:`ConsumerKeySharedPolicy`)
         counts on a Key_Shared subscription only, as in pulsar-client.
 
         ``start_message_id_inclusive``: whether :meth:`Consumer.seek` to a message id
@@ -507,7 +509,6 @@ class Client:
         refuse_unsupported(
             "subscribe",
             is_read_compacted=(is_read_compacted, False),
-            properties=(properties or None, None),
             replicate_subscription_state_enabled=(replicate_subscription_state_enabled, False),
             regex_subscription_mode=(
                 RegexSubscriptionMode(regex_subscription_mode),
@@ -532,6 +533,7 @@ class Client:
             dead_letter_policy,
             key_shared_policy,
         )
+        params[Header.METADATA] = metadata_header(properties)
         config = ConsumerConfig(
             receiver_queue_size=receiver_queue_size,
             ack_group_time_ms=ack_group_time_ms,

@@ -40,7 +40,6 @@ class RegexSubscriptionMode(IntEnum):
 # Why each parameter can only take its default here (shown in the error and the docs table).
 UNSUPPORTED_REASONS = {
     "chunking_enabled": "the broker does not chunk messages; keep messages under maxMessageSize",
-    "properties": "producer and consumer properties are not carried to the broker",
     "is_read_compacted": "the broker does not compact topics",
     "replicate_subscription_state_enabled": "the broker does not replicate between clusters",
     "regex_subscription_mode": "the broker has persistent topics only",

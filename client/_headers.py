@@ -10,6 +10,8 @@ that drifts fails there rather than at a broker that ignores it. The proto's hea
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from enum import StrEnum
 
 # Credentials: gRPC's standard header, not one of the contract's x-pulsar-* parameters.
@@ -23,6 +25,7 @@ class Header(StrEnum):
     LISTENER_NAME = "x-pulsar-listenername"
     # PIP-1: on calls through a proxy, the broker the proxy should forward them to.
     PROXY_TO_BROKER_URL = "x-pulsar-proxy-to-broker-url"
+    METADATA = "x-pulsar-metadata"  # a producer's or consumer's properties, as JSON
     SCHEMA = "x-pulsar-schema-bin"
     SCHEMA_VERSION = "x-pulsar-schema-version-bin"
     # Produce
@@ -58,3 +61,19 @@ class Trailer(StrEnum):
     # the client looks the topic up again at once instead of backing off.
     OWNER_URL = "pulsar-owner-url"
     OWNER_URL_TLS = "pulsar-owner-url-tls"
+
+
+def metadata_header(properties: Mapping[str, str] | None) -> str | None:
+    """The x-pulsar-metadata value of a producer's or consumer's ``properties`` (pulsar-client's
+    dict of strings): a JSON object, ASCII so that it travels as a text header; None for none.
+
+    >>> metadata_header({"app": "orders"})
+    '{"app":"orders"}'
+    """
+    if not properties:
+        return None
+    if not isinstance(properties, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
+    ):
+        raise ValueError("properties must be a dict of str to str")
+    return json.dumps(dict(properties), separators=(",", ":"), ensure_ascii=True)

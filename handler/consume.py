@@ -179,6 +179,7 @@ def _options(params: ConsumerParams) -> ConsumerOptions:
         dead_letter_topic=params.dead_letter_topic,
         dead_letter_initial_subscription=params.dead_letter_initial_subscription,
         key_shared=params.key_shared,
+        metadata=params.metadata,
     )
 
 

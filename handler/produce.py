@@ -55,6 +55,7 @@ async def produce(
             ctx.client_version,
             ctx.producer.access_mode,
             ctx.producer.topic_epoch,
+            ctx.producer.metadata,
         )
     except Exception as exc:
         await abort(context, exc, trailers=owner_trailers(broker, exc))

@@ -6,8 +6,9 @@ validated before any broker work started (PIP-59's "ServerInterceptor populates 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
@@ -36,6 +37,8 @@ class ProducerParams:
     access_mode: ProducerAccessMode = ProducerAccessMode.SHARED  # x-pulsar-producer-access-mode
     # x-pulsar-producer-topic-epoch: the epoch a reconnecting producer held the topic under.
     topic_epoch: int | None = None
+    # x-pulsar-metadata: the producer's properties (Pulsar's CommandProducer.metadata).
+    metadata: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True, frozen=True)
@@ -57,6 +60,8 @@ class ConsumerParams:
     schema: Declared = None
     # x-pulsar-key-shared-mode, -ranges and -allow-out-of-order (Key_Shared only).
     key_shared: KeySharedPolicy = AUTO_SPLIT_IN_ORDER
+    # x-pulsar-metadata: the consumer's properties (Pulsar's CommandSubscribe.metadata).
+    metadata: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -25,6 +25,9 @@ class Header(StrEnum):
     ORIGINAL_PRINCIPAL = "x-pulsar-original-principal"
     # To a proxy: the broker to forward the call to; a proxy never passes it on.
     PROXY_TO_BROKER_URL = "x-pulsar-proxy-to-broker-url"
+    # Produce and Consume: the producer's or consumer's properties (Pulsar's metadata), a JSON
+    # object of strings; shown in the topic's stats.
+    METADATA = "x-pulsar-metadata"
     SCHEMA = "x-pulsar-schema-bin"
     SCHEMA_VERSION = "x-pulsar-schema-version-bin"
     # Produce

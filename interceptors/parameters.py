@@ -21,6 +21,7 @@ from pulsar_grpc.broker.errors import (
     InvalidSchemaDataError,
     InvalidTopicNameError,
 )
+from pulsar_grpc.broker.json_text import json_value
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.naming import TopicName, check_subscription_name
 from pulsar_grpc.broker.schema import (
@@ -184,7 +185,23 @@ def _producer(headers: Mapping[str, str]) -> ProducerParams:
         topic_epoch=_int(headers, Header.PRODUCER_TOPIC_EPOCH, -1, minimum=0)
         if headers.get(Header.PRODUCER_TOPIC_EPOCH)
         else None,
+        metadata=_metadata(headers),
     )
+
+
+def _metadata(headers: Mapping[str, str]) -> dict[str, str]:
+    """x-pulsar-metadata: a JSON object whose values are strings (Pulsar's metadata of a
+    producer or consumer, shown in the topic's stats); absent or empty: none."""
+    raw = headers.get(Header.METADATA)
+    if not raw:
+        return {}
+    try:
+        value = json_value(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise InvalidArgumentError(f"{Header.METADATA}: not a JSON object of strings: {raw[:80]!r}")
+    return value
 
 
 def schema_from_wire(schema: pb.Schema) -> SchemaInfo | None:
@@ -295,6 +312,7 @@ def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
         dead_letter_initial_subscription=headers.get(Header.DEAD_LETTER_INITIAL_SUBSCRIPTION)
         or None,
         key_shared=_key_shared(headers, sub_type),
+        metadata=_metadata(headers),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -50,6 +50,8 @@ class ConsumerOptions:
     dead_letter_initial_subscription: str | None = None
     # Key_Shared subscriptions only: the mode, delivery order and Sticky ranges it asked for.
     key_shared: KeySharedPolicy = AUTO_SPLIT_IN_ORDER
+    # The consumer's properties (Pulsar's metadata), shown in its stats.
+    metadata: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(eq=False)

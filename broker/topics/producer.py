@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,8 @@ class Producer:
     # The topic epoch it was admitted under (ProducerReady.topic_epoch); None: no producer
     # ever had the topic exclusively.
     topic_epoch: int | None = None
+    # The producer's properties (Pulsar's metadata), shown in the topic's stats.
+    metadata: Mapping[str, str] = field(default_factory=dict)
     # What this producer published: msgInCounter, bytesInCounter and their rates.
     rate_in: RateMeter = field(default_factory=RateMeter)
     _fields: bytes = b""

@@ -643,6 +643,7 @@ class Subscription:
                     "consumerName": c.name,
                     "address": c.client_address,
                     "clientVersion": c.client_version,
+                    "metadata": dict(c.options.metadata),
                     "connectedSince": iso_utc(c.connected_since),
                     "availablePermits": c.permits,
                     "unackedMessages": c.unacked_messages,

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import itertools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
 from pulsar_grpc.broker import entry_format
@@ -123,6 +124,7 @@ class PersistentTopic:
         client_version: str = "",
         access_mode: ProducerAccessMode = ProducerAccessMode.SHARED,
         topic_epoch: int | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Producer:
         """Register a producer under its access mode (see producer_access): a
         WaitForExclusive producer returns only once it holds the topic. ``topic_epoch`` is
@@ -147,6 +149,7 @@ class PersistentTopic:
             client_version=client_version,
             access_mode=access_mode,
             topic_epoch=epoch,
+            metadata=dict(metadata or {}),
         )
         self.producers[name] = producer
         return producer
@@ -509,6 +512,7 @@ class PersistentTopic:
                     "address": p.client_address,
                     "clientVersion": p.client_version,
                     "accessMode": p.access_mode.value,
+                    "metadata": dict(p.metadata),
                     "connectedSince": iso_utc(p.connected_since),
                     "msgRateIn": p.rate_in.msg_rate,
                     "msgThroughputIn": p.rate_in.byte_rate,

@@ -208,3 +208,13 @@ async def test_the_sdk_sends_the_access_mode_and_keeps_its_epoch(broker: BrokerT
             for _ in range(50):  # its stream ends soon after the fencer is admitted
                 await successor.send(b"late")
                 await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("value", ['{"a": 1}', "[]", "not json", '{"a": ' * 1000])
+async def test_metadata_that_is_not_an_object_of_strings_is_invalid_argument(
+    channel: grpc.aio.Channel, value: str
+) -> None:
+    call = stub(channel).Produce(metadata=[("x-pulsar-topic", TOPIC), ("x-pulsar-metadata", value)])
+    status, _, details = await refused(call)
+    assert status == grpc.StatusCode.INVALID_ARGUMENT
+    assert "x-pulsar-metadata" in details

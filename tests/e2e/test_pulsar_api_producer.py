@@ -200,3 +200,23 @@ async def test_a_message_router_chooses_each_messages_partition(broker: BrokerTh
             await producer.send(b"nowhere", properties={"to": "3"})
         with pytest.raises(ValueError, match="message_router must be a function"):
             await client.create_producer(topic, message_router="by_property")  # type: ignore[arg-type]
+
+
+async def test_producer_and_consumer_properties_show_in_the_topics_stats(
+    broker: BrokerThread,
+) -> None:
+    """pulsar-client's ``properties=`` of create_producer and subscribe: the broker keeps them
+    as Pulsar's metadata and shows them in the stats; a value that is not a string is refused
+    before any call, as pulsar-client refuses it."""
+    topic = "persistent://public/default/with-properties"
+    async with pulsar.Client(broker.service_url) as client:
+        await client.create_producer(topic, properties={"app": "orders", "ver": "2"})
+        await client.subscribe(topic, "s", properties={"team": "billing"})
+        assert broker.service is not None
+        stats = (await broker.call(broker.service.topics.get_topic(topic))).stats()
+        (publisher,) = stats["publishers"]
+        assert publisher["metadata"] == {"app": "orders", "ver": "2"}
+        (consumer,) = stats["subscriptions"]["s"]["consumers"]
+        assert consumer["metadata"] == {"team": "billing"}
+        with pytest.raises(ValueError, match="properties must be a dict of str to str"):
+            await client.create_producer(topic, properties={"n": 1})  # type: ignore[dict-item]

@@ -18,6 +18,8 @@ Producer and consumer parameters travel in call metadata (PIP-59), not in the st
                   x-pulsar-schema-version-bin instead of x-pulsar-schema-bin, for a definition too
                                               large for call metadata: the version
                                               GetOrCreateSchema answered (binary header)
+  Produce, Consume x-pulsar-metadata          the producer's or consumer's properties (Pulsar's
+                                              metadata): a JSON object of strings, shown in stats
   Produce         x-pulsar-producer-name      unique per topic; generated when absent
                   x-pulsar-grouped-receipts   true | false (default): the client reads ProduceResponse.receipts
                   x-pulsar-producer-access-mode  Shared (default) | Exclusive | WaitForExclusive | ExclusiveWithFencing
