@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import logging
 import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
@@ -41,6 +42,8 @@ from ._partition_consumer import ConsumerType
 from ._producer import Producer, SendCallback, refuse_unsupported_send, report_to
 from ._reader import Reader
 from ._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
+
+log = logging.getLogger("pulsar_grpc.client")
 
 T = TypeVar("T")
 
@@ -448,9 +451,9 @@ class SyncClient:
         crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
     ) -> SyncReader:
         """pulsar-client's ``create_reader``, in its order; see :meth:`Client.create_reader`.
-        ``reader_listener`` takes only None here (read with ``read_next``)."""
-        if reader_listener is not None:
-            raise NotImplementedError("create_reader(reader_listener=...): read with read_next()")
+        A ``reader_listener(reader, message)`` is called with each message in order, on the
+        client's listener thread (as a subscription's message_listener), until the reader
+        closes."""
         reader = self._runner.run(
             self._client.create_reader(
                 topic,
@@ -465,7 +468,11 @@ class SyncClient:
                 crypto_failure_action,
             )
         )
-        return SyncReader(self._runner, reader)
+        sync_reader = SyncReader(self._runner, reader)
+        if reader_listener is not None:
+            listener = self._listener_call(reader_listener)
+            self._runner.run(_start(_feed(reader, partial(listener, sync_reader))))
+        return sync_reader
 
     def get_partitions_for_topic(self, topic: str) -> list[str]:
         """See :meth:`Client.get_partitions_for_topic`."""
@@ -525,17 +532,54 @@ class SyncClient:
         self, listener: SyncListener
     ) -> Callable[[Consumer, Message], Awaitable[None]]:
         """The async listener that runs ``listener`` on the listener thread and waits."""
+        on_thread = self._listener_call(listener)
+        runner = self._runner
+
+        async def call(consumer: Consumer, message: Message) -> None:
+            await on_thread(SyncConsumer(runner, consumer), message)
+
+        return call
+
+    def _listener_call(
+        self, listener: Callable[[Any, Message], None]
+    ) -> Callable[[Any, Message], Awaitable[None]]:
+        """``listener(handle, message)`` run on the client's one listener thread, awaited: the
+        calls of one consumer or reader come one at a time, in order, as pulsar-client's."""
         if self._listener_thread is None:
             self._listener_thread = concurrent.futures.ThreadPoolExecutor(
                 1, thread_name_prefix="pulsar-grpc-listener"
             )
-        thread, runner = self._listener_thread, self._runner
+        thread = self._listener_thread
 
-        async def call(consumer: Consumer, message: Message) -> None:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(thread, listener, SyncConsumer(runner, consumer), message)
+        async def call(handle: Any, message: Message) -> None:
+            await asyncio.get_running_loop().run_in_executor(thread, listener, handle, message)
 
         return call
+
+
+async def _start(coroutine: Coroutine[Any, Any, None]) -> None:
+    """Run ``coroutine`` as a task of the client's loop, from the caller's thread."""
+    task = asyncio.get_running_loop().create_task(coroutine)
+    _FEEDS.add(task)
+    task.add_done_callback(_FEEDS.discard)
+
+
+# Reader-listener tasks, held until they end (the loop keeps only weak references).
+_FEEDS: set[asyncio.Task[None]] = set()
+
+
+async def _feed(reader: Reader, listener: Callable[[Message], Awaitable[None]]) -> None:
+    """Hand each message the reader reads to ``listener`` until the reader closes; a listener
+    that raises is logged, and reading goes on (pulsar-client's listener threads do so)."""
+    while True:
+        try:
+            message = await reader.read_next()
+        except AlreadyClosed:
+            return
+        try:
+            await listener(message)
+        except Exception:
+            log.exception("reader listener of %s raised", reader.topic())
 
 
 async def _make_client(

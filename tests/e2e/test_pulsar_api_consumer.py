@@ -266,6 +266,36 @@ async def test_seek_to_a_message_of_one_partition_moves_only_that_partition(
         await assert_nothing_more(consumer)  # partition 1 stayed where it was
 
 
+def test_a_reader_listener_gets_every_message_in_order_until_the_reader_closes(
+    broker: BrokerThread,
+) -> None:
+    """pulsar-client's create_reader(reader_listener=): called with (reader, message) on the
+    client's listener thread, in order; one that raises is logged and the next one comes."""
+    topic = unique("api-reader-listener")
+    seen: list[bytes] = []
+    threads: set[str] = set()
+
+    def listener(reader, msg):
+        threads.add(threading.current_thread().name)
+        seen.append(msg.data())
+        assert reader.topic() == f"{NS}/{topic}"
+        if msg.data() == b"m1":
+            raise RuntimeError("the application's own failure")
+
+    with SyncClient(broker.service_url) as client:
+        producer = client.create_producer(topic)
+        producer.send(b"m0")
+        reader = client.create_reader(topic, MessageId.earliest, reader_listener=listener)
+        for i in range(1, 4):
+            producer.send(f"m{i}".encode())
+        eventually_sync(lambda: seen == [b"m0", b"m1", b"m2", b"m3"])
+        assert threads and threading.current_thread().name not in threads
+        reader.close()
+        producer.send(b"after-close")
+        with pytest.raises(AssertionError):  # closed: not called again, however long we wait
+            eventually_sync(lambda: len(seen) > 4, timeout=0.5)
+
+
 def test_message_listener_is_called_and_can_be_paused(broker: BrokerThread) -> None:
     topic = unique("api-listener")
     received: list[bytes] = []
