@@ -7,6 +7,7 @@ topic, so the owner is the local broker; the cluster reuses this with other brok
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from pulsar_grpc.broker.errors import ServiceNotReadyError
@@ -64,7 +65,7 @@ class BrokerData:
     protocols: dict[str, str] = field(default_factory=dict)
 
 
-def resolve_ports(config: ListenerConfig, bound: dict[BindAddress, int]) -> dict[str, Listener]:
+def resolve_ports(config: ListenerConfig, bound: Mapping[BindAddress, int]) -> dict[str, Listener]:
     """Listeners with each advertised port 0 replaced by the port its socket really got.
 
     Only primary addresses can be advertised with port 0 (the implicit listener advertises the

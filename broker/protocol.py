@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Protocol
 
@@ -39,10 +40,13 @@ class BrokerContext(Protocol):
     """What a protocol handler may use of the running broker (BrokerService implements it)."""
 
     @property
-    def bound(self) -> dict[BindAddress, int]:
-        """The port each server socket really got, by bind address: a handler records the
-        ports it binds here (a configured 0 is resolved at bind time), for lookups and the
-        load report to advertise."""
+    def bound(self) -> Mapping[BindAddress, int]:
+        """The port each server socket really got, by bind address, for lookups and the load
+        report to advertise (read-only: :meth:`record_bound` adds to it)."""
+
+    def record_bound(self, bind: BindAddress, port: int) -> None:
+        """A handler bound ``bind``'s socket to ``port`` (a configured 0 is resolved at bind
+        time): the broker keeps it, the one owner of the bound ports."""
 
     @property
     def authentication(self) -> AuthenticationService | None:

@@ -34,8 +34,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from pulsar_grpc.broker.cluster import broker_id, is_cluster_store
 from pulsar_grpc.broker.cluster.id_generator import PRODUCER_NAME_PATH, DistributedIdGenerator
@@ -98,7 +99,7 @@ class BrokerService:
         except ValueError as exc:
             raise ConfigError(str(exc).splitlines()) from None
         # The port each server socket really got (a configured 0 is resolved at bind time).
-        self.bound: dict[BindAddress, int] = {}
+        self._bound: dict[BindAddress, int] = {}
         self.handlers: list[ProtocolHandler] = load_protocol_handlers(config)
         # None while authenticationEnabled is false; built now so a bad provider setting
         # refuses to start before anything binds.
@@ -338,6 +339,15 @@ class BrokerService:
             resolve_ports(self.listeners, self.bound),
             {h.protocol_name(): h.protocol_data_to_advertise() for h in self.handlers},
         )
+
+    @property
+    def bound(self) -> Mapping[BindAddress, int]:
+        """The port each server socket really got, by bind address (read-only)."""
+        return MappingProxyType(self._bound)
+
+    def record_bound(self, bind: BindAddress, port: int) -> None:
+        """A handler or the web service bound ``bind``'s socket to ``port``."""
+        self._bound[bind] = port
 
     def broker_id(self) -> str:
         """Pulsar's lookupServiceAddress (host:webport): the broker's name in the cluster."""

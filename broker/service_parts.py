@@ -12,6 +12,7 @@ of a cluster member) is read at each call.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -43,7 +44,9 @@ class HasListeners(Protocol):
     def listeners(self) -> ListenerConfig: ...
 
     @property
-    def bound(self) -> dict[BindAddress, int]: ...
+    def bound(self) -> Mapping[BindAddress, int]: ...
+
+    def record_bound(self, bind: BindAddress, port: int) -> None: ...
 
 
 class HasIdentity(Protocol):

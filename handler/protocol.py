@@ -86,7 +86,8 @@ class GrpcProtocolHandler(ProtocolHandler):
         try:
             for bind in binds:
                 if bind.tls and needs_front(self.config):
-                    context.bound[bind] = await self._serve_behind_front(bind, health_servicer)
+                    port = await self._serve_behind_front(bind, health_servicer)
+                    context.record_bound(bind, port)
                     continue
                 server = self._server(bind.listener, health_servicer)
                 self.servers.append(server)
@@ -95,7 +96,7 @@ class GrpcProtocolHandler(ProtocolHandler):
                     port = server.add_secure_port(bind.address, _credentials(tls))
                 else:
                     port = server.add_insecure_port(bind.address)
-                context.bound[bind] = port
+                context.record_bound(bind, port)
                 await server.start()
         except BaseException:
             await self.close()

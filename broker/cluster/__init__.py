@@ -6,6 +6,8 @@ A broker is a cluster member when its metadataStoreUrl names a store other broke
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pulsar_grpc.broker.listeners import (
     GRPC,
     GRPC_TLS,
@@ -43,7 +45,7 @@ def is_cluster_store(metadata_store_url: str) -> bool:
 
 
 def broker_id(
-    advertised_address: str | None, listeners: ListenerConfig, bound: dict[BindAddress, int]
+    advertised_address: str | None, listeners: ListenerConfig, bound: Mapping[BindAddress, int]
 ) -> str:
     """Pulsar's lookupServiceAddress, `<advertisedAddress>:<webServicePort>`: the broker's name
     in the cluster (its load-report node). The port is the one the primary web socket really

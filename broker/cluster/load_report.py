@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -69,7 +69,7 @@ class LoadReportPort:
     config: ServiceConfiguration
     listeners: ListenerConfig
     # The port each server socket really got (bound before the report is made).
-    bound: dict[BindAddress, int]
+    bound: Mapping[BindAddress, int]
     broker_data: Callable[[], BrokerData]
     loaded_topics: Callable[[], list[PersistentTopic]]
 

@@ -93,8 +93,7 @@ class CursorAdmin:
         cursor = await self.ledger.open_cursor(name, initial)
         if start.position is not None:
             await cursor.reset_cursor(start.position)
-        if name not in self.topic.subscriptions:  # a consumer may have subscribed meanwhile
-            self.topic.subscriptions[name] = Subscription(self.topic, name, cursor)
+        self.topic.adopt_subscription(name, cursor)
 
     async def delete(self, name: str, force: Force) -> None:
         """Pulsar's unsubscribe: 412 while consumers are connected, unless forced (then they

@@ -402,8 +402,13 @@ class PersistentTopic:
         self._check_open()
         if name in self.subscriptions:
             return
-        cursor = await self.ledger.open_cursor(name, "earliest")
-        if name not in self.subscriptions:  # a consumer may have subscribed meanwhile
+        self.adopt_subscription(name, await self.ledger.open_cursor(name, "earliest"))
+
+    def adopt_subscription(self, name: str, cursor: ManagedCursor) -> None:
+        """Keep a durable subscription over ``cursor`` (just opened), unless a consumer
+        subscribed by that name while it was opened: the topic is the one owner of its
+        subscriptions map."""
+        if name not in self.subscriptions:
             self.subscriptions[name] = Subscription(self, name, cursor)
 
     def get_subscription(self, name: str) -> Subscription:

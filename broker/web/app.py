@@ -204,7 +204,7 @@ class WebService:
             for sock in server.sockets:  # type: ignore[attr-defined]
                 host, port = sock.getsockname()[:2]
                 self._via[(host, port)] = bind.listener
-            self.service.bound[bind] = port
+            self.service.record_bound(bind, port)
 
     async def close(self) -> None:
         if self._runner is not None:
