@@ -11,12 +11,9 @@ from __future__ import annotations
 import bisect
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 from pulsar_grpc.broker.errors import ConsumerAssignError
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.topics.consumer import Consumer
 
 RANGE_SIZE = 1 << 16
 
@@ -75,7 +72,38 @@ class KeySharedPolicy:
 AUTO_SPLIT_IN_ORDER = KeySharedPolicy()
 
 
-def describe(consumer: Consumer) -> str:
+class HasKeySharedPolicy(Protocol):
+    """What a consumer chose (its options) as far as the Sticky selector reads it."""
+
+    @property
+    def key_shared(self) -> KeySharedPolicy: ...
+
+
+class StickyConsumer(Protocol):
+    """The port the Sticky selector reads a consumer through: its declared ranges and what
+    Pulsar's errors name it by. A protocol rather than the consumer's class, so this policy
+    module sits below the consumer that holds a policy instead of in a circle with it."""
+
+    @property
+    def subscription(self) -> object: ...
+
+    @property
+    def consumer_id(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def client_address(self) -> str: ...
+
+    @property
+    def options(self) -> HasKeySharedPolicy: ...
+
+
+C = TypeVar("C", bound=StickyConsumer)
+
+
+def describe(consumer: StickyConsumer) -> str:
     """A consumer as Pulsar's Consumer.toString() prints it in its errors."""
     return (
         f"Consumer{{subscription={consumer.subscription}, consumerId={consumer.consumer_id}, "
@@ -84,20 +112,20 @@ def describe(consumer: Consumer) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class _Owned:
+class _Owned(Generic[C]):
     start: int
     end: int
-    consumer: Consumer
+    consumer: C
 
 
-class StickySelector:
+class StickySelector(Generic[C]):
     """Maps a key hash to the consumer that declared a range holding it, or None."""
 
     def __init__(self) -> None:
-        self._ranges: list[_Owned] = []  # sorted by start, never overlapping
+        self._ranges: list[_Owned[C]] = []  # sorted by start, never overlapping
         self._starts: list[int] = []
 
-    def add(self, consumer: Consumer) -> None:
+    def add(self, consumer: C) -> None:
         """Take the consumer's declared ranges, or refuse it with Pulsar's reasons,
         changing nothing."""
         ranges = sorted(consumer.options.key_shared.ranges)
@@ -122,16 +150,16 @@ class StickySelector:
             self._ranges.insert(i, _Owned(start, end, consumer))
             self._starts.insert(i, start)
 
-    def remove(self, consumer: Consumer) -> None:
+    def remove(self, consumer: C) -> None:
         """Its ranges go with it: their keys wait for a consumer that declares them."""
         self._ranges = [r for r in self._ranges if r.consumer is not consumer]
         self._starts = [r.start for r in self._ranges]
 
-    def select(self, key_hash: int) -> Consumer | None:
+    def select(self, key_hash: int) -> C | None:
         i = bisect.bisect_right(self._starts, key_hash) - 1
         return self._ranges[i].consumer if i >= 0 and key_hash <= self._ranges[i].end else None
 
-    def _overlapping(self, start: int, end: int) -> Consumer | None:
+    def _overlapping(self, start: int, end: int) -> C | None:
         """The owner of a range overlapping start..end: ranges do not overlap each other, so
         only the last one starting at or before ``end`` can."""
         i = bisect.bisect_right(self._starts, end) - 1

@@ -6,16 +6,15 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.errors import BrokerError
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.meters import RateMeter
+from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
 from pulsar_grpc.broker.topics.producer_access import ProducerAccessMode
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.topics.topic import PersistentTopic
+from pulsar_grpc.broker.topics.settings import TopicSettings
 
 
 @dataclass(slots=True, frozen=True)
@@ -30,9 +29,32 @@ class PublishReceipt:
         return self.position is None
 
 
+class ProducerOwner(Protocol):
+    """The port a producer reaches its topic through: exactly what it reads and asks of it.
+    A protocol rather than the topic's class, so the producer sits below the topic that owns
+    it instead of in an import circle with it; the topic satisfies it structurally."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def settings(self) -> TopicSettings: ...
+
+    @property
+    def encryption(self) -> EncryptionPolicy: ...
+
+    async def hold_publish(self) -> None: ...
+
+    def publish(
+        self, producer: Producer, data: bytes, sequence_id: int, num_messages: int
+    ) -> asyncio.Future[PublishReceipt]: ...
+
+    def remove_producer(self, producer: Producer) -> None: ...
+
+
 @dataclass(eq=False)
 class Producer:
-    topic: PersistentTopic
+    topic: ProducerOwner
     name: str
     client_address: str = ""
     producer_id: int = 0

@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
@@ -36,7 +36,6 @@ from pulsar_grpc.broker.topics.settings import RateSettings, TopicSettings
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.security.permissions import PolicyCache
-    from pulsar_grpc.broker.topics.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +214,24 @@ def resolve_limits(
     )
 
 
+class LimitedTopic(Protocol):
+    """The port the policies reach a loaded topic through: its names, and the setters of the
+    namespace-wide settings it keeps. A protocol rather than the topic's class, so this module
+    sits below the topic (which imports its limits) instead of in an import circle with it."""
+
+    encryption: EncryptionPolicy
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic_name(self) -> TopicName: ...
+
+    def set_rate_limits(self, limits: TopicLimits) -> None: ...
+
+    async def set_deduplication(self, enabled: bool) -> None: ...
+
+
 class RatePolicies:
     """Applies the limits to topics as they load and again whenever their namespace's
     policies change; the one writer of every loaded topic's limits."""
@@ -223,7 +240,7 @@ class RatePolicies:
         self,
         settings: Callable[[], TopicSettings],
         cache: PolicyCache,
-        loaded_topics: Callable[[], list[PersistentTopic]],
+        loaded_topics: Callable[[], Sequence[LimitedTopic]],
     ) -> None:
         self._settings = settings  # the registry's current ones
         self._cache = cache
@@ -245,7 +262,7 @@ class RatePolicies:
         policies = await self._namespace_policies(topic)
         return deduplication_enabled(self._settings().dedup, policies)
 
-    async def apply(self, topic: PersistentTopic) -> None:
+    async def apply(self, topic: LimitedTopic) -> None:
         """Set ``topic``'s limits and its namespace's encryption and deduplication policies
         (the other namespace-wide settings a topic keeps), and keep them current from now
         on."""
