@@ -8,12 +8,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from pulsar_grpc.broker import entry_format
 from pulsar_grpc.broker.errors import ConsumerBusyError, InvalidArgumentError, NotAllowedError
-from pulsar_grpc.broker.ledger import ManagedCursor, Position
+from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, Position
 from pulsar_grpc.broker.meters import RateMeter, iso_utc
+from pulsar_grpc.broker.naming import TopicName
 from pulsar_grpc.broker.topics.consumer import Consumer, PendingEntry
 from pulsar_grpc.broker.topics.dispatcher import (
     Dispatcher,
@@ -22,12 +23,11 @@ from pulsar_grpc.broker.topics.dispatcher import (
 )
 from pulsar_grpc.broker.topics.key_shared import KeySharedDispatcher
 from pulsar_grpc.broker.topics.key_shared_policy import KeySharedPolicy
-from pulsar_grpc.broker.topics.rate_limit import Kind, Throttle
+from pulsar_grpc.broker.topics.rate_limit import Kind, RateLimit, Throttle
 from pulsar_grpc.broker.topics.rate_policies import RateKind
+from pulsar_grpc.broker.topics.schema_carrier import SchemaCarrier
+from pulsar_grpc.broker.topics.settings import TopicSettings
 from pulsar_grpc.broker.topics.transport import Delivery
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.topics.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,73 @@ class ThrottleScope(enum.Enum):
 AckId = tuple[Position, int]
 
 
+class DeadLetterTopic(Protocol):
+    """What a subscription does with its dead-letter topic: make the policy's initial
+    subscription there, and publish the dead messages as the broker."""
+
+    @property
+    def topic_name(self) -> TopicName: ...
+
+    async def ensure_subscription(self, name: str) -> None: ...
+
+    async def publish_system(self, batch: bytes, schema_version: bytes = b"") -> Position: ...
+
+
+class BrokerTopics(Protocol):
+    """What a subscription needs of the broker's topics (the registry, reached through its
+    topic): the broker-wide dispatch rate, and the dead-letter topic with its schemas."""
+
+    @property
+    def dispatch_throttle(self) -> Throttle: ...
+
+    @property
+    def schemas(self) -> SchemaCarrier: ...
+
+    async def get_topic(self, name: str, create: bool = ...) -> DeadLetterTopic: ...
+
+
+class SubscriptionOwner(Protocol):
+    """The port a subscription reaches its topic through: exactly what it (and its dispatcher)
+    reads and asks of it. A protocol rather than the topic's class, so the subscription sits
+    below the topic that owns it instead of in an import circle with it; the topic satisfies
+    it structurally."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic_name(self) -> TopicName: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def settings(self) -> TopicSettings: ...
+
+    @property
+    def registry(self) -> BrokerTopics: ...
+
+    @property
+    def rate_in(self) -> RateMeter: ...
+
+    @property
+    def dispatch_throttle(self) -> Throttle: ...
+
+    @property
+    def subscription_dispatch_limit(self) -> RateLimit: ...
+
+    async def remove_subscription(self, subscription: Subscription) -> None: ...
+
+    async def delete_subscription(self, subscription: Subscription) -> None: ...
+
+
 class Subscription:
     def __init__(
         self,
-        topic: PersistentTopic,
+        topic: SubscriptionOwner,
         name: str,
         cursor: ManagedCursor,
     ) -> None:

@@ -13,9 +13,10 @@ import contextlib
 import contextvars
 import itertools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from pulsar_grpc.broker import entry_format
+from pulsar_grpc.broker.cluster.id_generator import DistributedIdGenerator
 from pulsar_grpc.broker.errors import (
     BrokerError,
     ManagedLedgerFencedError,
@@ -27,6 +28,7 @@ from pulsar_grpc.broker.errors import (
 from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, Position
 from pulsar_grpc.broker.meters import RateMeter, iso_utc
 from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, TopicName, check_subscription_name
+from pulsar_grpc.broker.resources import NamespaceResources
 from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.dedup import Deduplication
 from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
@@ -35,20 +37,38 @@ from pulsar_grpc.broker.topics.producer_access import ExclusiveAccess, ProducerA
 from pulsar_grpc.broker.topics.rate_limit import RateLimit, Throttle
 from pulsar_grpc.broker.topics.rate_policies import RateKind, TopicLimits, broker_default
 from pulsar_grpc.broker.topics.settings import DedupSettings, TopicSettings
-from pulsar_grpc.broker.topics.subscription import Subscription, SubType
+from pulsar_grpc.broker.topics.subscription import BrokerTopics, Subscription, SubType
 from pulsar_grpc.broker.topics.transport import ConsumerTransport
-
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.topics.registry import TopicRegistry
 
 _ids = itertools.count(1)
 SYSTEM_PRODUCER = "pulsar.system"  # the producer name of broker-made entries (dead letters)
 
 
+class TopicOwner(BrokerTopics, Protocol):
+    """The port a topic reaches the broker's topics (its registry) through: what it reads and
+    asks of it, and what its subscriptions do through it (BrokerTopics). A protocol rather than
+    the registry's class, so the topic sits below the registry that owns it instead of in an
+    import circle with it; the registry satisfies it structurally."""
+
+    @property
+    def settings(self) -> TopicSettings: ...
+
+    @property
+    def producer_names(self) -> DistributedIdGenerator: ...
+
+    @property
+    def publish_throttle(self) -> Throttle: ...
+
+    @property
+    def resources(self) -> NamespaceResources: ...
+
+    def forget(self, topic: PersistentTopic) -> None: ...
+
+
 class PersistentTopic:
     def __init__(
         self,
-        registry: TopicRegistry,
+        registry: TopicOwner,
         topic_name: TopicName,
         ledger: ManagedLedger,
         dedup: Deduplication | None,
@@ -91,7 +111,7 @@ class PersistentTopic:
     @classmethod
     async def load(
         cls,
-        registry: TopicRegistry,
+        registry: TopicOwner,
         topic_name: TopicName,
         ledger: ManagedLedger,
         deduplication: bool | None = None,

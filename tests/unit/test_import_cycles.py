@@ -27,9 +27,7 @@ KNOWN: list[frozenset[str]] = [
             "broker.topics.consumer",
             "broker.topics.dispatcher",
             "broker.topics.key_shared",
-            "broker.topics.registry",
             "broker.topics.subscription",
-            "broker.topics.topic",
         }
     ),
 ]
