@@ -7,15 +7,44 @@ import enum
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.meters import RateMeter
 from pulsar_grpc.broker.topics.key_shared_policy import AUTO_SPLIT_IN_ORDER, KeySharedPolicy
 from pulsar_grpc.broker.topics.transport import ConsumerTransport, Delivery
 
-if TYPE_CHECKING:
-    from pulsar_grpc.broker.topics.subscription import AckId, Subscription
+# A message id as acked by a client: the entry's position and a batch index (-1 = whole entry).
+AckId = tuple[Position, int]
+
+
+class ConsumerOwner(Protocol):
+    """The port a consumer forwards its client's requests through (Pulsar's Consumer forwards
+    to its subscription the same way). A protocol rather than the subscription's class, so the
+    consumer sits below the subscription that owns it instead of in an import circle with it;
+    the subscription satisfies it structurally."""
+
+    def consumer_flow(self, consumer: Consumer) -> None: ...
+
+    async def acknowledge(
+        self, consumer: Consumer, ids: Iterable[AckId], cumulative: bool
+    ) -> asyncio.Future[None]: ...
+
+    def negative_acknowledge(self, consumer: Consumer, positions: Iterable[Position]) -> None: ...
+
+    def redeliver(self, consumer: Consumer) -> None: ...
+
+    async def seek(
+        self,
+        on_reset: Callable[[], None],
+        position: Position | None = None,
+        publish_time: int | None = None,
+        batch_index: int = 0,
+    ) -> None: ...
+
+    async def unsubscribe(self, consumer: Consumer) -> None: ...
+
+    async def remove_consumer(self, consumer: Consumer) -> None: ...
 
 
 class Tracking(enum.Enum):
@@ -62,7 +91,7 @@ class Consumer:
     last entry that fits in the permits can overshoot them by less than one batch.
     """
 
-    subscription: Subscription
+    subscription: ConsumerOwner
     options: ConsumerOptions
     transport: ConsumerTransport
     client_address: str = ""
@@ -112,7 +141,7 @@ class Consumer:
         publish_time: int | None = None,
         batch_index: int = 0,
     ) -> None:
-        """Reset the subscription's cursor (see :meth:`Subscription.seek`)."""
+        """Reset the subscription's cursor (see the subscription's ``seek``)."""
         await self.subscription.seek(on_reset, position, publish_time, batch_index)
 
     async def unsubscribe(self) -> None:

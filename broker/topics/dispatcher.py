@@ -19,17 +19,16 @@ import asyncio
 import heapq
 import logging
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pulsar_grpc.broker import entry_format
-from pulsar_grpc.broker.ledger import Entry, ManagedCursor, Position
+from pulsar_grpc.broker.ledger import Entry, ManagedCursor, ManagedLedger, Position
 from pulsar_grpc.broker.topics.consumer import Consumer, Tracking
 from pulsar_grpc.broker.topics.rate_limit import Kind
 from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.topics.settings import DispatchSettings
-    from pulsar_grpc.broker.topics.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +77,46 @@ class ReplaySet(dict[Position, int | None]):
         return out
 
 
+class DispatchTopic(Protocol):
+    """What a dispatcher reads of its subscription's topic: the ledger it waits on for new
+    entries, and the partition a Failover subscription picks its active consumer by."""
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def partition(self) -> int: ...
+
+
+class DispatchOwner(Protocol):
+    """The port a dispatcher (Key_Shared's too) reaches its subscription through: the dispatch
+    rates it waits on, the redelivery counts it stamps, and where it reports what it sent. A
+    protocol rather than the subscription's class, so the dispatchers sit below the
+    subscription that owns them instead of in an import circle with it; the subscription
+    satisfies it structurally."""
+
+    @property
+    def topic(self) -> DispatchTopic: ...
+
+    @property
+    def durable(self) -> bool: ...
+
+    def redelivery_count(self, position: Position) -> int: ...
+
+    def on_dispatched(self, consumer: Consumer, deliveries: list[Delivery]) -> None: ...
+
+    def dispatch_delay_s(self) -> float: ...
+
+    def dispatch_allowance(self, kind: Kind) -> float | None: ...
+
+    def throttle_began(self) -> None: ...
+
+    def throttle_ended(self) -> None: ...
+
+
 class Dispatcher(ABC):
     def __init__(
-        self, subscription: Subscription, cursor: ManagedCursor, settings: DispatchSettings
+        self, subscription: DispatchOwner, cursor: ManagedCursor, settings: DispatchSettings
     ) -> None:
         self.subscription = subscription
         self.cursor = cursor
@@ -312,7 +348,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
 
     def __init__(
         self,
-        subscription: Subscription,
+        subscription: DispatchOwner,
         cursor: ManagedCursor,
         settings: DispatchSettings,
         switch_delay_s: float = 0.0,
@@ -416,7 +452,7 @@ class SharedDispatcher(Dispatcher):
     take it."""
 
     def __init__(
-        self, subscription: Subscription, cursor: ManagedCursor, settings: DispatchSettings
+        self, subscription: DispatchOwner, cursor: ManagedCursor, settings: DispatchSettings
     ) -> None:
         super().__init__(subscription, cursor, settings)
         self.max_unacked_per_consumer = settings.max_unacked_per_consumer

@@ -20,7 +20,7 @@ from pulsar_grpc.broker.entry_format import EntryInfo
 from pulsar_grpc.broker.errors import ConsumerAssignError
 from pulsar_grpc.broker.ledger import Entry, ManagedCursor, Position
 from pulsar_grpc.broker.topics.consumer import Consumer
-from pulsar_grpc.broker.topics.dispatcher import Dispatcher
+from pulsar_grpc.broker.topics.dispatcher import Dispatcher, DispatchOwner
 from pulsar_grpc.broker.topics.key_shared_policy import (
     RANGE_SIZE,
     DeliveryOrder,
@@ -32,7 +32,6 @@ from pulsar_grpc.broker.topics.transport import Delivery
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.topics.settings import DispatchSettings
-    from pulsar_grpc.broker.topics.subscription import Subscription
 
 
 def sticky_key_hash(key: bytes) -> int:
@@ -166,7 +165,7 @@ class KeySharedDispatcher(Dispatcher):
 
     def __init__(
         self,
-        subscription: Subscription,
+        subscription: DispatchOwner,
         cursor: ManagedCursor,
         settings: DispatchSettings,
         policy: KeySharedPolicy,

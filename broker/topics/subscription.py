@@ -15,7 +15,7 @@ from pulsar_grpc.broker.errors import ConsumerBusyError, InvalidArgumentError, N
 from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, Position
 from pulsar_grpc.broker.meters import RateMeter, iso_utc
 from pulsar_grpc.broker.naming import TopicName
-from pulsar_grpc.broker.topics.consumer import Consumer, PendingEntry
+from pulsar_grpc.broker.topics.consumer import AckId, Consumer, PendingEntry
 from pulsar_grpc.broker.topics.dispatcher import (
     Dispatcher,
     SharedDispatcher,
@@ -55,10 +55,6 @@ class ThrottleScope(enum.Enum):
     SUBSCRIPTION = "Subscription"
     TOPIC = "Topic"
     BROKER = "Broker"
-
-
-# A message id as acked by a client: the entry's position and a batch index (-1 = whole entry).
-AckId = tuple[Position, int]
 
 
 class DeadLetterTopic(Protocol):
