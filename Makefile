@@ -1,7 +1,8 @@
 # pulsar-grpc: every target installs what it needs first, so a fresh machine needs only
 # Python 3.11, Java 17, Node 20 and the base tools (and, for `make test`, apt-get: the Go
 # client's Debian packages are installed by go-deps, PostgreSQL and ZooKeeper by cluster-deps).
-PYTHON ?= python3.11
+# The interpreter the venv is made with: the first Python 3.11+ found (override: make run PYTHON=...).
+PYTHON ?= $(firstword $(shell command -v python3.11 python3.12 python3.13 2>/dev/null) python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 # Two install levels in one venv: RUN_STAMP is what running the broker and the SDK needs
