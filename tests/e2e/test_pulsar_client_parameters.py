@@ -79,8 +79,6 @@ def test_every_parameter_at_its_default_by_name(broker: BrokerThread) -> None:
     ("call", "name"),
     [
         (lambda c: c.create_producer("t", chunking_enabled=True), "chunking_enabled"),
-        (lambda c: c.create_producer("t", properties={"a": "b"}), "properties"),
-        (lambda c: c.create_producer("t", message_router=lambda m, n: 0), "message_router"),
         (lambda c: c.subscribe("t", "s", is_read_compacted=True), "is_read_compacted"),
         (
             lambda c: c.subscribe(
