@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
 
 from pulsargrpc.v1 import pulsar_pb2 as pb
 from tests.e2e.wire import batch, stub
+from tests.support import BrokerThread
+from tests.waiting import eventually
 
 
 @dataclass
@@ -37,6 +40,10 @@ class Arrivals:
         lo, hi = self.started + start_s, self.started + end_s
         return sum(n for t, n in self.seen if lo <= t < hi) / (end_s - start_s)
 
+    def count_between(self, lo: float, hi: float) -> int:
+        """Messages that arrived between the monotonic times ``lo`` and ``hi``."""
+        return sum(n for t, n in self.seen if lo <= t < hi)
+
     async def wait_until(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, self.started + seconds - time.monotonic()))
 
@@ -55,6 +62,7 @@ class Flood:
         pace: float | None = None,
     ) -> None:
         self.call = stub(channel).Produce(metadata=(("x-pulsar-topic", topic),))
+        self.topic = topic if "://" in topic else f"persistent://public/default/{topic}"
         self.per_request = per_request
         self.pace = pace  # messages per second the writer keeps to; None: as fast as it can
         self.payload = b"x" * size
@@ -153,3 +161,36 @@ class Drain:
 
 def within(measured: float, expected: float, tolerance: float = 0.10) -> bool:
     return abs(measured - expected) <= tolerance * expected
+
+
+# The window steady_rate measures: long against the one period's worth a bucket may hold.
+STEADY_WINDOW_S = 3.0
+
+
+async def steady_rate(
+    broker: BrokerThread, floods: Sequence[Flood], window_s: float = STEADY_WINDOW_S
+) -> float:
+    """The floods' messages a second together over ``window_s``, measured once every flooded
+    topic's producers were held back (publishRateLimitedTimes > 0), when the burst an idle
+    start leaves in the bucket is spent."""
+    assert broker.service is not None
+    topics = {flood.topic for flood in floods}
+
+    async def held(name: str) -> bool:
+        assert broker.service is not None
+        topic = await broker.call(broker.service.topics.get_topic(name))
+        return topic.publish_rate_limited_times > 0
+
+    for name in topics:
+        await eventually(lambda name=name: held(name), timeout=30)
+    begin = time.monotonic() + 0.25  # receipts of what was in flight at the first hold
+    await asyncio.sleep(0.25 + window_s)
+    return sum(f.receipts.count_between(begin, begin + window_s) for f in floods) / window_s
+
+
+def held_to(rate: float, limit: float, window_s: float = STEADY_WINDOW_S) -> bool:
+    """Whether a rate measured over ``window_s`` is what a token bucket of ``limit`` a second
+    allows: at most the rate plus one period's worth (the most a bucket holds: a stall of the
+    machine lets it fill, and what follows may use it, as Pulsar's AsyncTokenBucket does), and
+    at least 80% of it (the producers are not starved). Unthrottled, a flood is ~40x over."""
+    return 0.8 * limit <= rate <= limit * (1 + 1 / window_s)

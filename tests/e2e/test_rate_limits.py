@@ -13,27 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import grpc
 import psutil
 import pytest
 
 from pulsar_grpc.client import Client, InitialPosition
-from tests.e2e.ratelimit_support import Drain, Flood, within
+from tests.e2e.ratelimit_support import Drain, Flood, held_to, steady_rate, within
 from tests.e2e.test_authorization import http
 from tests.support import BrokerThread
 
 LIMIT = 1000
 # The measured window (seconds after the producer is ready).
 START, END = 1.5, 3.5
-
-
-@pytest.fixture
-async def limited(broker_factory: Callable[..., BrokerThread]) -> AsyncIterator[grpc.aio.Channel]:
-    broker = broker_factory(maxPublishRatePerTopicInMessages=LIMIT)
-    async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
-        yield channel
 
 
 @pytest.mark.parametrize(("limit", "per_request"), [(LIMIT, 10), (10 * LIMIT, 100)])
@@ -59,15 +52,19 @@ async def test_a_flooding_producer_gets_the_limit_without_errors_or_memory_growt
     assert grown < 20 << 20, f"memory grew by {grown} bytes while throttled"
 
 
-async def test_two_producers_share_the_topic_limit(limited: grpc.aio.Channel) -> None:
-    one = await Flood(limited, "shared-limit").start()
-    two = await Flood(limited, "shared-limit").start()
-    await one.receipts.wait_until(END)
-    await one.stop()
-    await two.stop()
-    total = one.receipts.rate(START, END) + two.receipts.rate(START, END)
-    assert within(total, LIMIT), total
-    assert one.receipts.rate(START, END) > LIMIT / 5 and two.receipts.rate(START, END) > LIMIT / 5
+async def test_two_producers_share_the_topic_limit(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    broker = broker_factory(maxPublishRatePerTopicInMessages=LIMIT)
+    async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
+        one = await Flood(channel, "shared-limit").start()
+        two = await Flood(channel, "shared-limit").start()
+        total = await steady_rate(broker, [one, two])
+        each = [await steady_rate(broker, [flood]) for flood in (one, two)]
+        await one.stop()
+        await two.stop()
+    assert held_to(total, LIMIT), total
+    assert all(rate > LIMIT / 5 for rate in each), each
 
 
 async def test_a_byte_rate_holds_large_messages(
@@ -89,11 +86,10 @@ async def test_the_broker_wide_rate_holds_all_topics_together(
     broker = broker_factory(brokerPublisherThrottlingMaxMessageRate=LIMIT)
     async with grpc.aio.insecure_channel(broker.grpc_address) as channel:
         floods = [await Flood(channel, f"broker-wide-{i}").start() for i in range(2)]
-        await floods[0].receipts.wait_until(END)
+        total = await steady_rate(broker, floods)
         for flood in floods:
             await flood.stop()
-    total = sum(f.receipts.rate(START, END) for f in floods)
-    assert within(total, LIMIT), total
+    assert held_to(total, LIMIT), total
 
 
 async def _backlog(channel: grpc.aio.Channel, topic: str, messages: int) -> None:
