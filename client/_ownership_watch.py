@@ -109,13 +109,7 @@ class OwnershipWatcher:
         if self._state is WatchState.CLOSED:
             return
         if service is None:
-            self._state = WatchState.UNSUPPORTED
-            if self._restart is not None:
-                self._restart.cancel()
-                self._restart = None
-            task, self._task = self._task, None
-            if task is not None:
-                task.cancel()
+            self._stop(WatchState.UNSUPPORTED)
             return
         self._service = self._target = service
         self._tls = service[1]
@@ -241,12 +235,19 @@ class OwnershipWatcher:
 
     async def close(self) -> None:
         """Stop watching (the client closes)."""
-        self._state = WatchState.CLOSED
+        task = self._stop(WatchState.CLOSED)
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _stop(self, state: WatchState) -> asyncio.Task[None] | None:
+        """End the watch in ``state``: no restart pending, the stream's task cancelled (and
+        returned, for a caller that waits for it to end)."""
+        self._state = state
         if self._restart is not None:
             self._restart.cancel()
             self._restart = None
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        return task
