@@ -60,11 +60,11 @@ async def test_two_producers_share_the_topic_limit(
         one = await Flood(channel, "shared-limit").start()
         two = await Flood(channel, "shared-limit").start()
         total = await steady_rate(broker, [one, two])
-        each = [await steady_rate(broker, [flood]) for flood in (one, two)]
         await one.stop()
         await two.stop()
     assert held_to(total, LIMIT), total
-    assert all(rate > LIMIT / 5 for rate in each), each
+    each = [flood.receipts.total for flood in (one, two)]
+    assert min(each) > sum(each) / 5, each  # both got a share: neither was starved
 
 
 async def test_a_byte_rate_holds_large_messages(
