@@ -470,6 +470,8 @@ class Producer:
         self._schema = schema
         self._partitions = partitions
         self._router = router
+        # The application's message_router, if any: looked up once, not on every send.
+        self._custom_router = None if router is None else router.custom
         # One budget for all partitions, so memory stays bounded however many there are.
         self._max_pending = max_pending_messages
         self._block_if_queue_full = block_if_queue_full
@@ -576,8 +578,12 @@ class Producer:
         try:
             message = frame_message(payload, partition_key, ordering, properties, event_timestamp)
             self._check_open()
-            index = self._custom_route(
-                content, payload, partition_key, ordering, properties, event_timestamp
+            index = (
+                None
+                if self._custom_router is None
+                else self._custom_route(
+                    content, payload, partition_key, ordering, properties, event_timestamp
+                )
             )
             if not self._take_slot_now():
                 raise self._queue_full()
@@ -615,8 +621,12 @@ class Producer:
         )
         message = frame_message(payload, partition_key, ordering, properties, event_timestamp)
         self._check_open()
-        index = self._custom_route(
-            content, payload, partition_key, ordering, properties, event_timestamp
+        index = (
+            None
+            if self._custom_router is None
+            else self._custom_route(
+                content, payload, partition_key, ordering, properties, event_timestamp
+            )
         )
         if not self._take_slot_now():
             if not self._block_if_queue_full:
@@ -632,11 +642,11 @@ class Producer:
         ordering: bytes | None,
         properties: Mapping[str, str] | None,
         event_timestamp: int | None,
-    ) -> int | None:
-        """The partition a custom message_router chooses; None without one (the routing
-        mode chooses in :meth:`_add`, with no message object made on that hot path)."""
-        if self._router is None or self._router.custom is None:
-            return None
+    ) -> int:
+        """The partition the custom message_router chooses (callers check that there is one:
+        without it the routing mode chooses in :meth:`_add`, and a send makes no message
+        object nor this call)."""
+        assert self._router is not None
         routed = RoutedMessage(
             content,
             payload,

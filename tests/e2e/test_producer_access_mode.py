@@ -204,10 +204,15 @@ async def test_the_sdk_sends_the_access_mode_and_keeps_its_epoch(broker: BrokerT
             TOPIC, access_mode=ProducerAccessMode.ExclusiveWithFencing
         )
         await fencer.send(b"fencer")
-        with pytest.raises(pulsar.ProducerFenced):
-            for _ in range(50):  # its stream ends soon after the fencer is admitted
+
+        async def fenced() -> bool:  # its stream ends soon after the fencer is admitted
+            try:
                 await successor.send(b"late")
-                await asyncio.sleep(0.05)
+            except pulsar.ProducerFenced:
+                return True
+            return False
+
+        await eventually(fenced)
 
 
 @pytest.mark.parametrize("value", ['{"a": 1}', "[]", "not json", '{"a": ' * 1000])
