@@ -685,25 +685,73 @@ class ProduceRequest(_message.Message):
     MESSAGES_FIELD_NUMBER: _builtins.int
     SEQUENCE_ID_FIELD_NUMBER: _builtins.int
     COMPRESSED_FIELD_NUMBER: _builtins.int
+    DELIVER_AT_TIME_FIELD_NUMBER: _builtins.int
+    CHUNK_FIELD_NUMBER: _builtins.int
     sequence_id: _builtins.int
+    deliver_at_time: _builtins.int
+    """Pulsar's MessageMetadata.deliver_at_time: milliseconds since the epoch before which a
+    Shared or Key_Shared subscription does not deliver this entry (0 = at once). A delayed
+    message travels alone, never batched, as Pulsar's clients send it.
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageData]: ...
     @_builtins.property
     def compressed(self) -> Global___CompressedBatch: ...
+    @_builtins.property
+    def chunk(self) -> Global___ChunkInfo:
+        """set: this entry is one chunk of a message larger than maxMessageSize"""
+
     def __init__(
         self,
         *,
         messages: _abc.Iterable[Global___MessageData] | None = ...,
         sequence_id: _builtins.int = ...,
         compressed: Global___CompressedBatch | None = ...,
+        deliver_at_time: _builtins.int = ...,
+        chunk: Global___ChunkInfo | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["compressed", b"compressed"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "compressed", b"compressed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compressed", b"compressed", "messages", b"messages", "sequence_id", b"sequence_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "compressed", b"compressed", "deliver_at_time", b"deliver_at_time", "messages", b"messages", "sequence_id", b"sequence_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ProduceRequest: _TypeAlias = ProduceRequest  # noqa: Y015
+
+@_typing.final
+class ChunkInfo(_message.Message):
+    """Pulsar's chunk fields of MessageMetadata: one chunk of a chunked message. Chunks travel
+    one per entry, never batched; the consumer joins num_chunks_from_msg chunks of one uuid.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UUID_FIELD_NUMBER: _builtins.int
+    CHUNK_ID_FIELD_NUMBER: _builtins.int
+    NUM_CHUNKS_FROM_MSG_FIELD_NUMBER: _builtins.int
+    TOTAL_CHUNK_MSG_SIZE_FIELD_NUMBER: _builtins.int
+    uuid: _builtins.str
+    """the whole message's id, the same in each of its chunks"""
+    chunk_id: _builtins.int
+    """0 .. num_chunks_from_msg - 1"""
+    num_chunks_from_msg: _builtins.int
+    total_chunk_msg_size: _builtins.int
+    """bytes of the whole payload"""
+    def __init__(
+        self,
+        *,
+        uuid: _builtins.str = ...,
+        chunk_id: _builtins.int = ...,
+        num_chunks_from_msg: _builtins.int = ...,
+        total_chunk_msg_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "num_chunks_from_msg", b"num_chunks_from_msg", "total_chunk_msg_size", b"total_chunk_msg_size", "uuid", b"uuid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChunkInfo: _TypeAlias = ChunkInfo  # noqa: Y015
 
 @_typing.final
 class ProduceResponse(_message.Message):
@@ -1175,6 +1223,8 @@ class DeliveredEntry(_message.Message):
     MESSAGES_FIELD_NUMBER: _builtins.int
     COMPRESSED_FIELD_NUMBER: _builtins.int
     SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    DELIVER_AT_TIME_FIELD_NUMBER: _builtins.int
+    CHUNK_FIELD_NUMBER: _builtins.int
     ledger_id: _builtins.int
     entry_id: _builtins.int
     partition: _builtins.int
@@ -1187,6 +1237,8 @@ class DeliveredEntry(_message.Message):
     sequence_id: _builtins.int
     schema_version: _builtins.bytes
     """the schema the producer declared (GetSchema); empty: none"""
+    deliver_at_time: _builtins.int
+    """as the producer sent it (ProduceRequest.deliver_at_time)"""
     @_builtins.property
     def acked_batch_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -1194,6 +1246,10 @@ class DeliveredEntry(_message.Message):
     @_builtins.property
     def compressed(self) -> Global___CompressedBatch:
         """set instead of messages: see CompressedBatch"""
+
+    @_builtins.property
+    def chunk(self) -> Global___ChunkInfo:
+        """as the producer sent it (ProduceRequest.chunk)"""
 
     def __init__(
         self,
@@ -1209,10 +1265,12 @@ class DeliveredEntry(_message.Message):
         messages: _abc.Iterable[Global___MessageData] | None = ...,
         compressed: Global___CompressedBatch | None = ...,
         schema_version: _builtins.bytes = ...,
+        deliver_at_time: _builtins.int = ...,
+        chunk: Global___ChunkInfo | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["compressed", b"compressed"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "compressed", b"compressed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_batch_indexes", b"acked_batch_indexes", "compressed", b"compressed", "entry_id", b"entry_id", "ledger_id", b"ledger_id", "messages", b"messages", "partition", b"partition", "producer_name", b"producer_name", "publish_time", b"publish_time", "redelivery_count", b"redelivery_count", "schema_version", b"schema_version", "sequence_id", b"sequence_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_batch_indexes", b"acked_batch_indexes", "chunk", b"chunk", "compressed", b"compressed", "deliver_at_time", b"deliver_at_time", "entry_id", b"entry_id", "ledger_id", b"ledger_id", "messages", b"messages", "partition", b"partition", "producer_name", b"producer_name", "publish_time", b"publish_time", "redelivery_count", b"redelivery_count", "schema_version", b"schema_version", "sequence_id", b"sequence_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
