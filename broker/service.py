@@ -64,13 +64,14 @@ from pulsar_grpc.broker.schema import SchemaPolicies, SchemaRegistry, SchemaStor
 from pulsar_grpc.broker.security.authentication import AuthenticationService
 from pulsar_grpc.broker.security.authorization import AuthorizationService
 from pulsar_grpc.broker.security.permissions import PermissionStore
+from pulsar_grpc.broker.service_parts import narrowed
 from pulsar_grpc.broker.stalls import StallMonitor
 from pulsar_grpc.broker.tls import read_tls_files
 from pulsar_grpc.broker.topics import PersistentTopic
 from pulsar_grpc.broker.topics.registry import TopicRegistry
 from pulsar_grpc.broker.topics.settings import TopicSettings
 from pulsar_grpc.broker.topics.stats_task import StatsTask
-from pulsar_grpc.broker.web.app import WebService
+from pulsar_grpc.broker.web.app import WebPort, WebService
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ class BrokerService:
         await dynamic.start()
         await resources.ensure_namespace(NamespaceName.get("public/default"))
         if self.listeners.bind_addresses_for(WEB_SCHEMES):
-            web = WebService(self)
+            web = WebService(narrowed(self, WebPort))
             await web.start()
             self.web = web
         for handler in self.handlers:

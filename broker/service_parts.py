@@ -13,7 +13,7 @@ of a cluster member) is read at each call.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from pulsar_grpc.broker.config import ServiceConfiguration
@@ -124,3 +124,67 @@ class HasStalls(Protocol):
 
     @property
     def stalls(self) -> StallMonitor | None: ...
+
+
+def port_members(port: type) -> frozenset[str]:
+    """The public names a port (a Protocol, or several composed) declares: its properties and
+    methods, from every Protocol it is made of."""
+    names: set[str] = set()
+    for cls in port.__mro__:
+        if cls in (object, Protocol) or not getattr(cls, "_is_protocol", False):
+            continue
+        names.update(name for name in vars(cls) if not name.startswith("_"))
+        names.update(
+            name for name in getattr(cls, "__annotations__", {}) if not name.startswith("_")
+        )
+    return frozenset(names)
+
+
+class NarrowedView:
+    """What a module receives instead of the composition root itself: the members its port
+    declares, read from the root at each access (a part made later, such as a cluster
+    member's load reporter, is seen once it exists), and nothing else. The types already
+    bound what a module may touch; this bounds the object too, so reaching past the port is
+    an AttributeError at once rather than a dependency nobody sees.
+
+    >>> class Service:
+    ...     config, secret = "c", "s"
+    >>> view = NarrowedView(Service(), HasConfig)
+    >>> view.config
+    'c'
+    >>> view.secret
+    Traceback (most recent call last):
+    AttributeError: 'secret' is not in the port HasConfig
+    """
+
+    __slots__ = ("_members", "_port", "_target")
+
+    def __init__(self, target: object, port: type) -> None:
+        self._target = target
+        self._members = port_members(port)
+        self._port = port.__name__
+        missing = sorted(name for name in self._members if not _holds(target, name))
+        if missing:
+            raise TypeError(f"{type(target).__name__} lacks {missing} of the port {self._port}")
+
+    def __getattr__(self, name: str) -> object:
+        if name in self._members:
+            return getattr(self._target, name)
+        raise AttributeError(f"{name!r} is not in the port {self._port}")
+
+    def __repr__(self) -> str:
+        return f"<{self._port} of {type(self._target).__name__}>"
+
+
+def narrowed(target: object, port: type) -> Any:
+    """``target`` seen through ``port`` (a :class:`NarrowedView`), typed for the parameter it
+    is passed to: the composition root's way of handing a module its port."""
+    return NarrowedView(target, port)
+
+
+def _holds(target: object, name: str) -> bool:
+    """Whether ``target`` has the member ``name``, without reading it (a part's property may
+    not be ready before the broker starts)."""
+    if isinstance(target, NarrowedView):
+        return name in target._members
+    return hasattr(type(target), name) or name in getattr(target, "__dict__", {})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import http_exceptions, web
 from aiohttp.typedefs import Middleware
@@ -32,18 +32,18 @@ from pulsar_grpc.broker.web.access import AdminAccess, remember_role
 from pulsar_grpc.broker.web.broker_client import BrokerClient
 from pulsar_grpc.broker.web.broker_stats_admin import BrokerStatsAdmin, BrokerStatsPort
 from pulsar_grpc.broker.web.brokers_config_admin import BrokersConfigAdmin
-from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin
-from pulsar_grpc.broker.web.clusters_admin import ClustersAdmin
-from pulsar_grpc.broker.web.console import OPEN_PATHS, Console
-from pulsar_grpc.broker.web.metrics import BrokerCollector
-from pulsar_grpc.broker.web.namespaces_admin import NamespacesAdmin
+from pulsar_grpc.broker.web.bundles_admin import BundlesAdmin, BundlesPort
+from pulsar_grpc.broker.web.clusters_admin import ClustersAdmin, ClustersPort
+from pulsar_grpc.broker.web.console import OPEN_PATHS, Console, ConsolePort
+from pulsar_grpc.broker.web.metrics import BrokerCollector, MetricsPort
+from pulsar_grpc.broker.web.namespaces_admin import NamespacesAdmin, NamespacesPort
 from pulsar_grpc.broker.web.partitioned_stats import names_this_broker, partitioned_stats
-from pulsar_grpc.broker.web.permissions_admin import PermissionsAdmin
-from pulsar_grpc.broker.web.rate_admin import RateAdmin
+from pulsar_grpc.broker.web.permissions_admin import PermissionsAdmin, PermissionsPort
+from pulsar_grpc.broker.web.rate_admin import RateAdmin, RatePort
 from pulsar_grpc.broker.web.role_tokens_admin import add_role_token_routes
 from pulsar_grpc.broker.web.schemas_admin import SchemasAdmin
-from pulsar_grpc.broker.web.subscriptions_admin import SubscriptionsAdmin
-from pulsar_grpc.broker.web.topics_admin import TopicsAdmin, partition_count
+from pulsar_grpc.broker.web.subscriptions_admin import SubscriptionsAdmin, SubscriptionsPort
+from pulsar_grpc.broker.web.topics_admin import TopicsAdmin, TopicsPort, partition_count
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -134,12 +134,16 @@ class WebService:
         self.service = service
         self.access = AdminAccess(service.authorization)
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(BrokerCollector(service))
+        self.registry.register(BrokerCollector(parts.narrowed(service, MetricsPort)))
         # This broker's credentials and trust for its calls to the other brokers' web services.
         self.broker_client = BrokerClient(service.config)
         self._runner: web.AppRunner | None = None
         # (host, port) of each socket -> its listener (None: a primary address)
         self._via: dict[tuple[str, int], str | None] = {}
+
+    def _port(self, port: type) -> Any:
+        """The service seen through one route group's port (``parts.narrowed``)."""
+        return parts.narrowed(self.service, port)
 
     @property
     def http_url(self) -> str:
@@ -153,7 +157,9 @@ class WebService:
             metrics_open = not self.service.config.authenticateMetricsEndpoint
             middlewares.append(_authenticating(authentication, metrics_open))
         app = web.Application(middlewares=middlewares)
-        BrokersConfigAdmin(self.service, self.access).add_routes(app)  # before brokers/{cluster}
+        BrokersConfigAdmin(self._port(parts.HasDynamicConfig), self.access).add_routes(
+            app
+        )  # before brokers/{cluster}
         base = "/admin/v2/persistent/{tenant}/{namespace}"
         app.add_routes(
             [
@@ -171,19 +177,21 @@ class WebService:
                 web.get(base + "/{topic}/stats", self.stats),
             ]
         )
-        bundles = BundlesAdmin(self.service, self.access, self.broker_client)
+        bundles = BundlesAdmin(self._port(BundlesPort), self.access, self.broker_client)
         bundles.add_routes(app)
-        topics = TopicsAdmin(self.service, self.access, self._served_here, self.broker_client)
+        topics = TopicsAdmin(
+            self._port(TopicsPort), self.access, self._served_here, self.broker_client
+        )
         topics.add_routes(app)
-        SubscriptionsAdmin(self.service, topics).add_routes(app)
-        NamespacesAdmin(self.service, self.access, topics, bundles).add_routes(app)
-        ClustersAdmin(self.service, self.access).add_routes(app)
-        PermissionsAdmin(self.service, self.access).add_routes(app)
+        SubscriptionsAdmin(self._port(SubscriptionsPort), topics).add_routes(app)
+        NamespacesAdmin(self._port(NamespacesPort), self.access, topics, bundles).add_routes(app)
+        ClustersAdmin(self._port(ClustersPort), self.access).add_routes(app)
+        PermissionsAdmin(self._port(PermissionsPort), self.access).add_routes(app)
         SchemasAdmin(self.service.schemas, self.access).add_routes(app)
-        RateAdmin(self.service, self.access).add_routes(app)
+        RateAdmin(self._port(RatePort), self.access).add_routes(app)
         add_role_token_routes(app, authentication, self.access)
-        BrokerStatsAdmin(self.service, self.access).add_routes(app)
-        Console(self.service, self.access, self.broker_client).add_routes(app)
+        BrokerStatsAdmin(self._port(BrokerStatsPort), self.access).add_routes(app)
+        Console(self._port(ConsolePort), self.access, self.broker_client).add_routes(app)
         return app
 
     async def start(self) -> None:
