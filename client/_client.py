@@ -62,6 +62,7 @@ from ._ownership_watch import OwnershipWatcher
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
+from ._redelivery import MultiplierRedeliveryBackoff, backoff_params
 from ._routing import MessageRouter, PartitionsRoutingMode, Router
 from ._schemas import value_decoder
 from ._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
@@ -461,6 +462,8 @@ class Client:
         ack_group_time_ms: float = 1.0,
         subscription_type: ConsumerType | str | None = None,
         ack_timeout_ms: int | None = None,
+        negative_ack_redelivery_backoff: MultiplierRedeliveryBackoff | None = None,
+        ack_timeout_redelivery_backoff: MultiplierRedeliveryBackoff | None = None,
     ) -> Consumer:
         """Subscribe, with pulsar-client's parameters; every stream feeds one queue.
 
@@ -496,6 +499,12 @@ class Client:
         ``regex_subscription_mode``. ``properties`` show in the subscription's stats.
         ``key_shared_policy`` (a :class:`ConsumerKeySharedPolicy`)
         counts on a Key_Shared subscription only, as in pulsar-client.
+
+        ``negative_ack_redelivery_backoff`` and ``ack_timeout_redelivery_backoff`` (Java's
+        ``negativeAckRedeliveryBackoff`` and ``ackTimeoutRedeliveryBackoff``, a
+        :class:`MultiplierRedeliveryBackoff`): a message redelivered more often waits longer,
+        by its redelivery count; the broker applies them (the first replaces
+        ``negative_ack_redelivery_delay_ms``, the second adds to the ack timeout).
 
         ``start_message_id_inclusive``: whether :meth:`Consumer.seek` to a message id
         delivers that message next (True) or the one after it (False, Pulsar's default).
@@ -534,6 +543,9 @@ class Client:
             key_shared_policy,
         )
         params[Header.METADATA] = metadata_header(properties)
+        params.update(
+            backoff_params(negative_ack_redelivery_backoff, ack_timeout_redelivery_backoff)
+        )
         config = ConsumerConfig(
             receiver_queue_size=receiver_queue_size,
             ack_group_time_ms=ack_group_time_ms,
