@@ -64,7 +64,8 @@ class RetryLetter:
         copied = retry_properties(message, delay_ms, properties)
         dead = int(copied[RECONSUMETIMES]) > self.max_redeliver_count
         data = message.wire_data()
-        framed = frame_message(data.payload, data.key, data.ordering_key, copied)
+        payload = None if data.null_value else data.payload
+        framed = frame_message(payload, data.key, data.ordering_key, copied)
         if not dead and delay_ms > 0:
             framed += deliver_at_time(time.time_ns() // 1_000_000 + delay_ms)
         topic = self.dead_letter_topic if dead else self.retry_letter_topic
