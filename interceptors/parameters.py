@@ -352,11 +352,11 @@ def _backoff(
     raw = headers.get(multiplier_key) or ""
     if raw and not _FRACTION.fullmatch(raw):
         raise InvalidArgumentError(f"{multiplier_key}: '{raw[:40]}' is not a decimal number")
+    min_delay_ms = _int(headers, min_key, DEFAULT_MIN_DELAY_MS, maximum=INT_MAX)
+    max_delay_ms = _int(headers, max_key, DEFAULT_MAX_DELAY_MS, maximum=INT_MAX)
     try:
         return MultiplierRedeliveryBackoff(
-            min_delay_ms=_int(headers, min_key, DEFAULT_MIN_DELAY_MS, maximum=INT_MAX),
-            max_delay_ms=_int(headers, max_key, DEFAULT_MAX_DELAY_MS, maximum=INT_MAX),
-            multiplier=float(raw) if raw else DEFAULT_MULTIPLIER,
+            min_delay_ms, max_delay_ms, float(raw) if raw else DEFAULT_MULTIPLIER
         )
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"{min_key[: -len('min-delay-ms')]}*: {exc}") from None

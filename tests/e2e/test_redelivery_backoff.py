@@ -119,6 +119,12 @@ async def test_ack_timeout_backoff_adds_to_the_timeout_and_is_capped(
             "maxDelayMs must be >= minDelayMs",
         ),
         ({"negative-ack-backoff-min-delay-ms": "-1"}, "is not between 0 and"),
+        ({"ack-timeout-backoff-max-delay-ms": str(2**63)}, "is not between 0 and"),
+        *(
+            ({"ack-timeout-backoff-multiplier": value}, "is not a decimal number")
+            for value in ("nan", "1e3", "-2", "2.", "9" * 5000)
+        ),
+        ({"negative-ack-backoff-multiplier": "9999999999"}, "multiplier must be > 1"),
     ],
 )
 async def test_a_backoff_the_java_builder_refuses_is_refused(
