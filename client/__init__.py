@@ -42,6 +42,7 @@ from ._message_id import MessageId, TopicMessageId
 from ._oauth2 import AuthenticationOauth2
 from ._producer import Producer
 from ._reader import Reader
+from ._redelivery import MultiplierRedeliveryBackoff
 from ._routing import PartitionsRoutingMode
 from ._scram import AuthenticationSCRAM
 from ._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
@@ -79,6 +80,7 @@ __all__ = [
     "Message",
     "MessageId",
     "MessageListener",
+    "MultiplierRedeliveryBackoff",
     "PartitionsRoutingMode",
     "Producer",
     "ProducerAccessMode",

@@ -62,6 +62,8 @@ from ._ownership_watch import OwnershipWatcher
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue
 from ._producer import PartitionProducer, Producer, ProducerConfig
 from ._reader import Reader
+from ._redelivery import MultiplierRedeliveryBackoff, backoff_params
+from ._retry import MAX_RECONSUMETIMES, RetryLetter, retry_letter
 from ._routing import MessageRouter, PartitionsRoutingMode, Router
 from ._schemas import value_decoder
 from ._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
@@ -461,6 +463,9 @@ class Client:
         ack_group_time_ms: float = 1.0,
         subscription_type: ConsumerType | str | None = None,
         ack_timeout_ms: int | None = None,
+        negative_ack_redelivery_backoff: MultiplierRedeliveryBackoff | None = None,
+        ack_timeout_redelivery_backoff: MultiplierRedeliveryBackoff | None = None,
+        retry_enable: bool = False,
     ) -> Consumer:
         """Subscribe, with pulsar-client's parameters; every stream feeds one queue.
 
@@ -497,6 +502,18 @@ class Client:
         ``key_shared_policy`` (a :class:`ConsumerKeySharedPolicy`)
         counts on a Key_Shared subscription only, as in pulsar-client.
 
+        ``negative_ack_redelivery_backoff`` and ``ack_timeout_redelivery_backoff`` (Java's
+        ``negativeAckRedeliveryBackoff`` and ``ackTimeoutRedeliveryBackoff``, a
+        :class:`MultiplierRedeliveryBackoff`): a message redelivered more often waits longer,
+        by its redelivery count; the broker applies them (the first replaces
+        ``negative_ack_redelivery_delay_ms``, the second adds to the ack timeout).
+
+        ``retry_enable`` (Java's ``retryEnable``, one topic only): the consumer also
+        subscribes to the retry letter topic (``dead_letter_policy.retry_letter_topic``,
+        default ``<topic>-<subscription>-RETRY``), where :meth:`Consumer.reconsume_later`
+        publishes; without a ``dead_letter_policy``, Java's: dead after 16 reconsumes, in
+        ``<topic>-<subscription>-DLQ``.
+
         ``start_message_id_inclusive``: whether :meth:`Consumer.seek` to a message id
         delivers that message next (True) or the one after it (False, Pulsar's default).
         """
@@ -520,6 +537,18 @@ class Client:
                 raise ValueError("is_pattern_topic=True takes the pattern as one string")
             topic = re.compile(topic)
         sub_type = as_consumer_type(subscription_type or consumer_type)
+        retry: RetryLetter | None = None
+        if retry_enable:
+            if not isinstance(topic, str):
+                raise ValueError("retry_enable=True takes one topic")
+            retry = self._retry_letter(topic, subscription_name, schema, dead_letter_policy)
+            dead_letter_policy = DeadLetterPolicy(
+                retry.max_redeliver_count,
+                retry.dead_letter_topic,
+                dead_letter_policy.initial_subscription_name if dead_letter_policy else None,
+                retry.retry_letter_topic,
+            )
+            topic = [topic, retry.retry_letter_topic]
         params = subscription_params(
             subscription_name,
             sub_type,
@@ -534,6 +563,9 @@ class Client:
             key_shared_policy,
         )
         params[Header.METADATA] = metadata_header(properties)
+        params.update(
+            backoff_params(negative_ack_redelivery_backoff, ack_timeout_redelivery_backoff)
+        )
         config = ConsumerConfig(
             receiver_queue_size=receiver_queue_size,
             ack_group_time_ms=ack_group_time_ms,
@@ -564,6 +596,7 @@ class Client:
             label, subscription_name, config, MessageQueue(), message_listener, batch_receive_policy
         )
         consumer.last_message_id_of = self.get_last_message_id
+        consumer.retry_letter = retry
         with refusal_names("consume", label):
             if pattern is not None:
                 await watch_pattern(
@@ -578,6 +611,29 @@ class Client:
         consumer.start_listener()
         self._track(consumer)
         return consumer
+
+    def _retry_letter(
+        self,
+        topic: str,
+        subscription_name: str,
+        schema: Schema | None,
+        policy: DeadLetterPolicy | None,
+    ) -> RetryLetter:
+        """A consumer's retry set-up: its copies are published without batching or
+        compression (each a request of its own, with its delivery time), under the
+        consumer's schema (the payload is the original's encoding)."""
+
+        def make_producer(name: str) -> Awaitable[Producer]:
+            return self.create_producer(name, schema=schema, batching_enabled=False)
+
+        return retry_letter(
+            full_topic_name(topic),
+            subscription_name,
+            make_producer,
+            policy.retry_letter_topic if policy else None,
+            policy.dead_letter_topic if policy else None,
+            policy.max_redeliver_count if policy else MAX_RECONSUMETIMES,
+        )
 
     async def create_reader(
         self,

@@ -12,9 +12,11 @@ import asyncio
 import inspect
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
+from functools import partial
 from typing import TYPE_CHECKING, NoReturn
 
 from ._connection import HandleState
@@ -33,6 +35,7 @@ from ._key_shared import ConsumerKeySharedPolicy, key_shared_params
 from ._message import Message
 from ._message_id import MessageId, TopicMessageId
 from ._partition_consumer import ConsumerConfig, ConsumerType, MessageQueue, PartitionConsumer
+from ._retry import RetryLetter
 from ._stream import Params
 
 if TYPE_CHECKING:
@@ -97,11 +100,14 @@ class DeadLetterPolicy:
     """After ``max_redeliver_count`` redeliveries a message goes to the dead-letter topic
     (default ``<topic>-<subscription>-DLQ``). ``initial_subscription_name``: a durable
     subscription the dead-letter topic gets (from its earliest message) before its first
-    message is written, so no dead letter is missed by a consumer subscribing later."""
+    message is written, so no dead letter is missed by a consumer subscribing later.
+    ``retry_letter_topic`` (Java's, beyond pulsar-client): where a consumer subscribed with
+    ``retry_enable=True`` reconsumes (default ``<topic>-<subscription>-RETRY``)."""
 
     max_redeliver_count: int
     dead_letter_topic: str | None = None
     initial_subscription_name: str | None = None
+    retry_letter_topic: str | None = None
 
 
 # pulsar-client's name for it.
@@ -205,6 +211,8 @@ class Consumer:
         self.held_back: Callable[[EncryptedMessage], None] | None = None
         # The client's get_last_message_id (set by subscribe).
         self.last_message_id_of: Callable[[str], Awaitable[MessageId | None]] | None = None
+        # Where reconsume_later publishes (set by subscribe with retry_enable=True).
+        self.retry_letter: RetryLetter | None = None
 
     # ------------------------------------------------------------ set up by the client
 
@@ -468,6 +476,26 @@ class Consumer:
 
     # ------------------------------------------------------------ acknowledging
 
+    async def reconsume_later(
+        self,
+        message: Message,
+        delay: timedelta | int,
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
+        """Java's ``reconsumeLater``: publish a copy of ``message`` to the retry letter topic,
+        delivered ``delay`` (a timedelta, or ms) from now, and acknowledge the original; a
+        message reconsumed more than the dead-letter policy's ``max_redeliver_count`` times
+        goes to the dead-letter topic instead. ``properties`` are added to the copy's. Needs
+        ``retry_enable=True`` on subscribe.
+
+        >>> await consumer.reconsume_later(msg, timedelta(seconds=10))
+        """
+        if self.retry_letter is None:
+            raise InvalidConfiguration("reconsume_later needs retry_enable=True on subscribe")
+        await self.retry_letter.reconsume_later(
+            message, delay, properties, partial(self.acknowledge, wait=True)
+        )
+
     async def acknowledge(
         self, message: MessageTarget | Sequence[MessageTarget], *, wait: bool = False
     ) -> None:
@@ -570,6 +598,8 @@ class Consumer:
             return
         self._closed = True
         await self._stop_background()
+        if self.retry_letter is not None:
+            await self.retry_letter.close()
         await asyncio.gather(*(p.close() for p in self._streams.values()))
         self._queue.fail(AlreadyClosed("the consumer is closed"))
 

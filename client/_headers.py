@@ -47,6 +47,14 @@ class Header(StrEnum):
     MAX_REDELIVER_COUNT = "x-pulsar-max-redeliver-count"
     DEAD_LETTER_TOPIC = "x-pulsar-dead-letter-topic"
     DEAD_LETTER_INITIAL_SUBSCRIPTION = "x-pulsar-dead-letter-initial-subscription"
+    # Java's MultiplierRedeliveryBackoff for nacks and for ack timeouts: any one of a
+    # group's three turns that backoff on (the others take the Java builder's defaults).
+    NEGATIVE_ACK_BACKOFF_MIN_DELAY_MS = "x-pulsar-negative-ack-backoff-min-delay-ms"
+    NEGATIVE_ACK_BACKOFF_MAX_DELAY_MS = "x-pulsar-negative-ack-backoff-max-delay-ms"
+    NEGATIVE_ACK_BACKOFF_MULTIPLIER = "x-pulsar-negative-ack-backoff-multiplier"
+    ACK_TIMEOUT_BACKOFF_MIN_DELAY_MS = "x-pulsar-ack-timeout-backoff-min-delay-ms"
+    ACK_TIMEOUT_BACKOFF_MAX_DELAY_MS = "x-pulsar-ack-timeout-backoff-max-delay-ms"
+    ACK_TIMEOUT_BACKOFF_MULTIPLIER = "x-pulsar-ack-timeout-backoff-multiplier"
     KEY_SHARED_MODE = "x-pulsar-key-shared-mode"
     KEY_SHARED_RANGES = "x-pulsar-key-shared-ranges"
     KEY_SHARED_ALLOW_OUT_OF_ORDER = "x-pulsar-key-shared-allow-out-of-order"

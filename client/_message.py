@@ -126,6 +126,11 @@ class Message:
         that is not gets U+FFFD for each bad byte); empty when none."""
         return self._origin.messages[self._index].ordering_key.decode("utf-8", "replace")
 
+    def wire_data(self) -> pb.MessageData:
+        """The message as it came on the wire (payload, keys, properties), for what the SDK
+        publishes again itself (client/_retry.py): read it, do not change it."""
+        return self._origin.messages[self._index]
+
     def properties(self) -> dict[str, str]:
         """Application properties (a new dict on each call)."""
         return dict(self._origin.messages[self._index].properties)

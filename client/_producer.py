@@ -634,6 +634,17 @@ class Producer:
             await self._wait_for_slot()
         return self._add(message, partition_key, ordering, sequence_id, index)
 
+    async def enqueue_framed(
+        self, message: bytes, key: str | None, ordering_key: bytes | None
+    ) -> asyncio.Future[MessageId]:
+        """Queue a message framed already (client/_wire.py), waiting for room: for what the
+        SDK publishes itself (client/_retry.py), which may carry request fields a send has
+        no argument for."""
+        self._check_open()
+        if not self._take_slot_now():
+            await self._wait_for_slot()
+        return self._add(message, key, ordering_key, None)
+
     def _custom_route(
         self,
         content: Any,

@@ -39,6 +39,7 @@ class ProduceRequestField(IntEnum):
     SEQUENCE_ID = 12
     MESSAGES = 13
     COMPRESSED = 14
+    DELIVER_AT_TIME = 16
 
 
 class MessageIdDataField(IntEnum):

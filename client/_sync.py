@@ -241,6 +241,16 @@ class SyncConsumer:
         """Ask for a redelivery after the negative-ack delay."""
         self._runner.run(_call(lambda: self._consumer.negative_acknowledge(message)))
 
+    def reconsume_later(
+        self,
+        message: Message,
+        delay: timedelta | int,
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
+        """Publish a copy to the retry letter topic, delivered after ``delay``, and ack the
+        original (see :meth:`Consumer.reconsume_later`)."""
+        self._runner.run(self._consumer.reconsume_later(message, delay, properties))
+
     def redeliver_unacknowledged_messages(self) -> None:
         """Redeliver every unacked message."""
         self._runner.run(self._consumer.redeliver_unacknowledged_messages())

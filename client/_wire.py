@@ -81,6 +81,13 @@ def frame_message(
     return _MESSAGE + varint(len(message)) + message
 
 
+def deliver_at_time(epoch_ms: int) -> bytes:
+    """ProduceRequest.deliver_at_time (field 16) as bytes to follow a framed message: appended
+    to the only message of a request that is neither batched nor compressed, it is a field of
+    the request itself (protobuf takes a message's fields in any order)."""
+    return tag(ProduceRequestField.DELIVER_AT_TIME, WireType.VARINT) + varint(epoch_ms)
+
+
 def encode_request(
     sequence_id: int,
     messages: list[bytes],

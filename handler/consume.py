@@ -178,6 +178,8 @@ def _options(params: ConsumerParams) -> ConsumerOptions:
         max_redeliver_count=params.max_redeliver_count,
         dead_letter_topic=params.dead_letter_topic,
         dead_letter_initial_subscription=params.dead_letter_initial_subscription,
+        negative_ack_backoff=params.negative_ack_backoff,
+        ack_timeout_backoff=params.ack_timeout_backoff,
         key_shared=params.key_shared,
         metadata=params.metadata,
     )

@@ -18,6 +18,7 @@ from pulsar_grpc.broker.schema import Declared
 from pulsar_grpc.broker.security.authentication import AuthenticationData
 from pulsar_grpc.broker.topics import ProducerAccessMode, SubType
 from pulsar_grpc.broker.topics.key_shared_policy import AUTO_SPLIT_IN_ORDER, KeySharedPolicy
+from pulsar_grpc.broker.topics.redelivery_backoff import MultiplierRedeliveryBackoff
 
 
 class ReceiptFraming(StrEnum):
@@ -57,6 +58,9 @@ class ConsumerParams:
     max_redeliver_count: int
     dead_letter_topic: str | None
     dead_letter_initial_subscription: str | None = None
+    # x-pulsar-negative-ack-backoff-* and x-pulsar-ack-timeout-backoff-* (None: off).
+    negative_ack_backoff: MultiplierRedeliveryBackoff | None = None
+    ack_timeout_backoff: MultiplierRedeliveryBackoff | None = None
     schema: Declared = None
     # x-pulsar-key-shared-mode, -ranges and -allow-out-of-order (Key_Shared only).
     key_shared: KeySharedPolicy = AUTO_SPLIT_IN_ORDER

@@ -8,6 +8,7 @@ does any ``x-pulsar-*`` header this broker does not know: a misspelt optional pa
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import replace
@@ -39,6 +40,12 @@ from pulsar_grpc.broker.topics.key_shared_policy import (
     KeySharedMode,
     KeySharedPolicy,
 )
+from pulsar_grpc.broker.topics.redelivery_backoff import (
+    DEFAULT_MAX_DELAY_MS,
+    DEFAULT_MIN_DELAY_MS,
+    DEFAULT_MULTIPLIER,
+    MultiplierRedeliveryBackoff,
+)
 from pulsar_grpc.interceptors._wrap import Prepare, PreparingInterceptor
 from pulsar_grpc.interceptors.context import (
     CallContext,
@@ -62,6 +69,9 @@ INT32_MAX = 2**31 - 1  # MessageId.batch_index is an int32, as Pulsar's
 MIN_ACK_TIMEOUT_MS = 1000
 # An integer as a header carries it: ASCII digits, maybe a minus sign, nothing else.
 _DECIMAL = re.compile(r"-?[0-9]+")
+# A multiplier as a header carries it: a plain decimal fraction (float() would also take
+# "inf", "nan" and "1_0").
+_FRACTION = re.compile(r"[0-9]{1,10}(\.[0-9]{1,10})?")
 # x-pulsar-key-shared-ranges: "start-end" pairs of key hashes, comma-separated.
 _HASH_RANGE = re.compile(r"([0-9]{1,5})-([0-9]{1,5})")
 
@@ -113,9 +123,12 @@ def _preparer(method: str, headers: Mapping[str, str], binary: Mapping[str, byte
 def _check_known(names: list[str]) -> None:
     unknown = sorted(k for k in names if k.startswith(PREFIX) and k not in KNOWN_PARAMETERS)
     if unknown:
+        # The likely meant names first: the whole list is longer than an error message may be.
+        near = difflib.get_close_matches(unknown[0][:60], KNOWN_PARAMETERS, n=3)
+        rest = sorted(KNOWN_PARAMETERS.difference(near))
         raise InvalidArgumentError(
             f"unknown call parameter {', '.join(h[:60] for h in unknown[:5])} "
-            f"(known: {', '.join(sorted(KNOWN_PARAMETERS))})"
+            f"(known: {', '.join([*near, *rest])})"
         )
 
 
@@ -311,9 +324,42 @@ def _consumer(headers: Mapping[str, str]) -> ConsumerParams:
         else None,
         dead_letter_initial_subscription=headers.get(Header.DEAD_LETTER_INITIAL_SUBSCRIPTION)
         or None,
+        negative_ack_backoff=_backoff(
+            headers,
+            Header.NEGATIVE_ACK_BACKOFF_MIN_DELAY_MS,
+            Header.NEGATIVE_ACK_BACKOFF_MAX_DELAY_MS,
+            Header.NEGATIVE_ACK_BACKOFF_MULTIPLIER,
+        ),
+        ack_timeout_backoff=_backoff(
+            headers,
+            Header.ACK_TIMEOUT_BACKOFF_MIN_DELAY_MS,
+            Header.ACK_TIMEOUT_BACKOFF_MAX_DELAY_MS,
+            Header.ACK_TIMEOUT_BACKOFF_MULTIPLIER,
+        ),
         key_shared=_key_shared(headers, sub_type),
         metadata=_metadata(headers),
     )
+
+
+def _backoff(
+    headers: Mapping[str, str], min_key: str, max_key: str, multiplier_key: str
+) -> MultiplierRedeliveryBackoff | None:
+    """A redelivery backoff (Java's MultiplierRedeliveryBackoff): on when any of its three
+    parameters is given, the others taking the Java builder's defaults; refused with the
+    builder's own messages where the builder would refuse it."""
+    if not any(headers.get(k) for k in (min_key, max_key, multiplier_key)):
+        return None
+    raw = headers.get(multiplier_key) or ""
+    if raw and not _FRACTION.fullmatch(raw):
+        raise InvalidArgumentError(f"{multiplier_key}: '{raw[:40]}' is not a decimal number")
+    min_delay_ms = _int(headers, min_key, DEFAULT_MIN_DELAY_MS, maximum=INT_MAX)
+    max_delay_ms = _int(headers, max_key, DEFAULT_MAX_DELAY_MS, maximum=INT_MAX)
+    try:
+        return MultiplierRedeliveryBackoff(
+            min_delay_ms, max_delay_ms, float(raw) if raw else DEFAULT_MULTIPLIER
+        )
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{min_key[: -len('min-delay-ms')]}*: {exc}") from None
 
 
 def _key_shared(headers: Mapping[str, str], sub_type: SubType) -> KeySharedPolicy:

@@ -12,6 +12,7 @@ from typing import Protocol
 from pulsar_grpc.broker.ledger import Position
 from pulsar_grpc.broker.meters import RateMeter
 from pulsar_grpc.broker.topics.key_shared_policy import AUTO_SPLIT_IN_ORDER, KeySharedPolicy
+from pulsar_grpc.broker.topics.redelivery_backoff import MultiplierRedeliveryBackoff
 from pulsar_grpc.broker.topics.transport import ConsumerTransport, Delivery
 
 # A message id as acked by a client: the entry's position and a batch index (-1 = whole entry).
@@ -77,6 +78,10 @@ class ConsumerOptions:
     dead_letter_topic: str | None = None
     # Made on the dead-letter topic (from its earliest entry) before anything is written there.
     dead_letter_initial_subscription: str | None = None
+    # Java's negativeAckRedeliveryBackoff (replaces negative_ack_delay_ms) and
+    # ackTimeoutRedeliveryBackoff (added to ack_timeout_ms), by each entry's redelivery count.
+    negative_ack_backoff: MultiplierRedeliveryBackoff | None = None
+    ack_timeout_backoff: MultiplierRedeliveryBackoff | None = None
     # Key_Shared subscriptions only: the mode, delivery order and Sticky ranges it asked for.
     key_shared: KeySharedPolicy = AUTO_SPLIT_IN_ORDER
     # The consumer's properties (Pulsar's metadata), shown in its stats.
@@ -183,7 +188,12 @@ class Consumer:
         self.pending.clear()
         return released
 
-    def expired(self, now: float) -> list[Position]:
-        """Positions pending for longer than the ack timeout."""
+    def expired(self, now: float, backoff_s: Callable[[Position], float]) -> list[Position]:
+        """Positions pending for longer than the ack timeout plus their backoff (seconds)."""
         timeout = self.options.ack_timeout_ms / 1000
-        return [pos for pos, p in self.pending.items() if now - p.delivered_at >= timeout]
+        # The backoff is asked for only once the timeout has passed (most entries have not).
+        return [
+            pos
+            for pos, p in self.pending.items()
+            if (waited := now - p.delivered_at) >= timeout and waited >= timeout + backoff_s(pos)
+        ]

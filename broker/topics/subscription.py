@@ -25,6 +25,7 @@ from pulsar_grpc.broker.topics.key_shared import KeySharedDispatcher
 from pulsar_grpc.broker.topics.key_shared_policy import KeySharedPolicy
 from pulsar_grpc.broker.topics.rate_limit import Kind, RateLimit, Throttle
 from pulsar_grpc.broker.topics.rate_policies import RateKind
+from pulsar_grpc.broker.topics.redelivery_backoff import by_delay
 from pulsar_grpc.broker.topics.schema_carrier import SchemaCarrier
 from pulsar_grpc.broker.topics.settings import TopicSettings
 from pulsar_grpc.broker.topics.transport import Delivery
@@ -441,8 +442,9 @@ class Subscription:
         }
 
     def negative_acknowledge(self, consumer: Consumer, positions: Iterable[Position]) -> None:
-        """Redeliver after the consumer's negative-ack delay (broker-side, unlike Pulsar's
-        client-side tracker, so a client in any language gets it for free).
+        """Redeliver after the consumer's negative-ack delay, or its backoff's delay for each
+        entry's redelivery count (broker-side, unlike Pulsar's client-side tracker, so a
+        client in any language gets it for free).
 
         Only entries pending on ``consumer`` now count (one acked or already taken back has
         nothing left to redeliver), and each delivery is redelivered at most once: nacking
@@ -455,9 +457,20 @@ class Subscription:
             if pending is None:
                 continue
             wanted[position] = pending
-        if not wanted:
+        backoff = consumer.options.negative_ack_backoff
+        if backoff is None:
+            if wanted:
+                self._nack_timer(consumer, wanted, consumer.options.negative_ack_delay_ms)
             return
-        delay = consumer.options.negative_ack_delay_ms / 1000
+        groups = by_delay(wanted, lambda p: backoff.next(self._redeliveries.get(p, 0)))
+        for delay_ms, group in groups.items():
+            self._nack_timer(consumer, {p: wanted[p] for p in group}, delay_ms)
+
+    def _nack_timer(
+        self, consumer: Consumer, wanted: dict[Position, PendingEntry], delay_ms: int
+    ) -> None:
+        """One timer that redelivers ``wanted`` after ``delay_ms``, unless a later nack of an
+        entry took it over or the entry left the consumer meanwhile."""
         handle: asyncio.TimerHandle
 
         def fire() -> None:
@@ -474,7 +487,7 @@ class Subscription:
             if due:
                 self.redeliver(consumer, due)
 
-        handle = asyncio.get_running_loop().call_later(delay, fire)
+        handle = asyncio.get_running_loop().call_later(delay_ms / 1000, fire)
         self._timers[handle] = None
         for position, pending in wanted.items():
             self._nacked[(consumer, position)] = (pending, handle)
@@ -579,9 +592,17 @@ class Subscription:
             now = time.monotonic()
             for consumer in list(self.consumers):
                 if consumer.options.ack_timeout_ms > 0:
-                    expired = consumer.expired(now)
+                    expired = consumer.expired(now, self._ack_timeout_backoff_s(consumer))
                     if expired:
                         self.redeliver(consumer, expired)
+
+    def _ack_timeout_backoff_s(self, consumer: Consumer) -> Callable[[Position], float]:
+        """How much longer than the ack timeout an entry waits (Java's
+        UnAckedMessageRedeliveryTracker: the backoff of its redelivery count; none without)."""
+        backoff = consumer.options.ack_timeout_backoff
+        if backoff is None:
+            return _no_backoff
+        return lambda position: backoff.next(self._redeliveries.get(position, 0)) / 1000
 
     async def _stop_timers(self) -> None:
         for handle in self._timers:
@@ -722,6 +743,10 @@ class Subscription:
 def dead_letter_topic_name(subscription: Subscription) -> str:
     """Pulsar's default dead-letter topic: ``<topic>-<subscription>-DLQ``."""
     return f"{subscription.topic.name}-{subscription.name}-DLQ"
+
+
+def _no_backoff(_: Position) -> float:
+    return 0.0
 
 
 def _slices(items: list[T]) -> Iterator[list[T]]:

@@ -38,6 +38,7 @@ from .._key_shared import ConsumerKeySharedPolicy, KeySharedMode
 from .._message import Message
 from .._message_id import MessageId
 from .._oauth2 import AuthenticationOauth2
+from .._redelivery import MultiplierRedeliveryBackoff
 from .._routing import PartitionsRoutingMode
 from .._service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 from .._sync import SyncClient as Client
@@ -72,6 +73,7 @@ __all__ = [
     "KeySharedMode",
     "Message",
     "MessageId",
+    "MultiplierRedeliveryBackoff",
     "PartitionsRoutingMode",
     "Producer",
     "ProducerAccessMode",

@@ -37,6 +37,14 @@ Producer and consumer parameters travel in call metadata (PIP-59), not in the st
                   x-pulsar-max-redeliver-count    > 0 enables the dead-letter topic
                   x-pulsar-dead-letter-topic  default <topic>-<subscription>-DLQ
                   x-pulsar-dead-letter-initial-subscription  made on it before its first message
+                  x-pulsar-negative-ack-backoff-min-delay-ms  Java's MultiplierRedeliveryBackoff for
+                  x-pulsar-negative-ack-backoff-max-delay-ms  nacks, instead of the nack delay: a nacked
+                  x-pulsar-negative-ack-backoff-multiplier    message waits min * multiplier^(its
+                                              redelivery count), at most max; any one turns it on
+                                              (defaults 10000, 600000, 2.0; multiplier > 1, max >= min)
+                  x-pulsar-ack-timeout-backoff-min-delay-ms  the same for ack timeouts: an unacked
+                  x-pulsar-ack-timeout-backoff-max-delay-ms  message is redelivered that much after
+                  x-pulsar-ack-timeout-backoff-multiplier    its ack timeout
                   x-pulsar-key-shared-mode    Key_Shared only: AutoSplit (default) | Sticky
                   x-pulsar-key-shared-ranges  Sticky only (required): the key hashes it takes,
                                               "start-end,start-end", inclusive, within 0..65535
