@@ -22,6 +22,7 @@ from pulsar_grpc.client import (
     TopicNotFound,
 )
 
+from ._message_ids import parse_id
 from ._options import OptionError
 from ._topics import full_topic_name
 
@@ -34,18 +35,6 @@ Key = tuple[int, int, int]
 def key(message_id: MessageId) -> Key:
     """Order of ids within one partition (the partition field is not part of it)."""
     return (message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
-
-
-def parse_id(text: str) -> MessageId:
-    """An offset value (``ledger:entry[:batch[:partition]]``) -> MessageId, with the partition
-    dropped (ranges are per partition). Offsets keep this order of their own, not the SDK's
-    text form (Pulsar's ``ledger:entry:partition:batch``): checkpoints written before hold it,
-    and read in the SDK's form the offsets of partitioned topics would move."""
-    parts = [int(p) for p in text.strip().split(":")]
-    if not 2 <= len(parts) <= 4:
-        raise ValueError(f"invalid offset {text!r}: expected ledger:entry[:batch[:partition]]")
-    batch_index = parts[2] if len(parts) > 2 else -1
-    return MessageId(ledger_id=parts[0], entry_id=parts[1], batch_index=batch_index, partition=-1)
 
 
 def format_id(message_id: MessageId, partition: int) -> str:

@@ -34,6 +34,7 @@ from pulsar_grpc.client import (
 )
 
 from ._encryption import ACTIONS, EncryptionOptions
+from ._message_ids import parse_id
 from ._passthrough import CLIENT_PARAMETERS, PRODUCER_PARAMETERS, READER_PARAMETERS
 
 
@@ -187,14 +188,12 @@ class _Raw:
             raise _bad(name, form, raw) from None
         if not isinstance(given, dict) or not given:
             raise _bad(name, form, raw)
-        from ._offsets import parse_id
-
         for value in given.values():
             text = str(value).strip().lower()
             if text in words:
                 continue
             try:
-                parse_id(text)  # the offset form; _offsets imports this module
+                parse_id(text)  # the offset form
             except ValueError:
                 raise _bad(name, form, raw) from None
         return raw

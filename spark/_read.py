@@ -15,7 +15,8 @@ import pyarrow as pa
 from pulsar_grpc.client import Client, Message, MessageId, Reader, Timeout
 
 from ._arrow import to_record_batch
-from ._offsets import EARLIEST, Range, first_id, key, parse_id, reader_start
+from ._message_ids import parse_id
+from ._offsets import EARLIEST, Range, first_id, key, reader_start
 from ._options import SourceOptions
 from ._runtime import LoopRunner
 from ._topics import base_topic, partition_index

@@ -1,9 +1,10 @@
-"""No import cycle among the broker's modules (issue 27).
+"""No import cycle anywhere in the product's packages (issue 27).
 
 A cycle makes its modules one unit: none can be read, tested or replaced without the others,
-and an import-time one breaks at the first reordering. Type-only imports (under
-``if TYPE_CHECKING:``) count, since they tie the modules' meanings just as much; a package and
-a module inside it do not, as importing the child runs the parent anyway.
+and an import-time one breaks at the first reordering. Every import counts: under
+``if TYPE_CHECKING:`` (it ties the modules' meanings just as much) and inside functions (a
+deferred import is still a dependency). A package and a module inside it do not, as
+importing the child runs the parent anyway.
 
 An owner and what it owns (a topic and its subscriptions, a subscription and its consumers)
 meet through a narrow port instead: a ``typing.Protocol`` in the owned module naming what it
@@ -13,58 +14,97 @@ uses of its owner. To list the cycles, should one appear:
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
 
-from tests.unit.test_layering import ROOT, imported_modules
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = (
+    "broker",
+    "handler",
+    "interceptors",
+    "client",
+    "schema",
+    "spark",
+    "cli",
+    "proxy",
+    "inspector",
+)
 
 
-def module_name(path: Path) -> str:
-    """``broker/web/app.py`` -> ``broker.web.app``; a package is named by its folder."""
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def module_files(root: Path, packages: Iterable[str]) -> dict[str, Path]:
+    """Module name (``client._errors``; a package by its folder's name) -> file."""
+    modules = {}
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
 
 
-def import_graph(package: str) -> dict[str, set[str]]:
-    """Each module of ``package`` -> the modules of it that it imports, without the edges
-    between a package and what it contains."""
-    paths = {module_name(p): p for p in (ROOT / package).rglob("*.py")}
+def imports_of(name: str, path: Path, modules: Mapping[str, Path]) -> set[str]:
+    """The modules of ``modules`` that ``name`` imports anywhere in its file: ``from X import y``
+    counts X.y when that is a module, else X; an import from outside counts for nothing."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            candidates = [f"{module}.{alias.name}" for alias in node.names]
+            candidates = [c if c in modules else module for c in candidates]
+        else:
+            continue
+        for candidate in candidates:
+            candidate = candidate.removeprefix("pulsar_grpc.")
+            while candidate and candidate not in modules:  # a name defined in a module
+                candidate = candidate.rpartition(".")[0]
+            if candidate and candidate != name:
+                found.add(candidate)
+    return found
 
-    def related(a: str, b: str) -> bool:
-        return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
-    graph = {}
-    for name, path in paths.items():
-        inside = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        imported = imported_modules(path.read_text(), tuple(inside))
-        graph[name] = {m for m in imported if m in paths and not related(name, m)}
-    return graph
+def _related(a: str, b: str) -> bool:
+    """A package and a module inside it."""
+    return a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def cycles(graph: Mapping[str, Iterable[str]]) -> list[frozenset[str]]:
+def import_graph(root: Path, packages: Iterable[str]) -> dict[str, set[str]]:
+    """Each module -> the modules it imports, without the edges between a package and what
+    it contains."""
+    modules = module_files(root, packages)
+    return {
+        name: {m for m in imports_of(name, path, modules) if not _related(name, m)}
+        for name, path in modules.items()
+    }
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     """The graph's strongly connected components of more than one module (Tarjan's)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
-    found: list[frozenset[str]] = []
+    found: list[list[str]] = []
 
     def visit(node: str) -> None:
         index[node] = low[node] = len(index)
         stack.append(node)
-        for nxt in graph.get(node, ()):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in stack:
-                low[node] = min(low[node], index[nxt])
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
         if low[node] == index[node]:
-            component = {stack.pop()}
-            while node not in component:
-                component.add(stack.pop())
+            component = [stack.pop()]
+            while component[-1] != node:
+                component.append(stack.pop())
             if len(component) > 1:
-                found.append(frozenset(component))
+                found.append(sorted(component))
 
     for node in sorted(graph):
         if node not in index:
@@ -72,8 +112,10 @@ def cycles(graph: Mapping[str, Iterable[str]]) -> list[frozenset[str]]:
     return found
 
 
-def test_no_import_cycle_in_the_broker() -> None:
-    assert [sorted(c) for c in cycles(import_graph("broker"))] == []
+def test_no_import_cycle_in_any_package() -> None:
+    graph = import_graph(ROOT, PACKAGES)
+    assert {"broker.service", "client._client", "spark._options"} <= set(graph)
+    assert cycles(graph) == []
 
 
 @pytest.mark.parametrize(
@@ -84,26 +126,39 @@ def test_no_import_cycle_in_the_broker() -> None:
     ],
 )
 def test_a_cycle_is_found(graph: dict[str, set[str]]) -> None:
-    assert [sorted(c) for c in cycles(graph)] == [sorted({"a", "b"} | set(graph["b"]))]
+    assert cycles(graph) == [sorted({"a", "b"} | set(graph["b"]))]
 
 
-def test_a_type_only_import_counts_and_a_parent_package_does_not(tmp_path: Path) -> None:
-    """The lines the graph is built from: an import under TYPE_CHECKING is an edge, an import
-    of the package a module sits in is not."""
-    source = (
-        "from typing import TYPE_CHECKING\n"
-        "from pulsar_grpc.broker import errors\n"
-        "if TYPE_CHECKING:\n"
-        "    from pulsar_grpc.broker.service import BrokerService\n"
+def test_type_only_and_deferred_imports_count_and_a_parent_package_does_not(
+    tmp_path: Path,
+) -> None:
+    """The lines the graph is built from: a circle closed under ``if TYPE_CHECKING:`` or by an
+    import inside a function is found; a module importing its own package is no circle."""
+    (tmp_path / "client").mkdir()
+    (tmp_path / "client" / "__init__.py").write_text("from . import _a\n")
+    (tmp_path / "client" / "_a.py").write_text(
+        "from ._b import B\nfrom pulsar_grpc import client\n"
     )
-    assert {"broker.service", "broker"} <= imported_modules(source, ("broker", "web"))
-    graph = import_graph("broker")
-    assert "broker.cluster.load_report" in graph["broker.web.broker_stats_admin"]
-    assert "broker.cluster" not in graph["broker.cluster.load_report"]  # it imports broker_id
+    (tmp_path / "client" / "_b.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from pulsar_grpc.client._a import A\n"
+    )
+    (tmp_path / "client" / "_c.py").write_text("from ._a import A\n")
+    (tmp_path / "client" / "_d.py").write_text("def later():\n    from ._c import C\n")
+    (tmp_path / "client" / "_a.py").write_text(
+        (tmp_path / "client" / "_a.py").read_text() + "def f():\n    from ._d import later\n"
+    )
+    assert cycles(import_graph(tmp_path, ("client",))) == [
+        ["client._a", "client._b", "client._c", "client._d"]
+    ]
+    (tmp_path / "client" / "_b.py").write_text("B = 1\n")
+    (tmp_path / "client" / "_d.py").write_text("def later(): ...\n")
+    assert cycles(import_graph(tmp_path, ("client",))) == []
 
 
 if __name__ == "__main__":
-    found = cycles(import_graph("broker"))
-    print(f"{len(found)} import cycles in broker/ (modules in each: {[len(c) for c in found]})")
+    found = cycles(import_graph(ROOT, PACKAGES))
+    print(f"{len(found)} import cycles (modules in each: {[len(c) for c in found]})")
     for component in found:
-        print("  " + ", ".join(sorted(component)))
+        print("  " + ", ".join(component))
