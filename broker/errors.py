@@ -20,6 +20,7 @@ The tree::
     │   ├── NotEncryptedError         (MetadataError)
     │   └── PreconditionFailedError   (NotAllowedError)              (HTTP 412)
     ├── TooLargeError                 (NotAllowedError)              -> RESOURCE_EXHAUSTED
+    ├── BacklogQuotaExceededError     (ProducerBlockedQuotaExceeded*) -> RESOURCE_EXHAUSTED
     ├── AuthenticationError           (AuthenticationError)          -> UNAUTHENTICATED
     │   └── AuthenticationChallenge   (AuthenticationError)          (+ its metadata)
     ├── AuthorizationError            (AuthorizationError)           -> PERMISSION_DENIED
@@ -166,6 +167,20 @@ class PreconditionFailedError(PreconditionError):
 
 class TooLargeError(BrokerError):
     code = ServerError.NotAllowedError
+
+
+class BacklogQuotaExceededError(BrokerError):
+    """A producer refused or ended because its topic is over a backlog quota whose policy
+    stops producers (Pulsar's TopicBacklogQuotaExceededException): producer_exception gives
+    ProducerBlockedQuotaExceededException, producer_request_hold ProducerBlockedQuotaExceededError
+    (Pulsar's ServerCnx sends one or the other by the policy). Not retryable as such: the
+    backlog must be consumed first."""
+
+    MESSAGE = "Cannot create producer on topic with backlog quota exceeded"
+
+    def __init__(self, code: ServerError, detail: str = "") -> None:
+        super().__init__(f"{self.MESSAGE}{detail}")
+        self.code = code
 
 
 class AuthenticationError(BrokerError):

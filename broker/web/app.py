@@ -29,6 +29,7 @@ from pulsar_grpc.broker.security.authentication import AuthenticationData, Authe
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.tls import certificate_common_name, server_ssl_context
 from pulsar_grpc.broker.web.access import AdminAccess, remember_role
+from pulsar_grpc.broker.web.backlog_quota_admin import BacklogQuotaAdmin
 from pulsar_grpc.broker.web.broker_client import BrokerClient
 from pulsar_grpc.broker.web.broker_stats_admin import BrokerStatsAdmin, BrokerStatsPort
 from pulsar_grpc.broker.web.brokers_config_admin import BrokersConfigAdmin
@@ -181,6 +182,7 @@ class WebService:
         PermissionsAdmin(self.service, self.access).add_routes(app)
         SchemasAdmin(self.service.schemas, self.access).add_routes(app)
         RateAdmin(self.service, self.access).add_routes(app)
+        BacklogQuotaAdmin(self.service, self.access).add_routes(app)
         add_role_token_routes(app, authentication, self.access)
         BrokerStatsAdmin(self.service, self.access).add_routes(app)
         Console(self.service, self.access, self.broker_client).add_routes(app)
