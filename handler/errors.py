@@ -55,7 +55,6 @@ _STATUS: list[tuple[type[e.BrokerError], grpc.StatusCode]] = [
     (e.NotFoundError, grpc.StatusCode.NOT_FOUND),
     (e.PreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
     (e.TooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (e.BacklogQuotaExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (e.AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
     (e.AuthorizationError, grpc.StatusCode.PERMISSION_DENIED),
     (e.ServiceNotReadyError, grpc.StatusCode.UNAVAILABLE),
