@@ -35,14 +35,13 @@ from pulsar_grpc.broker.topics.backlog_quota import (
     topic_entry,
 )
 from pulsar_grpc.broker.topics.settings import BacklogQuotaSettings
-from pulsar_grpc.broker.web.rate_admin import NAMESPACE, TOPIC, RateAdmin, json_body
+from pulsar_grpc.broker.web.rate_admin import NAMESPACE, TOPIC, PolicyRoutes, json_body
 
 QUOTA_TYPE_PARAM = "backlogQuotaType"
 
 
-class BacklogQuotaAdmin(RateAdmin):
-    """The routes; the namespace, topic and access helpers are the rate routes' (the same
-    port: the namespaces' policies and the broker's configuration)."""
+class BacklogQuotaAdmin(PolicyRoutes):
+    """The routes; ``add_routes`` registers them on the web application."""
 
     def add_routes(self, app: web.Application) -> None:
         app.add_routes(

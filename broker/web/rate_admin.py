@@ -60,27 +60,13 @@ def json_or_no_content(value: Any) -> web.Response:
     return web.Response(status=204) if value is None else web.json_response(value)
 
 
-class RateAdmin:
-    """The routes; ``add_routes`` registers them on the web application."""
+class PolicyRoutes:
+    """What every group of namespace- and topic-policy routes does first: the namespace or
+    topic a request names (a tenant admin's), and the namespace's Policies node."""
 
     def __init__(self, service: RatePort, access: AdminAccess) -> None:
         self.service = service
         self.access = access
-
-    def add_routes(self, app: web.Application) -> None:
-        for kind, path in PATHS.items():
-            app.add_routes(
-                [
-                    web.get(f"{NAMESPACE}/{path}", self._namespace_get(kind)),
-                    web.post(f"{NAMESPACE}/{path}", self._namespace_set(kind)),
-                    web.delete(f"{NAMESPACE}/{path}", self._namespace_remove(kind)),
-                    web.get(f"{TOPIC}/{path}", self._topic_get(kind)),
-                    web.post(f"{TOPIC}/{path}", self._topic_set(kind)),
-                    web.delete(f"{TOPIC}/{path}", self._topic_remove(kind)),
-                ]
-            )
-
-    # ------------------------------------------------------------ helpers
 
     async def _namespace(self, request: web.Request) -> NamespaceName:
         m = request.match_info
@@ -104,9 +90,26 @@ class RateAdmin:
             raise e.NotFoundError(f"Namespace {ns} does not exist")
         return found
 
+
+class RateAdmin(PolicyRoutes):
+    """The routes; ``add_routes`` registers them on the web application."""
+
     @property
     def _cluster(self) -> str:
         return self.service.config.clusterName
+
+    def add_routes(self, app: web.Application) -> None:
+        for kind, path in PATHS.items():
+            app.add_routes(
+                [
+                    web.get(f"{NAMESPACE}/{path}", self._namespace_get(kind)),
+                    web.post(f"{NAMESPACE}/{path}", self._namespace_set(kind)),
+                    web.delete(f"{NAMESPACE}/{path}", self._namespace_remove(kind)),
+                    web.get(f"{TOPIC}/{path}", self._topic_get(kind)),
+                    web.post(f"{TOPIC}/{path}", self._topic_set(kind)),
+                    web.delete(f"{TOPIC}/{path}", self._topic_remove(kind)),
+                ]
+            )
 
     # ------------------------------------------------------------ namespace level
 
