@@ -19,7 +19,7 @@ import argparse
 import json
 
 from pulsar_grpc.broker.errors import InvalidArgumentError
-from pulsar_grpc.broker.naming import NamespaceName, TopicName
+from pulsar_grpc.cli.admin_rates import policy_target
 from pulsar_grpc.cli.admin_topics import TARGET_HELP
 from pulsar_grpc.cli.rest import request
 
@@ -82,12 +82,7 @@ def handles(args: argparse.Namespace) -> bool:
 
 
 def run(args: argparse.Namespace, base: str) -> int:
-    if args.group == "namespaces":
-        target = str(NamespaceName.get(args.namespace))
-        url = f"{base}/admin/v2/namespaces/{target}"
-    else:
-        topic = TopicName.get(args.topic)
-        target, url = str(topic), f"{base}/admin/v2/{topic.rest_path}"
+    target, url = policy_target(args, base)
     if args.verb == "get-backlog-quotas":
         applied = "?applied=true" if getattr(args, "applied", False) else ""
         print(json.dumps(request("GET", f"{url}/backlogQuotaMap{applied}"), indent=2))

@@ -22,7 +22,6 @@ yields to the loop before the next.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +33,7 @@ from pulsar_grpc.broker.errors import BrokerError
 from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, Position
 from pulsar_grpc.broker.topics.backlog_hold import BacklogHold, QuotaState
 from pulsar_grpc.broker.topics.backlog_quota import QuotaType, RetentionPolicy
+from pulsar_grpc.broker.topics.periodic import PeriodicTask
 
 log = logging.getLogger(__name__)
 
@@ -182,23 +182,12 @@ async def check_topic(topic: QuotaTopic, now_ms: int | None = None) -> None:
         hold.enter(QuotaState.WITHIN, None)
 
 
-class BacklogQuotaCheck:
-    """The periodic task: one per broker (started only with backlogQuotaCheckEnabled)."""
+class BacklogQuotaCheck(PeriodicTask):
+    """The periodic check: one per broker (started only with backlogQuotaCheckEnabled)."""
 
     def __init__(self, topics: Callable[[], Sequence[QuotaTopic]], interval_s: float) -> None:
+        super().__init__(interval_s)
         self._topics = topics
-        self._interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def check_all(self) -> None:
         for topic in self._topics():
@@ -209,7 +198,5 @@ class BacklogQuotaCheck:
             except Exception:
                 log.exception("backlog quota check of %s failed", topic.name)
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            await self.check_all()
+    async def tick(self) -> None:
+        await self.check_all()
