@@ -11,6 +11,7 @@ when it has run; the time tests let the periodic check run every second."""
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -195,6 +196,18 @@ async def test_topic_quota_beats_the_namespace_quota(
             await client.create_producer("tight")  # the namespace's: over it
         roomy = await stats(broker, "roomy")
         assert roomy["backlogQuotaLimitSize"] == 10**9
+        metrics = await asyncio.to_thread(read_metrics, broker)
+        assert f"pulsar_storage_backlog_quota_limit{{{labels('roomy')}}} 1e+09" in metrics
+        assert f"pulsar_storage_backlog_quota_limit{{{labels('tight')}}} 1000.0" in metrics
+
+
+def labels(topic: str) -> str:
+    return f'cluster="standalone",namespace="public/default",topic="{full(topic)}"'
+
+
+def read_metrics(broker: BrokerThread) -> str:
+    with urllib.request.urlopen(f"{broker.http_url}/metrics", timeout=10) as response:
+        return str(response.read().decode())
 
 
 # ---------------------------------------------------------------- the time limit
