@@ -42,7 +42,7 @@ class BacklogHold:
         # and oldestBacklogMessageSubscriptionName).
         self.oldest_age_s = -1
         self.oldest_subscription: str | None = None
-        self.evictions = {kind: 0 for kind in QuotaType}  # cursors moved, per kind
+        self.evictions = {kind: 0 for kind in QuotaType}  # checks that moved cursors, per kind
         # Set (and replaced) when the hold ends; made by the first producer held.
         self._released: asyncio.Event | None = None
 

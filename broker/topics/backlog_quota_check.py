@@ -153,18 +153,18 @@ async def evict(topic: QuotaTopic, kind: QuotaType, now_ms: int) -> int:
     return len(behind)
 
 
-async def check_topic(topic: QuotaTopic, now_ms: int | None = None) -> None:
+async def check_topic(topic: QuotaTopic) -> None:
     """Measure ``topic`` and apply the policy of each quota it is over."""
     hold = topic.backlog
-    if now_ms is None:
-        now_ms = time.time_ns() // 1_000_000
+    now_ms = time.time_ns() // 1_000_000
     found = await measure(topic, now_ms)
     over = exceeded(topic, found)
     evicting = [
         k for k in over if hold.quotas.of(k).policy is RetentionPolicy.CONSUMER_BACKLOG_EVICTION
     ]
     for kind in evicting:
-        hold.evictions[kind] += await evict(topic, kind, now_ms)
+        if await evict(topic, kind, now_ms):
+            hold.evictions[kind] += 1
     if evicting:
         found = await measure(topic, now_ms)
         over = [k for k in exceeded(topic, found) if k not in evicting]
@@ -191,6 +191,7 @@ class BacklogQuotaCheck(PeriodicTask):
 
     async def check_all(self) -> None:
         for topic in self._topics():
+            await asyncio.sleep(0)  # one topic at a time: the loop serves others in between
             try:
                 await check_topic(topic)
             except BrokerError as exc:  # closed meanwhile, storage away: the next tick retries
