@@ -19,7 +19,11 @@ from pulsar_grpc.broker.naming import NamespaceName
 from pulsar_grpc.cli.main import main
 from pulsar_grpc.client import Client, InitialPosition
 from pulsar_grpc.client.exceptions import ProducerBlockedQuotaExceededException
-from tests.e2e.test_authorization import http
+from tests.e2e.test_authorization import (  # noqa: F401 - a fixture
+    SUPER,
+    authz_broker_fixture,
+    http,
+)
 from tests.e2e.test_backlog_quota import BY_HAND, NS, PAYLOAD, set_quota
 from tests.support import BrokerThread
 
@@ -27,8 +31,10 @@ TOPIC = "/admin/v2/persistent/public/default/quota-admin"
 UNLIMITED = {"limit": -1, "limitSize": -1, "limitTime": -1, "policy": "producer_request_hold"}
 
 
-async def call(broker: BrokerThread, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    return await asyncio.to_thread(http, broker, method, path, None, body)
+async def call(
+    broker: BrokerThread, method: str, path: str, body: Any = None, role: str | None = None
+) -> tuple[int, Any]:
+    return await asyncio.to_thread(http, broker, method, path, role, body)
 
 
 def admin_cli(broker: BrokerThread, group: str, *args: str) -> str:
@@ -187,3 +193,18 @@ async def test_quotas_survive_a_restart(
     async with Client(again.service_url) as client:
         with pytest.raises(ProducerBlockedQuotaExceededException):
             await client.create_producer("kept")
+
+
+async def test_only_tenant_admins_read_and_change_quotas(authz_broker: BrokerThread) -> None:
+    quota = {"limitSize": 1000, "policy": "producer_exception"}
+    cases = (
+        ("POST", f"{NS}/backlogQuota", quota),
+        ("GET", f"{NS}/backlogQuotaMap", None),
+        ("DELETE", f"{NS}/backlogQuota", None),
+        ("POST", f"{TOPIC}/backlogQuota", quota),
+        ("GET", f"{TOPIC}/backlogQuotaMap", None),
+    )
+    for method, path, body in cases:
+        status, answer = await call(authz_broker, method, path, body, "stranger")
+        assert status == 403 and "stranger" in answer["reason"], (method, path, status, answer)
+    assert await call(authz_broker, "POST", f"{NS}/backlogQuota", quota, SUPER) == (204, None)
