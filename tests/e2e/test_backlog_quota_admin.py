@@ -208,3 +208,14 @@ async def test_only_tenant_admins_read_and_change_quotas(authz_broker: BrokerThr
         status, answer = await call(authz_broker, method, path, body, "stranger")
         assert status == 403 and "stranger" in answer["reason"], (method, path, status, answer)
     assert await call(authz_broker, "POST", f"{NS}/backlogQuota", quota, SUPER) == (204, None)
+
+
+def test_cli_refuses_a_quota_without_its_limit(
+    broker: BrokerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["admin", "--admin-url", broker.http_url, "namespaces", "set-backlog-quota"]
+    assert main([*args, "public/default", "-p", "producer_exception"]) == 2
+    assert "needs a size limit" in capsys.readouterr().err
+    age = ["public/default", "-p", "producer_exception", "-t", "message_age", "-l", "1M"]
+    assert main([*args, *age]) == 2
+    assert "needs a time limit" in capsys.readouterr().err
