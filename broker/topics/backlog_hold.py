@@ -60,10 +60,13 @@ class BacklogHold:
             if released is not None:
                 released.set()
 
-    def refusal(self) -> BacklogQuotaExceededError:
-        kind = self.breached.value if self.breached else "backlog"
+    def refusal(self, kind: QuotaType | None = None) -> BacklogQuotaExceededError:
+        """The error producers are ended and refused with (``kind``: the quota exceeded,
+        by default the one the state comes from)."""
+        kind = kind or self.breached
         return BacklogQuotaExceededError(
-            ServerError.ProducerBlockedQuotaExceededException, f" ({kind} quota)"
+            ServerError.ProducerBlockedQuotaExceededException,
+            f" ({kind.value if kind else 'backlog'} quota)",
         )
 
     def check_admission(self, backlog_size: int) -> None:
@@ -76,9 +79,21 @@ class BacklogHold:
             size.policy is RetentionPolicy.PRODUCER_EXCEPTION
             and 0 < size.limit_size <= backlog_size
         ):
-            raise BacklogQuotaExceededError(
-                ServerError.ProducerBlockedQuotaExceededException, " (destination_storage quota)"
-            )
+            raise self.refusal(QuotaType.DESTINATION_STORAGE)
+
+    def stats(self) -> dict[str, object]:
+        """Pulsar's TopicStats backlog-quota fields: the quotas in force and what the last
+        check measured."""
+        return {
+            "backlogQuotaLimitSize": self.quotas.size.limit_size,
+            "backlogQuotaLimitTime": self.quotas.time.limit_time,
+            "oldestBacklogMessageAgeSeconds": self.oldest_age_s,
+            "oldestBacklogMessageSubscriptionName": self.oldest_subscription,
+            "sizeBasedBacklogQuotaExceededEvictionCount": self.evictions[
+                QuotaType.DESTINATION_STORAGE
+            ],
+            "timeBasedBacklogQuotaExceededEvictionCount": self.evictions[QuotaType.MESSAGE_AGE],
+        }
 
     async def wait_released(self) -> None:
         """Return once no producer_request_hold quota is exceeded (at once when none is)."""

@@ -38,7 +38,7 @@ from pulsar_grpc.broker.topics.periodic import PeriodicTask
 log = logging.getLogger(__name__)
 
 EVICTION_TARGET = 0.9  # Pulsar's reductionFactor: evict down to 90% of the size quota
-HELD_RECHECK_S = 1.0  # how soon a held producer goes on once the backlog is under the quota
+HELD_RECHECK_S = 1.0  # how soon producers go on once the backlog is under the quota
 
 
 class QuotaSubscription(Protocol):
@@ -185,9 +185,10 @@ async def check_topic(topic: QuotaTopic) -> None:
 
 class BacklogQuotaCheck(PeriodicTask):
     """The periodic check: one per broker (started only with backlogQuotaCheckEnabled).
-    Every topic is checked every ``interval_s``; a topic holding its producers is checked
-    again every :data:`HELD_RECHECK_S` as well, so they go on soon after the backlog drains
-    (Pulsar's held producers retry on their own backoff, which measures it live)."""
+    Every topic is checked every ``interval_s``; a topic that holds or refuses its producers
+    is checked again every :data:`HELD_RECHECK_S` as well, so they go on soon after the
+    backlog drains (Pulsar's held producers retry on their own backoff, and each retry
+    measures the backlog live)."""
 
     def __init__(self, topics: Callable[[], Sequence[QuotaTopic]], interval_s: float) -> None:
         super().__init__(min(interval_s, HELD_RECHECK_S))
@@ -214,5 +215,5 @@ class BacklogQuotaCheck(PeriodicTask):
             self._last_all = now
             await self.check_all()
         else:
-            held = [t for t in self._topics() if t.backlog.state is QuotaState.HOLDING]
-            await self._check(held)
+            over = [t for t in self._topics() if t.backlog.state is not QuotaState.WITHIN]
+            await self._check(over)

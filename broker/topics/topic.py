@@ -30,7 +30,7 @@ from pulsar_grpc.broker.meters import RateMeter, iso_utc
 from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, TopicName, check_subscription_name
 from pulsar_grpc.broker.resources import NamespaceResources
 from pulsar_grpc.broker.topics.backlog_hold import BacklogHold
-from pulsar_grpc.broker.topics.backlog_quota import QuotaType, TopicQuotas
+from pulsar_grpc.broker.topics.backlog_quota import TopicQuotas
 from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.dedup import Deduplication
 from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
@@ -549,7 +549,7 @@ class PersistentTopic:
             "publishRateLimit": RateKind.PUBLISH.as_json(self.publish_throttle.limit),
             "dispatchRateLimit": RateKind.DISPATCH.as_json(self.dispatch_throttle.limit),
             "waitingPublishers": self.access.waiting,  # WaitForExclusive producers in line
-            **self._backlog_quota_stats(),
+            **self.backlog.stats(),
             "publishers": [
                 {
                     "producerName": p.name,
@@ -568,21 +568,6 @@ class PersistentTopic:
                 for p in self.producers.values()
             ],
             "subscriptions": {name: s.stats() for name, s in self.subscriptions.items()},
-        }
-
-    def _backlog_quota_stats(self) -> dict[str, object]:
-        """Pulsar's TopicStats backlog-quota fields: the quotas in force and what the last
-        check measured."""
-        hold = self.backlog
-        return {
-            "backlogQuotaLimitSize": hold.quotas.size.limit_size,
-            "backlogQuotaLimitTime": hold.quotas.time.limit_time,
-            "oldestBacklogMessageAgeSeconds": hold.oldest_age_s,
-            "oldestBacklogMessageSubscriptionName": hold.oldest_subscription,
-            "sizeBasedBacklogQuotaExceededEvictionCount": hold.evictions[
-                QuotaType.DESTINATION_STORAGE
-            ],
-            "timeBasedBacklogQuotaExceededEvictionCount": hold.evictions[QuotaType.MESSAGE_AGE],
         }
 
 

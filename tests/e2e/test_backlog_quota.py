@@ -120,7 +120,7 @@ async def test_size_exception_ends_the_producers_and_refuses_new_ones(
         Client(broker.service_url) as client,
         grpc.aio.insecure_channel(broker.grpc_address) as ch,
     ):
-        await client.subscribe(topic, "slow", initial_position=InitialPosition.Earliest)
+        slow = await client.subscribe(topic, "slow", initial_position=InitialPosition.Earliest)
         producer = await client.create_producer(topic, batching_enabled=False)
         call, _ = await raw_producer(ch, full(topic), "raw")
         for _ in range(4):
@@ -141,6 +141,19 @@ async def test_size_exception_ends_the_producers_and_refuses_new_ones(
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await raw_producer(ch, full(topic), "late")
         assert error_code(refused.value) == pb.ProducerBlockedQuotaExceededException
+        # Once the backlog is consumed, producers are let in again (a topic over its quota is
+        # checked every second).
+        for _ in range(4):
+            await slow.acknowledge(await slow.receive(5000), wait=True)
+
+        async def admitted() -> bool:
+            try:
+                await client.create_producer(topic)
+            except ProducerBlockedQuotaExceededException:
+                return False
+            return True
+
+        await eventually(admitted, what="a producer to be admitted once the backlog is consumed")
 
 
 async def test_size_eviction_moves_only_the_slowest_cursors(
