@@ -242,6 +242,7 @@ _AT_LEAST: dict[str, float] = {
     "grpcMaxPendingCalls": 1,
     "grpcTlsFrontMaxConnections": 1,
     "statsUpdateFrequencyInSecs": 1,
+    "backlogQuotaCheckIntervalInSeconds": 1,
     "authenticationRefreshCheckSeconds": 1,
     "defaultNumPartitions": 1,
     "maxNumPartitionsPerPartitionedTopic": 0,

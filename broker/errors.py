@@ -18,6 +18,7 @@ The tree::
     │   ├── NotAllowedError           (NotAllowedError)
     │   ├── IncompatibleSchemaError   (IncompatibleSchema)
     │   ├── NotEncryptedError         (MetadataError)
+    │   ├── BacklogQuotaExceededError (ProducerBlockedQuotaExceeded{Error,Exception})
     │   └── PreconditionFailedError   (NotAllowedError)              (HTTP 412)
     ├── TooLargeError                 (NotAllowedError)              -> RESOURCE_EXHAUSTED
     ├── AuthenticationError           (AuthenticationError)          -> UNAUTHENTICATED
@@ -166,6 +167,21 @@ class PreconditionFailedError(PreconditionError):
 
 class TooLargeError(BrokerError):
     code = ServerError.NotAllowedError
+
+
+class BacklogQuotaExceededError(PreconditionError):
+    """A producer refused or ended because its topic is over a backlog quota whose policy
+    stops producers (Pulsar's TopicBacklogQuotaExceededException): producer_exception gives
+    ProducerBlockedQuotaExceededException, producer_request_hold ProducerBlockedQuotaExceededError
+    (Pulsar's ServerCnx sends one or the other by the policy). FAILED_PRECONDITION, not
+    RESOURCE_EXHAUSTED (which this protocol keeps for a batch too large): not retryable as
+    such, the backlog must be consumed first."""
+
+    MESSAGE = "Cannot create producer on topic with backlog quota exceeded"
+
+    def __init__(self, code: ServerError, detail: str = "") -> None:
+        super().__init__(f"{self.MESSAGE}{detail}")
+        self.code = code
 
 
 class AuthenticationError(BrokerError):

@@ -68,6 +68,7 @@ from pulsar_grpc.broker.service_parts import narrowed
 from pulsar_grpc.broker.stalls import StallMonitor
 from pulsar_grpc.broker.tls import read_tls_files
 from pulsar_grpc.broker.topics import PersistentTopic
+from pulsar_grpc.broker.topics.backlog_quota_check import BacklogQuotaCheck
 from pulsar_grpc.broker.topics.registry import TopicRegistry
 from pulsar_grpc.broker.topics.settings import TopicSettings
 from pulsar_grpc.broker.topics.stats_task import StatsTask
@@ -122,6 +123,7 @@ class BrokerService:
         self.web: WebService | None = None
         self.load_reporter: LoadReporter | None = None
         self.stats_task: StatsTask | None = None
+        self.backlog_quota_check: BacklogQuotaCheck | None = None
         self.stalls: StallMonitor | None = None
         self.election: LeaderElection | None = None
         # A cluster member's watches of topic ownership for clients (WatchTopicOwnership).
@@ -197,6 +199,11 @@ class BrokerService:
         )
         self.stats_task = StatsTask(topics, self.config.statsUpdateFrequencyInSecs)
         self.stats_task.start()
+        if self.config.backlogQuotaCheckEnabled:
+            self.backlog_quota_check = BacklogQuotaCheck(
+                topics.loaded_topics, self.config.backlogQuotaCheckIntervalInSeconds
+            )
+            self.backlog_quota_check.start()
         self.stalls = StallMonitor(self.config.statsUpdateFrequencyInSecs)
         self.stalls.start()
         dynamic = self.dynamic_config = DynamicConfig(
@@ -293,6 +300,8 @@ class BrokerService:
             steps.append(("stats", self.stats_task.close))
         if self.stalls is not None:
             steps.append(("stall monitor", self.stalls.close))
+        if self.backlog_quota_check is not None:
+            steps.append(("backlog quota check", self.backlog_quota_check.close))
         if self._topics is not None:
             steps.append(("closing the topics", self._topics.close_all))
         if self._namespaces is not None:

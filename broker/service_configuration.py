@@ -205,6 +205,23 @@ class ServiceConfiguration(ClientAuthenticationSettings):
     dispatchThrottlingRateInMsg: int = 0
     dispatchThrottlingRateInByte: int = 0
 
+    # --- backlog quotas (broker/topics/backlog_quota.py) --- Pulsar's names and defaults.
+    # The check runs every backlogQuotaCheckIntervalInSeconds when backlogQuotaCheckEnabled;
+    # the default quota (where neither the topic nor its namespace sets one): -1 = no limit;
+    # backlogQuotaDefaultLimitGB, Pulsar's older property, wins when above 0.
+    backlogQuotaCheckEnabled: bool = True
+    backlogQuotaCheckIntervalInSeconds: int = 60
+    backlogQuotaDefaultLimitBytes: int = -1
+    backlogQuotaDefaultLimitGB: float = -1
+    backlogQuotaDefaultLimitSecond: int = -1
+    backlogQuotaDefaultRetentionPolicy: Literal[
+        "producer_request_hold", "producer_exception", "consumer_backlog_eviction"
+    ] = "producer_request_hold"
+    # Accepted for Pulsar's configuration files: the age of the oldest backlog message is
+    # always read from its entry here (one read per topic per check), which is Pulsar's
+    # precise mode, so the time quota holds to the second either way.
+    preciseTimeBasedBacklogQuotaCheck: bool = False
+
     # --- security --- authentication: the fields of ClientAuthenticationSettings
     # (broker/security/settings.py, shared with the proxy) and:
     # /metrics asks for credentials only when authenticateMetricsEndpoint is true.

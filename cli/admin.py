@@ -11,7 +11,8 @@
 
 and the tenants and permissions verbs of cli/admin_permissions.py, the namespace verbs of
 cli/admin_namespaces.py, the topic and subscription verbs of cli/admin_topics.py, the schema
-verbs of cli/admin_schemas.py, the rate-limit verbs of cli/admin_rates.py and the
+verbs of cli/admin_schemas.py, the rate-limit verbs of cli/admin_rates.py, the backlog-quota
+verbs of cli/admin_backlog_quota.py and the
 dynamic-configuration verbs of cli/admin_brokers.py.
 
 A request sent to a broker that does not own the bundle is redirected to the owner and followed.
@@ -24,6 +25,7 @@ import json
 
 from pulsar_grpc.broker.naming import NamespaceBundle, NamespaceName, TopicName
 from pulsar_grpc.cli import (
+    admin_backlog_quota,
     admin_brokers,
     admin_namespaces,
     admin_permissions,
@@ -58,6 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     admin_permissions.add_namespace_verbs(ns_verbs)
     admin_schemas.add_namespace_verbs(ns_verbs)
     admin_rates.add_verbs(ns_verbs, "namespace")
+    admin_backlog_quota.add_verbs(ns_verbs, "namespace")
     bundles = ns_verbs.add_parser("bundles", help="print the namespace's bundles (BundlesData)")
     bundles.add_argument("namespace", help=NAMESPACE_HELP)
     unload = ns_verbs.add_parser("unload", help="unload a bundle, or every bundle of the namespace")
@@ -94,6 +97,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     admin_topics.add_verbs(tp_verbs)
     admin_permissions.add_topic_verbs(tp_verbs)
     admin_rates.add_verbs(tp_verbs, "topic")
+    admin_backlog_quota.add_verbs(tp_verbs, "topic")
     bundle_range = tp_verbs.add_parser("bundle-range", help="the bundle a topic belongs to")
     bundle_range.add_argument("topic", help=TOPIC_HELP)
     admin_schemas.add_schema_verbs(_verbs(groups, "schemas", "topics' schemas"))
@@ -130,6 +134,8 @@ def _run(args: argparse.Namespace) -> int:
         return admin_schemas.run(args, base)
     if admin_rates.handles(args):
         return admin_rates.run(args, base)
+    if admin_backlog_quota.handles(args):
+        return admin_backlog_quota.run(args, base)
     if admin_brokers.handles(args):
         return admin_brokers.run(args, base)
     if admin_namespaces.handles(args):

@@ -105,13 +105,17 @@ def _body(args: argparse.Namespace, rate: str) -> bytes:
     return json.dumps(body).encode()
 
 
-def run(args: argparse.Namespace, base: str) -> int:
+def policy_target(args: argparse.Namespace, base: str) -> tuple[str, str]:
+    """The namespace or topic a policy verb names, and its admin URL (without the policy)."""
     if args.group == "namespaces":
         target = str(NamespaceName.get(args.namespace))
-        url = f"{base}/admin/v2/namespaces/{target}"
-    else:
-        topic = TopicName.get(args.topic)
-        target, url = str(topic), f"{base}/admin/v2/{topic.rest_path}"
+        return target, f"{base}/admin/v2/namespaces/{target}"
+    topic = TopicName.get(args.topic)
+    return str(topic), f"{base}/admin/v2/{topic.rest_path}"
+
+
+def run(args: argparse.Namespace, base: str) -> int:
+    target, url = policy_target(args, base)
     action, _, rate = args.verb.partition("-")
     url = f"{url}/{RATES[rate]}"
     if action == "set":

@@ -13,7 +13,8 @@ node carries every rate of a namespace: a write from any broker notifies every b
 limits of its loaded topics of that tenant and retunes their throttles in place, so open
 streams feel the change at once. A partitioned topic's policy covers its partitions. The
 namespace's encryption_required travels the same way (broker/topics/encryption_policy.py), and
-so does its deduplicationEnabled (broker/topics/dedup.py).
+so does its deduplicationEnabled (broker/topics/dedup.py), and the backlog quotas of the
+namespace and the topic (broker/topics/backlog_quota.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pulsar_grpc.broker.cluster.ownership import POLICIES_ROOT
 from pulsar_grpc.broker.config import ServiceConfiguration
 from pulsar_grpc.broker.errors import InvalidArgumentError, MetadataError
 from pulsar_grpc.broker.naming import TopicName
+from pulsar_grpc.broker.topics.backlog_quota import TopicQuotas, resolve_quotas
 from pulsar_grpc.broker.topics.dedup import deduplication_enabled
 from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
 from pulsar_grpc.broker.topics.rate_limit import UNLIMITED, RateLimit
@@ -229,6 +231,8 @@ class LimitedTopic(Protocol):
 
     def set_rate_limits(self, limits: TopicLimits) -> None: ...
 
+    def set_backlog_quotas(self, quotas: TopicQuotas) -> None: ...
+
     async def set_deduplication(self, enabled: bool) -> None: ...
 
 
@@ -263,15 +267,18 @@ class RatePolicies:
         return deduplication_enabled(self._settings().dedup, policies)
 
     async def apply(self, topic: LimitedTopic) -> None:
-        """Set ``topic``'s limits and its namespace's encryption and deduplication policies
-        (the other namespace-wide settings a topic keeps), and keep them current from now
-        on."""
+        """Set ``topic``'s limits, its backlog quotas and its namespace's encryption and
+        deduplication policies (the other namespace-wide settings a topic keeps), and keep
+        them current from now on."""
         tenant = topic.topic_name.tenant
         if tenant not in self._unwatch:
             self._unwatch[tenant] = self._cache.watch(tenant, lambda: self._changed(tenant))
         policies = await self._namespace_policies(topic.topic_name)
         settings = self._settings()
         topic.set_rate_limits(resolve_limits(settings.rates, policies, topic.topic_name))
+        topic.set_backlog_quotas(
+            resolve_quotas(settings.backlog_quota.default, policies, topic.topic_name)
+        )
         topic.encryption = EncryptionPolicy.of(policies)
         await topic.set_deduplication(deduplication_enabled(settings.dedup, policies))
 

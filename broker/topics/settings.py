@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pulsar_grpc.broker.topics.backlog_quota import BacklogQuota, RetentionPolicy
 from pulsar_grpc.broker.topics.rate_limit import RateLimit
 
 if TYPE_CHECKING:
@@ -105,6 +106,30 @@ class RateSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BacklogQuotaSettings:
+    """The broker's backlog-quota properties (built from the configuration in one place)."""
+
+    check_enabled: bool  # backlogQuotaCheckEnabled
+    check_interval_s: int  # backlogQuotaCheckIntervalInSeconds
+    default: BacklogQuota  # backlogQuotaDefault{LimitBytes,LimitGB,LimitSecond,RetentionPolicy}
+
+    @classmethod
+    def from_config(cls, config: ServiceConfiguration) -> BacklogQuotaSettings:
+        size = config.backlogQuotaDefaultLimitBytes
+        if config.backlogQuotaDefaultLimitGB > 0:  # Pulsar's older property wins when set
+            size = int(config.backlogQuotaDefaultLimitGB * 1024**3)
+        return cls(
+            config.backlogQuotaCheckEnabled,
+            config.backlogQuotaCheckIntervalInSeconds,
+            BacklogQuota(
+                size,
+                config.backlogQuotaDefaultLimitSecond,
+                RetentionPolicy(config.backlogQuotaDefaultRetentionPolicy),
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class TopicSettings:
     """Everything a loaded topic and its subscriptions read of the broker's configuration;
     the registry holds the current one and replaces it on a dynamic change."""
@@ -114,6 +139,7 @@ class TopicSettings:
     dedup: DedupSettings
     dispatch: DispatchSettings
     rates: RateSettings
+    backlog_quota: BacklogQuotaSettings
 
     @classmethod
     def from_config(cls, config: ServiceConfiguration) -> TopicSettings:
@@ -123,4 +149,5 @@ class TopicSettings:
             DedupSettings.from_config(config),
             DispatchSettings.from_config(config),
             RateSettings.from_config(config),
+            BacklogQuotaSettings.from_config(config),
         )

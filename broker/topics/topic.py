@@ -29,6 +29,8 @@ from pulsar_grpc.broker.ledger import ManagedCursor, ManagedLedger, Position
 from pulsar_grpc.broker.meters import RateMeter, iso_utc
 from pulsar_grpc.broker.naming import DEDUPLICATION_CURSOR, TopicName, check_subscription_name
 from pulsar_grpc.broker.resources import NamespaceResources
+from pulsar_grpc.broker.topics.backlog_hold import BacklogHold
+from pulsar_grpc.broker.topics.backlog_quota import TopicQuotas
 from pulsar_grpc.broker.topics.consumer import Consumer, ConsumerOptions
 from pulsar_grpc.broker.topics.dedup import Deduplication
 from pulsar_grpc.broker.topics.encryption_policy import EncryptionPolicy
@@ -107,6 +109,8 @@ class PersistentTopic:
         # path refuses unencrypted batches while it is REQUIRED.
         self.encryption = EncryptionPolicy.OPTIONAL
         self.publish_throttled_s = 0.0  # time producers' streams were not read, in total
+        # Backlog quotas (RatePolicies keeps them current, backlog_quota_check applies them).
+        self.backlog = BacklogHold()
 
     @classmethod
     async def load(
@@ -150,6 +154,7 @@ class PersistentTopic:
         WaitForExclusive producer returns only once it holds the topic. ``topic_epoch`` is
         the epoch a reconnecting producer held the topic under."""
         self._check_open()
+        self.backlog.check_admission(self.backlog_size())
         if name is None:
             name = self.registry.producer_names.next_id()
         self._check_name_free(name)  # first: a reconnect racing its old stream retries
@@ -274,10 +279,15 @@ class PersistentTopic:
         return max(self.publish_throttle.delay()[0], self.registry.publish_throttle.delay()[0])
 
     async def hold_publish(self) -> None:
-        """Return once the publish rates allow more (at once when they do already). A
-        protocol handler calls it between a producer's requests and does not read the next
-        one meanwhile, so its transport's flow control holds the client back. Limits changed
-        meanwhile (raised, removed) apply at once: the wait is cut short and measured again."""
+        """Return once the publish rates allow more and no producer_request_hold backlog
+        quota is exceeded (at once when so already). A protocol handler calls it between a
+        producer's requests and does not read the next one meanwhile, so its transport's flow
+        control holds the client back. Limits changed meanwhile (raised, removed) apply at
+        once: the wait is cut short and measured again."""
+        await self._hold_for_rate()
+        await self.backlog.wait_released()
+
+    async def _hold_for_rate(self) -> None:
         wait = self.publish_delay_s()
         if wait <= 0:
             return
@@ -309,6 +319,15 @@ class PersistentTopic:
         for subscription in self.subscriptions.values():
             if subscription.dispatcher is not None:
                 subscription.dispatcher.trigger()
+
+    def set_backlog_quotas(self, quotas: TopicQuotas) -> None:
+        self.backlog.set_quotas(quotas)
+
+    def end_producers(self, error: BrokerError) -> None:
+        """End every producer with ``error`` (a producer_exception backlog quota exceeded):
+        each stream ends once the receipts of what it had sent are written."""
+        for producer in list(self.producers.values()):
+            producer.end(error)
 
     async def publish_system(self, batch: bytes, schema_version: bytes = b"") -> Position:
         """Publish a broker-made batch (dead-letter messages), its messages written with this
@@ -530,6 +549,7 @@ class PersistentTopic:
             "publishRateLimit": RateKind.PUBLISH.as_json(self.publish_throttle.limit),
             "dispatchRateLimit": RateKind.DISPATCH.as_json(self.dispatch_throttle.limit),
             "waitingPublishers": self.access.waiting,  # WaitForExclusive producers in line
+            **self.backlog.stats(),
             "publishers": [
                 {
                     "producerName": p.name,

@@ -29,6 +29,7 @@ from pulsar_grpc.broker.security.authentication import AuthenticationData, Authe
 from pulsar_grpc.broker.security.authorization import TopicOperation
 from pulsar_grpc.broker.tls import certificate_common_name, server_ssl_context
 from pulsar_grpc.broker.web.access import AdminAccess, remember_role
+from pulsar_grpc.broker.web.backlog_quota_admin import BacklogQuotaAdmin
 from pulsar_grpc.broker.web.broker_client import BrokerClient
 from pulsar_grpc.broker.web.broker_stats_admin import BrokerStatsAdmin, BrokerStatsPort
 from pulsar_grpc.broker.web.brokers_config_admin import BrokersConfigAdmin
@@ -189,6 +190,7 @@ class WebService:
         PermissionsAdmin(self._port(PermissionsPort), self.access).add_routes(app)
         SchemasAdmin(self.service.schemas, self.access).add_routes(app)
         RateAdmin(self._port(RatePort), self.access).add_routes(app)
+        BacklogQuotaAdmin(self._port(RatePort), self.access).add_routes(app)
         add_role_token_routes(app, authentication, self.access)
         BrokerStatsAdmin(self._port(BrokerStatsPort), self.access).add_routes(app)
         Console(self._port(ConsolePort), self.access, self.broker_client).add_routes(app)

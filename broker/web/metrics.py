@@ -123,6 +123,15 @@ class BrokerCollector(Collector):
                 ("pulsar_storage_size", "Bytes stored"),
                 ("pulsar_storage_backlog_size", "Bytes not acked by the slowest subscription"),
                 ("pulsar_msg_backlog", "Entries not acked, all subscriptions"),
+                ("pulsar_storage_backlog_quota_limit", "The backlog quota's size limit (bytes)"),
+                (
+                    "pulsar_storage_backlog_quota_limit_time",
+                    "The backlog quota's time limit (seconds)",
+                ),
+                (
+                    "pulsar_storage_backlog_age_seconds",
+                    "Age of the oldest unacked message (at the last backlog-quota check)",
+                ),
                 ("pulsar_storage_write_rate", "Entries/s written (last stats interval)"),
                 ("pulsar_storage_read_rate", "Entries/s read (last stats interval)"),
                 (
@@ -176,6 +185,9 @@ class BrokerCollector(Collector):
                 ("pulsar_storage_size", topic.ledger.total_size),
                 ("pulsar_storage_backlog_size", topic.backlog_size()),
                 ("pulsar_msg_backlog", sum(x.backlog() for x in subs)),
+                ("pulsar_storage_backlog_quota_limit", topic.backlog.quotas.size.limit_size),
+                ("pulsar_storage_backlog_quota_limit_time", topic.backlog.quotas.time.limit_time),
+                ("pulsar_storage_backlog_age_seconds", topic.backlog.oldest_age_s),
                 ("pulsar_storage_write_rate", ledger.added.msg_rate),
                 ("pulsar_storage_read_rate", ledger.read.msg_rate),
                 ("pulsar_publish_rate_limit_times", topic.publish_rate_limited_times),

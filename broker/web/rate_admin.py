@@ -40,7 +40,7 @@ MAX_BODY_CHARS = 4096  # a rate is a few fields
 Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-async def _body(request: web.Request) -> Any:
+async def json_body(request: web.Request) -> Any:
     text = (await request.text()).strip()
     if len(text) > MAX_BODY_CHARS:
         raise e.InvalidArgumentError(f"the body is longer than {MAX_BODY_CHARS} characters")
@@ -56,31 +56,17 @@ class RatePort(HasConfig, HasPermissions, Protocol):
     """What the rate-limit routes use: the namespaces' policies and the broker defaults."""
 
 
-def _answer(value: Any) -> web.Response:
+def json_or_no_content(value: Any) -> web.Response:
     return web.Response(status=204) if value is None else web.json_response(value)
 
 
-class RateAdmin:
-    """The routes; ``add_routes`` registers them on the web application."""
+class PolicyRoutes:
+    """What every group of namespace- and topic-policy routes does first: the namespace or
+    topic a request names (a tenant admin's), and the namespace's Policies node."""
 
     def __init__(self, service: RatePort, access: AdminAccess) -> None:
         self.service = service
         self.access = access
-
-    def add_routes(self, app: web.Application) -> None:
-        for kind, path in PATHS.items():
-            app.add_routes(
-                [
-                    web.get(f"{NAMESPACE}/{path}", self._namespace_get(kind)),
-                    web.post(f"{NAMESPACE}/{path}", self._namespace_set(kind)),
-                    web.delete(f"{NAMESPACE}/{path}", self._namespace_remove(kind)),
-                    web.get(f"{TOPIC}/{path}", self._topic_get(kind)),
-                    web.post(f"{TOPIC}/{path}", self._topic_set(kind)),
-                    web.delete(f"{TOPIC}/{path}", self._topic_remove(kind)),
-                ]
-            )
-
-    # ------------------------------------------------------------ helpers
 
     async def _namespace(self, request: web.Request) -> NamespaceName:
         m = request.match_info
@@ -104,23 +90,40 @@ class RateAdmin:
             raise e.NotFoundError(f"Namespace {ns} does not exist")
         return found
 
+
+class RateAdmin(PolicyRoutes):
+    """The routes; ``add_routes`` registers them on the web application."""
+
     @property
     def _cluster(self) -> str:
         return self.service.config.clusterName
+
+    def add_routes(self, app: web.Application) -> None:
+        for kind, path in PATHS.items():
+            app.add_routes(
+                [
+                    web.get(f"{NAMESPACE}/{path}", self._namespace_get(kind)),
+                    web.post(f"{NAMESPACE}/{path}", self._namespace_set(kind)),
+                    web.delete(f"{NAMESPACE}/{path}", self._namespace_remove(kind)),
+                    web.get(f"{TOPIC}/{path}", self._topic_get(kind)),
+                    web.post(f"{TOPIC}/{path}", self._topic_set(kind)),
+                    web.delete(f"{TOPIC}/{path}", self._topic_remove(kind)),
+                ]
+            )
 
     # ------------------------------------------------------------ namespace level
 
     def _namespace_get(self, kind: RateKind) -> Route:
         async def get(request: web.Request) -> web.Response:
             policies = await self._policies(await self._namespace(request))
-            return _answer((policies.get(kind.namespace_field) or {}).get(self._cluster))
+            return json_or_no_content((policies.get(kind.namespace_field) or {}).get(self._cluster))
 
         return get
 
     def _namespace_set(self, kind: RateKind) -> Route:
         async def set_rate(request: web.Request) -> web.Response:
             ns = await self._namespace(request)
-            rate = kind.normalize(await _body(request))
+            rate = kind.normalize(await json_body(request))
 
             def change(node: dict[str, Any]) -> None:
                 node.setdefault(kind.namespace_field, {})[self._cluster] = rate
@@ -157,14 +160,14 @@ class RateAdmin:
                 }[kind]
                 return web.json_response(kind.as_json(limit))
             entry = (policies.get(TOPIC_POLICIES) or {}).get(topic.full_name) or {}
-            return _answer(entry.get(kind.topic_field))
+            return json_or_no_content(entry.get(kind.topic_field))
 
         return get
 
     def _topic_set(self, kind: RateKind) -> Route:
         async def set_rate(request: web.Request) -> web.Response:
             topic = await self._topic(request)
-            rate = kind.normalize(await _body(request))
+            rate = kind.normalize(await json_body(request))
 
             def change(node: dict[str, Any]) -> None:
                 topics = node.setdefault(TOPIC_POLICIES, {})
